@@ -1,0 +1,484 @@
+// RoPE configuration: validation, the frequencies of every scaling type, and shape planning.
+#include <cmath>
+#include <numbers>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "kernels/ops.h"
+
+namespace posenc::kernels {
+namespace {
+
+absl::Status Invalid(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+absl::Status CheckFinite(absl::string_view field, double v) {
+  if (!std::isfinite(v)) return Invalid(field, absl::StrCat("expected a finite number, got ", v));
+  return absl::OkStatus();
+}
+
+absl::Status CheckPositive(absl::string_view field, double v) {
+  if (auto s = CheckFinite(field, v); !s.ok()) return s;
+  if (!(v > 0)) return Invalid(field, absl::StrCat("expected > 0, got ", v));
+  return absl::OkStatus();
+}
+
+// Which optional scaling fields each type reads.
+struct Allowed {
+  bool factor = false, original = false, yarn = false, attention_factor = false, llama3 = false,
+       longrope = false;
+};
+
+Allowed AllowedFields(RopeScalingType type) {
+  Allowed a;
+  switch (type) {
+    case RopeScalingType::kDefault: break;
+    case RopeScalingType::kLinear:
+    case RopeScalingType::kNtk:
+    case RopeScalingType::kDynamic: a.factor = true; break;
+    case RopeScalingType::kYarn:
+      a.factor = a.original = a.yarn = a.attention_factor = true;
+      break;
+    case RopeScalingType::kLlama3: a.factor = a.original = a.llama3 = true; break;
+    case RopeScalingType::kLongrope:
+      a.factor = a.original = a.attention_factor = a.longrope = true;
+      break;
+  }
+  return a;
+}
+
+long double DefaultOmega(long double base, int64_t j, int64_t d) {
+  return std::pow(base, -2.0L * static_cast<long double>(j) / static_cast<long double>(d));
+}
+
+double YarnMscale(double s, double k) { return s <= 1 ? 1.0 : 0.1 * k * std::log(s) + 1.0; }
+
+}  // namespace
+
+absl::string_view RopeScalingTypeName(RopeScalingType type) {
+  switch (type) {
+    case RopeScalingType::kDefault: return "default";
+    case RopeScalingType::kLinear: return "linear";
+    case RopeScalingType::kNtk: return "ntk";
+    case RopeScalingType::kDynamic: return "dynamic";
+    case RopeScalingType::kYarn: return "yarn";
+    case RopeScalingType::kLlama3: return "llama3";
+    case RopeScalingType::kLongrope: return "longrope";
+  }
+  return "unknown";
+}
+
+absl::Status ValidateRopeConfig(const RopeConfig& c) {
+  if (c.head_dim <= 0) {
+    return Invalid("config.head_dim", absl::StrCat("expected > 0, got ", c.head_dim));
+  }
+  const int64_t d = c.rotary_dim.value_or(c.head_dim);
+  if (c.rotary_dim.has_value()) {
+    if (d <= 0 || d % 2 != 0 || d > c.head_dim) {
+      return Invalid("config.rotary_dim", absl::StrCat("expected an even number in [2, head_dim = ",
+                                                       c.head_dim, "], got ", d));
+    }
+  } else if (d % 2 != 0) {
+    return Invalid("config.rotary_dim",
+                   absl::StrCat("defaults to head_dim = ", d, ", which is odd; expected even"));
+  }
+  if (auto s = CheckPositive("config.base", c.base); !s.ok()) return s;
+  if (c.base == 1.0) return Invalid("config.base", "expected a base other than 1, got 1");
+  if (c.max_position_embeddings && *c.max_position_embeddings <= 0) {
+    return Invalid("config.max_position_embeddings",
+                   absl::StrCat("expected > 0, got ", *c.max_position_embeddings));
+  }
+  if (c.seq_len && (*c.seq_len <= 0 || *c.seq_len > kMaxPosition + 1)) {
+    return Invalid("config.seq_len", absl::StrCat("expected 1 .. 2^31, got ", *c.seq_len));
+  }
+
+  const RopeScaling& sc = c.scaling;
+  const std::string type_name(RopeScalingTypeName(sc.type));
+  const Allowed allowed = AllowedFields(sc.type);
+  auto not_for_type = [&](absl::string_view key) {
+    return Invalid(absl::StrCat("config.scaling.", key),
+                   absl::StrCat("is not a field of rope type '", type_name, "'"));
+  };
+  if (sc.factor && !allowed.factor) return not_for_type("factor");
+  if (sc.original_max_position_embeddings && !allowed.original) {
+    return not_for_type("original_max_position_embeddings");
+  }
+  if (!allowed.yarn) {
+    if (sc.beta_fast) return not_for_type("beta_fast");
+    if (sc.beta_slow) return not_for_type("beta_slow");
+    if (sc.truncate) return not_for_type("truncate");
+    if (sc.mscale) return not_for_type("mscale");
+    if (sc.mscale_all_dim) return not_for_type("mscale_all_dim");
+  }
+  if (sc.attention_factor && !allowed.attention_factor) return not_for_type("attention_factor");
+  if (!allowed.llama3) {
+    if (sc.low_freq_factor) return not_for_type("low_freq_factor");
+    if (sc.high_freq_factor) return not_for_type("high_freq_factor");
+  }
+  if (!allowed.longrope) {
+    if (!sc.long_factor.empty()) return not_for_type("long_factor");
+    if (!sc.short_factor.empty()) return not_for_type("short_factor");
+  }
+
+  if (sc.factor) {
+    if (auto s = CheckPositive("config.scaling.factor", *sc.factor); !s.ok()) return s;
+  }
+  if (sc.original_max_position_embeddings && *sc.original_max_position_embeddings <= 0) {
+    return Invalid("config.scaling.original_max_position_embeddings",
+                   absl::StrCat("expected > 0, got ", *sc.original_max_position_embeddings));
+  }
+  if (sc.beta_fast) {
+    if (auto s = CheckPositive("config.scaling.beta_fast", *sc.beta_fast); !s.ok()) return s;
+  }
+  if (sc.beta_slow) {
+    if (auto s = CheckPositive("config.scaling.beta_slow", *sc.beta_slow); !s.ok()) return s;
+  }
+  if (sc.mscale) {
+    if (auto s = CheckFinite("config.scaling.mscale", *sc.mscale); !s.ok()) return s;
+  }
+  if (sc.mscale_all_dim) {
+    if (auto s = CheckFinite("config.scaling.mscale_all_dim", *sc.mscale_all_dim); !s.ok()) {
+      return s;
+    }
+  }
+  if (sc.attention_factor) {
+    if (auto s = CheckPositive("config.scaling.attention_factor", *sc.attention_factor); !s.ok()) {
+      return s;
+    }
+  }
+
+  switch (sc.type) {
+    case RopeScalingType::kDefault: break;
+    case RopeScalingType::kLinear:
+      if (!sc.factor) return Invalid("config.scaling.factor", "required for rope type 'linear'");
+      break;
+    case RopeScalingType::kNtk:
+    case RopeScalingType::kDynamic:
+      if (!sc.factor) {
+        return Invalid("config.scaling.factor",
+                       absl::StrCat("required for rope type '", type_name, "'"));
+      }
+      if (d < 4) {
+        return Invalid("config.rotary_dim",
+                       absl::StrCat("rope type '", type_name,
+                                    "' needs a rotary dim >= 4 (it divides by d-2), got ", d));
+      }
+      if (sc.type == RopeScalingType::kDynamic && !c.max_position_embeddings) {
+        return Invalid("config.max_position_embeddings", "required for rope type 'dynamic'");
+      }
+      break;
+    case RopeScalingType::kYarn:
+      if (!sc.original_max_position_embeddings && !c.max_position_embeddings) {
+        return Invalid("config.scaling.original_max_position_embeddings",
+                       "rope type 'yarn' needs it or config.max_position_embeddings");
+      }
+      if (!sc.factor && !(sc.original_max_position_embeddings && c.max_position_embeddings)) {
+        return Invalid("config.scaling.factor",
+                       "required for rope type 'yarn' unless both max_position_embeddings and "
+                       "original_max_position_embeddings are given");
+      }
+      break;
+    case RopeScalingType::kLlama3:
+      if (!sc.factor) return Invalid("config.scaling.factor", "required for rope type 'llama3'");
+      if (!sc.low_freq_factor) {
+        return Invalid("config.scaling.low_freq_factor", "required for rope type 'llama3'");
+      }
+      if (!sc.high_freq_factor) {
+        return Invalid("config.scaling.high_freq_factor", "required for rope type 'llama3'");
+      }
+      if (!sc.original_max_position_embeddings) {
+        return Invalid("config.scaling.original_max_position_embeddings",
+                       "required for rope type 'llama3'");
+      }
+      if (auto s = CheckPositive("config.scaling.low_freq_factor", *sc.low_freq_factor); !s.ok()) {
+        return s;
+      }
+      if (auto s = CheckFinite("config.scaling.high_freq_factor", *sc.high_freq_factor); !s.ok()) {
+        return s;
+      }
+      if (!(*sc.high_freq_factor > *sc.low_freq_factor)) {
+        return Invalid("config.scaling.high_freq_factor",
+                       absl::StrCat("expected > low_freq_factor = ", *sc.low_freq_factor, ", got ",
+                                    *sc.high_freq_factor));
+      }
+      break;
+    case RopeScalingType::kLongrope: {
+      if (!sc.original_max_position_embeddings && !c.max_position_embeddings) {
+        return Invalid("config.scaling.original_max_position_embeddings",
+                       "rope type 'longrope' needs it or config.max_position_embeddings");
+      }
+      const size_t half = static_cast<size_t>(d / 2);
+      for (auto [name, v] : {std::pair<absl::string_view, const std::vector<double>*>{
+                                 "long_factor", &sc.long_factor},
+                             {"short_factor", &sc.short_factor}}) {
+        if (v->size() != half) {
+          return Invalid(absl::StrCat("config.scaling.", name),
+                         absl::StrCat("expected rotary_dim/2 = ", half, " entries, got ", v->size()));
+        }
+        for (size_t j = 0; j < v->size(); ++j) {
+          if (!std::isfinite((*v)[j]) || !((*v)[j] > 0)) {
+            return Invalid(absl::StrCat("config.scaling.", name, "[", j, "]"),
+                           absl::StrCat("expected a finite number > 0, got ", (*v)[j]));
+          }
+        }
+      }
+      break;
+    }
+  }
+
+  if (!c.mrope_section.empty()) {
+    if (c.mrope_section.size() != 3) {
+      return Invalid("config.mrope_section",
+                     absl::StrCat("expected 3 entries [t, h, w], got ", c.mrope_section.size()));
+    }
+    int64_t sum = 0;
+    for (int64_t s : c.mrope_section) {
+      if (s < 0 || s > d) {
+        return Invalid("config.mrope_section",
+                       absl::StrCat("expected entries in [0, ", d / 2, "], got [",
+                                    absl::StrJoin(c.mrope_section, ", "), "]"));
+      }
+      sum += s;
+    }
+    if (sum != d / 2) {
+      return Invalid("config.mrope_section",
+                     absl::StrCat("expected entries summing to rotary_dim/2 = ", d / 2, ", got [",
+                                  absl::StrJoin(c.mrope_section, ", "), "] (sum ", sum, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeConfig& c,
+                                                       int64_t max_position) {
+  if (auto s = ValidateRopeConfig(c); !s.ok()) return s;
+  RopeFrequencies f;
+  f.head_dim = c.head_dim;
+  f.rotary_dim = c.rotary_dim.value_or(c.head_dim);
+  f.attention_factor_applied = c.apply_attention_factor;
+  f.effective_base = c.base;
+  const int64_t d = f.rotary_dim;
+  const int64_t half = d / 2;
+  const long double b = c.base;
+  const RopeScaling& sc = c.scaling;
+  const int64_t seq_len = c.seq_len.value_or(std::max<int64_t>(max_position + 1, 1));
+  const long double d_ld = static_cast<long double>(d);
+
+  f.inv_freq.resize(static_cast<size_t>(half));
+  for (int64_t j = 0; j < half; ++j) f.inv_freq[j] = DefaultOmega(b, j, d);
+
+  switch (sc.type) {
+    case RopeScalingType::kDefault: break;
+    case RopeScalingType::kLinear:
+      f.factor = *sc.factor;
+      for (auto& w : f.inv_freq) w /= static_cast<long double>(*sc.factor);
+      break;
+    case RopeScalingType::kNtk:
+    case RopeScalingType::kDynamic: {
+      const long double s = *sc.factor;
+      f.factor = *sc.factor;
+      long double scale = s;
+      if (sc.type == RopeScalingType::kDynamic) {
+        const long double lmax = static_cast<long double>(*c.max_position_embeddings);
+        const long double len = std::max<long double>(seq_len, lmax);
+        scale = s * len / lmax - (s - 1);
+        f.seq_len = seq_len;
+      }
+      const long double b2 = b * std::pow(scale, d_ld / (d_ld - 2));
+      f.effective_base = static_cast<double>(b2);
+      for (int64_t j = 0; j < half; ++j) f.inv_freq[j] = DefaultOmega(b2, j, d);
+      break;
+    }
+    case RopeScalingType::kYarn: {
+      const int64_t l0 =
+          sc.original_max_position_embeddings.value_or(c.max_position_embeddings.value_or(0));
+      const double s = sc.factor ? *sc.factor
+                                 : static_cast<double>(*c.max_position_embeddings) /
+                                       static_cast<double>(l0);
+      f.factor = s;
+      const double beta_fast = sc.beta_fast.value_or(32.0);
+      const double beta_slow = sc.beta_slow.value_or(1.0);
+      const bool truncate = sc.truncate.value_or(true);
+      auto correction_dim = [&](double r) {
+        return static_cast<double>(d) * std::log(static_cast<double>(l0) / (2 * std::numbers::pi * r)) /
+               (2 * std::log(c.base));
+      };
+      double low = correction_dim(beta_fast);
+      double high = correction_dim(beta_slow);
+      if (truncate) {
+        low = std::floor(low);
+        high = std::ceil(high);
+      }
+      low = std::max(low, 0.0);
+      high = std::min(high, static_cast<double>(d - 1));
+      f.yarn_low = low;
+      f.yarn_high = high;
+      const long double hi = high == low ? high + 0.001 : high;
+      for (int64_t j = 0; j < half; ++j) {
+        long double ramp = (static_cast<long double>(j) - low) / (hi - low);
+        ramp = std::clamp<long double>(ramp, 0, 1);
+        const long double gamma = 1 - ramp;  // extrapolation weight
+        const long double w = f.inv_freq[j];
+        f.inv_freq[j] = w * gamma + (w / static_cast<long double>(s)) * (1 - gamma);
+      }
+      if (sc.attention_factor) {
+        f.attention_factor = *sc.attention_factor;
+      } else if (sc.mscale.value_or(0) != 0 && sc.mscale_all_dim.value_or(0) != 0) {
+        f.attention_factor = YarnMscale(s, *sc.mscale) / YarnMscale(s, *sc.mscale_all_dim);
+      } else {
+        f.attention_factor = YarnMscale(s, 1.0);
+      }
+      break;
+    }
+    case RopeScalingType::kLlama3: {
+      const long double s = *sc.factor;
+      f.factor = *sc.factor;
+      const long double l0 = static_cast<long double>(*sc.original_max_position_embeddings);
+      const long double low = *sc.low_freq_factor, high = *sc.high_freq_factor;
+      const long double low_wavelen = l0 / low, high_wavelen = l0 / high;
+      for (auto& w : f.inv_freq) {
+        const long double wavelen = 2 * std::numbers::pi_v<long double> / w;
+        if (wavelen < high_wavelen) continue;
+        if (wavelen > low_wavelen) {
+          w /= s;
+        } else {
+          const long double g = (l0 / wavelen - low) / (high - low);
+          w = (1 - g) * w / s + g * w;
+        }
+      }
+      break;
+    }
+    case RopeScalingType::kLongrope: {
+      const int64_t l0 =
+          sc.original_max_position_embeddings.value_or(c.max_position_embeddings.value_or(0));
+      const double s = sc.factor ? *sc.factor
+                       : c.max_position_embeddings
+                           ? static_cast<double>(*c.max_position_embeddings) / static_cast<double>(l0)
+                           : 1.0;
+      f.factor = s;
+      f.seq_len = seq_len;
+      f.longrope_long_factors = seq_len > l0;
+      const std::vector<double>& ext = f.longrope_long_factors ? sc.long_factor : sc.short_factor;
+      for (int64_t j = 0; j < half; ++j) {
+        f.inv_freq[j] = 1.0L / (static_cast<long double>(ext[j]) *
+                                std::pow(b, 2.0L * static_cast<long double>(j) / d_ld));
+      }
+      if (sc.attention_factor) {
+        f.attention_factor = *sc.attention_factor;
+      } else if (s > 1) {
+        f.attention_factor = std::sqrt(1 + std::log(s) / std::log(static_cast<double>(l0)));
+      }
+      break;
+    }
+  }
+  return f;
+}
+
+int MropeComponent(const RopeConfig& c, int64_t j) {
+  if (c.mrope_section.size() != 3) return 0;
+  const int64_t st = c.mrope_section[0], sh = c.mrope_section[1], sw = c.mrope_section[2];
+  if (c.mrope_layout == MropeLayout::kContiguous) {
+    if (j < st) return 0;
+    if (j < st + sh) return 1;
+    return 2;
+  }
+  if (j % 3 == 1 && j < 3 * sh) return 1;
+  if (j % 3 == 2 && j < 3 * sw) return 2;
+  return 0;
+}
+
+absl::StatusOr<Shape> PlanRopeCache(const RopeConfig& config, RopeCacheLayout layout,
+                                    const PositionSpec& positions, GridRequest* grid) {
+  if (auto s = ValidateRopeConfig(config); !s.ok()) return s;
+  grid->kind = GridRequest::Kind::kTable;
+  grid->components = config.mrope_section.empty() ? 1 : 3;
+  absl::StatusOr<Shape> shape = PlanPositions(positions, *grid);
+  if (!shape.ok()) return shape.status();
+  const int64_t d = config.rotary_dim.value_or(config.head_dim);
+  shape->push_back(layout == RopeCacheLayout::kCompact ? d / 2 : d);
+  return shape;
+}
+
+absl::StatusOr<ApplyRopeDims> PlanApplyRope(RopeConfig& config, TensorLayout layout,
+                                            DType q_dtype, const Shape& q_shape,
+                                            const DType* k_dtype, const Shape* k_shape,
+                                            const PositionSpec& positions, GridRequest* grid) {
+  const size_t rank = layout == TensorLayout::kTHD ? 3 : 4;
+  const char* layout_name = layout == TensorLayout::kBSHD   ? "BSHD [batch, seq, heads, head_dim]"
+                            : layout == TensorLayout::kBHSD ? "BHSD [batch, heads, seq, head_dim]"
+                                                            : "THD [tokens, heads, head_dim]";
+  auto check = [&](absl::string_view name, DType dtype, const Shape& shape) -> absl::Status {
+    if (!IsFloatDType(dtype)) {
+      return Invalid(name, absl::StrCat("expected dtype FLOAT32, FLOAT16, BFLOAT16 or FLOAT64, got ",
+                                        DTypeName(dtype)));
+    }
+    if (shape.size() != rank) {
+      return Invalid(name, absl::StrCat("expected rank ", rank, " for layout ", layout_name,
+                                        ", got shape ", ShapeString(shape)));
+    }
+    for (int64_t v : shape) {
+      if (v <= 0) {
+        return Invalid(name, absl::StrCat("expected every dimension > 0, got shape ",
+                                          ShapeString(shape)));
+      }
+    }
+    return absl::OkStatus();
+  };
+  if (auto s = check("q", q_dtype, q_shape); !s.ok()) return s;
+  ApplyRopeDims dims;
+  auto split = [&](const Shape& s, int64_t* heads) {
+    if (layout == TensorLayout::kTHD) {
+      *heads = s[1];
+      return std::array<int64_t, 3>{1, s[0], s[2]};  // batch, seq(tokens), head_dim
+    }
+    if (layout == TensorLayout::kBSHD) {
+      *heads = s[2];
+      return std::array<int64_t, 3>{s[0], s[1], s[3]};
+    }
+    *heads = s[1];
+    return std::array<int64_t, 3>{s[0], s[2], s[3]};
+  };
+  const auto qd = split(q_shape, &dims.q_heads);
+  dims.batch = qd[0];
+  dims.seq = qd[1];
+  dims.head_dim = qd[2];
+  if (k_shape != nullptr) {
+    if (auto s = check("k", *k_dtype, *k_shape); !s.ok()) return s;
+    if (*k_dtype != q_dtype) {
+      return Invalid("k", absl::StrCat("expected q's dtype ", DTypeName(q_dtype), ", got ",
+                                       DTypeName(*k_dtype)));
+    }
+    const auto kd = split(*k_shape, &dims.k_heads);
+    if (kd != qd) {
+      return Invalid("k", absl::StrCat("expected the batch, sequence and head_dim of q ",
+                                       ShapeString(q_shape), " (heads may differ), got ",
+                                       ShapeString(*k_shape)));
+    }
+  }
+  if (!CheckedMul(dims.batch, dims.seq, &dims.tokens)) {
+    return Invalid("q", "batch * seq overflows");
+  }
+  if (config.head_dim == 0) {
+    config.head_dim = dims.head_dim;
+  } else if (config.head_dim != dims.head_dim) {
+    return Invalid("config.head_dim", absl::StrCat("expected q's last dimension ", dims.head_dim,
+                                                   ", got ", config.head_dim));
+  }
+  if (auto s = ValidateRopeConfig(config); !s.ok()) return s;
+  grid->components = config.mrope_section.empty() ? 1 : 3;
+  if (layout == TensorLayout::kTHD) {
+    grid->kind = GridRequest::Kind::kPacked;
+    grid->tokens = dims.seq;
+  } else {
+    grid->kind = GridRequest::Kind::kBatchSeq;
+    grid->batch = dims.batch;
+    grid->seq = dims.seq;
+  }
+  absl::StatusOr<Shape> g = PlanPositions(positions, *grid);
+  if (!g.ok()) return g.status();
+  return dims;
+}
+
+}  // namespace posenc::kernels

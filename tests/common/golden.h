@@ -1,0 +1,34 @@
+// Loads the float64 golden cases of ../shared/golden (case.json + one .npy per array).
+#ifndef POSENC_TESTS_COMMON_GOLDEN_H_
+#define POSENC_TESTS_COMMON_GOLDEN_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "tests/common/npy.h"
+
+namespace posenc::testing {
+
+struct GoldenCase {
+  std::string name;
+  std::string function;
+  nlohmann::json params;
+  std::map<std::string, NpyArray> inputs;
+  std::map<std::string, NpyArray> outputs;
+};
+
+// The directory of the golden cases (POSENC_GOLDEN_DIR, overridable by the environment variable
+// of the same name).
+std::string GoldenDir();
+
+// Every case name in the directory, sorted.
+std::vector<std::string> ListGoldenCases();
+
+absl::StatusOr<GoldenCase> LoadGoldenCase(const std::string& name);
+
+}  // namespace posenc::testing
+
+#endif  // POSENC_TESTS_COMMON_GOLDEN_H_

@@ -1,0 +1,370 @@
+// Every golden case of ../shared/golden through the reference backend, in FLOAT64 to the
+// tolerances of the golden README, and in FLOAT32 to SPEC's accuracy promise.
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/ops.h"
+#include "tests/common/golden.h"
+
+namespace posenc::kernels {
+namespace {
+
+using ::posenc::testing::GoldenCase;
+using ::posenc::testing::NpyArray;
+using json = nlohmann::json;
+
+const Backend& Ref() {
+  static const auto* backend = MakeReferenceBackend().release();
+  return *backend;
+}
+
+// Float64 tolerance of the golden README for a phase at position p.
+double PhaseTolerance(double p) {
+  if (p <= (1 << 17)) return 1e-10;
+  if (p <= (1 << 24)) return 1e-8;
+  return 1e-7;
+}
+
+ConstTensorView IdsView(const NpyArray& a) {
+  return {DType::kInt64, Shape(a.shape.begin(), a.shape.end()), a.ints.data()};
+}
+
+RopeScalingType ScalingType(const std::string& name) {
+  if (name == "linear") return RopeScalingType::kLinear;
+  if (name == "ntk") return RopeScalingType::kNtk;
+  if (name == "dynamic") return RopeScalingType::kDynamic;
+  if (name == "yarn") return RopeScalingType::kYarn;
+  if (name == "llama3") return RopeScalingType::kLlama3;
+  if (name == "longrope") return RopeScalingType::kLongrope;
+  return RopeScalingType::kDefault;
+}
+
+// A golden (Hugging Face style) scaling dict into a RopeConfig.
+RopeConfig MakeRopeConfig(int64_t head_dim, std::optional<int64_t> rotary_dim, double base,
+                          const json& scaling) {
+  RopeConfig c;
+  c.head_dim = head_dim;
+  c.rotary_dim = rotary_dim;
+  c.base = base;
+  if (scaling.is_null()) return c;
+  RopeScaling& s = c.scaling;
+  s.type = ScalingType(scaling.value("rope_type", scaling.value("type", "default")));
+  auto opt = [&](const char* key, std::optional<double>& out) {
+    if (scaling.contains(key)) out = scaling[key].get<double>();
+  };
+  opt("factor", s.factor);
+  opt("beta_fast", s.beta_fast);
+  opt("beta_slow", s.beta_slow);
+  opt("mscale", s.mscale);
+  opt("mscale_all_dim", s.mscale_all_dim);
+  opt("attention_factor", s.attention_factor);
+  opt("low_freq_factor", s.low_freq_factor);
+  opt("high_freq_factor", s.high_freq_factor);
+  if (scaling.contains("truncate")) s.truncate = scaling["truncate"].get<bool>();
+  if (scaling.contains("original_max_position_embeddings")) {
+    s.original_max_position_embeddings = scaling["original_max_position_embeddings"].get<int64_t>();
+  }
+  if (scaling.contains("max_position_embeddings")) {
+    c.max_position_embeddings = scaling["max_position_embeddings"].get<int64_t>();
+  }
+  if (scaling.contains("seq_len")) c.seq_len = scaling["seq_len"].get<int64_t>();
+  if (scaling.contains("long_factor")) s.long_factor = scaling["long_factor"].get<std::vector<double>>();
+  if (scaling.contains("short_factor")) {
+    s.short_factor = scaling["short_factor"].get<std::vector<double>>();
+  }
+  return c;
+}
+
+template <typename T>
+std::vector<double> Widen(const std::vector<T>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+std::vector<double> ReadAll(const TensorView& t) {
+  std::vector<double> out(static_cast<size_t>(t.NumElements()));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = LoadAsDouble(t.data, t.dtype, i);
+  return out;
+}
+
+// A float tensor owned by the test.
+struct Buffer {
+  std::vector<unsigned char> bytes;
+  TensorView view;
+  Buffer(DType dtype, Shape shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    bytes.assign(static_cast<size_t>(n * DTypeSize(dtype)), 0xAB);  // never read unwritten data
+    view = {dtype, shape, bytes.data()};
+  }
+};
+
+void ExpectNear(const std::vector<double>& got, const NpyArray& want,
+                const std::function<double(size_t)>& tol, const std::string& what) {
+  ASSERT_EQ(static_cast<int64_t>(got.size()), want.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double w = want.values[i];
+    if (std::isinf(w)) {
+      EXPECT_EQ(got[i], w) << what << " [" << i << "]";
+      continue;
+    }
+    if (!(std::fabs(got[i] - w) <= tol(i))) {
+      if (++bad <= 5) {
+        ADD_FAILURE() << what << " [" << i << "]: got " << got[i] << ", want " << w << " (diff "
+                      << std::fabs(got[i] - w) << " > " << tol(i) << ")";
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " elements out of tolerance";
+}
+
+class GoldenTest : public ::testing::TestWithParam<std::string> {};
+
+void RunSinusoidal(const GoldenCase& c, DType dtype, double f32_tol) {
+  const NpyArray& pos = c.inputs.at("positions");
+  SinusoidalParams p;
+  p.dim = c.params.at("dim").get<int64_t>();
+  p.base = c.params.value("base", 10000.0);
+  p.layout = c.params.value("layout", "interleaved") == "concat" ? SinusoidalLayout::kConcat
+                                                                 : SinusoidalLayout::kInterleaved;
+  const std::string scheme = c.params.value("freq_scheme", "");
+  p.scheme = scheme == "t2t" ? FreqScheme::kT2t
+             : scheme == "vaswani" ? FreqScheme::kVaswani
+                                   : FreqScheme::kDefault;
+  PositionSpec spec;
+  spec.kind = PositionSpec::Kind::kIds;
+  spec.ids = IdsView(pos);
+  GridRequest grid;
+  absl::StatusOr<Shape> shape = PlanSinusoidal(p, spec, &grid);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  absl::StatusOr<ResolvedPositions> rp = ResolvePositions(spec, grid);
+  ASSERT_TRUE(rp.ok()) << rp.status();
+  Buffer out(dtype, *shape);
+  ASSERT_TRUE(Ref().Sinusoidal(p, *rp, out.view).ok());
+  ExpectNear(ReadAll(out.view), c.outputs.at("table"), [&](size_t i) {
+    return dtype == DType::kFloat64 ? PhaseTolerance(pos.values[i / p.dim]) : f32_tol;
+  }, c.name + " table " + std::string(DTypeName(dtype)));
+}
+
+void RunInvFreq(const GoldenCase& c) {
+  const int64_t dim = c.params.at("dim").get<int64_t>();
+  RopeConfig config = MakeRopeConfig(dim, std::nullopt, c.params.value("base", 10000.0),
+                                     c.params.value("scaling", json()));
+  absl::StatusOr<RopeFrequencies> f = ComputeRopeFrequencies(config, -1);
+  ASSERT_TRUE(f.ok()) << f.status();
+  std::vector<double> inv(f->inv_freq.begin(), f->inv_freq.end());
+  const NpyArray& want = c.outputs.at("inv_freq");
+  ExpectNear(inv, want, [&](size_t i) { return 1e-14 * std::fabs(want.values[i]); },
+             c.name + " inv_freq");
+  const double m = c.outputs.at("attention_scaling").values[0];
+  EXPECT_NEAR(f->attention_factor, m, 1e-14 * std::fabs(m)) << c.name;
+}
+
+void RunCosSin(const GoldenCase& c, DType dtype) {
+  const NpyArray& pos = c.inputs.at("positions");
+  const int64_t dim = c.params.at("dim").get<int64_t>();
+  RopeConfig config = MakeRopeConfig(dim, std::nullopt, c.params.value("base", 10000.0),
+                                     c.params.value("scaling", json()));
+  const RopeCacheLayout layout =
+      c.params.value("layout", "neox") == "gptj" ? RopeCacheLayout::kGptj : RopeCacheLayout::kNeox;
+  PositionSpec spec;
+  spec.kind = PositionSpec::Kind::kIds;
+  spec.ids = IdsView(pos);
+  GridRequest grid;
+  absl::StatusOr<Shape> shape = PlanRopeCache(config, layout, spec, &grid);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  absl::StatusOr<ResolvedPositions> rp = ResolvePositions(spec, grid);
+  ASSERT_TRUE(rp.ok()) << rp.status();
+  absl::StatusOr<RopeFrequencies> f = ComputeRopeFrequencies(config, rp->max_position);
+  ASSERT_TRUE(f.ok()) << f.status();
+  Buffer cos(dtype, *shape), sin(dtype, *shape);
+  ASSERT_TRUE(Ref().RopeCache(config, *f, layout, *rp, cos.view, sin.view).ok());
+  const double m = std::max(1.0, f->attention_factor);
+  auto tol = [&](size_t i) {
+    return dtype == DType::kFloat64 ? PhaseTolerance(pos.values[i / dim]) * m : 1e-6 * m;
+  };
+  const std::string what = c.name + " " + std::string(DTypeName(dtype));
+  ExpectNear(ReadAll(cos.view), c.outputs.at("cos"), tol, what + " cos");
+  ExpectNear(ReadAll(sin.view), c.outputs.at("sin"), tol, what + " sin");
+}
+
+void RunApplyRope(const GoldenCase& c, DType dtype, double rel_tol) {
+  const NpyArray& x = c.inputs.at("x");
+  const NpyArray& pos = c.inputs.at("positions");
+  const int seq_axis = c.params.value("seq_axis", -3);
+  Shape shape(x.shape.begin(), x.shape.end());
+  // Bring every golden layout to rank 4.
+  while (shape.size() < 4) {
+    if (shape.size() == 2) {
+      shape.insert(shape.begin() + (seq_axis == -2 ? 1 : 0), 1);  // [S,D] -> [S,1,D]
+    } else {
+      shape.insert(shape.begin(), 1);
+    }
+  }
+  const TensorLayout layout = seq_axis == -3 || x.shape.size() == 2 ? TensorLayout::kBSHD
+                                                                    : TensorLayout::kBHSD;
+  RopeConfig config = MakeRopeConfig(shape.back(), c.params.value("rotary_dim", shape.back()),
+                                     c.params.value("base", 10000.0),
+                                     c.params.value("scaling", json()));
+  config.style = c.params.value("style", "neox") == "gptj" ? RopeStyle::kGptj : RopeStyle::kNeox;
+  PositionSpec spec;
+  spec.kind = PositionSpec::Kind::kIds;
+  spec.ids = IdsView(pos);
+  GridRequest grid;
+  absl::StatusOr<ApplyRopeDims> dims =
+      PlanApplyRope(config, layout, dtype, shape, nullptr, nullptr, spec, &grid);
+  ASSERT_TRUE(dims.ok()) << dims.status();
+  absl::StatusOr<ResolvedPositions> rp = ResolvePositions(spec, grid);
+  ASSERT_TRUE(rp.ok()) << rp.status();
+  absl::StatusOr<RopeFrequencies> f = ComputeRopeFrequencies(config, rp->max_position);
+  ASSERT_TRUE(f.ok()) << f.status();
+  Buffer q(dtype, shape);
+  for (int64_t i = 0; i < x.size(); ++i) StoreFromDouble(q.view.data, dtype, i, x.values[i]);
+  ASSERT_TRUE(Ref().ApplyRope(config, *f, layout, *dims, *rp, q.view, TensorView{}).ok());
+  double max_abs = 0;
+  for (double v : x.values) max_abs = std::max(max_abs, std::fabs(v));
+  const double scale = std::max(1.0, f->attention_factor) * max_abs;
+  double max_pos = 0;
+  for (double p : pos.values) max_pos = std::max(max_pos, p);
+  ExpectNear(ReadAll(q.view), c.outputs.at("y"), [&](size_t) {
+    return dtype == DType::kFloat64 ? PhaseTolerance(max_pos) * scale : rel_tol * scale;
+  }, c.name + " y " + std::string(DTypeName(dtype)));
+}
+
+void RunAlibiSlopes(const GoldenCase& c) {
+  for (int64_t n : c.params.at("num_heads_list").get<std::vector<int64_t>>()) {
+    absl::StatusOr<std::vector<double>> s = AlibiSlopes(n);
+    ASSERT_TRUE(s.ok()) << s.status();
+    const NpyArray& want = c.outputs.at("slopes_h" + std::to_string(n));
+    ExpectNear(*s, want, [&](size_t i) { return 1e-14 * want.values[i]; },
+               c.name + " h" + std::to_string(n));
+  }
+}
+
+AlibiMode Mode(const std::string& m) {
+  return m == "bloom" ? AlibiMode::kBloom
+         : m == "symmetric" ? AlibiMode::kSymmetric
+                            : AlibiMode::kCausal;
+}
+
+void RunAlibiBias(const GoldenCase& c, DType dtype) {
+  AlibiBiasParams p;
+  p.num_heads = c.params.at("num_heads").get<int64_t>();
+  p.q_len = c.params.at("q_len").get<int64_t>();
+  p.k_len = c.params.at("k_len").get<int64_t>();
+  if (c.params.contains("q_offset")) p.query_offset = c.params["q_offset"].get<int64_t>();
+  p.mode = Mode(c.params.value("mode", "causal"));
+  const std::string future = c.params.value("future", "mask");
+  p.future = future == "zero" ? FutureMode::kZero
+             : future == "linear" ? FutureMode::kLinear
+                                  : FutureMode::kMask;
+  absl::StatusOr<Shape> shape = PlanAlibiBias(p);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  Buffer out(dtype, *shape);
+  ASSERT_TRUE(Ref().AlibiBias(p, out.view).ok());
+  const NpyArray& want = c.outputs.at("bias");
+  ExpectNear(ReadAll(out.view), want, [&](size_t i) {
+    return dtype == DType::kFloat64 ? 1e-12 * std::max(1.0, std::fabs(want.values[i]))
+                                    : 1e-6 * std::max(1.0, std::fabs(want.values[i]));
+  }, c.name + " " + std::string(DTypeName(dtype)));
+}
+
+void RunBloomTensor(const GoldenCase& c) {
+  const NpyArray& mask = c.inputs.at("attention_mask");
+  AlibiBiasParams p;
+  p.num_heads = c.params.at("num_heads").get<int64_t>();
+  p.q_len = 1;
+  p.k_len = mask.shape[1];
+  p.mode = AlibiMode::kBloom;
+  p.form = BiasForm::kCompact;
+  p.attention_mask = IdsView(mask);
+  absl::StatusOr<Shape> shape = PlanAlibiBias(p);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  EXPECT_EQ(*shape, (Shape{mask.shape[0], p.num_heads, p.k_len}));
+  Buffer out(DType::kFloat64, *shape);
+  ASSERT_TRUE(Ref().AlibiBias(p, out.view).ok());
+  const NpyArray& want = c.outputs.at("alibi");
+  ExpectNear(ReadAll(out.view), want,
+             [&](size_t i) { return 1e-12 * std::max(1.0, std::fabs(want.values[i])); }, c.name);
+}
+
+void RunT5Bucket(const GoldenCase& c) {
+  const NpyArray& rp = c.inputs.at("relative_position");
+  const NpyArray& want = c.outputs.at("bucket");
+  const bool bidir = c.params.at("bidirectional").get<bool>();
+  const int64_t nb = c.params.at("num_buckets").get<int64_t>();
+  const int64_t md = c.params.at("max_distance").get<int64_t>();
+  for (int64_t i = 0; i < rp.size(); ++i) {
+    EXPECT_EQ(T5Bucket(rp.ints[i], bidir, nb, md), want.ints[i]) << c.name << " rp=" << rp.ints[i];
+  }
+}
+
+void RunT5Bias(const GoldenCase& c, DType dtype) {
+  const NpyArray& table = c.inputs.at("table");
+  RelativeBiasParams p;
+  p.q_len = c.params.at("q_len").get<int64_t>();
+  p.k_len = c.params.at("k_len").get<int64_t>();
+  if (c.params.contains("q_offset")) p.query_offset = c.params["q_offset"].get<int64_t>();
+  p.key_offset = c.params.value("k_offset", int64_t{0});
+  p.bidirectional = c.params.value("bidirectional", true);
+  p.num_buckets = c.params.value("num_buckets", int64_t{32});
+  p.max_distance = c.params.value("max_distance", int64_t{128});
+  p.table = {DType::kFloat64, Shape(table.shape.begin(), table.shape.end()), table.values.data()};
+  absl::StatusOr<Shape> shape = PlanRelativeBias(p);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  Buffer out(dtype, *shape);
+  ASSERT_TRUE(Ref().RelativeBias(p, out.view).ok());
+  const NpyArray& want = c.outputs.at("bias");
+  ExpectNear(ReadAll(out.view), want, [&](size_t i) {
+    return dtype == DType::kFloat64 ? 0.0 : 1e-7 * std::fabs(want.values[i]);
+  }, c.name + " " + std::string(DTypeName(dtype)));
+}
+
+TEST_P(GoldenTest, MatchesReference) {
+  absl::StatusOr<GoldenCase> loaded = ::posenc::testing::LoadGoldenCase(GetParam());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const GoldenCase& c = *loaded;
+  if (c.function == "sinusoidal_table") {
+    RunSinusoidal(c, DType::kFloat64, 0);
+    RunSinusoidal(c, DType::kFloat32, 1e-6);
+  } else if (c.function == "rope_inv_freq") {
+    RunInvFreq(c);
+  } else if (c.function == "rope_cos_sin") {
+    RunCosSin(c, DType::kFloat64);
+    RunCosSin(c, DType::kFloat32);
+  } else if (c.function == "apply_rope") {
+    RunApplyRope(c, DType::kFloat64, 0);
+    RunApplyRope(c, DType::kFloat32, 2e-6);
+    RunApplyRope(c, DType::kFloat16, 2e-3);
+    RunApplyRope(c, DType::kBFloat16, 1.6e-2);
+  } else if (c.function == "alibi_slopes") {
+    RunAlibiSlopes(c);
+  } else if (c.function == "alibi_bias") {
+    RunAlibiBias(c, DType::kFloat64);
+    RunAlibiBias(c, DType::kFloat32);
+  } else if (c.function == "bloom_alibi_tensor") {
+    RunBloomTensor(c);
+  } else if (c.function == "t5_relative_position_bucket") {
+    RunT5Bucket(c);
+  } else if (c.function == "t5_bias") {
+    RunT5Bias(c, DType::kFloat64);
+    RunT5Bias(c, DType::kFloat32);
+  } else {
+    FAIL() << c.name << ": unknown golden function " << c.function;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCases, GoldenTest,
+                         ::testing::ValuesIn(::posenc::testing::ListGoldenCases()),
+                         [](const auto& info) { return info.param; });
+
+TEST(GoldenDirTest, HasEveryCase) {
+  EXPECT_GE(::posenc::testing::ListGoldenCases().size(), 36u)
+      << "golden cases not found in " << ::posenc::testing::GoldenDir();
+}
+
+}  // namespace
+}  // namespace posenc::kernels
