@@ -1,0 +1,703 @@
+// Edge cases of every formula of the reference backend, the dtype conversions and position
+// resolution (the golden cases are in golden_test.cc).
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/ops.h"
+#include "kernels/positions.h"
+#include "kernels/types.h"
+
+namespace posenc::kernels {
+namespace {
+
+using ::testing::HasSubstr;
+
+const Backend& Ref() {
+  static const auto* backend = MakeReferenceBackend().release();
+  return *backend;
+}
+
+struct Buffer {
+  std::vector<unsigned char> bytes;
+  TensorView view;
+  Buffer(DType dtype, Shape shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    bytes.assign(static_cast<size_t>(n * DTypeSize(dtype)), 0);
+    view = {dtype, shape, bytes.data()};
+  }
+  double at(int64_t i) const { return LoadAsDouble(view.data, view.dtype, i); }
+  void set(int64_t i, double v) { StoreFromDouble(view.data, view.dtype, i, v); }
+  int64_t size() const { return view.NumElements(); }
+};
+
+Buffer Random(DType dtype, Shape shape, uint32_t seed) {
+  Buffer b(dtype, shape);
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> dist(-2.0, 2.0);
+  for (int64_t i = 0; i < b.size(); ++i) b.set(i, dist(gen));
+  return b;
+}
+
+PositionSpec RangeSpec(int64_t start, int64_t count) {
+  PositionSpec s;
+  s.kind = PositionSpec::Kind::kRange;
+  s.start = start;
+  s.count = count;
+  return s;
+}
+
+PositionSpec IdsSpec(const std::vector<int64_t>& ids, Shape shape) {
+  PositionSpec s;
+  s.kind = PositionSpec::Kind::kIds;
+  s.ids = {DType::kInt64, shape, ids.data()};
+  return s;
+}
+
+// ---- dtype conversions ------------------------------------------------------------------------
+
+TEST(DTypeTest, HalfRoundsToNearestEven) {
+  EXPECT_EQ(DoubleToHalf(1.0), 0x3c00);
+  EXPECT_EQ(DoubleToHalf(-2.0), 0xc000);
+  EXPECT_EQ(DoubleToHalf(65504.0), 0x7bff);
+  EXPECT_EQ(DoubleToHalf(65519.99), 0x7bff);
+  EXPECT_EQ(DoubleToHalf(65520.0), 0x7c00);  // halfway to 2^16 rounds to even: inf
+  EXPECT_EQ(DoubleToHalf(std::ldexp(1.0, -24)), 0x0001);
+  EXPECT_EQ(DoubleToHalf(std::ldexp(1.0, -25)), 0x0000);  // tie to even (zero)
+  EXPECT_EQ(DoubleToHalf(1.0 + std::ldexp(1.0, -11)), 0x3c00);      // tie, even stays
+  EXPECT_EQ(DoubleToHalf(1.0 + 3 * std::ldexp(1.0, -11)), 0x3c02);  // tie, odd rounds up
+  EXPECT_EQ(DoubleToHalf(std::ldexp(1.0, -14) * (1 - std::ldexp(1.0, -12))), 0x0400);
+  EXPECT_EQ(DoubleToHalf(std::numeric_limits<double>::infinity()), 0x7c00);
+  EXPECT_TRUE(std::isnan(HalfToFloat(DoubleToHalf(std::nan("")))));
+  for (uint32_t h = 0; h < 0x7c00; ++h) {  // every finite half round-trips
+    ASSERT_EQ(DoubleToHalf(HalfToFloat(static_cast<uint16_t>(h))), h);
+  }
+}
+
+TEST(DTypeTest, BFloat16RoundsToNearestEven) {
+  EXPECT_EQ(DoubleToBFloat16(1.0), 0x3f80);
+  EXPECT_EQ(DoubleToBFloat16(1.0 + std::ldexp(1.0, -8)), 0x3f80);      // tie to even
+  EXPECT_EQ(DoubleToBFloat16(1.0 + 3 * std::ldexp(1.0, -8)), 0x3f82);  // tie to even, up
+  EXPECT_EQ(DoubleToBFloat16(1.0 + std::ldexp(1.0, -8) + 1e-12), 0x3f81);  // no double rounding
+  EXPECT_EQ(FloatToBFloat16(1.0f), 0x3f80);
+  EXPECT_EQ(DoubleToBFloat16(-0.0), 0x8000);
+  EXPECT_EQ(DoubleToBFloat16(1e39), 0x7f80);
+  EXPECT_TRUE(std::isnan(BFloat16ToFloat(DoubleToBFloat16(std::nan("")))));
+  for (uint32_t b = 0; b < 0x7f80; b += 7) {
+    ASSERT_EQ(DoubleToBFloat16(BFloat16ToFloat(static_cast<uint16_t>(b))), b);
+  }
+}
+
+TEST(DTypeTest, NumElementsChecksOverflow) {
+  EXPECT_EQ(*NumElements({2, 3, 4}, "x"), 24);
+  EXPECT_EQ(*NumElements({}, "x"), 1);
+  EXPECT_FALSE(NumElements({1 << 30, 1 << 30, 1 << 30}, "x").ok());
+  EXPECT_THAT(NumElements({2, -1}, "q").status().message(), HasSubstr("q"));
+}
+
+// ---- positions ----------------------------------------------------------------------------------
+
+TEST(PositionsTest, EveryKindResolves) {
+  GridRequest bs{GridRequest::Kind::kBatchSeq, 2, 3};
+  auto r = ResolvePositions(RangeSpec(5, 0), bs);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->pos, (std::vector<int64_t>{5, 6, 7, 5, 6, 7}));
+
+  PositionSpec off;
+  off.kind = PositionSpec::Kind::kOffsets;
+  off.offsets = {0, 10};
+  r = ResolvePositions(off, bs);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->pos, (std::vector<int64_t>{0, 1, 2, 10, 11, 12}));
+  EXPECT_EQ(r->max_position, 12);
+
+  std::vector<int64_t> ids = {4, 4, 9};
+  r = ResolvePositions(IdsSpec(ids, {3}), bs);  // broadcast over the batch
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->pos, (std::vector<int64_t>{4, 4, 9, 4, 4, 9}));
+
+  std::vector<int32_t> mask = {0, 1, 1, 1, 1, 0};
+  PositionSpec m;
+  m.kind = PositionSpec::Kind::kAttentionMask;
+  m.mask = {DType::kInt32, {2, 3}, mask.data()};
+  r = ResolvePositions(m, bs);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->pos, (std::vector<int64_t>{0, 0, 1, 0, 1, 0}));
+  EXPECT_FALSE(r->IsValid(0));
+  EXPECT_TRUE(r->IsValid(1));
+  EXPECT_FALSE(r->IsValid(5));
+
+  PositionSpec cu;
+  cu.kind = PositionSpec::Kind::kCuSeqlens;
+  cu.cu_seqlens = {0, 2, 2, 5};
+  cu.offsets = {7, 0, 100};
+  r = ResolvePositions(cu, GridRequest{GridRequest::Kind::kPacked, 1, 1, 5});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->pos, (std::vector<int64_t>{7, 8, 100, 101, 102}));
+}
+
+TEST(PositionsTest, MropeRepeatsOrReadsThreeComponents) {
+  GridRequest g{GridRequest::Kind::kTable};
+  g.components = 3;
+  auto r = ResolvePositions(RangeSpec(3, 2), g);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->pos, (std::vector<int64_t>{3, 4, 3, 4, 3, 4}));
+  std::vector<int64_t> ids = {0, 1, 5, 6, 7, 8};
+  r = ResolvePositions(IdsSpec(ids, {3, 2}), g);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->At(1, 2), 8);
+  EXPECT_EQ(r->grid, (Shape{2}));
+  EXPECT_THAT(ResolvePositions(IdsSpec(ids, {2, 3}), g).status().message(),
+              HasSubstr("[3, ...]"));
+}
+
+TEST(PositionsTest, RejectsBadPositions) {
+  GridRequest bs{GridRequest::Kind::kBatchSeq, 2, 3};
+  std::vector<int64_t> neg = {0, -1, 2};
+  auto s = ResolvePositions(IdsSpec(neg, {3}), bs).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("positions.ids"));
+  EXPECT_THAT(s.message(), HasSubstr("-1"));
+  std::vector<int64_t> big = {0, int64_t{1} << 31, 2};
+  EXPECT_FALSE(ResolvePositions(IdsSpec(big, {3}), bs).ok());
+  EXPECT_THAT(PlanPositions(RangeSpec(0, 4), bs).status().message(),
+              HasSubstr("positions.range.count"));
+  EXPECT_THAT(PlanPositions(RangeSpec(kMaxPosition, 3), bs).status().message(),
+              HasSubstr("2^31"));
+  PositionSpec off;
+  off.kind = PositionSpec::Kind::kOffsets;
+  off.offsets = {1};
+  EXPECT_THAT(PlanPositions(off, bs).status().message(), HasSubstr("expected 2 offsets"));
+  PositionSpec cu;
+  cu.kind = PositionSpec::Kind::kCuSeqlens;
+  cu.cu_seqlens = {0, 3, 2};
+  EXPECT_THAT(PlanPositions(cu, GridRequest{GridRequest::Kind::kPacked, 1, 1, 2}).status().message(),
+              HasSubstr("non-decreasing"));
+  cu.cu_seqlens = {0, 3};
+  EXPECT_THAT(PlanPositions(cu, GridRequest{GridRequest::Kind::kPacked, 1, 1, 2}).status().message(),
+              HasSubstr("token count 2"));
+  std::vector<int64_t> mask = {1, 2, 1};
+  PositionSpec m;
+  m.kind = PositionSpec::Kind::kAttentionMask;
+  m.mask = {DType::kInt64, {1, 3}, mask.data()};
+  EXPECT_THAT(ResolvePositions(m, GridRequest{GridRequest::Kind::kBatchSeq, 1, 3}).status().message(),
+              HasSubstr("expected 0 or 1"));
+  EXPECT_FALSE(PlanPositions(PositionSpec{}, GridRequest{}).ok());  // a table needs positions
+}
+
+// ---- sinusoidal and absolute encodings ---------------------------------------------------------
+
+TEST(SinusoidalTest, PaddingRowsAreZeroAndLayoutsAgree) {
+  SinusoidalParams inter{8, 10000.0, SinusoidalLayout::kInterleaved, FreqScheme::kVaswani};
+  SinusoidalParams concat{8, 10000.0, SinusoidalLayout::kConcat, FreqScheme::kVaswani};
+  std::vector<int64_t> mask = {0, 1, 1};
+  PositionSpec m;
+  m.kind = PositionSpec::Kind::kAttentionMask;
+  m.mask = {DType::kInt64, {1, 3}, mask.data()};
+  GridRequest g;
+  auto shape = PlanSinusoidal(inter, m, &g);
+  ASSERT_TRUE(shape.ok());
+  EXPECT_EQ(*shape, (Shape{1, 3, 8}));
+  auto rp = ResolvePositions(m, g);
+  Buffer a(DType::kFloat64, *shape), b(DType::kFloat64, *shape);
+  ASSERT_TRUE(Ref().Sinusoidal(inter, *rp, a.view).ok());
+  ASSERT_TRUE(Ref().Sinusoidal(concat, *rp, b.view).ok());
+  for (int c = 0; c < 8; ++c) EXPECT_EQ(a.at(c), 0.0);  // the padding row
+  // Token 2 has position 1; interleaved (sin, cos) pairs are concat's halves.
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(a.at(16 + 2 * k), b.at(16 + k));
+    EXPECT_EQ(a.at(16 + 2 * k + 1), b.at(16 + 4 + k));
+    EXPECT_NEAR(a.at(16 + 2 * k), std::sin(std::pow(10000.0, -2.0 * k / 8)), 1e-15);
+  }
+}
+
+TEST(SinusoidalTest, T2tLastFrequencyIsOneOverBase) {
+  SinusoidalParams p{10, 500.0, SinusoidalLayout::kConcat, FreqScheme::kDefault};
+  auto omega = SinusoidalFrequencies(p);
+  ASSERT_EQ(omega.size(), 5u);
+  EXPECT_NEAR(static_cast<double>(omega.back()), 1.0 / 500.0, 1e-18);
+  EXPECT_EQ(EffectiveFreqScheme(p), FreqScheme::kT2t);
+  EXPECT_THAT(ValidateSinusoidal({4, 1.0}, "params").message(), HasSubstr("params.base"));
+  EXPECT_THAT(ValidateSinusoidal({0, 2.0}, "params").message(), HasSubstr("params.dim"));
+}
+
+TEST(AddPositionEncodingTest, FairseqPaddingIdxShiftsAndZeroesPadding) {
+  AddPositionEncodingParams p;
+  p.sinusoidal = SinusoidalParams{0, 10000.0, SinusoidalLayout::kConcat, FreqScheme::kT2t};
+  p.padding_idx = 1;
+  p.scale = 2.0;
+  std::vector<int64_t> mask = {0, 1, 1, 1};
+  PositionSpec m;
+  m.kind = PositionSpec::Kind::kAttentionMask;
+  m.mask = {DType::kInt64, {1, 4}, mask.data()};
+  GridRequest g;
+  auto shape = PlanAddPositionEncoding(p, Shape{1, 4, 6}, m, &g);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  EXPECT_EQ(p.sinusoidal->dim, 6);  // 0 takes x's width
+  auto rp = ResolvePositions(m, g);
+  Buffer x = Random(DType::kFloat64, {1, 4, 6}, 1);
+  Buffer y(DType::kFloat64, *shape);
+  ASSERT_TRUE(Ref().AddPositionEncoding(p, x.view, *rp, y.view).ok());
+  // Padding token: only x*scale. Token 1 (real position 0) reads sinusoid position 0+1+1 = 2.
+  for (int c = 0; c < 6; ++c) EXPECT_DOUBLE_EQ(y.at(c), 2 * x.at(c));
+  SinusoidalParams s = *p.sinusoidal;
+  std::vector<int64_t> two = {2};
+  GridRequest tg;
+  auto ts = PlanSinusoidal(s, IdsSpec(two, {1}), &tg);
+  Buffer pe(DType::kFloat64, *ts);
+  ASSERT_TRUE(Ref().Sinusoidal(s, *ResolvePositions(IdsSpec(two, {1}), tg), pe.view).ok());
+  for (int c = 0; c < 6; ++c) EXPECT_NEAR(y.at(6 + c), 2 * x.at(6 + c) + pe.at(c), 1e-15);
+}
+
+TEST(AddPositionEncodingTest, LearnedTableConcatAndOutOfRange) {
+  std::vector<double> table(5 * 3);
+  std::iota(table.begin(), table.end(), 0.0);
+  AddPositionEncodingParams p;
+  p.combine = Combine::kConcat;
+  p.learned = {DType::kFloat64, {5, 3}, table.data()};
+  p.table_offset = 2;
+  GridRequest g;
+  auto shape = PlanAddPositionEncoding(p, Shape{2, 2}, RangeSpec(1, 0), &g);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  EXPECT_EQ(*shape, (Shape{2, 5}));
+  auto rp = ResolvePositions(RangeSpec(1, 0), g);
+  Buffer x(DType::kFloat32, {2, 2});
+  x.set(0, 7);
+  Buffer y(DType::kFloat32, *shape);
+  ASSERT_TRUE(Ref().AddPositionEncoding(p, x.view, *rp, y.view).ok());
+  EXPECT_EQ(y.at(0), 7);
+  EXPECT_EQ(y.at(2), 9);   // row 1 + 2 = 3 -> 9, 10, 11
+  EXPECT_EQ(y.at(9), 14);  // token 1 reads row 4
+  auto rp2 = ResolvePositions(RangeSpec(2, 0), g);
+  absl::Status s = Ref().AddPositionEncoding(p, x.view, *rp2, y.view);
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(s.message(), HasSubstr("5 rows"));
+  p.combine = Combine::kAdd;
+  EXPECT_THAT(PlanAddPositionEncoding(p, Shape{2, 2}, RangeSpec(1, 0), &g).status().message(),
+              HasSubstr("x's last dimension 2"));
+}
+
+// ---- RoPE ---------------------------------------------------------------------------------------
+
+struct RopeRun {
+  RopeConfig config;
+  TensorLayout layout = TensorLayout::kBSHD;
+  PositionSpec positions;
+};
+
+// Plans, resolves and applies; returns the status.
+absl::Status Apply(RopeRun run, Buffer& q, Buffer* k) {
+  GridRequest g;
+  DType kd = k ? k->view.dtype : DType::kFloat32;
+  auto dims = PlanApplyRope(run.config, run.layout, q.view.dtype, q.view.shape, k ? &kd : nullptr,
+                            k ? &k->view.shape : nullptr, run.positions, &g);
+  if (!dims.ok()) return dims.status();
+  auto rp = ResolvePositions(run.positions, g);
+  if (!rp.ok()) return rp.status();
+  auto f = ComputeRopeFrequencies(run.config, rp->max_position);
+  if (!f.ok()) return f.status();
+  return Ref().ApplyRope(run.config, *f, run.layout, *dims, *rp, q.view,
+                         k ? k->view : TensorView{});
+}
+
+TEST(RopeTest, InverseUndoesForwardWithAttentionFactor) {
+  for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj}) {
+    RopeRun run;
+    run.config.style = style;
+    run.config.rotary_dim = 24;
+    run.config.scaling.type = RopeScalingType::kYarn;
+    run.config.scaling.factor = 8;
+    run.config.scaling.original_max_position_embeddings = 4096;
+    run.positions = RangeSpec(1000000, 0);
+    Buffer x = Random(DType::kFloat64, {2, 3, 4, 32}, 7);
+    Buffer q = x;
+    q.view.data = q.bytes.data();
+    Buffer k = Random(DType::kFloat64, {2, 3, 2, 32}, 8);  // GQA: 2 key heads
+    Buffer k0 = k;
+    k0.view.data = k0.bytes.data();
+    ASSERT_TRUE(Apply(run, q, &k).ok());
+    EXPECT_NE(q.at(0), x.at(0));
+    EXPECT_EQ(q.at(31), x.at(31));  // past rotary_dim: pass-through
+    run.config.inverse = true;
+    ASSERT_TRUE(Apply(run, q, &k).ok());
+    for (int64_t i = 0; i < q.size(); ++i) ASSERT_NEAR(q.at(i), x.at(i), 1e-12);
+    for (int64_t i = 0; i < k.size(); ++i) ASSERT_NEAR(k.at(i), k0.at(i), 1e-12);
+  }
+}
+
+TEST(RopeTest, RotationPreservesPairNormTimesFactor) {
+  RopeRun run;
+  run.config.scaling.type = RopeScalingType::kLongrope;
+  run.config.scaling.original_max_position_embeddings = 4096;
+  run.config.max_position_embeddings = 131072;
+  run.config.scaling.long_factor.assign(4, 2.0);
+  run.config.scaling.short_factor.assign(4, 1.0);
+  run.positions = RangeSpec(5000, 0);  // seq_len 5001 > L0: long factors
+  Buffer x = Random(DType::kFloat64, {1, 1, 1, 8}, 3);
+  Buffer q = x;
+  q.view.data = q.bytes.data();
+  ASSERT_TRUE(Apply(run, q, nullptr).ok());
+  const double m = std::sqrt(1 + std::log(32.0) / std::log(4096.0));
+  for (int j = 0; j < 4; ++j) {
+    const double before = std::hypot(x.at(j), x.at(j + 4));
+    EXPECT_NEAR(std::hypot(q.at(j), q.at(j + 4)), m * before, 1e-12);
+  }
+}
+
+TEST(RopeTest, LayoutsAndPackedSequencesAgree) {
+  // BSHD with per-sequence offsets == BHSD transposed == THD with cu_seqlens and offsets.
+  const int64_t B = 2, S = 3, H = 2, D = 8;
+  Buffer bshd = Random(DType::kFloat32, {B, S, H, D}, 11);
+  Buffer bhsd(DType::kFloat32, {B, H, S, D});
+  Buffer thd(DType::kFloat32, {B * S, H, D});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          const double v = bshd.at(((b * S + s) * H + h) * D + d);
+          bhsd.set(((b * H + h) * S + s) * D + d, v);
+          thd.set(((b * S + s) * H + h) * D + d, v);
+        }
+  RopeRun run;
+  run.positions.kind = PositionSpec::Kind::kOffsets;
+  run.positions.offsets = {4, 90};
+  ASSERT_TRUE(Apply(run, bshd, nullptr).ok());
+  run.layout = TensorLayout::kBHSD;
+  ASSERT_TRUE(Apply(run, bhsd, nullptr).ok());
+  run.layout = TensorLayout::kTHD;
+  run.positions = PositionSpec{};
+  run.positions.kind = PositionSpec::Kind::kCuSeqlens;
+  run.positions.cu_seqlens = {0, 3, 6};
+  run.positions.offsets = {4, 90};
+  ASSERT_TRUE(Apply(run, thd, nullptr).ok());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          const double v = bshd.at(((b * S + s) * H + h) * D + d);
+          ASSERT_EQ(v, bhsd.at(((b * H + h) * S + s) * D + d));
+          ASSERT_EQ(v, thd.at(((b * S + s) * H + h) * D + d));
+        }
+}
+
+TEST(RopeTest, PaddingPassesThroughAndRealTokensCountFromZero) {
+  std::vector<int64_t> mask = {0, 0, 1, 1};
+  RopeRun run;
+  run.positions.kind = PositionSpec::Kind::kAttentionMask;
+  run.positions.mask = {DType::kInt64, {1, 4}, mask.data()};
+  Buffer x = Random(DType::kFloat64, {1, 4, 1, 4}, 5);
+  Buffer q = x;
+  q.view.data = q.bytes.data();
+  ASSERT_TRUE(Apply(run, q, nullptr).ok());
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(q.at(i), x.at(i));  // padding + position 0 unchanged
+  EXPECT_NEAR(q.at(12), x.at(12) * std::cos(1.0) - x.at(14) * std::sin(1.0), 1e-15);
+}
+
+TEST(RopeTest, MropeWithEqualComponentsIsPlainRope) {
+  for (MropeLayout layout : {MropeLayout::kContiguous, MropeLayout::kInterleaved}) {
+    RopeRun run;
+    run.config.mrope_section = {2, 1, 1};
+    run.config.mrope_layout = layout;
+    std::vector<int64_t> ids = {3, 9, 3, 9, 3, 9};
+    run.positions = IdsSpec(ids, {3, 2});
+    Buffer x = Random(DType::kFloat64, {1, 2, 1, 8}, 9);
+    Buffer a = x, b = x;
+    a.view.data = a.bytes.data();
+    b.view.data = b.bytes.data();
+    ASSERT_TRUE(Apply(run, a, nullptr).ok());
+    RopeRun plain;
+    std::vector<int64_t> flat = {3, 9};
+    plain.positions = IdsSpec(flat, {2});
+    ASSERT_TRUE(Apply(plain, b, nullptr).ok());
+    for (int64_t i = 0; i < a.size(); ++i) EXPECT_EQ(a.at(i), b.at(i));
+  }
+  RopeConfig c;
+  c.head_dim = 16;
+  c.mrope_section = {4, 2, 2};
+  EXPECT_EQ(MropeComponent(c, 3), 0);
+  EXPECT_EQ(MropeComponent(c, 4), 1);
+  EXPECT_EQ(MropeComponent(c, 6), 2);
+  c.mrope_layout = MropeLayout::kInterleaved;
+  EXPECT_EQ(MropeComponent(c, 1), 1);
+  EXPECT_EQ(MropeComponent(c, 2), 2);
+  EXPECT_EQ(MropeComponent(c, 3), 0);
+  EXPECT_EQ(MropeComponent(c, 7), 0);  // j % 3 == 1 but j >= 3 * s_h
+}
+
+TEST(RopeTest, Float32CosSinExactAtTheLargestPosition) {
+  // omega_0 = 1: the truth is cos/sin(2^31 - 1) itself; fp32 phases would be off by ~64.
+  RopeConfig c;
+  c.head_dim = 64;
+  std::vector<int64_t> ids = {kMaxPosition, kMaxPosition - 1, 1000000};
+  PositionSpec spec = IdsSpec(ids, {3});
+  GridRequest g;
+  auto shape = PlanRopeCache(c, RopeCacheLayout::kCompact, spec, &g);
+  ASSERT_TRUE(shape.ok());
+  auto rp = ResolvePositions(spec, g);
+  auto f = ComputeRopeFrequencies(c, rp->max_position);
+  Buffer cos(DType::kFloat32, *shape), sin(DType::kFloat32, *shape);
+  ASSERT_TRUE(Ref().RopeCache(c, *f, RopeCacheLayout::kCompact, *rp, cos.view, sin.view).ok());
+  for (int t = 0; t < 3; ++t) {
+    const long double p = static_cast<long double>(ids[t]);
+    EXPECT_NEAR(cos.at(t * 32), static_cast<double>(std::cos(p)), 1e-6);
+    EXPECT_NEAR(sin.at(t * 32), static_cast<double>(std::sin(p)), 1e-6);
+    // j = 16: omega = 10000^-0.5 = 0.01 exactly in reals.
+    EXPECT_NEAR(cos.at(t * 32 + 16), static_cast<double>(std::cos(p / 100)), 1e-6);
+  }
+}
+
+TEST(RopeTest, FrequenciesOfEveryScalingType) {
+  RopeConfig c;
+  c.head_dim = 8;
+  c.scaling.type = RopeScalingType::kLinear;
+  c.scaling.factor = 4;
+  auto f = ComputeRopeFrequencies(c, 10);
+  ASSERT_TRUE(f.ok());
+  EXPECT_DOUBLE_EQ(static_cast<double>(f->inv_freq[1]), 0.1 / 4);
+  c.scaling.type = RopeScalingType::kNtk;
+  f = ComputeRopeFrequencies(c, 10);
+  ASSERT_TRUE(f.ok());
+  EXPECT_NEAR(f->effective_base, 10000 * std::pow(4.0, 8.0 / 6.0), 1e-6);
+  c.scaling.type = RopeScalingType::kDynamic;
+  c.max_position_embeddings = 100;
+  f = ComputeRopeFrequencies(c, 199);  // seq_len 200: b' = b * (4*2 - 3)^(8/6)
+  ASSERT_TRUE(f.ok());
+  EXPECT_NEAR(f->effective_base, 10000 * std::pow(5.0, 8.0 / 6.0), 1e-6);
+  EXPECT_EQ(f->seq_len, 200);
+  c.seq_len = 50;  // below Lmax: unscaled
+  f = ComputeRopeFrequencies(c, 199);
+  EXPECT_NEAR(f->effective_base, 10000, 1e-9);
+}
+
+TEST(RopeTest, YarnDeepSeekMscaleAndExplicitFactor) {
+  RopeConfig c;
+  c.head_dim = 64;
+  c.scaling.type = RopeScalingType::kYarn;
+  c.scaling.factor = 40;
+  c.scaling.original_max_position_embeddings = 4096;
+  c.max_position_embeddings = 4096 * 10;  // an explicit factor is never overridden
+  c.scaling.mscale = 1.0;
+  c.scaling.mscale_all_dim = 0.707;
+  auto f = ComputeRopeFrequencies(c, 0);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->factor, 40);
+  const double g1 = 0.1 * std::log(40.0) + 1, g2 = 0.1 * 0.707 * std::log(40.0) + 1;
+  EXPECT_NEAR(f->attention_factor, g1 / g2, 1e-15);
+  EXPECT_GE(f->yarn_low, 0);
+  EXPECT_LE(f->yarn_high, 63);
+  c.apply_attention_factor = false;
+  f = ComputeRopeFrequencies(c, 0);
+  EXPECT_EQ(f->CosSinScale(), 1.0);
+}
+
+TEST(RopeTest, ValidationNamesTheField) {
+  auto msg = [](RopeConfig c) { return std::string(ValidateRopeConfig(c).message()); };
+  RopeConfig ok;
+  ok.head_dim = 64;
+  EXPECT_TRUE(ValidateRopeConfig(ok).ok());
+  RopeConfig c = ok;
+  c.rotary_dim = 33;
+  EXPECT_THAT(msg(c), HasSubstr("config.rotary_dim"));
+  c = ok;
+  c.rotary_dim = 66;
+  EXPECT_THAT(msg(c), HasSubstr("config.rotary_dim"));
+  c = ok;
+  c.base = 1;
+  EXPECT_THAT(msg(c), HasSubstr("config.base"));
+  c.base = std::nan("");
+  EXPECT_THAT(msg(c), HasSubstr("config.base"));
+  c = ok;
+  c.scaling.type = RopeScalingType::kLlama3;
+  c.scaling.factor = 8;
+  EXPECT_THAT(msg(c), HasSubstr("config.scaling.low_freq_factor"));
+  c.scaling.low_freq_factor = 4;
+  c.scaling.high_freq_factor = 1;
+  c.scaling.original_max_position_embeddings = 8192;
+  EXPECT_THAT(msg(c), HasSubstr("config.scaling.high_freq_factor: expected > low_freq_factor"));
+  c = ok;
+  c.scaling.type = RopeScalingType::kYarn;
+  c.scaling.factor = 4;
+  c.scaling.original_max_position_embeddings = 4096;
+  c.scaling.low_freq_factor = 1;
+  EXPECT_THAT(msg(c), HasSubstr("config.scaling.low_freq_factor: is not a field of rope type 'yarn'"));
+  c = ok;
+  c.scaling.type = RopeScalingType::kNtk;
+  c.scaling.factor = 2;
+  c.rotary_dim = 2;
+  EXPECT_THAT(msg(c), HasSubstr(">= 4"));
+  c = ok;
+  c.scaling.type = RopeScalingType::kLinear;
+  c.scaling.factor = 0;
+  EXPECT_THAT(msg(c), HasSubstr("config.scaling.factor: expected > 0"));
+  c = ok;
+  c.mrope_section = {16, 8, 7};
+  EXPECT_THAT(msg(c), HasSubstr("config.mrope_section"));
+  c = ok;
+  c.scaling.type = RopeScalingType::kLongrope;
+  c.scaling.original_max_position_embeddings = 4096;
+  c.scaling.long_factor.assign(31, 1.0);
+  c.scaling.short_factor.assign(32, 1.0);
+  EXPECT_THAT(msg(c), HasSubstr("config.scaling.long_factor: expected rotary_dim/2 = 32"));
+  c = ok;
+  c.scaling.type = RopeScalingType::kDynamic;
+  c.scaling.factor = 2;
+  EXPECT_THAT(msg(c), HasSubstr("config.max_position_embeddings"));
+}
+
+TEST(RopeTest, PlanApplyRopeChecksShapes) {
+  RopeConfig c;
+  GridRequest g;
+  DType f32 = DType::kFloat32, f16 = DType::kFloat16;
+  Shape q{2, 3, 4, 8}, k_bad{2, 4, 1, 8}, k_ok{2, 3, 1, 8};
+  auto st = PlanApplyRope(c, TensorLayout::kBSHD, f32, q, &f32, &k_bad, PositionSpec{}, &g);
+  EXPECT_THAT(st.status().message(), HasSubstr("k: expected the batch, sequence"));
+  st = PlanApplyRope(c, TensorLayout::kBSHD, f32, q, &f16, &k_ok, PositionSpec{}, &g);
+  EXPECT_THAT(st.status().message(), HasSubstr("k: expected q's dtype FLOAT32"));
+  st = PlanApplyRope(c, TensorLayout::kTHD, f32, q, nullptr, nullptr, PositionSpec{}, &g);
+  EXPECT_THAT(st.status().message(), HasSubstr("expected rank 3"));
+  c.head_dim = 16;
+  st = PlanApplyRope(c, TensorLayout::kBSHD, f32, q, nullptr, nullptr, PositionSpec{}, &g);
+  EXPECT_THAT(st.status().message(), HasSubstr("config.head_dim: expected q's last dimension 8"));
+  c.head_dim = 0;
+  DType i32 = DType::kInt32;
+  st = PlanApplyRope(c, TensorLayout::kBSHD, i32, q, nullptr, nullptr, PositionSpec{}, &g);
+  EXPECT_THAT(st.status().message(), HasSubstr("q: expected dtype FLOAT32"));
+  st = PlanApplyRope(c, TensorLayout::kBSHD, f32, q, &f32, &k_ok, PositionSpec{}, &g);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->k_heads, 1);
+  EXPECT_EQ(st->tokens, 6);
+}
+
+// ---- ALiBi -----------------------------------------------------------------------------------
+
+TEST(AlibiTest, SlopesOfNonPowerOfTwoHeads) {
+  auto s = AlibiSlopes(12);
+  ASSERT_TRUE(s.ok());
+  for (int h = 0; h < 8; ++h) EXPECT_DOUBLE_EQ((*s)[h], std::exp2(-(h + 1.0)));
+  EXPECT_DOUBLE_EQ((*s)[8], std::exp2(-0.5));
+  EXPECT_DOUBLE_EQ((*s)[11], std::exp2(-3.5));
+  auto t = AlibiSlopes(4, 16.0);  // max_bias 16: 2^(-16h/4)
+  EXPECT_DOUBLE_EQ((*t)[0], std::exp2(-4.0));
+  EXPECT_THAT(AlibiSlopes(0).status().message(), HasSubstr("num_heads"));
+  EXPECT_THAT(AlibiSlopes(4, -1).status().message(), HasSubstr("max_bias"));
+}
+
+TEST(AlibiTest, CompactFormExpandsToFullAndBloomIsCausalPlusRowConstant) {
+  for (AlibiMode mode : {AlibiMode::kCausal, AlibiMode::kSymmetric}) {
+    for (FutureMode future : {FutureMode::kMask, FutureMode::kZero, FutureMode::kLinear}) {
+      AlibiBiasParams p;
+      p.num_heads = 3;
+      p.q_len = 4;
+      p.k_len = 7;
+      p.query_offset = 1;
+      p.mode = mode;
+      p.future = future;
+      Buffer full(DType::kFloat64, *PlanAlibiBias(p));
+      ASSERT_TRUE(Ref().AlibiBias(p, full.view).ok());
+      p.form = BiasForm::kCompact;
+      Buffer compact(DType::kFloat64, *PlanAlibiBias(p));
+      EXPECT_EQ(compact.view.shape, (Shape{3, 10}));
+      ASSERT_TRUE(Ref().AlibiBias(p, compact.view).ok());
+      for (int h = 0; h < 3; ++h)
+        for (int i = 0; i < 4; ++i)
+          for (int j = 0; j < 7; ++j)
+            ASSERT_EQ(full.at((h * 4 + i) * 7 + j), compact.at(h * 10 + j - i + 3));
+    }
+  }
+  AlibiBiasParams c;
+  c.num_heads = 2;
+  c.q_len = 3;
+  c.k_len = 5;
+  AlibiBiasParams b = c;
+  b.mode = AlibiMode::kBloom;
+  Buffer causal(DType::kFloat64, *PlanAlibiBias(c)), bloom(DType::kFloat64, *PlanAlibiBias(b));
+  ASSERT_TRUE(Ref().AlibiBias(c, causal.view).ok());
+  ASSERT_TRUE(Ref().AlibiBias(b, bloom.view).ok());
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 3; ++i) {
+      const int64_t row = (h * 3 + i) * 5;
+      const double k0 = bloom.at(row) - causal.at(row);
+      for (int j = 0; j <= i + 2; ++j) EXPECT_NEAR(bloom.at(row + j) - causal.at(row + j), k0, 1e-15);
+      for (int j = i + 3; j < 5; ++j) EXPECT_EQ(bloom.at(row + j), -std::numeric_limits<double>::infinity());
+    }
+  c.form = BiasForm::kBuckets;
+  EXPECT_THAT(PlanAlibiBias(c).status().message(), HasSubstr("form"));
+  c.form = BiasForm::kFull;
+  std::vector<int64_t> mask = {1, 1, 1, 1, 1};
+  c.attention_mask = {DType::kInt64, {1, 5}, mask.data()};
+  EXPECT_THAT(PlanAlibiBias(c).status().message(), HasSubstr("attention_mask"));
+}
+
+// ---- T5 and relative embeddings ------------------------------------------------------------------
+
+TEST(T5Test, SpecCheckValues) {
+  const std::pair<int64_t, int64_t> cases[] = {{-1, 1},   {-8, 8},   {-64, 14}, {-127, 15},
+                                               {-5000, 15}, {0, 0},  {1, 17},   {8, 24},
+                                               {127, 31}, {100000, 31}};
+  for (auto [rp, bucket] : cases) EXPECT_EQ(T5Bucket(rp, true, 32, 128), bucket) << rp;
+  EXPECT_EQ(T5Bucket(5, false, 32, 128), 0);  // unidirectional: the future is bucket 0
+  EXPECT_EQ(T5Bucket(-5, false, 32, 128), 5);
+}
+
+TEST(T5Test, CompactBucketsAndValidation) {
+  std::vector<double> table(32 * 2);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = 0.5 * static_cast<double>(i);
+  RelativeBiasParams p;
+  p.q_len = 5;
+  p.k_len = 9;
+  p.query_offset = 100;
+  p.key_offset = 90;
+  p.table = {DType::kFloat64, {32, 2}, table.data()};
+  Buffer full(DType::kFloat32, *PlanRelativeBias(p));
+  ASSERT_TRUE(Ref().RelativeBias(p, full.view).ok());
+  p.form = BiasForm::kCompact;
+  Buffer compact(DType::kFloat32, *PlanRelativeBias(p));
+  ASSERT_TRUE(Ref().RelativeBias(p, compact.view).ok());
+  p.form = BiasForm::kBuckets;
+  Buffer buckets(DType::kInt32, *PlanRelativeBias(p));
+  ASSERT_TRUE(Ref().RelativeBias(p, buckets.view).ok());
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 5; ++i)
+      for (int j = 0; j < 9; ++j) {
+        const double v = full.at((h * 5 + i) * 9 + j);
+        ASSERT_EQ(v, compact.at(h * 13 + j - i + 4));
+        const int64_t bucket = T5Bucket((90 + j) - (100 + i), true, 32, 128);
+        ASSERT_EQ(buckets.at(i * 9 + j), bucket);
+        ASSERT_EQ(v, table[bucket * 2 + h]);
+      }
+  p.max_distance = 8;  // exact range 8 (bidirectional, 32 buckets)
+  EXPECT_THAT(PlanRelativeBias(p).status().message(), HasSubstr("max_distance"));
+  p.max_distance = 128;
+  p.form = BiasForm::kFull;
+  p.table.shape = {16, 4};
+  EXPECT_THAT(PlanRelativeBias(p).status().message(), HasSubstr("num_buckets = 32"));
+}
+
+TEST(RelativeEmbeddingTest, ClipsDistances) {
+  std::vector<float> table(5 * 2);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(i);
+  RelativeEmbeddingParams p;
+  p.q_len = 2;
+  p.k_len = 6;
+  p.max_relative = 2;
+  p.query_offset = 0;
+  p.table = {DType::kFloat32, {5, 2}, table.data()};
+  auto shape = PlanRelativeEmbedding(p);
+  ASSERT_TRUE(shape.ok());
+  Buffer out(DType::kFloat64, *shape);
+  ASSERT_TRUE(Ref().RelativeEmbedding(p, out.view).ok());
+  // (i=1, j=0): rel -1 -> row 1; (i=0, j=5): rel 5 clipped to 2 -> row 4.
+  EXPECT_EQ(out.at((1 * 6 + 0) * 2), 2);
+  EXPECT_EQ(out.at((0 * 6 + 5) * 2 + 1), 9);
+  p.table.shape = {4, 2};
+  EXPECT_THAT(PlanRelativeEmbedding(p).status().message(), HasSubstr("2*max_relative+1 = 5"));
+}
+
+}  // namespace
+}  // namespace posenc::kernels
