@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kernels/ops.h"
 #include "kernels/positions.h"
@@ -56,6 +57,17 @@ class Backend {
 
 // The float64 / extended-precision oracle: clarity over speed.
 std::unique_ptr<Backend> MakeReferenceBackend();
+
+struct CpuBackendOptions {
+  // Total threads for one large request (the calling thread included); 0 = one per core.
+  int threads = 0;
+  // "" picks the best instruction set this processor has; "avx512", "avx2" or "scalar" forces
+  // one (the parity harness runs every level the machine supports).
+  std::string isa;
+};
+
+// The optimized CPU backend (SIMD with run-time dispatch, a thread pool, exact phases).
+absl::StatusOr<std::unique_ptr<Backend>> MakeCpuBackend(const CpuBackendOptions& options);
 
 }  // namespace posenc::kernels
 

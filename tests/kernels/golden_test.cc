@@ -16,10 +16,20 @@ using ::posenc::testing::GoldenCase;
 using ::posenc::testing::NpyArray;
 using json = nlohmann::json;
 
-const Backend& Ref() {
-  static const auto* backend = MakeReferenceBackend().release();
-  return *backend;
+// Every backend this machine runs: the reference and each CPU instruction-set level.
+std::vector<std::unique_ptr<Backend>> AllBackends() {
+  std::vector<std::unique_ptr<Backend>> out;
+  out.push_back(MakeReferenceBackend());
+  for (const char* isa : {"avx512", "avx2", "scalar"}) {
+    auto b = MakeCpuBackend(CpuBackendOptions{1, isa});
+    if (b.ok()) out.push_back(std::move(*b));
+  }
+  return out;
 }
+
+// The backend under test (the golden functions below run through it).
+const Backend* g_backend = nullptr;
+const Backend& Ref() { return *g_backend; }
 
 // Float64 tolerance of the golden README for a phase at position p.
 double PhaseTolerance(double p) {
@@ -323,10 +333,20 @@ void RunT5Bias(const GoldenCase& c, DType dtype) {
   }, c.name + " " + std::string(DTypeName(dtype)));
 }
 
-TEST_P(GoldenTest, MatchesReference) {
+void RunCase(const GoldenCase& c);
+
+TEST_P(GoldenTest, MatchesEveryBackend) {
   absl::StatusOr<GoldenCase> loaded = ::posenc::testing::LoadGoldenCase(GetParam());
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  const GoldenCase& c = *loaded;
+  for (const auto& backend : AllBackends()) {
+    SCOPED_TRACE(std::string(backend->name()) + " " + backend->detail());
+    g_backend = backend.get();
+    RunCase(*loaded);
+  }
+  g_backend = nullptr;
+}
+
+void RunCase(const GoldenCase& c) {
   if (c.function == "sinusoidal_table") {
     RunSinusoidal(c, DType::kFloat64, 0);
     RunSinusoidal(c, DType::kFloat32, 1e-6);
