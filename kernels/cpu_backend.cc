@@ -447,6 +447,8 @@ class CpuBackend final : public Backend {
     const double m = freqs.CosSinScale();
     const double scale = config.inverse ? 1.0 / m : m;
     const double sign = config.inverse ? -1.0 : 1.0;
+    const bool direct = std::is_same_v<T, float> && cos.dtype == DType::kFloat32 &&
+                        layout != RopeCacheLayout::kGptj;
     pool_.ParallelFor(positions.num_tokens, Grain(2 * width), [&](int64_t t0, int64_t t1) {
       std::vector<T> c(static_cast<size_t>(half)), s(c.size());
       std::vector<T> cw(static_cast<size_t>(width)), sw(cw.size());
@@ -454,6 +456,17 @@ class CpuBackend final : public Backend {
       for (int64_t t = t0; t < t1; ++t) {
         int64_t stride;
         const double* p = TokenPositions(config, positions, t, half, pbuf.data(), &stride);
+        if (direct) {
+          // FLOAT32 COMPACT/NEOX: straight into the output rows (NEOX repeats the first half).
+          T* cd = static_cast<T*>(cos.data) + t * width;
+          T* sd = static_cast<T*>(sin.data) + t * width;
+          SinCos<T>(k_, p, stride, w, freqs.inv_freq, half, scale, sign, cd, sd);
+          if (layout == RopeCacheLayout::kNeox) {
+            std::memcpy(cd + half, cd, half * sizeof(T));
+            std::memcpy(sd + half, sd, half * sizeof(T));
+          }
+          continue;
+        }
         SinCos<T>(k_, p, stride, w, freqs.inv_freq, half, scale, sign, c.data(), s.data());
         const T* cr = c.data();
         const T* sr = s.data();

@@ -35,7 +35,9 @@ constexpr double kC1 = 4.16666666666666019037e-02, kC2 = -1.38888888888741095749
                  kC3 = 2.48015872894767294178e-05, kC4 = -2.75573143513906633035e-07,
                  kC5 = 2.08757232129817482790e-09, kC6 = -1.13596475577881948265e-11;
 
-template <typename T>
+// kFull: the whole fdlibm polynomial (double accuracy, for FLOAT64 and FLOAT16/BFLOAT16 math);
+// otherwise terms through r^9 / r^10, whose truncation error (below 2e-9) vanishes in a float.
+template <typename T, bool kFull>
 inline void SinCosImpl(const double* __restrict p, int64_t p_stride, const double* __restrict w_hi,
                        const double* __restrict w_lo, int64_t n, double scale, double sign,
                        T* __restrict c, T* __restrict s) {
@@ -48,9 +50,14 @@ inline void SinCosImpl(const double* __restrict p, int64_t p_stride, const doubl
     // k mod 4 (k is an integer-valued double; floor(k/4) by rounding k/4 - 0.375).
     const double q = k - 4.0 * ((k * 0.25 - 0.375 + kRoundMagic) - kRoundMagic);
     const double z = r * r;
-    const double sin_r = r + r * z * (kS1 + z * (kS2 + z * (kS3 + z * (kS4 + z * (kS5 + z * kS6)))));
-    const double cos_r =
-        1.0 - 0.5 * z + z * z * (kC1 + z * (kC2 + z * (kC3 + z * (kC4 + z * (kC5 + z * kC6)))));
+    double sin_r, cos_r;
+    if constexpr (kFull) {
+      sin_r = r + r * z * (kS1 + z * (kS2 + z * (kS3 + z * (kS4 + z * (kS5 + z * kS6)))));
+      cos_r = 1.0 - 0.5 * z + z * z * (kC1 + z * (kC2 + z * (kC3 + z * (kC4 + z * (kC5 + z * kC6)))));
+    } else {
+      sin_r = r + r * z * (kS1 + z * (kS2 + z * (kS3 + z * kS4)));
+      cos_r = 1.0 - 0.5 * z + z * z * (kC1 + z * (kC2 + z * (kC3 + z * kC4)));
+    }
     const bool odd = q == 1.0 || q == 3.0;
     double sv = odd ? cos_r : sin_r;
     double cv = odd ? sin_r : cos_r;
@@ -63,12 +70,12 @@ inline void SinCosImpl(const double* __restrict p, int64_t p_stride, const doubl
 
 void SinCosF32(const double* p, int64_t p_stride, const double* w_hi, const double* w_lo,
                int64_t n, double scale, double sign, float* c, float* s) {
-  SinCosImpl<float>(p, p_stride, w_hi, w_lo, n, scale, sign, c, s);
+  SinCosImpl<float, false>(p, p_stride, w_hi, w_lo, n, scale, sign, c, s);
 }
 
 void SinCosF64(const double* p, int64_t p_stride, const double* w_hi, const double* w_lo,
                int64_t n, double scale, double sign, double* c, double* s) {
-  SinCosImpl<double>(p, p_stride, w_hi, w_lo, n, scale, sign, c, s);
+  SinCosImpl<double, true>(p, p_stride, w_hi, w_lo, n, scale, sign, c, s);
 }
 
 template <typename T>

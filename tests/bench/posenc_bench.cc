@@ -1,0 +1,266 @@
+// Kernel benchmarks (Google Benchmark): the machine's limit (STREAM-style copy, triad and fill)
+// and posenc's CPU backend at the shapes of issue #3, side by side in one process.
+//
+// Conventions (SPEC §8): RoPE apply counts 8 bytes per FLOAT32 element of q and k (read +
+// write), 4 per FLOAT16/BFLOAT16 element, rotated in place on buffers touched before timing;
+// bias matrices count the bytes written into pre-faulted buffers; RopeCache/Sinusoidal count the
+// elements of the full-width cos and sin tables. Every benchmark takes the thread count as its
+// last argument. Run through tests/bench/run_bench.sh, which adds the PyTorch peer and prints the
+// table of BENCHMARKS.md.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <random>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/ops.h"
+#include "kernels/positions.h"
+
+namespace posenc::kernels {
+namespace {
+
+const Backend& Cpu(int threads) {
+  static std::unique_ptr<Backend> backends[3];
+  if (!backends[threads]) backends[threads] = std::move(*MakeCpuBackend({threads, ""}));
+  return *backends[threads];
+}
+
+// A pre-faulted buffer of `n` elements of `dtype` filled with small random values.
+struct Buffer {
+  std::vector<unsigned char> bytes;
+  TensorView view;
+  Buffer(DType dtype, Shape shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    bytes.resize(static_cast<size_t>(n * DTypeSize(dtype)));
+    std::mt19937 gen(1);
+    std::uniform_real_distribution<double> dist(-1, 1);
+    for (int64_t i = 0; i < n; i += 97) StoreFromDouble(bytes.data(), dtype, i, dist(gen));
+    view = {dtype, shape, bytes.data()};
+  }
+};
+
+// ---- the machine's limit ------------------------------------------------------------------
+
+constexpr int64_t kStreamN = int64_t{1} << 25;  // 32 Mi doubles = 256 MiB per array
+
+struct StreamArrays {
+  std::vector<double> a, b, c;
+  StreamArrays() : a(kStreamN, 1.0), b(kStreamN, 2.0), c(kStreamN, 0.5) {}
+};
+
+StreamArrays& Stream() {
+  static StreamArrays s;
+  return s;
+}
+
+// Splits [0, n) over `threads` threads running fn(begin, end).
+template <typename F>
+void Split(int threads, int64_t n, F fn) {
+  if (threads <= 1) {
+    fn(0, n);
+    return;
+  }
+  std::vector<std::thread> pool;
+  const int64_t chunk = n / threads;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(fn, t * chunk, t + 1 == threads ? n : (t + 1) * chunk);
+  fn(0, chunk);
+  for (auto& th : pool) th.join();
+}
+
+void BM_StreamCopy(benchmark::State& state) {
+  auto& s = Stream();
+  const int threads = static_cast<int>(state.range(0));
+  for (auto _ : state) {
+    Split(threads, kStreamN, [&](int64_t b, int64_t e) {
+      std::memcpy(s.c.data() + b, s.a.data() + b, (e - b) * sizeof(double));
+    });
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * kStreamN * 8);
+}
+
+void BM_StreamTriad(benchmark::State& state) {
+  auto& s = Stream();
+  const int threads = static_cast<int>(state.range(0));
+  for (auto _ : state) {
+    Split(threads, kStreamN, [&](int64_t b, int64_t e) {
+      double* __restrict a = s.a.data();
+      const double* __restrict bb = s.b.data();
+      const double* __restrict c = s.c.data();
+      for (int64_t i = b; i < e; ++i) a[i] = bb[i] + 3.0 * c[i];
+    });
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * 3 * kStreamN * 8);
+}
+
+void BM_StreamFill(benchmark::State& state) {
+  auto& s = Stream();
+  const int threads = static_cast<int>(state.range(0));
+  for (auto _ : state) {
+    Split(threads, kStreamN, [&](int64_t b, int64_t e) {
+      std::fill(s.c.data() + b, s.c.data() + e, 1.5);
+    });
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * kStreamN * 8);
+}
+
+BENCHMARK(BM_StreamCopy)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(BM_StreamTriad)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(BM_StreamFill)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
+
+// ---- ApplyRope ------------------------------------------------------------------------------
+
+// Args: batch, seq, heads, head_dim, rotary_dim, style (0 NEOX, 1 GPTJ), dtype, offsets, threads.
+void BM_ApplyRope(benchmark::State& state) {
+  const int64_t b = state.range(0), s = state.range(1), h = state.range(2), d = state.range(3);
+  RopeConfig config;
+  config.rotary_dim = state.range(4);
+  config.style = state.range(5) ? RopeStyle::kGptj : RopeStyle::kNeox;
+  const auto dtype = static_cast<DType>(state.range(6));
+  const bool offsets = state.range(7) != 0;
+  const int threads = static_cast<int>(state.range(8));
+  Buffer q(dtype, {b, s, h, d}), k(dtype, {b, s, h, d});
+  PositionSpec spec;
+  if (offsets) {
+    spec.kind = PositionSpec::Kind::kOffsets;
+    for (int64_t i = 0; i < b; ++i) spec.offsets.push_back(1000 + 37 * i);
+  }
+  GridRequest grid;
+  auto dims = PlanApplyRope(config, TensorLayout::kBSHD, dtype, q.view.shape, &dtype,
+                            &k.view.shape, spec, &grid);
+  auto rp = ResolvePositions(spec, grid);
+  auto f = ComputeRopeFrequencies(config, rp->max_position);
+  const Backend& backend = Cpu(threads);
+  for (auto _ : state) {
+    auto st = backend.ApplyRope(config, *f, TensorLayout::kBSHD, *dims, *rp, q.view, k.view);
+    benchmark::DoNotOptimize(st);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * (b * s * h * d) * 2 * DTypeSize(dtype));
+}
+
+void ApplyRopeArgs(benchmark::internal::Benchmark* bm) {
+  bm->ArgNames({"b", "s", "h", "d", "rot", "gptj", "dtype", "offsets", "threads"});
+  const int64_t f32 = static_cast<int64_t>(DType::kFloat32);
+  for (int64_t threads : {1, 2}) {
+    for (auto shape : {std::vector<int64_t>{1, 4096, 32, 128}, std::vector<int64_t>{8, 2048, 32, 128}}) {
+      for (int64_t gptj : {0, 1}) {
+        for (int64_t rot : {128, 64}) {
+          bm->Args({shape[0], shape[1], shape[2], shape[3], rot, gptj, f32, 0, threads});
+        }
+      }
+    }
+    for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+      bm->Args({1, 4096, 32, 128, 128, 0, static_cast<int64_t>(dt), 0, threads});
+    }
+    bm->Args({64, 1, 32, 128, 128, 0, f32, 1, threads});  // decode step with offsets
+  }
+  bm->UseRealTime();
+}
+BENCHMARK(BM_ApplyRope)->Apply(ApplyRopeArgs);
+
+// ---- tables ------------------------------------------------------------------------------------
+
+void BM_RopeCache(benchmark::State& state) {
+  const int64_t n = state.range(0), d = state.range(1);
+  const int threads = static_cast<int>(state.range(2));
+  RopeConfig config;
+  config.head_dim = d;
+  PositionSpec spec;
+  spec.kind = PositionSpec::Kind::kRange;
+  spec.count = n;
+  GridRequest grid;
+  auto shape = PlanRopeCache(config, RopeCacheLayout::kNeox, spec, &grid);
+  auto rp = ResolvePositions(spec, grid);
+  auto f = ComputeRopeFrequencies(config, rp->max_position);
+  Buffer cos(DType::kFloat32, *shape), sin(DType::kFloat32, *shape);
+  const Backend& backend = Cpu(threads);
+  for (auto _ : state) {
+    auto st = backend.RopeCache(config, *f, RopeCacheLayout::kNeox, *rp, cos.view, sin.view);
+    benchmark::DoNotOptimize(st);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * 2 * n * d);
+  state.SetBytesProcessed(state.iterations() * 2 * n * d * 4);
+}
+BENCHMARK(BM_RopeCache)
+    ->ArgNames({"n", "d", "threads"})
+    ->ArgsProduct({{4096, 32768, 131072}, {128}, {1, 2}})
+    ->UseRealTime();
+
+void BM_Sinusoidal(benchmark::State& state) {
+  const int64_t n = state.range(0), d = state.range(1);
+  const int threads = static_cast<int>(state.range(2));
+  SinusoidalParams params{d};
+  PositionSpec spec;
+  spec.kind = PositionSpec::Kind::kRange;
+  spec.count = n;
+  GridRequest grid;
+  auto shape = PlanSinusoidal(params, spec, &grid);
+  auto rp = ResolvePositions(spec, grid);
+  Buffer out(DType::kFloat32, *shape);
+  const Backend& backend = Cpu(threads);
+  for (auto _ : state) {
+    auto st = backend.Sinusoidal(params, *rp, out.view);
+    benchmark::DoNotOptimize(st);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * n * d);
+  state.SetBytesProcessed(state.iterations() * n * d * 4);
+}
+BENCHMARK(BM_Sinusoidal)->ArgNames({"n", "d", "threads"})->ArgsProduct({{8192}, {1024}, {1, 2}})->UseRealTime();
+
+// ---- biases ------------------------------------------------------------------------------------
+
+void BM_AlibiBias(benchmark::State& state) {
+  AlibiBiasParams p;
+  p.num_heads = state.range(0);
+  p.q_len = state.range(1);
+  p.k_len = state.range(2);
+  const int threads = static_cast<int>(state.range(3));
+  Buffer out(DType::kFloat32, *PlanAlibiBias(p));
+  const Backend& backend = Cpu(threads);
+  for (auto _ : state) {
+    auto st = backend.AlibiBias(p, out.view);
+    benchmark::DoNotOptimize(st);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * p.num_heads * p.q_len * p.k_len * 4);
+}
+BENCHMARK(BM_AlibiBias)
+    ->ArgNames({"h", "q", "k", "threads"})
+    ->ArgsProduct({{32}, {2048}, {2048}, {1, 2}})
+    ->UseRealTime();
+
+void BM_RelativeBias(benchmark::State& state) {
+  std::vector<float> table(32 * state.range(0));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(i) * 0.01f;
+  RelativeBiasParams p;
+  p.q_len = state.range(1);
+  p.k_len = state.range(2);
+  p.table = {DType::kFloat32, {32, state.range(0)}, table.data()};
+  const int threads = static_cast<int>(state.range(3));
+  Buffer out(DType::kFloat32, *PlanRelativeBias(p));
+  const Backend& backend = Cpu(threads);
+  for (auto _ : state) {
+    auto st = backend.RelativeBias(p, out.view);
+    benchmark::DoNotOptimize(st);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * state.range(0) * p.q_len * p.k_len * 4);
+}
+BENCHMARK(BM_RelativeBias)
+    ->ArgNames({"h", "q", "k", "threads"})
+    ->ArgsProduct({{32}, {2048}, {2048}, {1, 2}})
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace posenc::kernels
+
+BENCHMARK_MAIN();
