@@ -28,8 +28,11 @@ struct ServerOptions {
   int64_t max_message_bytes = int64_t{256} << 20;
   // Largest number of output elements a request may ask for (checked before allocating).
   int64_t max_output_elements = int64_t{1} << 26;
-  // "reference" (the only backend of this version), later "cpu", "cuda", "auto".
-  std::string backend = "reference";
+  // "cpu" (the optimized CPU backend, the default), "reference" (the float64 oracle) or
+  // "auto" (the best available: CUDA comes in a later version, so today cpu).
+  std::string backend = "cpu";
+  // Threads one large request may use (cpu backend); 0 = one per core.
+  int threads = 0;
 };
 
 class PosencServer {
@@ -39,6 +42,8 @@ class PosencServer {
 
   // The bound port (useful with port 0).
   virtual int port() const = 0;
+  // "cpu (avx512, 2 threads)", "reference (...)": the backend serving requests.
+  virtual std::string backend_description() const = 0;
   // Health goes NOT_SERVING, new calls are refused, in-flight calls get until `deadline`.
   virtual void Shutdown(std::chrono::system_clock::time_point deadline) = 0;
   // Blocks until the server has shut down.

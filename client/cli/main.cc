@@ -1,0 +1,191 @@
+// posenc: the command-line client of the posenc service.
+//
+//   posenc [--server HOST:PORT] [--format table|json|none] [--timeout 30s] [--full]
+//          SUBCOMMAND [flags]
+//
+// Global flags may also follow the subcommand. Exit codes: 0 success; 1 the call (or a file)
+// failed, with "error: CODE: message" on stderr, or `health` found the server not SERVING;
+// 2 usage error. `posenc --help` lists the subcommands, `posenc SUBCOMMAND --help` their flags.
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "client/cli/commands.h"
+#include "client/cli/flags.h"
+#include "client/cli/output.h"
+#include "posenc/client.h"
+
+namespace posenc::cli {
+namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+constexpr char kDefaultServer[] = "localhost:50051";
+
+const FlagGroup kGlobalFlags = {
+    {"server", FlagType::kString, "HOST:PORT",
+     "server address (default $POSENC_SERVER, else localhost:50051)"},
+    {"format", FlagType::kChoice, "", "output format (default table)", "table|json|none"},
+    {"timeout", FlagType::kString, "DURATION",
+     "deadline of the call: 30s, 500ms, 2m (default 30s)"},
+    {"full", FlagType::kSwitch, "", "print every element (no \"...\" summarization)"},
+    {"help", FlagType::kSwitch, "", "show help (also -h)"},
+};
+
+std::string MainHelp() {
+  std::string out =
+      "usage: posenc [global flags] SUBCOMMAND [flags]\n\n"
+      "The command-line client of the posenc position-encoding service.\n\n"
+      "subcommands:\n";
+  size_t width = 0;
+  for (const Command& c : Commands()) width = std::max(width, c.name.size());
+  for (const Command& c : Commands()) {
+    std::string name(c.name);
+    name.resize(width + 2, ' ');
+    absl::StrAppend(&out, "  ", name, absl::string_view(c.summary.data(), c.summary.size()), "\n");
+  }
+  const FlagGroup* groups[] = {&kGlobalFlags};
+  absl::StrAppend(&out, "\nglobal flags:\n", FlagsHelp(groups),
+                  "\nPositions: --positions START:END is half-open (0:8 = 0..7); also a list "
+                  "3,5,9 or an .npy file.\n"
+                  "Run 'posenc SUBCOMMAND --help' for the flags of a subcommand.\n");
+  return out;
+}
+
+std::string CommandHelp(const Command& command) {
+  std::string out = absl::StrCat(
+      "usage: posenc [global flags] ", absl::string_view(command.name.data(), command.name.size()),
+      " [flags]\n\n", absl::string_view(command.summary.data(), command.summary.size()), "\n");
+  if (!command.details.empty()) {
+    absl::StrAppend(&out, absl::string_view(command.details.data(), command.details.size()), "\n");
+  }
+  if (!command.flags.empty()) absl::StrAppend(&out, "\nflags:\n", FlagsHelp(command.flags));
+  const FlagGroup* groups[] = {&kGlobalFlags};
+  absl::StrAppend(&out, "\nglobal flags:\n", FlagsHelp(groups));
+  return out;
+}
+
+// "30s", "500ms", "2m", "1.5" (seconds).
+std::optional<std::chrono::milliseconds> ParseTimeout(const std::string& text) {
+  absl::string_view number = text;
+  double scale_ms = 1000;
+  if (absl::ConsumeSuffix(&number, "ms")) {
+    scale_ms = 1;
+  } else if (absl::ConsumeSuffix(&number, "s")) {
+    scale_ms = 1000;
+  } else if (absl::ConsumeSuffix(&number, "m")) {
+    scale_ms = 60'000;
+  }
+  double value = 0;
+  if (!absl::SimpleAtod(number, &value) || !(value > 0) || value * scale_ms > 1e12) {
+    return std::nullopt;
+  }
+  return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(value * scale_ms)));
+}
+
+int UsageFailure(const std::string& message, const std::string& help_hint) {
+  std::cerr << "error: " << message << "\n" << help_hint << "\n";
+  return kExitUsage;
+}
+
+int Run(const std::vector<std::string>& args) {
+  ParsedFlags flags;
+  size_t next = 0;
+  const FlagGroup* global_groups[] = {&kGlobalFlags};
+  if (absl::Status s =
+          ParseFlags(args, 0, global_groups, /*stop_at_positional=*/true, &flags, &next);
+      !s.ok()) {
+    return UsageFailure(std::string(s.message()), "run 'posenc --help' for usage");
+  }
+  if (next == args.size()) {
+    if (flags.Switch("help")) {
+      std::cout << MainHelp();
+      return EXIT_SUCCESS;
+    }
+    std::cerr << MainHelp();
+    return kExitUsage;
+  }
+  std::string name = args[next];
+  if (name == "help") {
+    if (next + 1 >= args.size()) {
+      std::cout << MainHelp();
+      return EXIT_SUCCESS;
+    }
+    name = args[next + 1];
+    flags.Set("help", true);
+    next = args.size() - 1;
+  }
+  const Command* command = nullptr;
+  for (const Command& c : Commands()) {
+    if (c.name == name) command = &c;
+  }
+  if (command == nullptr) {
+    return UsageFailure(absl::StrCat("unknown subcommand '", name, "'"),
+                        "run 'posenc --help' for the list of subcommands");
+  }
+  const std::string hint = absl::StrCat("run 'posenc ", name, " --help' for usage");
+
+  std::vector<const FlagGroup*> groups = {&kGlobalFlags};
+  groups.insert(groups.end(), command->flags.begin(), command->flags.end());
+  if (absl::Status s =
+          ParseFlags(args, next + 1, groups, /*stop_at_positional=*/false, &flags, nullptr);
+      !s.ok()) {
+    return UsageFailure(std::string(s.message()), hint);
+  }
+  if (flags.Switch("help")) {
+    std::cout << CommandHelp(*command);
+    return EXIT_SUCCESS;
+  }
+
+  client::ClientOptions options;
+  if (std::optional<std::string> timeout = flags.String("timeout")) {
+    std::optional<std::chrono::milliseconds> parsed = ParseTimeout(*timeout);
+    if (!parsed.has_value()) {
+      return UsageFailure(
+          absl::StrCat("--timeout expects a positive duration such as 30s or 500ms, got '",
+                       *timeout, "'"),
+          hint);
+    }
+    options.timeout = *parsed;
+  }
+  std::string server = kDefaultServer;
+  if (const char* env = std::getenv("POSENC_SERVER"); env != nullptr && *env != '\0') {
+    server = env;
+  }
+  server = flags.String("server").value_or(server);
+  const std::string format = flags.String("format").value_or("table");
+  const OutputFormat output_format = format == "json"   ? OutputFormat::kJson
+                                     : format == "none" ? OutputFormat::kNone
+                                                        : OutputFormat::kTable;
+
+  absl::StatusOr<std::unique_ptr<client::Client>> client = client::Client::Connect(server, options);
+  if (!client.ok()) {
+    return UsageFailure(std::string(client.status().message()), hint);
+  }
+  absl::StatusOr<CommandOutput> output = command->run(flags, **client);
+  if (!output.ok()) {
+    if (IsUsageError(output.status())) {
+      return UsageFailure(std::string(output.status().message()), hint);
+    }
+    std::cerr << "error: " << absl::StatusCodeToString(output.status().code()) << ": "
+              << output.status().message() << "\n";
+    return kExitFailure;
+  }
+  TableOptions table_options;
+  table_options.full = flags.Switch("full");
+  PrintOutput(*output, output_format, table_options, std::cout);
+  return output->exit_code;
+}
+
+}  // namespace
+}  // namespace posenc::cli
+
+int main(int argc, char** argv) {
+  return posenc::cli::Run(std::vector<std::string>(argv + 1, argv + argc));
+}

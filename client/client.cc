@@ -1,0 +1,353 @@
+#include "posenc/client.h"
+
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/channel_arguments.h>
+#include <grpcpp/support/status.h>
+
+#include <algorithm>
+#include <future>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "client/convert.h"
+#include "posenc/v1/posenc.grpc.pb.h"
+
+namespace posenc::client {
+namespace {
+
+// absl::StatusCode values are the gRPC codes; the cast below relies on it.
+static_assert(static_cast<int>(absl::StatusCode::kCancelled) == grpc::StatusCode::CANCELLED);
+static_assert(static_cast<int>(absl::StatusCode::kInvalidArgument) ==
+              grpc::StatusCode::INVALID_ARGUMENT);
+static_assert(static_cast<int>(absl::StatusCode::kDeadlineExceeded) ==
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+static_assert(static_cast<int>(absl::StatusCode::kOutOfRange) == grpc::StatusCode::OUT_OF_RANGE);
+static_assert(static_cast<int>(absl::StatusCode::kResourceExhausted) ==
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+static_assert(static_cast<int>(absl::StatusCode::kUnimplemented) ==
+              grpc::StatusCode::UNIMPLEMENTED);
+static_assert(static_cast<int>(absl::StatusCode::kUnavailable) == grpc::StatusCode::UNAVAILABLE);
+static_assert(static_cast<int>(absl::StatusCode::kUnauthenticated) ==
+              grpc::StatusCode::UNAUTHENTICATED);
+
+absl::Status ToAbsl(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+int ClampToInt(int64_t v) {
+  return static_cast<int>(std::clamp<int64_t>(v, 0, std::numeric_limits<int>::max()));
+}
+
+// The gRPC service config: load balancing and retries of UNAVAILABLE (every posenc RPC is
+// idempotent, so a retry is always safe).
+std::string ServiceConfigJson(const ClientOptions& options) {
+  std::string config = "{";
+  if (!options.load_balancing_policy.empty()) {
+    absl::StrAppend(&config, R"("loadBalancingConfig": [{")", options.load_balancing_policy,
+                    R"(": {}}])");
+  }
+  if (options.max_attempts > 1) {
+    if (config.size() > 1) config += ", ";
+    // gRPC caps maxAttempts at 5.
+    absl::StrAppend(&config,
+                    R"("methodConfig": [{"name": [{"service": "posenc.v1.PositionEncoding"}, )",
+                    R"({"service": "grpc.health.v1.Health"}], "retryPolicy": {"maxAttempts": )",
+                    std::min(options.max_attempts, 5),
+                    R"(, "initialBackoff": "0.1s", "maxBackoff": "2s", "backoffMultiplier": 2, )",
+                    R"("retryableStatusCodes": ["UNAVAILABLE"]}}])");
+  }
+  return config + "}";
+}
+
+// grpc.health.v1 without its generated code (Debian's gRPC packages do not ship health.proto):
+// the messages are tiny, so they are written and read here by hand.
+//   HealthCheckRequest  { string service = 1; }
+//   HealthCheckResponse { ServingStatus status = 1; }   (enum: varint)
+constexpr char kHealthCheckMethod[] = "/grpc.health.v1.Health/Check";
+
+void AppendVarint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+bool ReadVarint(std::string_view* in, uint64_t* v) {
+  *v = 0;
+  for (int shift = 0; shift < 64 && !in->empty(); shift += 7) {
+    const auto byte = static_cast<uint8_t>(in->front());
+    in->remove_prefix(1);
+    *v |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if ((byte & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+std::string EncodeHealthCheckRequest(const std::string& service) {
+  std::string out;
+  if (!service.empty()) {
+    out.push_back(0x0a);  // field 1, wire type 2 (length-delimited)
+    AppendVarint(service.size(), &out);
+    out += service;
+  }
+  return out;
+}
+
+absl::StatusOr<HealthStatus> DecodeHealthCheckResponse(std::string_view in) {
+  uint64_t status = 0;  // absent = UNKNOWN (proto3 default)
+  while (!in.empty()) {
+    uint64_t tag = 0;
+    if (!ReadVarint(&in, &tag)) break;
+    const uint64_t field = tag >> 3;
+    uint64_t value = 0;
+    switch (tag & 7) {
+      case 0:  // varint
+        if (!ReadVarint(&in, &value)) return absl::InternalError("malformed health response");
+        if (field == 1) status = value;
+        break;
+      case 1:  // fixed64
+        if (in.size() < 8) return absl::InternalError("malformed health response");
+        in.remove_prefix(8);
+        break;
+      case 2:  // length-delimited
+        if (!ReadVarint(&in, &value) || value > in.size()) {
+          return absl::InternalError("malformed health response");
+        }
+        in.remove_prefix(value);
+        break;
+      case 5:  // fixed32
+        if (in.size() < 4) return absl::InternalError("malformed health response");
+        in.remove_prefix(4);
+        break;
+      default:
+        return absl::InternalError("malformed health response");
+    }
+  }
+  if (status > static_cast<uint64_t>(HealthStatus::kServiceUnknown)) return HealthStatus::kUnknown;
+  return static_cast<HealthStatus>(status);
+}
+
+}  // namespace
+
+std::string_view HealthStatusName(HealthStatus status) {
+  switch (status) {
+    case HealthStatus::kUnknown:
+      return "UNKNOWN";
+    case HealthStatus::kServing:
+      return "SERVING";
+    case HealthStatus::kNotServing:
+      return "NOT_SERVING";
+    case HealthStatus::kServiceUnknown:
+      return "SERVICE_UNKNOWN";
+  }
+  return "UNKNOWN";
+}
+
+struct Client::Impl {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::PositionEncoding::Stub> stub;
+  std::unique_ptr<grpc::GenericStub> generic_stub;
+  std::chrono::milliseconds timeout;
+
+  Impl(std::shared_ptr<grpc::Channel> c, std::chrono::milliseconds t)
+      : channel(std::move(c)),
+        stub(v1::PositionEncoding::NewStub(channel)),
+        generic_stub(std::make_unique<grpc::GenericStub>(channel)),
+        timeout(t) {}
+
+  void PrepareContext(grpc::ClientContext* context) const {
+    context->set_deadline(std::chrono::system_clock::now() + timeout);
+  }
+
+  // One unary call through the generated stub, e.g. Call(&Stub::RopeCache, request, &response).
+  template <typename Request, typename Response>
+  absl::Status Call(grpc::Status (v1::PositionEncoding::Stub::*method)(grpc::ClientContext*,
+                                                                       const Request&, Response*),
+                    const Request& request, Response* response) const {
+    grpc::ClientContext context;
+    PrepareContext(&context);
+    return ToAbsl((stub.get()->*method)(&context, request, response));
+  }
+};
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& target,
+                                                        const ClientOptions& options) {
+  if (target.empty()) return absl::InvalidArgumentError("target: must not be empty");
+  if (options.timeout.count() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("timeout: must be positive, got ", options.timeout.count(), "ms"));
+  }
+  if (options.max_message_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_message_bytes: must be positive, got ", options.max_message_bytes));
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(ClampToInt(options.max_message_bytes));
+  args.SetMaxSendMessageSize(ClampToInt(options.max_message_bytes));
+  args.SetServiceConfigJSON(ServiceConfigJson(options));
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  if (options.use_tls) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options.tls_root_certs;
+    ssl.pem_private_key = options.tls_client_key;
+    ssl.pem_cert_chain = options.tls_client_cert;
+    credentials = grpc::SslCredentials(ssl);
+  } else {
+    credentials = grpc::InsecureChannelCredentials();
+  }
+  return FromChannel(grpc::CreateCustomChannel(target, credentials, args), options);
+}
+
+std::unique_ptr<Client> Client::FromChannel(std::shared_ptr<grpc::Channel> channel,
+                                            const ClientOptions& options) {
+  return std::unique_ptr<Client>(
+      new Client(std::make_unique<Impl>(std::move(channel), options.timeout)));
+}
+
+std::shared_ptr<grpc::Channel> Client::channel() const { return impl_->channel; }
+
+absl::StatusOr<Tensor> Client::Sinusoidal(const SinusoidalOptions& options) const {
+  absl::StatusOr<v1::SinusoidalRequest> request = internal::ToRequest(options);
+  if (!request.ok()) return request.status();
+  v1::SinusoidalResponse response;
+  absl::Status s = impl_->Call(&v1::PositionEncoding::Stub::Sinusoidal, *request, &response);
+  if (!s.ok()) return s;
+  return internal::FromProto(std::move(*response.mutable_table()), "table");
+}
+
+absl::StatusOr<Tensor> Client::AddPositionEncoding(
+    const AddPositionEncodingOptions& options) const {
+  absl::StatusOr<v1::AddPositionEncodingRequest> request = internal::ToRequest(options);
+  if (!request.ok()) return request.status();
+  v1::AddPositionEncodingResponse response;
+  absl::Status s =
+      impl_->Call(&v1::PositionEncoding::Stub::AddPositionEncoding, *request, &response);
+  if (!s.ok()) return s;
+  return internal::FromProto(std::move(*response.mutable_y()), "y");
+}
+
+absl::StatusOr<RopeCacheResult> Client::RopeCache(const RopeCacheOptions& options) const {
+  absl::StatusOr<v1::RopeCacheRequest> request = internal::ToRequest(options);
+  if (!request.ok()) return request.status();
+  v1::RopeCacheResponse response;
+  absl::Status s = impl_->Call(&v1::PositionEncoding::Stub::RopeCache, *request, &response);
+  if (!s.ok()) return s;
+  RopeCacheResult result;
+  absl::StatusOr<Tensor> cos = internal::FromProto(std::move(*response.mutable_cos()), "cos");
+  if (!cos.ok()) return cos.status();
+  absl::StatusOr<Tensor> sin = internal::FromProto(std::move(*response.mutable_sin()), "sin");
+  if (!sin.ok()) return sin.status();
+  result.cos = *std::move(cos);
+  result.sin = *std::move(sin);
+  result.derived = internal::FromProto(response.derived());
+  return result;
+}
+
+absl::StatusOr<ApplyRopeResult> Client::ApplyRope(const ApplyRopeOptions& options) const {
+  absl::StatusOr<v1::ApplyRopeRequest> request = internal::ToRequest(options);
+  if (!request.ok()) return request.status();
+  v1::ApplyRopeResponse response;
+  absl::Status s = impl_->Call(&v1::PositionEncoding::Stub::ApplyRope, *request, &response);
+  if (!s.ok()) return s;
+  ApplyRopeResult result;
+  absl::StatusOr<Tensor> q = internal::FromProto(std::move(*response.mutable_q()), "q");
+  if (!q.ok()) return q.status();
+  result.q = *std::move(q);
+  if (response.has_k()) {
+    absl::StatusOr<Tensor> k = internal::FromProto(std::move(*response.mutable_k()), "k");
+    if (!k.ok()) return k.status();
+    result.k = *std::move(k);
+  }
+  result.derived = internal::FromProto(response.derived());
+  return result;
+}
+
+absl::StatusOr<Tensor> Client::AlibiSlopes(const AlibiSlopesOptions& options) const {
+  absl::StatusOr<v1::AlibiSlopesRequest> request = internal::ToRequest(options);
+  if (!request.ok()) return request.status();
+  v1::AlibiSlopesResponse response;
+  absl::Status s = impl_->Call(&v1::PositionEncoding::Stub::AlibiSlopes, *request, &response);
+  if (!s.ok()) return s;
+  return internal::FromProto(std::move(*response.mutable_slopes()), "slopes");
+}
+
+absl::StatusOr<AlibiBiasResult> Client::AlibiBias(const AlibiBiasOptions& options) const {
+  absl::StatusOr<v1::AlibiBiasRequest> request = internal::ToRequest(options);
+  if (!request.ok()) return request.status();
+  v1::AlibiBiasResponse response;
+  absl::Status s = impl_->Call(&v1::PositionEncoding::Stub::AlibiBias, *request, &response);
+  if (!s.ok()) return s;
+  AlibiBiasResult result;
+  absl::StatusOr<Tensor> bias = internal::FromProto(std::move(*response.mutable_bias()), "bias");
+  if (!bias.ok()) return bias.status();
+  absl::StatusOr<Tensor> slopes =
+      internal::FromProto(std::move(*response.mutable_slopes()), "slopes");
+  if (!slopes.ok()) return slopes.status();
+  result.bias = *std::move(bias);
+  result.slopes = *std::move(slopes);
+  return result;
+}
+
+absl::StatusOr<Tensor> Client::RelativeBias(const RelativeBiasOptions& options) const {
+  absl::StatusOr<v1::RelativeBiasRequest> request = internal::ToRequest(options);
+  if (!request.ok()) return request.status();
+  v1::RelativeBiasResponse response;
+  absl::Status s = impl_->Call(&v1::PositionEncoding::Stub::RelativeBias, *request, &response);
+  if (!s.ok()) return s;
+  return internal::FromProto(std::move(*response.mutable_bias()), "bias");
+}
+
+absl::StatusOr<Tensor> Client::RelativeEmbedding(const RelativeEmbeddingOptions& options) const {
+  absl::StatusOr<v1::RelativeEmbeddingRequest> request = internal::ToRequest(options);
+  if (!request.ok()) return request.status();
+  v1::RelativeEmbeddingResponse response;
+  absl::Status s = impl_->Call(&v1::PositionEncoding::Stub::RelativeEmbedding, *request, &response);
+  if (!s.ok()) return s;
+  return internal::FromProto(std::move(*response.mutable_embeddings()), "embeddings");
+}
+
+absl::StatusOr<ServerInfo> Client::GetServerInfo() const {
+  v1::GetServerInfoResponse response;
+  absl::Status s = impl_->Call(&v1::PositionEncoding::Stub::GetServerInfo,
+                               v1::GetServerInfoRequest(), &response);
+  if (!s.ok()) return s;
+  return internal::FromProto(response);
+}
+
+absl::StatusOr<HealthStatus> Client::Health(const std::string& service) const {
+  const std::string request_bytes = EncodeHealthCheckRequest(service);
+  grpc::Slice slice(request_bytes);
+  const grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  grpc::ClientContext context;
+  impl_->PrepareContext(&context);
+  std::promise<grpc::Status> done;
+  impl_->generic_stub->UnaryCall(&context, kHealthCheckMethod, grpc::StubOptions(), &request,
+                                 &response,
+                                 [&done](grpc::Status status) { done.set_value(status); });
+  const grpc::Status status = done.get_future().get();
+  if (!status.ok()) return ToAbsl(status);
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) return absl::InternalError("unreadable health response");
+  std::string bytes;
+  for (const grpc::Slice& s : slices) {
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return DecodeHealthCheckResponse(bytes);
+}
+
+}  // namespace posenc::client

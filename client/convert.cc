@@ -1,0 +1,333 @@
+#include "client/convert.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace posenc::client::internal {
+namespace {
+
+// The public enums mirror the wire enums value for value (kUnspecified is 0), so they convert by
+// a cast; these asserts keep the two in step.
+static_assert(static_cast<int>(SinusoidalLayout::kConcat) == v1::SINUSOIDAL_LAYOUT_CONCAT);
+static_assert(static_cast<int>(FreqScheme::kT2t) == v1::FREQ_SCHEME_T2T);
+static_assert(static_cast<int>(Combine::kConcat) == v1::COMBINE_CONCAT);
+static_assert(static_cast<int>(RopeStyle::kGptj) == v1::ROPE_STYLE_GPTJ);
+static_assert(static_cast<int>(RopeScalingType::kLongrope) == v1::ROPE_SCALING_LONGROPE);
+static_assert(static_cast<int>(MropeLayout::kInterleaved) == v1::MROPE_LAYOUT_INTERLEAVED);
+static_assert(static_cast<int>(RopeCacheLayout::kGptj) == v1::ROPE_CACHE_LAYOUT_GPTJ);
+static_assert(static_cast<int>(TensorLayout::kTHD) == v1::TENSOR_LAYOUT_THD);
+static_assert(static_cast<int>(AlibiMode::kBloom) == v1::ALIBI_MODE_BLOOM);
+static_assert(static_cast<int>(FutureMode::kLinear) == v1::FUTURE_MODE_LINEAR);
+static_assert(static_cast<int>(BiasForm::kBuckets) == v1::BIAS_FORM_BUCKETS);
+
+// Sets a proto3 `optional` field only when the client value is present.
+template <typename Message, typename Arg, typename T>
+void SetIf(Message* message, void (Message::*setter)(Arg), const std::optional<T>& value) {
+  if (value.has_value()) (message->*setter)(*value);
+}
+
+}  // namespace
+
+v1::DType ToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return v1::DTYPE_FLOAT32;
+    case DType::kFloat16:
+      return v1::DTYPE_FLOAT16;
+    case DType::kBFloat16:
+      return v1::DTYPE_BFLOAT16;
+    case DType::kFloat64:
+      return v1::DTYPE_FLOAT64;
+    case DType::kInt32:
+      return v1::DTYPE_INT32;
+    case DType::kInt64:
+      return v1::DTYPE_INT64;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+absl::StatusOr<DType> FromProto(v1::DType dtype, absl::string_view field) {
+  switch (dtype) {
+    case v1::DTYPE_FLOAT32:
+      return DType::kFloat32;
+    case v1::DTYPE_FLOAT16:
+      return DType::kFloat16;
+    case v1::DTYPE_BFLOAT16:
+      return DType::kBFloat16;
+    case v1::DTYPE_FLOAT64:
+      return DType::kFloat64;
+    case v1::DTYPE_INT32:
+      return DType::kInt32;
+    case v1::DTYPE_INT64:
+      return DType::kInt64;
+    default:
+      break;
+  }
+  return absl::InternalError(
+      absl::StrCat("server sent ", field, " with unknown dtype ", static_cast<int>(dtype)));
+}
+
+absl::Status ToProto(const Tensor& tensor, absl::string_view field, v1::Tensor* out) {
+  if (absl::Status s = tensor.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", s.message()));
+  }
+  out->set_dtype(ToProto(tensor.dtype));
+  out->mutable_shape()->Assign(tensor.shape.begin(), tensor.shape.end());
+  out->set_data(tensor.data);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> FromProto(v1::Tensor&& tensor, absl::string_view field) {
+  absl::StatusOr<DType> dtype = FromProto(tensor.dtype(), field);
+  if (!dtype.ok()) return dtype.status();
+  Tensor out;
+  out.dtype = *dtype;
+  out.shape.assign(tensor.shape().begin(), tensor.shape().end());
+  out.data = std::move(*tensor.mutable_data());
+  if (absl::Status s = out.Validate(); !s.ok()) {
+    return absl::InternalError(
+        absl::StrCat("server sent an inconsistent ", field, ": ", s.message()));
+  }
+  return out;
+}
+
+absl::StatusOr<Tensor> FromProto(const v1::Tensor& tensor, absl::string_view field) {
+  return FromProto(v1::Tensor(tensor), field);
+}
+
+absl::Status ToProto(const Positions& positions, v1::Positions* out) {
+  switch (positions.kind) {
+    case Positions::Kind::kDefault:
+      return absl::OkStatus();
+    case Positions::Kind::kRange:
+      out->mutable_range()->set_start(positions.start);
+      out->mutable_range()->set_count(positions.count);
+      return absl::OkStatus();
+    case Positions::Kind::kOffsets:
+      out->mutable_offsets()->mutable_offsets()->Assign(positions.offsets.begin(),
+                                                        positions.offsets.end());
+      return absl::OkStatus();
+    case Positions::Kind::kIds:
+      return ToProto(positions.tensor, "positions.ids", out->mutable_ids());
+    case Positions::Kind::kCuSeqlens: {
+      v1::CuSeqlens* cu = out->mutable_cu_seqlens();
+      cu->mutable_cu_seqlens()->Assign(positions.cu_seqlens.begin(), positions.cu_seqlens.end());
+      cu->mutable_offsets()->Assign(positions.offsets.begin(), positions.offsets.end());
+      return absl::OkStatus();
+    }
+    case Positions::Kind::kAttentionMask:
+      return ToProto(positions.tensor, "positions.attention_mask", out->mutable_attention_mask());
+  }
+  return absl::InvalidArgumentError("positions: unknown kind");
+}
+
+void ToProto(const SinusoidalParams& params, v1::SinusoidalParams* out) {
+  out->set_dim(params.dim);
+  SetIf(out, &v1::SinusoidalParams::set_base, params.base);
+  out->set_layout(static_cast<v1::SinusoidalLayout>(params.layout));
+  out->set_freq_scheme(static_cast<v1::FreqScheme>(params.freq_scheme));
+}
+
+void ToProto(const RopeConfig& config, v1::RopeConfig* out) {
+  out->set_head_dim(config.head_dim);
+  SetIf(out, &v1::RopeConfig::set_rotary_dim, config.rotary_dim);
+  SetIf(out, &v1::RopeConfig::set_base, config.base);
+  out->set_style(static_cast<v1::RopeStyle>(config.style));
+
+  const RopeScaling& s = config.scaling;
+  v1::RopeScaling* scaling = out->mutable_scaling();
+  scaling->set_type(static_cast<v1::RopeScalingType>(s.type));
+  SetIf(scaling, &v1::RopeScaling::set_factor, s.factor);
+  SetIf(scaling, &v1::RopeScaling::set_original_max_position_embeddings,
+        s.original_max_position_embeddings);
+  SetIf(scaling, &v1::RopeScaling::set_beta_fast, s.beta_fast);
+  SetIf(scaling, &v1::RopeScaling::set_beta_slow, s.beta_slow);
+  SetIf(scaling, &v1::RopeScaling::set_truncate, s.truncate);
+  SetIf(scaling, &v1::RopeScaling::set_mscale, s.mscale);
+  SetIf(scaling, &v1::RopeScaling::set_mscale_all_dim, s.mscale_all_dim);
+  SetIf(scaling, &v1::RopeScaling::set_attention_factor, s.attention_factor);
+  SetIf(scaling, &v1::RopeScaling::set_low_freq_factor, s.low_freq_factor);
+  SetIf(scaling, &v1::RopeScaling::set_high_freq_factor, s.high_freq_factor);
+  scaling->mutable_long_factor()->Assign(s.long_factor.begin(), s.long_factor.end());
+  scaling->mutable_short_factor()->Assign(s.short_factor.begin(), s.short_factor.end());
+  // An all-default scaling is the same as an absent one on the wire; keep the request minimal.
+  if (scaling->ByteSizeLong() == 0) out->clear_scaling();
+
+  SetIf(out, &v1::RopeConfig::set_max_position_embeddings, config.max_position_embeddings);
+  out->mutable_mrope_section()->Assign(config.mrope_section.begin(), config.mrope_section.end());
+  out->set_mrope_layout(static_cast<v1::MropeLayout>(config.mrope_layout));
+  out->set_inverse(config.inverse);
+  SetIf(out, &v1::RopeConfig::set_apply_attention_factor, config.apply_attention_factor);
+  SetIf(out, &v1::RopeConfig::set_seq_len, config.seq_len);
+  out->set_hf_config_json(config.hf_config_json);
+  out->set_layer_type(config.layer_type);
+}
+
+RopeDerived FromProto(const v1::RopeDerived& derived) {
+  RopeDerived out;
+  out.head_dim = derived.head_dim();
+  out.rotary_dim = derived.rotary_dim();
+  out.style = static_cast<RopeStyle>(derived.style());
+  out.scaling_type = static_cast<RopeScalingType>(derived.scaling_type());
+  out.effective_base = derived.effective_base();
+  out.attention_factor = derived.attention_factor();
+  out.attention_factor_applied = derived.attention_factor_applied();
+  out.inv_freq.assign(derived.inv_freq().begin(), derived.inv_freq().end());
+  out.seq_len = derived.seq_len();
+  out.yarn_low = derived.yarn_low();
+  out.yarn_high = derived.yarn_high();
+  out.longrope_long_factors = derived.longrope_long_factors();
+  out.factor = derived.factor();
+  return out;
+}
+
+absl::StatusOr<v1::SinusoidalRequest> ToRequest(const SinusoidalOptions& options) {
+  v1::SinusoidalRequest request;
+  if (absl::Status s = ToProto(options.positions, request.mutable_positions()); !s.ok()) return s;
+  ToProto(options.params, request.mutable_params());
+  if (options.output_dtype.has_value()) request.set_output_dtype(ToProto(*options.output_dtype));
+  return request;
+}
+
+absl::StatusOr<v1::AddPositionEncodingRequest> ToRequest(
+    const AddPositionEncodingOptions& options) {
+  v1::AddPositionEncodingRequest request;
+  if (absl::Status s = ToProto(options.x, "x", request.mutable_x()); !s.ok()) return s;
+  if (absl::Status s = ToProto(options.positions, request.mutable_positions()); !s.ok()) return s;
+  if (options.sinusoidal.has_value() && options.learned.has_value()) {
+    return absl::InvalidArgumentError("source: set either sinusoidal or learned, not both");
+  }
+  if (options.sinusoidal.has_value()) {
+    ToProto(*options.sinusoidal, request.mutable_sinusoidal());
+  } else if (options.learned.has_value()) {
+    const LearnedTable& table = *options.learned;
+    v1::LearnedTable* learned = request.mutable_learned();
+    if (table.table_inline.has_value() && !table.table_name.empty()) {
+      return absl::InvalidArgumentError("learned: set either table_inline or table_name, not both");
+    }
+    if (table.table_inline.has_value()) {
+      absl::Status s =
+          ToProto(*table.table_inline, "learned.table_inline", learned->mutable_table_inline());
+      if (!s.ok()) return s;
+    } else {
+      learned->set_table_name(table.table_name);
+    }
+    learned->set_table_offset(table.table_offset);
+  }
+  request.set_combine(static_cast<v1::Combine>(options.combine));
+  SetIf(&request, &v1::AddPositionEncodingRequest::set_scale, options.scale);
+  SetIf(&request, &v1::AddPositionEncodingRequest::set_padding_idx, options.padding_idx);
+  return request;
+}
+
+absl::StatusOr<v1::RopeCacheRequest> ToRequest(const RopeCacheOptions& options) {
+  v1::RopeCacheRequest request;
+  if (absl::Status s = ToProto(options.positions, request.mutable_positions()); !s.ok()) return s;
+  ToProto(options.config, request.mutable_config());
+  if (options.output_dtype.has_value()) request.set_output_dtype(ToProto(*options.output_dtype));
+  request.set_layout(static_cast<v1::RopeCacheLayout>(options.layout));
+  return request;
+}
+
+absl::StatusOr<v1::ApplyRopeRequest> ToRequest(const ApplyRopeOptions& options) {
+  v1::ApplyRopeRequest request;
+  if (absl::Status s = ToProto(options.q, "q", request.mutable_q()); !s.ok()) return s;
+  if (options.k.has_value()) {
+    if (absl::Status s = ToProto(*options.k, "k", request.mutable_k()); !s.ok()) return s;
+  }
+  if (absl::Status s = ToProto(options.positions, request.mutable_positions()); !s.ok()) return s;
+  ToProto(options.config, request.mutable_config());
+  request.set_layout(static_cast<v1::TensorLayout>(options.layout));
+  return request;
+}
+
+absl::StatusOr<v1::AlibiSlopesRequest> ToRequest(const AlibiSlopesOptions& options) {
+  v1::AlibiSlopesRequest request;
+  request.set_num_heads(options.num_heads);
+  SetIf(&request, &v1::AlibiSlopesRequest::set_max_bias, options.max_bias);
+  if (options.output_dtype.has_value()) request.set_output_dtype(ToProto(*options.output_dtype));
+  return request;
+}
+
+absl::StatusOr<v1::AlibiBiasRequest> ToRequest(const AlibiBiasOptions& options) {
+  v1::AlibiBiasRequest request;
+  request.set_num_heads(options.num_heads);
+  request.set_q_len(options.q_len);
+  request.set_k_len(options.k_len);
+  SetIf(&request, &v1::AlibiBiasRequest::set_query_offset, options.query_offset);
+  request.set_mode(static_cast<v1::AlibiMode>(options.mode));
+  request.set_future(static_cast<v1::FutureMode>(options.future));
+  SetIf(&request, &v1::AlibiBiasRequest::set_max_bias, options.max_bias);
+  request.set_form(static_cast<v1::BiasForm>(options.form));
+  if (options.attention_mask.has_value()) {
+    absl::Status s =
+        ToProto(*options.attention_mask, "attention_mask", request.mutable_attention_mask());
+    if (!s.ok()) return s;
+  }
+  if (options.output_dtype.has_value()) request.set_output_dtype(ToProto(*options.output_dtype));
+  return request;
+}
+
+absl::StatusOr<v1::RelativeBiasRequest> ToRequest(const RelativeBiasOptions& options) {
+  v1::RelativeBiasRequest request;
+  request.set_q_len(options.q_len);
+  request.set_k_len(options.k_len);
+  SetIf(&request, &v1::RelativeBiasRequest::set_query_offset, options.query_offset);
+  SetIf(&request, &v1::RelativeBiasRequest::set_key_offset, options.key_offset);
+  SetIf(&request, &v1::RelativeBiasRequest::set_bidirectional, options.bidirectional);
+  SetIf(&request, &v1::RelativeBiasRequest::set_num_buckets, options.num_buckets);
+  SetIf(&request, &v1::RelativeBiasRequest::set_max_distance, options.max_distance);
+  if (options.table_inline.has_value() && !options.table_name.empty()) {
+    return absl::InvalidArgumentError("table: set either table_inline or table_name, not both");
+  }
+  if (options.table_inline.has_value()) {
+    absl::Status s = ToProto(*options.table_inline, "table_inline", request.mutable_table_inline());
+    if (!s.ok()) return s;
+  } else if (!options.table_name.empty()) {
+    request.set_table_name(options.table_name);
+  }
+  request.set_form(static_cast<v1::BiasForm>(options.form));
+  if (options.output_dtype.has_value()) request.set_output_dtype(ToProto(*options.output_dtype));
+  return request;
+}
+
+absl::StatusOr<v1::RelativeEmbeddingRequest> ToRequest(const RelativeEmbeddingOptions& options) {
+  v1::RelativeEmbeddingRequest request;
+  request.set_q_len(options.q_len);
+  request.set_k_len(options.k_len);
+  request.set_max_relative(options.max_relative);
+  if (options.table_inline.has_value() && !options.table_name.empty()) {
+    return absl::InvalidArgumentError("table: set either table_inline or table_name, not both");
+  }
+  if (options.table_inline.has_value()) {
+    absl::Status s = ToProto(*options.table_inline, "table_inline", request.mutable_table_inline());
+    if (!s.ok()) return s;
+  } else if (!options.table_name.empty()) {
+    request.set_table_name(options.table_name);
+  }
+  SetIf(&request, &v1::RelativeEmbeddingRequest::set_query_offset, options.query_offset);
+  SetIf(&request, &v1::RelativeEmbeddingRequest::set_key_offset, options.key_offset);
+  if (options.output_dtype.has_value()) request.set_output_dtype(ToProto(*options.output_dtype));
+  return request;
+}
+
+absl::StatusOr<ServerInfo> FromProto(const v1::GetServerInfoResponse& response) {
+  ServerInfo info;
+  info.version = response.version();
+  info.build = response.build();
+  for (const v1::BackendInfo& b : response.backends()) {
+    info.backends.push_back({b.name(), b.detail(), b.is_default()});
+  }
+  info.max_message_bytes = response.limits().max_message_bytes();
+  info.max_output_elements = response.limits().max_output_elements();
+  for (const v1::TableInfo& t : response.tables()) {
+    absl::StatusOr<DType> dtype = FromProto(t.dtype(), absl::StrCat("table ", t.name()));
+    if (!dtype.ok()) return dtype.status();
+    info.tables.push_back({t.name(), *dtype, {t.shape().begin(), t.shape().end()}});
+  }
+  return info;
+}
+
+}  // namespace posenc::client::internal

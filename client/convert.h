@@ -1,0 +1,48 @@
+// Conversions between the public client types (posenc/client.h) and the generated posenc.v1
+// messages. Private to the client library: nothing outside client/*.cc includes this header.
+//
+// To-proto conversions check what the wire cannot express (e.g. an inconsistent Tensor, both
+// sources of AddPositionEncoding set) and return INVALID_ARGUMENT naming the field; everything
+// else is left to the server, which validates every request.
+//
+// Thread-safety: pure functions, thread-safe.
+#ifndef POSENC_CLIENT_CONVERT_H_
+#define POSENC_CLIENT_CONVERT_H_
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "posenc/client.h"
+#include "posenc/v1/posenc.pb.h"
+
+namespace posenc::client::internal {
+
+v1::DType ToProto(DType dtype);
+absl::StatusOr<DType> FromProto(v1::DType dtype, absl::string_view field);
+
+// `field` names the tensor in error messages ("q", "positions.ids", ...).
+absl::Status ToProto(const Tensor& tensor, absl::string_view field, v1::Tensor* out);
+absl::StatusOr<Tensor> FromProto(const v1::Tensor& tensor, absl::string_view field);
+// Moves the bytes out of `tensor` (responses are consumed once).
+absl::StatusOr<Tensor> FromProto(v1::Tensor&& tensor, absl::string_view field);
+
+// Leaves `out` untouched for Kind::kDefault (the message stays absent).
+absl::Status ToProto(const Positions& positions, v1::Positions* out);
+void ToProto(const SinusoidalParams& params, v1::SinusoidalParams* out);
+void ToProto(const RopeConfig& config, v1::RopeConfig* out);
+RopeDerived FromProto(const v1::RopeDerived& derived);
+
+absl::StatusOr<v1::SinusoidalRequest> ToRequest(const SinusoidalOptions& options);
+absl::StatusOr<v1::AddPositionEncodingRequest> ToRequest(const AddPositionEncodingOptions& options);
+absl::StatusOr<v1::RopeCacheRequest> ToRequest(const RopeCacheOptions& options);
+absl::StatusOr<v1::ApplyRopeRequest> ToRequest(const ApplyRopeOptions& options);
+absl::StatusOr<v1::AlibiSlopesRequest> ToRequest(const AlibiSlopesOptions& options);
+absl::StatusOr<v1::AlibiBiasRequest> ToRequest(const AlibiBiasOptions& options);
+absl::StatusOr<v1::RelativeBiasRequest> ToRequest(const RelativeBiasOptions& options);
+absl::StatusOr<v1::RelativeEmbeddingRequest> ToRequest(const RelativeEmbeddingOptions& options);
+
+absl::StatusOr<ServerInfo> FromProto(const v1::GetServerInfoResponse& response);
+
+}  // namespace posenc::client::internal
+
+#endif  // POSENC_CLIENT_CONVERT_H_

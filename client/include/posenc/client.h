@@ -1,0 +1,371 @@
+// posenc::client::Client: the C++ client of the posenc position-encoding service.
+//
+// One method per RPC of `posenc.v1.PositionEncoding` (proto/posenc/v1/posenc.proto is the
+// reference for every field; SPEC.md §2 for every formula), plus the standard gRPC health check.
+// The types here mirror the wire messages in plain C++ (no generated protobuf types): an
+// `std::optional` field is a proto3 `optional` field (nullopt = the documented default), and
+// enum value kUnspecified selects the documented default as on the wire.
+//
+// Every call is synchronous, applies the client's deadline (ClientOptions::timeout) and returns
+// the server's status unchanged: the absl::StatusCode equals the gRPC code and the message is the
+// server's (INVALID_ARGUMENT names the field, expected and received). A failure to reach the
+// server is UNAVAILABLE; a passed deadline DEADLINE_EXCEEDED. Local checks that fail before
+// anything is sent (e.g. an inconsistent Tensor) are INVALID_ARGUMENT.
+//
+//   auto client = posenc::client::Client::Connect("localhost:50051", {});
+//   if (!client.ok()) return client.status();
+//   posenc::client::RopeCacheOptions options;
+//   options.positions = posenc::client::Positions::Range(0, 4096);
+//   options.config.head_dim = 128;
+//   absl::StatusOr<posenc::client::RopeCacheResult> cache = (*client)->RopeCache(options);
+//
+// Thread-safety: a Client is thread-safe; one instance may be shared by any number of threads
+// (all calls share one gRPC channel, which multiplexes them).
+#ifndef POSENC_CLIENT_CLIENT_H_
+#define POSENC_CLIENT_CLIENT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "posenc/tensor.h"
+
+namespace grpc {
+class Channel;
+}  // namespace grpc
+
+namespace posenc::client {
+
+// ---------------------------------------------------------------------------------------------
+// Positions (posenc.v1.Positions): where each token sits. Build one with the factories.
+// ---------------------------------------------------------------------------------------------
+struct Positions {
+  enum class Kind { kDefault, kRange, kOffsets, kIds, kCuSeqlens, kAttentionMask };
+  Kind kind = Kind::kDefault;
+  int64_t start = 0;                // kRange
+  int64_t count = 0;                // kRange
+  std::vector<int64_t> offsets;     // kOffsets; kCuSeqlens (per-sequence start, may be empty)
+  std::vector<int64_t> cu_seqlens;  // kCuSeqlens
+  Tensor tensor;                    // kIds (INT32/INT64 ids), kAttentionMask (INT32/INT64 1/0)
+
+  // Absent on the wire: ops with a sequence axis use 0 .. seq_len-1 for every sequence.
+  static Positions Default();
+  // start, start+1, ..., start+count-1. In [batch, seq] ops count must be the sequence length
+  // or 0 (= the sequence length).
+  static Positions Range(int64_t start, int64_t count);
+  // Token t of sequence b sits at offsets[b] + t.
+  static Positions Offsets(std::vector<int64_t> offsets);
+  // Explicit INT64 ids of the given shape ([S], [B,S], [T], any shape for tables, [3, ...] for
+  // M-RoPE). An empty shape means [ids.size()].
+  static Positions Ids(std::vector<int64_t> ids, std::vector<int64_t> shape = {});
+  // Explicit ids already in a Tensor (INT32 or INT64).
+  static Positions Ids(Tensor ids);
+  // Packed sequences: sequence i holds tokens cu_seqlens[i] .. cu_seqlens[i+1]-1 and its
+  // positions restart at offsets[i] (0 when `offsets` is empty).
+  static Positions CuSeqlens(std::vector<int64_t> cu_seqlens, std::vector<int64_t> offsets = {});
+  // INT64 [B,S] mask, 1 = real token, 0 = padding; a real token's position is the number of real
+  // tokens before it in its row. An empty shape means [1, mask.size()].
+  static Positions AttentionMask(std::vector<int64_t> mask, std::vector<int64_t> shape = {});
+};
+
+// ---------------------------------------------------------------------------------------------
+// Sinusoidal and learned absolute encodings.
+// ---------------------------------------------------------------------------------------------
+enum class SinusoidalLayout { kUnspecified, kInterleaved, kConcat };  // default INTERLEAVED
+enum class FreqScheme { kUnspecified, kVaswani, kT2t };  // default VASWANI/INTERLEAVED, T2T/CONCAT
+
+struct SinusoidalParams {
+  int64_t dim = 0;             // D; 0 in AddPositionEncoding (ADD) means the width of x
+  std::optional<double> base;  // default 10000
+  SinusoidalLayout layout = SinusoidalLayout::kUnspecified;
+  FreqScheme freq_scheme = FreqScheme::kUnspecified;
+};
+
+// Sinusoidal: the table PE[positions, D] (SinusoidalRequest).
+struct SinusoidalOptions {
+  Positions positions;  // range, ids, cu_seqlens or attention_mask
+  SinusoidalParams params;
+  std::optional<DType> output_dtype;  // a float dtype; default FLOAT32
+};
+
+// A learned table E[max_pos, D]: inline (`table_inline`) or by name (`table_name`, a table the
+// server loaded at start-up); exactly one of the two.
+struct LearnedTable {
+  std::optional<Tensor> table_inline;
+  std::string table_name;
+  int64_t table_offset = 0;  // position p reads row p + table_offset
+};
+
+enum class Combine { kUnspecified, kAdd, kConcat };  // default ADD
+
+// AddPositionEncoding: y = x*scale + PE (ADD) or [x*scale ; PE] (CONCAT). Exactly one of
+// `sinusoidal` and `learned` must be set.
+struct AddPositionEncodingOptions {
+  Tensor x;             // float [B, T, D] or [T, D]
+  Positions positions;  // default 0 .. T-1 in every row
+  std::optional<SinusoidalParams> sinusoidal;
+  std::optional<LearnedTable> learned;
+  Combine combine = Combine::kUnspecified;
+  std::optional<double> scale;         // default 1
+  std::optional<int64_t> padding_idx;  // fairseq, sinusoidal sources only
+};
+
+// ---------------------------------------------------------------------------------------------
+// Rotary position embedding.
+// ---------------------------------------------------------------------------------------------
+enum class RopeStyle { kUnspecified, kNeox, kGptj };  // default NEOX
+enum class RopeScalingType {
+  kUnspecified,  // DEFAULT
+  kDefault,
+  kLinear,
+  kNtk,
+  kDynamic,
+  kYarn,
+  kLlama3,
+  kLongrope,
+};
+
+// Scaling parameters; each type reads only its own fields (SPEC §2.2).
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kUnspecified;
+  std::optional<double> factor;
+  std::optional<int64_t> original_max_position_embeddings;
+  std::optional<double> beta_fast;
+  std::optional<double> beta_slow;
+  std::optional<bool> truncate;
+  std::optional<double> mscale;
+  std::optional<double> mscale_all_dim;
+  std::optional<double> attention_factor;
+  std::optional<double> low_freq_factor;
+  std::optional<double> high_freq_factor;
+  std::vector<double> long_factor;
+  std::vector<double> short_factor;
+};
+
+enum class MropeLayout { kUnspecified, kContiguous, kInterleaved };  // default CONTIGUOUS
+
+// A rotary configuration: the explicit fields, or the text of a Hugging Face config.json in
+// `hf_config_json` (then head_dim, rotary_dim, base, scaling, max_position_embeddings and
+// mrope_section stay unset).
+struct RopeConfig {
+  int64_t head_dim = 0;  // ApplyRope: 0 = last dim of q; RopeCache: required without hf config
+  std::optional<int64_t> rotary_dim;  // d, even, <= head_dim; default head_dim
+  std::optional<double> base;         // default 10000
+  RopeStyle style = RopeStyle::kUnspecified;
+  RopeScaling scaling;
+  std::optional<int64_t> max_position_embeddings;
+  std::vector<int64_t> mrope_section;  // [s_t, s_h, s_w], sum d/2; positions then ids [3, ...]
+  MropeLayout mrope_layout = MropeLayout::kUnspecified;
+  bool inverse = false;                        // rotate by -theta and divide by m
+  std::optional<bool> apply_attention_factor;  // default true
+  std::optional<int64_t> seq_len;              // dynamic/longrope; default: largest position + 1
+  std::string hf_config_json;
+  std::string layer_type;
+};
+
+// The values the server derived from a RopeConfig.
+struct RopeDerived {
+  int64_t head_dim = 0;
+  int64_t rotary_dim = 0;
+  RopeStyle style = RopeStyle::kUnspecified;
+  RopeScalingType scaling_type = RopeScalingType::kUnspecified;
+  double effective_base = 0;
+  double attention_factor = 1;
+  bool attention_factor_applied = true;
+  std::vector<double> inv_freq;  // omega_j, j = 0 .. d/2-1
+  int64_t seq_len = 0;
+  double yarn_low = 0;
+  double yarn_high = 0;
+  bool longrope_long_factors = false;
+  double factor = 1;
+};
+
+enum class RopeCacheLayout { kUnspecified, kCompact, kNeox, kGptj };  // default COMPACT
+
+// RopeCache: cos(p*omega_j)*m and sin(p*omega_j)*m.
+struct RopeCacheOptions {
+  Positions positions;  // range, ids, cu_seqlens or attention_mask
+  RopeConfig config;
+  std::optional<DType> output_dtype;  // default FLOAT32
+  RopeCacheLayout layout = RopeCacheLayout::kUnspecified;
+};
+
+struct RopeCacheResult {
+  Tensor cos;  // positions' shape + [d/2] (COMPACT) or + [d] (NEOX/GPTJ)
+  Tensor sin;
+  RopeDerived derived;
+};
+
+enum class TensorLayout { kUnspecified, kBSHD, kBHSD, kTHD };  // default BSHD
+
+// ApplyRope: rotates q (and k) by their positions; results in the input dtype.
+struct ApplyRopeOptions {
+  Tensor q;                 // rank 4 (BSHD, BHSD) or 3 (THD)
+  std::optional<Tensor> k;  // same layout/batch/seq/head_dim/dtype as q; heads may differ
+  Positions positions;
+  RopeConfig config;
+  TensorLayout layout = TensorLayout::kUnspecified;
+};
+
+struct ApplyRopeResult {
+  Tensor q;
+  std::optional<Tensor> k;  // set when the request had a k
+  RopeDerived derived;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Attention biases and relative embeddings.
+// ---------------------------------------------------------------------------------------------
+struct AlibiSlopesOptions {
+  int64_t num_heads = 0;
+  std::optional<double> max_bias;     // default 8
+  std::optional<DType> output_dtype;  // default FLOAT32
+};
+
+enum class AlibiMode { kUnspecified, kCausal, kSymmetric, kBloom };  // default CAUSAL
+enum class FutureMode { kUnspecified, kMask, kZero, kLinear };       // default MASK
+enum class BiasForm { kUnspecified, kFull, kCompact, kBuckets };     // default FULL
+
+// AlibiBias: query i at query_offset + i, key j at j.
+struct AlibiBiasOptions {
+  int64_t num_heads = 0;
+  int64_t q_len = 0;
+  int64_t k_len = 0;
+  std::optional<int64_t> query_offset;  // default k_len - q_len
+  AlibiMode mode = AlibiMode::kUnspecified;
+  FutureMode future = FutureMode::kUnspecified;
+  std::optional<double> max_bias;          // default 8
+  BiasForm form = BiasForm::kUnspecified;  // FULL or COMPACT (see ExpandToeplitz)
+  std::optional<Tensor> attention_mask;    // BLOOM only: INT32/INT64 [B, k_len]
+  std::optional<DType> output_dtype;       // default FLOAT32
+};
+
+struct AlibiBiasResult {
+  Tensor bias;    // [H,q,k], [B,H,q,k], or a compact form
+  Tensor slopes;  // [H], FLOAT64
+};
+
+// RelativeBias (T5): query i at query_offset + i, key j at key_offset + j.
+struct RelativeBiasOptions {
+  int64_t q_len = 0;
+  int64_t k_len = 0;
+  std::optional<int64_t> query_offset;  // default k_len - q_len
+  std::optional<int64_t> key_offset;    // default 0
+  std::optional<bool> bidirectional;    // default true
+  std::optional<int64_t> num_buckets;   // default 32
+  std::optional<int64_t> max_distance;  // default 128
+  std::optional<Tensor> table_inline;   // [num_buckets, H]; or table_name; none for BUCKETS
+  std::string table_name;
+  BiasForm form = BiasForm::kUnspecified;  // FULL, COMPACT or BUCKETS (INT32 [q, k])
+  std::optional<DType> output_dtype;       // default FLOAT32 (BUCKETS: INT32, the only choice)
+};
+
+// RelativeEmbedding (Shaw et al.): entry (i, j) = table[clip(kpos - qpos, -K, K) + K].
+struct RelativeEmbeddingOptions {
+  int64_t q_len = 0;
+  int64_t k_len = 0;
+  int64_t max_relative = 0;            // K >= 0
+  std::optional<Tensor> table_inline;  // [2K+1, D]; or table_name
+  std::string table_name;
+  std::optional<int64_t> query_offset;  // default k_len - q_len
+  std::optional<int64_t> key_offset;    // default 0
+  std::optional<DType> output_dtype;    // default FLOAT32
+};
+
+// ---------------------------------------------------------------------------------------------
+// Server information and health.
+// ---------------------------------------------------------------------------------------------
+struct ServerInfo {
+  struct Backend {
+    std::string name;    // "reference", "cpu", "cuda"
+    std::string detail;  // ISA in use, device names
+    bool is_default = false;
+  };
+  struct Table {
+    std::string name;
+    DType dtype = DType::kFloat32;
+    std::vector<int64_t> shape;
+  };
+  std::string version;
+  std::string build;
+  std::vector<Backend> backends;
+  int64_t max_message_bytes = 0;
+  int64_t max_output_elements = 0;
+  std::vector<Table> tables;
+};
+
+// grpc.health.v1.HealthCheckResponse.ServingStatus.
+enum class HealthStatus { kUnknown = 0, kServing = 1, kNotServing = 2, kServiceUnknown = 3 };
+std::string_view HealthStatusName(HealthStatus status);  // "SERVING", ...
+
+// ---------------------------------------------------------------------------------------------
+// The client.
+// ---------------------------------------------------------------------------------------------
+struct ClientOptions {
+  // Deadline of every call, measured from its start.
+  std::chrono::milliseconds timeout{30'000};
+  // Largest request and response message, bytes (gRPC's send/receive limits; the server's
+  // limit is reported by GetServerInfo).
+  int64_t max_message_bytes = int64_t{256} << 20;
+  // Retry calls that fail with UNAVAILABLE (every RPC is idempotent), through the gRPC service
+  // config: up to `max_attempts` attempts with exponential backoff. 1 disables retries.
+  int max_attempts = 3;
+  // gRPC load-balancing policy over the addresses the target resolves to ("round_robin" spreads
+  // calls over the replicas behind a DNS name; "pick_first" is gRPC's default).
+  std::string load_balancing_policy = "round_robin";
+  // TLS: when `use_tls`, the channel uses SSL credentials with these PEM strings (empty root
+  // certificates: the system's roots; a client key/cert pair enables mTLS).
+  bool use_tls = false;
+  std::string tls_root_certs;
+  std::string tls_client_key;
+  std::string tls_client_cert;
+};
+
+class Client {
+ public:
+  // Creates a channel to `target` ("host:port", "dns:///name:port", "unix:/path", ...). Does not
+  // wait for the server: the first call connects (and fails UNAVAILABLE if it cannot).
+  // INVALID_ARGUMENT for an empty target or invalid options.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& target,
+                                                         const ClientOptions& options = {});
+  // Uses an existing channel (e.g. PosencServer::InProcessChannel()); options other than
+  // `timeout` are the channel's business and ignored.
+  static std::unique_ptr<Client> FromChannel(std::shared_ptr<grpc::Channel> channel,
+                                             const ClientOptions& options = {});
+
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+  ~Client();
+
+  absl::StatusOr<Tensor> Sinusoidal(const SinusoidalOptions& options) const;
+  absl::StatusOr<Tensor> AddPositionEncoding(const AddPositionEncodingOptions& options) const;
+  absl::StatusOr<RopeCacheResult> RopeCache(const RopeCacheOptions& options) const;
+  absl::StatusOr<ApplyRopeResult> ApplyRope(const ApplyRopeOptions& options) const;
+  absl::StatusOr<Tensor> AlibiSlopes(const AlibiSlopesOptions& options) const;
+  absl::StatusOr<AlibiBiasResult> AlibiBias(const AlibiBiasOptions& options) const;
+  absl::StatusOr<Tensor> RelativeBias(const RelativeBiasOptions& options) const;
+  absl::StatusOr<Tensor> RelativeEmbedding(const RelativeEmbeddingOptions& options) const;
+  absl::StatusOr<ServerInfo> GetServerInfo() const;
+
+  // grpc.health.v1.Health/Check for `service` ("" = the server as a whole). The call itself
+  // failing (e.g. UNAVAILABLE, or UNIMPLEMENTED without a health service) is an error status;
+  // otherwise the serving status, whatever it is.
+  absl::StatusOr<HealthStatus> Health(const std::string& service = "") const;
+
+  // The channel every call uses.
+  std::shared_ptr<grpc::Channel> channel() const;
+
+ private:
+  struct Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace posenc::client
+
+#endif  // POSENC_CLIENT_CLIENT_H_

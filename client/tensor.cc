@@ -1,0 +1,408 @@
+// Tensor helpers: dtype conversions (incl. FLOAT16/BFLOAT16) and compact-bias expansion.
+#include "posenc/tensor.h"
+
+#include <algorithm>
+#include <bit>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace posenc::client {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "posenc tensors are little-endian; a big-endian host needs byte swaps here");
+
+// A binary floating-point format of 16 bits: 1 sign bit, `kExpBits` exponent bits (bias
+// 2^(kExpBits-1) - 1) and `kMantBits` stored mantissa bits. FLOAT16 is <5, 10>, BFLOAT16 <8, 7>.
+template <int kExpBits, int kMantBits>
+struct Binary16Format {
+  static_assert(1 + kExpBits + kMantBits == 16);
+  static constexpr int kBias = (1 << (kExpBits - 1)) - 1;
+  static constexpr int kMaxExpField = (1 << kExpBits) - 1;
+  static constexpr uint16_t kInf = uint16_t{kMaxExpField} << kMantBits;
+  static constexpr uint16_t kSign = uint16_t{1} << 15;
+
+  // Correctly rounded (to nearest even) from double; overflow gives inf, NaN stays NaN.
+  static uint16_t FromDouble(double v) {
+    const uint16_t sign = std::signbit(v) ? kSign : 0;
+    if (std::isnan(v)) return sign | kInf | (uint16_t{1} << (kMantBits - 1));
+    const double a = std::fabs(v);
+    if (std::isinf(a)) return sign | kInf;
+    constexpr int kMinNormalExp = 1 - kBias;
+    if (a < std::ldexp(1.0, kMinNormalExp)) {
+      // Subnormal (or zero): multiples of 2^(kMinNormalExp - kMantBits). Rounding up to
+      // 2^kMantBits yields the smallest normal's bit pattern, as it should.
+      const double q = std::nearbyint(std::ldexp(a, kMantBits - kMinNormalExp));
+      return sign | static_cast<uint16_t>(q);
+    }
+    const int e = std::ilogb(a);
+    if (e + kBias >= kMaxExpField) return sign | kInf;
+    // m in [2^kMantBits, 2^(kMantBits+1)]; the scaling is exact, so rint rounds once. A carry
+    // to 2^(kMantBits+1) lands on the next exponent (or inf) through the addition.
+    const double m = std::nearbyint(std::ldexp(a, kMantBits - e));
+    const uint32_t bits = (static_cast<uint32_t>(e + kBias) << kMantBits) +
+                          (static_cast<uint32_t>(m) - (uint32_t{1} << kMantBits));
+    return sign | static_cast<uint16_t>(std::min<uint32_t>(bits, kInf));
+  }
+
+  // Exact.
+  static double ToDouble(uint16_t h) {
+    const double sign = (h & kSign) ? -1.0 : 1.0;
+    const int exp_field = (h >> kMantBits) & kMaxExpField;
+    const uint32_t mant = h & ((uint32_t{1} << kMantBits) - 1);
+    if (exp_field == kMaxExpField) {
+      return mant == 0 ? sign * std::numeric_limits<double>::infinity()
+                       : std::numeric_limits<double>::quiet_NaN();
+    }
+    if (exp_field == 0) return sign * std::ldexp(static_cast<double>(mant), 1 - kBias - kMantBits);
+    return sign * std::ldexp(static_cast<double>(mant | (uint32_t{1} << kMantBits)),
+                             exp_field - kBias - kMantBits);
+  }
+};
+
+using Half = Binary16Format<5, 10>;
+using BFloat16 = Binary16Format<8, 7>;
+
+template <typename T>
+T LoadRaw(const char* base, int64_t index) {
+  T v;
+  std::memcpy(&v, base + index * static_cast<int64_t>(sizeof(T)), sizeof(T));
+  return v;
+}
+
+template <typename T>
+void StoreRaw(char* base, int64_t index, T v) {
+  std::memcpy(base + index * static_cast<int64_t>(sizeof(T)), &v, sizeof(T));
+}
+
+double LoadDouble(const char* base, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return LoadRaw<float>(base, i);
+    case DType::kFloat16:
+      return Half::ToDouble(LoadRaw<uint16_t>(base, i));
+    case DType::kBFloat16:
+      return BFloat16::ToDouble(LoadRaw<uint16_t>(base, i));
+    case DType::kFloat64:
+      return LoadRaw<double>(base, i);
+    case DType::kInt32:
+      return LoadRaw<int32_t>(base, i);
+    case DType::kInt64:
+      return static_cast<double>(LoadRaw<int64_t>(base, i));
+  }
+  return 0;
+}
+
+// Rounds to nearest; NaN gives 0 and out-of-range values saturate.
+template <typename Int>
+Int RoundToInt(double v) {
+  if (std::isnan(v)) return 0;
+  const double r = std::nearbyint(v);
+  if (r <= static_cast<double>(std::numeric_limits<Int>::min())) {
+    return std::numeric_limits<Int>::min();
+  }
+  if (r >= static_cast<double>(std::numeric_limits<Int>::max())) {
+    return std::numeric_limits<Int>::max();
+  }
+  return static_cast<Int>(r);
+}
+
+void StoreDouble(char* base, DType dtype, int64_t i, double v) {
+  switch (dtype) {
+    case DType::kFloat32:
+      StoreRaw<float>(base, i, static_cast<float>(v));
+      return;
+    case DType::kFloat16:
+      StoreRaw<uint16_t>(base, i, Half::FromDouble(v));
+      return;
+    case DType::kBFloat16:
+      StoreRaw<uint16_t>(base, i, BFloat16::FromDouble(v));
+      return;
+    case DType::kFloat64:
+      StoreRaw<double>(base, i, v);
+      return;
+    case DType::kInt32:
+      StoreRaw<int32_t>(base, i, RoundToInt<int32_t>(v));
+      return;
+    case DType::kInt64:
+      StoreRaw<int64_t>(base, i, RoundToInt<int64_t>(v));
+      return;
+  }
+}
+
+// prod(shape), or an error naming the shape when a dimension is negative or it overflows.
+absl::StatusOr<int64_t> CheckedNumElements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || (d > 0 && n > std::numeric_limits<int64_t>::max() / d)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("invalid tensor shape [", absl::StrJoin(shape, ", "), "]"));
+    }
+    n *= d;
+  }
+  return n;
+}
+
+// RESOURCE_EXHAUSTED when the bytes of `t` (shape and dtype set, no data yet) overflow.
+absl::Status CheckExpandedSize(const Tensor& t) {
+  absl::StatusOr<int64_t> n = CheckedNumElements(t.shape);
+  if (!n.ok() || *n > std::numeric_limits<int64_t>::max() / DTypeSize(t.dtype)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "expanded bias [", absl::StrJoin(t.shape, ", "), "] is too large to allocate"));
+  }
+  return absl::OkStatus();
+}
+
+// A tensor of `shape` and `dtype` whose element i is fill(i).
+template <typename Fill>
+absl::StatusOr<Tensor> MakeTensor(size_t num_values, std::vector<int64_t> shape, DType dtype,
+                                  Fill fill) {
+  absl::StatusOr<int64_t> n = CheckedNumElements(shape);
+  if (!n.ok()) return n.status();
+  if (static_cast<size_t>(*n) != num_values) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor of shape [", absl::StrJoin(shape, ", "),
+                                                   "] needs ", *n, " values, got ", num_values));
+  }
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.data.resize(num_values * static_cast<size_t>(DTypeSize(dtype)));
+  for (size_t i = 0; i < num_values; ++i) fill(t.data.data(), static_cast<int64_t>(i));
+  return t;
+}
+
+}  // namespace
+
+int64_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return 2;
+    case DType::kFloat32:
+    case DType::kInt32:
+      return 4;
+    case DType::kFloat64:
+    case DType::kInt64:
+      return 8;
+  }
+  return 0;
+}
+
+std::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "FLOAT32";
+    case DType::kFloat16:
+      return "FLOAT16";
+    case DType::kBFloat16:
+      return "BFLOAT16";
+    case DType::kFloat64:
+      return "FLOAT64";
+    case DType::kInt32:
+      return "INT32";
+    case DType::kInt64:
+      return "INT64";
+  }
+  return "UNKNOWN";
+}
+
+std::optional<DType> ParseDType(std::string_view name) {
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower.starts_with("dtype_")) lower.erase(0, 6);
+  static constexpr std::pair<std::string_view, DType> kNames[] = {
+      {"float32", DType::kFloat32}, {"f32", DType::kFloat32},     {"fp32", DType::kFloat32},
+      {"float", DType::kFloat32},   {"float16", DType::kFloat16}, {"f16", DType::kFloat16},
+      {"fp16", DType::kFloat16},    {"half", DType::kFloat16},    {"bfloat16", DType::kBFloat16},
+      {"bf16", DType::kBFloat16},   {"float64", DType::kFloat64}, {"f64", DType::kFloat64},
+      {"fp64", DType::kFloat64},    {"double", DType::kFloat64},  {"int32", DType::kInt32},
+      {"i32", DType::kInt32},       {"int64", DType::kInt64},     {"i64", DType::kInt64},
+  };
+  for (const auto& [n, dtype] : kNames) {
+    if (lower == n) return dtype;
+  }
+  return std::nullopt;
+}
+
+bool IsFloatDType(DType dtype) { return dtype != DType::kInt32 && dtype != DType::kInt64; }
+
+absl::StatusOr<Tensor> Tensor::FromFloats(std::span<const float> values, std::vector<int64_t> shape,
+                                          DType dtype) {
+  return MakeTensor(values.size(), std::move(shape), dtype, [&](char* base, int64_t i) {
+    StoreDouble(base, dtype, i, values[static_cast<size_t>(i)]);
+  });
+}
+
+absl::StatusOr<Tensor> Tensor::FromDoubles(std::span<const double> values,
+                                           std::vector<int64_t> shape, DType dtype) {
+  return MakeTensor(values.size(), std::move(shape), dtype, [&](char* base, int64_t i) {
+    StoreDouble(base, dtype, i, values[static_cast<size_t>(i)]);
+  });
+}
+
+absl::StatusOr<Tensor> Tensor::FromInt64s(std::span<const int64_t> values,
+                                          std::vector<int64_t> shape, DType dtype) {
+  if (dtype == DType::kInt32) {
+    for (int64_t v : values) {
+      if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
+        return absl::InvalidArgumentError(absl::StrCat("value ", v, " does not fit INT32"));
+      }
+    }
+  }
+  return MakeTensor(values.size(), std::move(shape), dtype, [&](char* base, int64_t i) {
+    const int64_t v = values[static_cast<size_t>(i)];
+    if (dtype == DType::kInt64) {
+      StoreRaw<int64_t>(base, i, v);
+    } else if (dtype == DType::kInt32) {
+      StoreRaw<int32_t>(base, i, static_cast<int32_t>(v));
+    } else {
+      StoreDouble(base, dtype, i, static_cast<double>(v));
+    }
+  });
+}
+
+int64_t Tensor::NumElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+absl::Status Tensor::Validate() const {
+  absl::StatusOr<int64_t> n = CheckedNumElements(shape);
+  if (!n.ok()) return n.status();
+  const int64_t size = DTypeSize(dtype);
+  if (*n > std::numeric_limits<int64_t>::max() / size ||
+      static_cast<int64_t>(data.size()) != *n * size) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor data of ", std::string(DTypeName(dtype)),
+                                                   " [", absl::StrJoin(shape, ", "), "] must hold ",
+                                                   *n, " * ", size, " bytes, got ", data.size()));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<double> Tensor::ToDoubles() const {
+  const int64_t n = static_cast<int64_t>(data.size()) / DTypeSize(dtype);
+  std::vector<double> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = LoadDouble(data.data(), dtype, i);
+  return out;
+}
+
+std::vector<float> Tensor::ToFloats() const {
+  const int64_t n = static_cast<int64_t>(data.size()) / DTypeSize(dtype);
+  std::vector<float> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    out[static_cast<size_t>(i)] = static_cast<float>(LoadDouble(data.data(), dtype, i));
+  }
+  return out;
+}
+
+std::vector<int64_t> Tensor::ToInt64s() const {
+  const int64_t n = static_cast<int64_t>(data.size()) / DTypeSize(dtype);
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t& v = out[static_cast<size_t>(i)];
+    if (dtype == DType::kInt64) {
+      v = LoadRaw<int64_t>(data.data(), i);
+    } else if (dtype == DType::kInt32) {
+      v = LoadRaw<int32_t>(data.data(), i);
+    } else {
+      v = RoundToInt<int64_t>(LoadDouble(data.data(), dtype, i));
+    }
+  }
+  return out;
+}
+
+double Tensor::At(int64_t index) const { return LoadDouble(data.data(), dtype, index); }
+
+absl::StatusOr<Tensor> ConvertTensor(const Tensor& tensor, DType dtype) {
+  if (absl::Status s = tensor.Validate(); !s.ok()) return s;
+  if (tensor.dtype == dtype) return tensor;
+  if (!IsFloatDType(dtype) && !IsFloatDType(tensor.dtype)) {
+    return Tensor::FromInt64s(tensor.ToInt64s(), tensor.shape, dtype);
+  }
+  return Tensor::FromDoubles(tensor.ToDoubles(), tensor.shape, dtype);
+}
+
+absl::StatusOr<Tensor> ExpandToeplitz(const Tensor& compact, int64_t q_len, int64_t k_len) {
+  if (absl::Status s = compact.Validate(); !s.ok()) return s;
+  if (q_len <= 0 || k_len <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("q_len and k_len must be positive, got ", q_len, " and ", k_len));
+  }
+  if (compact.shape.empty() || compact.shape.back() != q_len + k_len - 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("compact bias must be [..., H, q_len + k_len - 1] = [..., ", q_len + k_len - 1,
+                     "], got [", absl::StrJoin(compact.shape, ", "), "]"));
+  }
+  const int64_t width = q_len + k_len - 1;
+  const int64_t rows = compact.NumElements() / width;  // heads (times batch)
+  const size_t esize = static_cast<size_t>(DTypeSize(compact.dtype));
+  Tensor full;
+  full.dtype = compact.dtype;
+  full.shape.assign(compact.shape.begin(), compact.shape.end() - 1);
+  full.shape.push_back(q_len);
+  full.shape.push_back(k_len);
+  if (absl::Status s = CheckExpandedSize(full); !s.ok()) return s;
+  full.data.resize(static_cast<size_t>(rows * q_len * k_len) * esize);
+  const size_t row_bytes = static_cast<size_t>(k_len) * esize;
+  char* out = full.data.data();
+  for (int64_t h = 0; h < rows; ++h) {
+    const char* v = compact.data.data() + static_cast<size_t>(h * width) * esize;
+    for (int64_t i = 0; i < q_len; ++i, out += row_bytes) {
+      std::memcpy(out, v + static_cast<size_t>(q_len - 1 - i) * esize, row_bytes);
+    }
+  }
+  return full;
+}
+
+absl::StatusOr<Tensor> ExpandBloomRows(const Tensor& rows, int64_t q_len,
+                                       std::optional<int64_t> query_offset, FutureRule future) {
+  if (absl::Status s = rows.Validate(); !s.ok()) return s;
+  if (!IsFloatDType(rows.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("BLOOM rows must have a float dtype, got ",
+                                                   std::string(DTypeName(rows.dtype))));
+  }
+  if (rows.shape.empty() || rows.shape.back() <= 0 || q_len <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("BLOOM rows must be [..., H, k_len] with k_len > 0 and q_len > 0, got [",
+                     absl::StrJoin(rows.shape, ", "), "] and q_len ", q_len));
+  }
+  const int64_t k_len = rows.shape.back();
+  const int64_t offset = query_offset.value_or(k_len - q_len);
+  const int64_t num_rows = rows.NumElements() / k_len;
+  const size_t esize = static_cast<size_t>(DTypeSize(rows.dtype));
+  // The element stored after the query's position (MASK: -inf, ZERO: 0).
+  std::string fill(esize, '\0');
+  StoreDouble(fill.data(), rows.dtype, 0,
+              future == FutureRule::kMask ? -std::numeric_limits<double>::infinity() : 0.0);
+
+  Tensor full;
+  full.dtype = rows.dtype;
+  full.shape.assign(rows.shape.begin(), rows.shape.end() - 1);
+  full.shape.push_back(q_len);
+  full.shape.push_back(k_len);
+  if (absl::Status s = CheckExpandedSize(full); !s.ok()) return s;
+  full.data.resize(static_cast<size_t>(num_rows * q_len * k_len) * esize);
+  char* out = full.data.data();
+  for (int64_t r = 0; r < num_rows; ++r) {
+    const char* row = rows.data.data() + static_cast<size_t>(r * k_len) * esize;
+    for (int64_t i = 0; i < q_len; ++i, out += static_cast<size_t>(k_len) * esize) {
+      // Keys 0 .. visible-1 are at or before the query; the rest lie in its future.
+      const int64_t visible =
+          future == FutureRule::kLinear ? k_len : std::clamp<int64_t>(offset + i + 1, 0, k_len);
+      std::memcpy(out, row, static_cast<size_t>(visible) * esize);
+      for (int64_t j = visible; j < k_len; ++j) {
+        std::memcpy(out + static_cast<size_t>(j) * esize, fill.data(), esize);
+      }
+    }
+  }
+  return full;
+}
+
+}  // namespace posenc::client

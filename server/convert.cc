@@ -1,0 +1,529 @@
+#include "server/convert.h"
+
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/descriptor.h"
+#include "server/hf_config.h"
+#include "server/status.h"
+
+namespace posenc::server {
+namespace {
+
+using kernels::DType;
+
+// "config.style: unknown RopeStyle value 9 (expected ROPE_STYLE_UNSPECIFIED, ...)".
+absl::Status UnknownEnum(int value, const google::protobuf::EnumDescriptor* descriptor,
+                         absl::string_view field) {
+  std::vector<std::string> names;
+  names.reserve(static_cast<size_t>(descriptor->value_count()));
+  for (int i = 0; i < descriptor->value_count(); ++i) {
+    names.push_back(descriptor->value(i)->name());
+  }
+  return absl::InvalidArgumentError(absl::StrCat(field, ": unknown ", descriptor->name(), " value ",
+                                                 value, " (expected one of ",
+                                                 absl::StrJoin(names, ", "), ")"));
+}
+
+std::string ProtoDTypeName(int dtype) {
+  if (v1::DType_IsValid(dtype)) return v1::DType_Name(static_cast<v1::DType>(dtype));
+  return absl::StrCat(dtype);
+}
+
+// The kernels dtype of a known, specified wire dtype.
+std::optional<DType> KernelDType(int dtype) {
+  switch (dtype) {
+    case v1::DTYPE_FLOAT32:
+      return DType::kFloat32;
+    case v1::DTYPE_FLOAT16:
+      return DType::kFloat16;
+    case v1::DTYPE_BFLOAT16:
+      return DType::kBFloat16;
+    case v1::DTYPE_FLOAT64:
+      return DType::kFloat64;
+    case v1::DTYPE_INT32:
+      return DType::kInt32;
+    case v1::DTYPE_INT64:
+      return DType::kInt64;
+    default:
+      return std::nullopt;
+  }
+}
+
+absl::string_view AllowedNames(DTypeClass allowed) {
+  return allowed == DTypeClass::kFloat
+             ? "DTYPE_FLOAT32, DTYPE_FLOAT16, DTYPE_BFLOAT16 or DTYPE_FLOAT64"
+             : "DTYPE_INT32 or DTYPE_INT64";
+}
+
+}  // namespace
+
+// ----- dtypes ---------------------------------------------------------------------------------
+
+absl::StatusOr<DType> FromProtoDType(int dtype, DTypeClass allowed, absl::string_view field) {
+  const std::optional<DType> kernel = KernelDType(dtype);
+  const bool ok =
+      kernel.has_value() && (allowed == DTypeClass::kFloat ? kernels::IsFloatDType(*kernel)
+                                                           : kernels::IsIntDType(*kernel));
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": expected ", AllowedNames(allowed), ", got ", ProtoDTypeName(dtype)));
+  }
+  return *kernel;
+}
+
+absl::StatusOr<DType> OutputDType(int dtype, absl::string_view field) {
+  if (dtype == v1::DTYPE_UNSPECIFIED) return DType::kFloat32;
+  return FromProtoDType(dtype, DTypeClass::kFloat, field);
+}
+
+v1::DType ToProtoDType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return v1::DTYPE_FLOAT32;
+    case DType::kFloat16:
+      return v1::DTYPE_FLOAT16;
+    case DType::kBFloat16:
+      return v1::DTYPE_BFLOAT16;
+    case DType::kFloat64:
+      return v1::DTYPE_FLOAT64;
+    case DType::kInt32:
+      return v1::DTYPE_INT32;
+    case DType::kInt64:
+      return v1::DTYPE_INT64;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+// ----- tensors --------------------------------------------------------------------------------
+
+absl::StatusOr<kernels::ConstTensorView> ToConstView(const v1::Tensor& tensor, DTypeClass allowed,
+                                                     absl::string_view field) {
+  kernels::ConstTensorView view;
+  POSENC_ASSIGN_OR_RETURN(view.dtype,
+                          FromProtoDType(tensor.dtype(), allowed, absl::StrCat(field, ".dtype")));
+  int64_t elements = 1;
+  for (int i = 0; i < tensor.shape_size(); ++i) {
+    const int64_t dim = tensor.shape(i);
+    if (dim < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".shape[", i, "]: expected a size >= 1, got ", dim, " (shape ",
+                       kernels::ShapeString(tensor.shape()), ")"));
+    }
+    if (!kernels::CheckedMul(elements, dim, &elements)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".shape: ", kernels::ShapeString(tensor.shape()), " has too many elements"));
+    }
+  }
+  int64_t bytes = 0;
+  if (!kernels::CheckedMul(elements, kernels::DTypeSize(view.dtype), &bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".shape: ", kernels::ShapeString(tensor.shape()), " has too many bytes"));
+  }
+  if (static_cast<int64_t>(tensor.data().size()) != bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": data has ", tensor.data().size(), " bytes, expected ", bytes, " (",
+        kernels::DTypeName(view.dtype), " ", kernels::ShapeString(tensor.shape()), ")"));
+  }
+  view.shape.assign(tensor.shape().begin(), tensor.shape().end());
+  view.data = tensor.data().data();
+  return view;
+}
+
+kernels::TensorView AllocateOutput(DType dtype, const kernels::Shape& shape, v1::Tensor* out) {
+  out->set_dtype(ToProtoDType(dtype));
+  out->mutable_shape()->Assign(shape.begin(), shape.end());
+  int64_t elements = 1;
+  for (int64_t d : shape) elements *= d;  // checked against the limits by the caller
+  std::string* data = out->mutable_data();
+  data->resize(static_cast<size_t>(elements * kernels::DTypeSize(dtype)));
+  return kernels::TensorView{dtype, shape, data->data()};
+}
+
+// ----- scalars and enums ----------------------------------------------------------------------
+
+absl::Status CheckFinite(double value, absl::string_view field) {
+  if (std::isfinite(value)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(field, ": expected a finite number, got ", value));
+}
+
+absl::StatusOr<kernels::SinusoidalLayout> ToSinusoidalLayout(int value, absl::string_view field) {
+  switch (value) {
+    case v1::SINUSOIDAL_LAYOUT_UNSPECIFIED:
+    case v1::SINUSOIDAL_LAYOUT_INTERLEAVED:
+      return kernels::SinusoidalLayout::kInterleaved;
+    case v1::SINUSOIDAL_LAYOUT_CONCAT:
+      return kernels::SinusoidalLayout::kConcat;
+  }
+  return UnknownEnum(value, v1::SinusoidalLayout_descriptor(), field);
+}
+
+absl::StatusOr<kernels::FreqScheme> ToFreqScheme(int value, absl::string_view field) {
+  switch (value) {
+    case v1::FREQ_SCHEME_UNSPECIFIED:
+      return kernels::FreqScheme::kDefault;
+    case v1::FREQ_SCHEME_VASWANI:
+      return kernels::FreqScheme::kVaswani;
+    case v1::FREQ_SCHEME_T2T:
+      return kernels::FreqScheme::kT2t;
+  }
+  return UnknownEnum(value, v1::FreqScheme_descriptor(), field);
+}
+
+absl::StatusOr<kernels::Combine> ToCombine(int value, absl::string_view field) {
+  switch (value) {
+    case v1::COMBINE_UNSPECIFIED:
+    case v1::COMBINE_ADD:
+      return kernels::Combine::kAdd;
+    case v1::COMBINE_CONCAT:
+      return kernels::Combine::kConcat;
+  }
+  return UnknownEnum(value, v1::Combine_descriptor(), field);
+}
+
+absl::StatusOr<kernels::RopeStyle> ToRopeStyle(int value, absl::string_view field) {
+  switch (value) {
+    case v1::ROPE_STYLE_UNSPECIFIED:
+    case v1::ROPE_STYLE_NEOX:
+      return kernels::RopeStyle::kNeox;
+    case v1::ROPE_STYLE_GPTJ:
+      return kernels::RopeStyle::kGptj;
+  }
+  return UnknownEnum(value, v1::RopeStyle_descriptor(), field);
+}
+
+absl::StatusOr<kernels::RopeScalingType> ToRopeScalingType(int value, absl::string_view field) {
+  switch (value) {
+    case v1::ROPE_SCALING_UNSPECIFIED:
+    case v1::ROPE_SCALING_DEFAULT:
+      return kernels::RopeScalingType::kDefault;
+    case v1::ROPE_SCALING_LINEAR:
+      return kernels::RopeScalingType::kLinear;
+    case v1::ROPE_SCALING_NTK:
+      return kernels::RopeScalingType::kNtk;
+    case v1::ROPE_SCALING_DYNAMIC:
+      return kernels::RopeScalingType::kDynamic;
+    case v1::ROPE_SCALING_YARN:
+      return kernels::RopeScalingType::kYarn;
+    case v1::ROPE_SCALING_LLAMA3:
+      return kernels::RopeScalingType::kLlama3;
+    case v1::ROPE_SCALING_LONGROPE:
+      return kernels::RopeScalingType::kLongrope;
+  }
+  return UnknownEnum(value, v1::RopeScalingType_descriptor(), field);
+}
+
+absl::StatusOr<kernels::MropeLayout> ToMropeLayout(int value, absl::string_view field) {
+  switch (value) {
+    case v1::MROPE_LAYOUT_UNSPECIFIED:
+    case v1::MROPE_LAYOUT_CONTIGUOUS:
+      return kernels::MropeLayout::kContiguous;
+    case v1::MROPE_LAYOUT_INTERLEAVED:
+      return kernels::MropeLayout::kInterleaved;
+  }
+  return UnknownEnum(value, v1::MropeLayout_descriptor(), field);
+}
+
+absl::StatusOr<kernels::RopeCacheLayout> ToRopeCacheLayout(int value, absl::string_view field) {
+  switch (value) {
+    case v1::ROPE_CACHE_LAYOUT_UNSPECIFIED:
+    case v1::ROPE_CACHE_LAYOUT_COMPACT:
+      return kernels::RopeCacheLayout::kCompact;
+    case v1::ROPE_CACHE_LAYOUT_NEOX:
+      return kernels::RopeCacheLayout::kNeox;
+    case v1::ROPE_CACHE_LAYOUT_GPTJ:
+      return kernels::RopeCacheLayout::kGptj;
+  }
+  return UnknownEnum(value, v1::RopeCacheLayout_descriptor(), field);
+}
+
+absl::StatusOr<kernels::TensorLayout> ToTensorLayout(int value, absl::string_view field) {
+  switch (value) {
+    case v1::TENSOR_LAYOUT_UNSPECIFIED:
+    case v1::TENSOR_LAYOUT_BSHD:
+      return kernels::TensorLayout::kBSHD;
+    case v1::TENSOR_LAYOUT_BHSD:
+      return kernels::TensorLayout::kBHSD;
+    case v1::TENSOR_LAYOUT_THD:
+      return kernels::TensorLayout::kTHD;
+  }
+  return UnknownEnum(value, v1::TensorLayout_descriptor(), field);
+}
+
+absl::StatusOr<kernels::AlibiMode> ToAlibiMode(int value, absl::string_view field) {
+  switch (value) {
+    case v1::ALIBI_MODE_UNSPECIFIED:
+    case v1::ALIBI_MODE_CAUSAL:
+      return kernels::AlibiMode::kCausal;
+    case v1::ALIBI_MODE_SYMMETRIC:
+      return kernels::AlibiMode::kSymmetric;
+    case v1::ALIBI_MODE_BLOOM:
+      return kernels::AlibiMode::kBloom;
+  }
+  return UnknownEnum(value, v1::AlibiMode_descriptor(), field);
+}
+
+absl::StatusOr<kernels::FutureMode> ToFutureMode(int value, absl::string_view field) {
+  switch (value) {
+    case v1::FUTURE_MODE_UNSPECIFIED:
+    case v1::FUTURE_MODE_MASK:
+      return kernels::FutureMode::kMask;
+    case v1::FUTURE_MODE_ZERO:
+      return kernels::FutureMode::kZero;
+    case v1::FUTURE_MODE_LINEAR:
+      return kernels::FutureMode::kLinear;
+  }
+  return UnknownEnum(value, v1::FutureMode_descriptor(), field);
+}
+
+absl::StatusOr<kernels::BiasForm> ToBiasForm(int value, absl::string_view field) {
+  switch (value) {
+    case v1::BIAS_FORM_UNSPECIFIED:
+    case v1::BIAS_FORM_FULL:
+      return kernels::BiasForm::kFull;
+    case v1::BIAS_FORM_COMPACT:
+      return kernels::BiasForm::kCompact;
+    case v1::BIAS_FORM_BUCKETS:
+      return kernels::BiasForm::kBuckets;
+  }
+  return UnknownEnum(value, v1::BiasForm_descriptor(), field);
+}
+
+v1::RopeStyle ToProtoRopeStyle(kernels::RopeStyle style) {
+  return style == kernels::RopeStyle::kGptj ? v1::ROPE_STYLE_GPTJ : v1::ROPE_STYLE_NEOX;
+}
+
+v1::RopeScalingType ToProtoRopeScalingType(kernels::RopeScalingType type) {
+  switch (type) {
+    case kernels::RopeScalingType::kDefault:
+      return v1::ROPE_SCALING_DEFAULT;
+    case kernels::RopeScalingType::kLinear:
+      return v1::ROPE_SCALING_LINEAR;
+    case kernels::RopeScalingType::kNtk:
+      return v1::ROPE_SCALING_NTK;
+    case kernels::RopeScalingType::kDynamic:
+      return v1::ROPE_SCALING_DYNAMIC;
+    case kernels::RopeScalingType::kYarn:
+      return v1::ROPE_SCALING_YARN;
+    case kernels::RopeScalingType::kLlama3:
+      return v1::ROPE_SCALING_LLAMA3;
+    case kernels::RopeScalingType::kLongrope:
+      return v1::ROPE_SCALING_LONGROPE;
+  }
+  return v1::ROPE_SCALING_UNSPECIFIED;
+}
+
+// ----- messages -------------------------------------------------------------------------------
+
+absl::Status ToPositionSpec(const v1::Positions* positions, absl::string_view field,
+                            kernels::PositionSpec* out) {
+  using Kind = kernels::PositionSpec::Kind;
+  kernels::PositionSpec& spec = *out;
+  spec.kind = Kind::kDefault;
+  if (positions == nullptr) return absl::OkStatus();
+  switch (positions->kind_case()) {
+    case v1::Positions::KIND_NOT_SET:
+      break;
+    case v1::Positions::kRange: {
+      const v1::PositionRange& range = positions->range();
+      if (range.start() < 0 || range.start() > kernels::kMaxPosition) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ".range.start: expected a position in [0, 2^31), got ", range.start()));
+      }
+      if (range.count() < 0 || range.count() - 1 > kernels::kMaxPosition - range.start()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ".range.count: expected 0 .. ",
+                         kernels::kMaxPosition - range.start() + 1, " (positions start at ",
+                         range.start(), " and must stay below 2^31), got ", range.count()));
+      }
+      spec.kind = Kind::kRange;
+      spec.start = range.start();
+      spec.count = range.count();
+      break;
+    }
+    case v1::Positions::kOffsets:
+      spec.kind = Kind::kOffsets;
+      spec.offsets.assign(positions->offsets().offsets().begin(),
+                          positions->offsets().offsets().end());
+      break;
+    case v1::Positions::kIds: {
+      spec.kind = Kind::kIds;
+      POSENC_ASSIGN_OR_RETURN(
+          spec.ids, ToConstView(positions->ids(), DTypeClass::kInt, absl::StrCat(field, ".ids")));
+      break;
+    }
+    case v1::Positions::kCuSeqlens:
+      spec.kind = Kind::kCuSeqlens;
+      spec.cu_seqlens.assign(positions->cu_seqlens().cu_seqlens().begin(),
+                             positions->cu_seqlens().cu_seqlens().end());
+      spec.offsets.assign(positions->cu_seqlens().offsets().begin(),
+                          positions->cu_seqlens().offsets().end());
+      break;
+    case v1::Positions::kAttentionMask: {
+      spec.kind = Kind::kAttentionMask;
+      POSENC_ASSIGN_OR_RETURN(spec.mask, ToConstView(positions->attention_mask(), DTypeClass::kInt,
+                                                     absl::StrCat(field, ".attention_mask")));
+      break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<kernels::SinusoidalParams> ToSinusoidalParams(const v1::SinusoidalParams& params,
+                                                             absl::string_view field) {
+  kernels::SinusoidalParams out;
+  out.dim = params.dim();
+  if (params.has_base()) {
+    POSENC_RETURN_IF_ERROR(CheckFinite(params.base(), absl::StrCat(field, ".base")));
+    out.base = params.base();
+  }
+  POSENC_ASSIGN_OR_RETURN(out.layout,
+                          ToSinusoidalLayout(params.layout(), absl::StrCat(field, ".layout")));
+  POSENC_ASSIGN_OR_RETURN(out.scheme,
+                          ToFreqScheme(params.freq_scheme(), absl::StrCat(field, ".freq_scheme")));
+  return out;
+}
+
+namespace {
+
+// The fields that hf_config_json replaces must be unset.
+absl::Status CheckNoHfConflicts(const v1::RopeConfig& config) {
+  auto conflict = [](absl::string_view field, const std::string& value) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.", field,
+                     ": must be unset when config.hf_config_json is given (the JSON "
+                     "supplies it), got ",
+                     value));
+  };
+  if (config.head_dim() != 0) return conflict("head_dim", absl::StrCat(config.head_dim()));
+  if (config.has_rotary_dim()) return conflict("rotary_dim", absl::StrCat(config.rotary_dim()));
+  if (config.has_base()) return conflict("base", absl::StrCat(config.base()));
+  if (config.has_scaling()) return conflict("scaling", "a RopeScaling message");
+  if (config.has_max_position_embeddings()) {
+    return conflict("max_position_embeddings", absl::StrCat(config.max_position_embeddings()));
+  }
+  if (config.mrope_section_size() > 0) {
+    return conflict("mrope_section", kernels::ShapeString(config.mrope_section()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ToRopeScaling(const v1::RopeScaling& scaling, kernels::RopeScaling* out) {
+  POSENC_ASSIGN_OR_RETURN(out->type, ToRopeScalingType(scaling.type(), "config.scaling.type"));
+  // Every double must be finite; the kernels check ranges and which fields the type reads.
+  auto take = [](bool has, double value, absl::string_view name,
+                 std::optional<double>* dst) -> absl::Status {
+    if (!has) return absl::OkStatus();
+    POSENC_RETURN_IF_ERROR(CheckFinite(value, absl::StrCat("config.scaling.", name)));
+    *dst = value;
+    return absl::OkStatus();
+  };
+  POSENC_RETURN_IF_ERROR(take(scaling.has_factor(), scaling.factor(), "factor", &out->factor));
+  POSENC_RETURN_IF_ERROR(
+      take(scaling.has_beta_fast(), scaling.beta_fast(), "beta_fast", &out->beta_fast));
+  POSENC_RETURN_IF_ERROR(
+      take(scaling.has_beta_slow(), scaling.beta_slow(), "beta_slow", &out->beta_slow));
+  POSENC_RETURN_IF_ERROR(take(scaling.has_mscale(), scaling.mscale(), "mscale", &out->mscale));
+  POSENC_RETURN_IF_ERROR(take(scaling.has_mscale_all_dim(), scaling.mscale_all_dim(),
+                              "mscale_all_dim", &out->mscale_all_dim));
+  POSENC_RETURN_IF_ERROR(take(scaling.has_attention_factor(), scaling.attention_factor(),
+                              "attention_factor", &out->attention_factor));
+  POSENC_RETURN_IF_ERROR(take(scaling.has_low_freq_factor(), scaling.low_freq_factor(),
+                              "low_freq_factor", &out->low_freq_factor));
+  POSENC_RETURN_IF_ERROR(take(scaling.has_high_freq_factor(), scaling.high_freq_factor(),
+                              "high_freq_factor", &out->high_freq_factor));
+  if (scaling.has_original_max_position_embeddings()) {
+    out->original_max_position_embeddings = scaling.original_max_position_embeddings();
+  }
+  if (scaling.has_truncate()) out->truncate = scaling.truncate();
+  for (int i = 0; i < scaling.long_factor_size(); ++i) {
+    POSENC_RETURN_IF_ERROR(
+        CheckFinite(scaling.long_factor(i), absl::StrCat("config.scaling.long_factor[", i, "]")));
+  }
+  for (int i = 0; i < scaling.short_factor_size(); ++i) {
+    POSENC_RETURN_IF_ERROR(
+        CheckFinite(scaling.short_factor(i), absl::StrCat("config.scaling.short_factor[", i, "]")));
+  }
+  out->long_factor.assign(scaling.long_factor().begin(), scaling.long_factor().end());
+  out->short_factor.assign(scaling.short_factor().begin(), scaling.short_factor().end());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<kernels::RopeConfig> ToRopeConfig(const v1::RopeConfig& config) {
+  kernels::RopeConfig out;
+  POSENC_ASSIGN_OR_RETURN(out.style, ToRopeStyle(config.style(), "config.style"));
+  POSENC_ASSIGN_OR_RETURN(out.mrope_layout,
+                          ToMropeLayout(config.mrope_layout(), "config.mrope_layout"));
+
+  if (!config.hf_config_json().empty()) {
+    POSENC_RETURN_IF_ERROR(CheckNoHfConflicts(config));
+    POSENC_ASSIGN_OR_RETURN(HfRopeConfig hf,
+                            ParseHfRopeConfig(config.hf_config_json(), config.layer_type()));
+    const kernels::RopeStyle style = hf.style.value_or(out.style);
+    const kernels::MropeLayout mrope_layout = hf.mrope_layout.value_or(out.mrope_layout);
+    out = std::move(hf.config);
+    out.style = style;
+    out.mrope_layout = mrope_layout;
+  } else {
+    if (!config.layer_type().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.layer_type: only used with config.hf_config_json, got \"",
+                       config.layer_type(), "\" without it"));
+    }
+    if (config.head_dim() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.head_dim: expected >= 0 (0: from the input or the config), got ",
+                       config.head_dim()));
+    }
+    out.head_dim = config.head_dim();
+    if (config.has_rotary_dim()) out.rotary_dim = config.rotary_dim();
+    if (config.has_base()) {
+      POSENC_RETURN_IF_ERROR(CheckFinite(config.base(), "config.base"));
+      out.base = config.base();
+    }
+    POSENC_RETURN_IF_ERROR(ToRopeScaling(config.scaling(), &out.scaling));
+    if (config.has_max_position_embeddings()) {
+      out.max_position_embeddings = config.max_position_embeddings();
+    }
+    out.mrope_section.assign(config.mrope_section().begin(), config.mrope_section().end());
+  }
+  out.inverse = config.inverse();
+  out.apply_attention_factor =
+      config.has_apply_attention_factor() ? config.apply_attention_factor() : true;
+  if (config.has_seq_len()) out.seq_len = config.seq_len();
+  if (!config.hf_config_json().empty()) {
+    // Report a config the JSON made invalid (a missing llama3 key, say) against the JSON.
+    absl::Status status = kernels::ValidateRopeConfig(out);
+    if (!status.ok() && out.head_dim > 0) {
+      return absl::Status(status.code(), absl::StrCat("config.hf_config_json: ", status.message()));
+    }
+  }
+  return out;
+}
+
+void FillRopeDerived(const kernels::RopeConfig& config, const kernels::RopeFrequencies& freqs,
+                     v1::RopeDerived* derived) {
+  derived->set_head_dim(freqs.head_dim);
+  derived->set_rotary_dim(freqs.rotary_dim);
+  derived->set_style(ToProtoRopeStyle(config.style));
+  derived->set_scaling_type(ToProtoRopeScalingType(config.scaling.type));
+  derived->set_effective_base(freqs.effective_base);
+  derived->set_attention_factor(freqs.attention_factor);
+  derived->set_attention_factor_applied(freqs.attention_factor_applied);
+  derived->mutable_inv_freq()->Reserve(static_cast<int>(freqs.inv_freq.size()));
+  for (long double w : freqs.inv_freq) derived->add_inv_freq(static_cast<double>(w));
+  derived->set_seq_len(freqs.seq_len);
+  derived->set_yarn_low(freqs.yarn_low);
+  derived->set_yarn_high(freqs.yarn_high);
+  derived->set_longrope_long_factors(freqs.longrope_long_factors);
+  derived->set_factor(freqs.factor);
+}
+
+}  // namespace posenc::server

@@ -1,0 +1,77 @@
+// One pure function per RPC of posenc.v1.PositionEncoding.
+//
+// Each handler converts and validates the request (convert.h), plans the op (kernels/ops.h),
+// checks every planned output against the server's limits before allocating anything sized by
+// the request, resolves positions, allocates the response tensors and runs the backend. No math
+// here: formulas live in kernels/.
+//
+// Handlers never throw on malformed input (they return INVALID_ARGUMENT, OUT_OF_RANGE or
+// RESOURCE_EXHAUSTED); an allocation failure may still throw std::bad_alloc, which the service
+// turns into RESOURCE_EXHAUSTED.
+//
+// Thread-safety: handlers are reentrant; the context's members must be safe for concurrent
+// reads (Backend and a filled TableRegistry are).
+#ifndef POSENC_SERVER_HANDLERS_H_
+#define POSENC_SERVER_HANDLERS_H_
+
+#include <grpcpp/support/status.h>
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "kernels/backend.h"
+#include "kernels/types.h"
+#include "posenc/v1/posenc.pb.h"
+#include "server/tables.h"
+
+namespace posenc::server {
+
+struct Limits {
+  int64_t max_output_elements = int64_t{1} << 26;  // per output tensor
+  int64_t max_message_bytes = int64_t{256} << 20;  // all output tensors of one response
+};
+
+struct HandlerContext {
+  const kernels::Backend* backend = nullptr;  // not owned; required
+  Limits limits;
+  const TableRegistry* tables = nullptr;  // not owned; null means no tables
+};
+
+// A planned output tensor, for CheckOutputLimits.
+struct PlannedOutput {
+  absl::string_view name;  // the response field, e.g. "bias"
+  kernels::DType dtype;
+  const kernels::Shape* shape;
+};
+
+// RESOURCE_EXHAUSTED when an output has more than max_output_elements elements, or the outputs
+// together more than max_message_bytes bytes; the message names the output and the limit:
+// "bias [64, 1048576, 1048576] has 7.0e+13 elements, over --max_output_elements=67108864".
+absl::Status CheckOutputLimits(const Limits& limits, std::initializer_list<PlannedOutput> outputs);
+
+grpc::Status HandleSinusoidal(const HandlerContext& ctx, const v1::SinusoidalRequest& req,
+                              v1::SinusoidalResponse* resp);
+grpc::Status HandleAddPositionEncoding(const HandlerContext& ctx,
+                                       const v1::AddPositionEncodingRequest& req,
+                                       v1::AddPositionEncodingResponse* resp);
+grpc::Status HandleRopeCache(const HandlerContext& ctx, const v1::RopeCacheRequest& req,
+                             v1::RopeCacheResponse* resp);
+grpc::Status HandleApplyRope(const HandlerContext& ctx, const v1::ApplyRopeRequest& req,
+                             v1::ApplyRopeResponse* resp);
+grpc::Status HandleAlibiSlopes(const HandlerContext& ctx, const v1::AlibiSlopesRequest& req,
+                               v1::AlibiSlopesResponse* resp);
+grpc::Status HandleAlibiBias(const HandlerContext& ctx, const v1::AlibiBiasRequest& req,
+                             v1::AlibiBiasResponse* resp);
+grpc::Status HandleRelativeBias(const HandlerContext& ctx, const v1::RelativeBiasRequest& req,
+                                v1::RelativeBiasResponse* resp);
+grpc::Status HandleRelativeEmbedding(const HandlerContext& ctx,
+                                     const v1::RelativeEmbeddingRequest& req,
+                                     v1::RelativeEmbeddingResponse* resp);
+grpc::Status HandleGetServerInfo(const HandlerContext& ctx, const v1::GetServerInfoRequest& req,
+                                 v1::GetServerInfoResponse* resp);
+
+}  // namespace posenc::server
+
+#endif  // POSENC_SERVER_HANDLERS_H_

@@ -1,0 +1,133 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <limits>
+#include <mutex>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/backend.h"
+#include "server/handlers.h"
+#include "server/service.h"
+#include "server/tables.h"
+
+namespace posenc::server {
+namespace {
+
+absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeBackend(const ServerOptions& options) {
+  if (options.backend == "reference") return kernels::MakeReferenceBackend();
+  if (options.backend == "cpu" || options.backend == "auto") {
+    if (options.threads < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("threads: expected >= 0 (0 = one per core), got ", options.threads));
+    }
+    return kernels::MakeCpuBackend(kernels::CpuBackendOptions{options.threads, ""});
+  }
+  if (options.backend == "cuda") {
+    return absl::UnimplementedError(
+        "backend: cuda is not built into this server (cpu, reference and auto are)");
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "backend: expected auto, cpu, reference or cuda, got \"", options.backend, "\""));
+}
+
+class PosencServerImpl final : public PosencServer {
+ public:
+  PosencServerImpl(const ServerOptions& options, std::unique_ptr<kernels::Backend> backend)
+      : options_(options),
+        backend_(std::move(backend)),
+        service_(HandlerContext{backend_.get(),
+                                Limits{options.max_output_elements, options.max_message_bytes},
+                                &tables_}) {}
+
+  ~PosencServerImpl() override {
+    Shutdown(std::chrono::system_clock::now());
+    Wait();
+  }
+
+  absl::Status Init() {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(options_.listen_address, grpc::InsecureServerCredentials(), &port_);
+    const int max_bytes = static_cast<int>(options_.max_message_bytes);
+    builder.SetMaxReceiveMessageSize(max_bytes);
+    builder.SetMaxSendMessageSize(max_bytes);
+    // A second server on a busy port must fail, not silently share it (SO_REUSEPORT).
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    if (server_ == nullptr || port_ == 0) {
+      return absl::UnavailableError(absl::StrCat("listen: could not listen on \"",
+                                                 options_.listen_address,
+                                                 "\" (address in use, or not a valid host:port?)"));
+    }
+    if (auto* health = server_->GetHealthCheckService(); health != nullptr) {
+      health->SetServingStatus(true);
+    }
+    return absl::OkStatus();
+  }
+
+  std::string backend_description() const override {
+    return absl::StrCat(backend_->name(), " (", backend_->detail(), ")");
+  }
+  int port() const override { return port_; }
+
+  void Shutdown(std::chrono::system_clock::time_point deadline) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_ || server_ == nullptr) return;
+    shut_down_ = true;
+    if (auto* health = server_->GetHealthCheckService(); health != nullptr) {
+      health->SetServingStatus(false);
+    }
+    server_->Shutdown(deadline);
+  }
+
+  void Wait() override {
+    if (server_ != nullptr) server_->Wait();
+  }
+
+  std::shared_ptr<grpc::Channel> InProcessChannel() override {
+    grpc::ChannelArguments args;
+    const int max_bytes = static_cast<int>(options_.max_message_bytes);
+    args.SetMaxReceiveMessageSize(max_bytes);
+    args.SetMaxSendMessageSize(max_bytes);
+    return server_->InProcessChannel(args);
+  }
+
+ private:
+  const ServerOptions options_;
+  std::unique_ptr<kernels::Backend> backend_;
+  TableRegistry tables_;  // empty in this version; filled before serving when loading exists
+  PositionEncodingService service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::mutex mu_;
+  bool shut_down_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOptions& options) {
+  if (options.max_message_bytes < 1 ||
+      options.max_message_bytes > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_message_bytes: expected 1 .. 2147483647 (protobuf's limit), got ",
+                     options.max_message_bytes));
+  }
+  if (options.max_output_elements < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_output_elements: expected >= 1, got ", options.max_output_elements));
+  }
+  auto backend = MakeBackend(options);
+  if (!backend.ok()) return backend.status();
+  auto server = std::make_unique<PosencServerImpl>(options, std::move(backend).value());
+  if (absl::Status status = server->Init(); !status.ok()) return status;
+  return std::unique_ptr<PosencServer>(std::move(server));
+}
+
+}  // namespace posenc::server

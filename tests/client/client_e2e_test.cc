@@ -1,0 +1,871 @@
+// End to end: the client library over real TCP to an in-process server on the reference
+// backend. Every RPC is called with non-trivial parameters and its result compared element by
+// element with a direct call to the kernels' reference backend (kernels/ops.h, positions.h,
+// backend.h), computed in float64, within the output dtype's tolerance.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client_test_util.h"
+#include "kernels/backend.h"
+#include "kernels/ops.h"
+#include "kernels/positions.h"
+#include "posenc/client.h"
+
+namespace posenc::client {
+namespace {
+
+using testing::ConnectToSharedServer;
+using testing::ExpectNear;
+using testing::View;
+
+const kernels::Backend& Reference() {
+  static const kernels::Backend* const backend = kernels::MakeReferenceBackend().release();
+  return *backend;
+}
+
+std::vector<int64_t> Vec(const kernels::Shape& shape) { return {shape.begin(), shape.end()}; }
+
+int64_t Product(const kernels::Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// A float64 output buffer of `shape` and a view of it.
+struct Output {
+  kernels::Shape shape;
+  std::vector<double> values;
+
+  explicit Output(const kernels::Shape& s) : shape(s), values(static_cast<size_t>(Product(s))) {}
+  kernels::TensorView view() { return {kernels::DType::kFloat64, shape, values.data()}; }
+};
+
+// A copy of `t` as float64 (the reference computes in float64 end to end).
+Tensor AsFloat64(const Tensor& t) {
+  absl::StatusOr<Tensor> wide = ConvertTensor(t, DType::kFloat64);
+  EXPECT_TRUE(wide.ok()) << wide.status();
+  return *wide;
+}
+
+Tensor RandomTensor(std::vector<int64_t> shape, DType dtype, uint64_t seed) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> uniform(-2.0, 2.0);
+  std::vector<double> values(static_cast<size_t>(n));
+  for (double& v : values) v = uniform(rng);
+  absl::StatusOr<Tensor> t = Tensor::FromDoubles(values, std::move(shape), dtype);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return *t;
+}
+
+// The kernels' description of the same positions (views borrow from `p`).
+kernels::PositionSpec SpecOf(const Positions& p) {
+  kernels::PositionSpec spec;
+  switch (p.kind) {
+    case Positions::Kind::kDefault:
+      spec.kind = kernels::PositionSpec::Kind::kDefault;
+      break;
+    case Positions::Kind::kRange:
+      spec.kind = kernels::PositionSpec::Kind::kRange;
+      spec.start = p.start;
+      spec.count = p.count;
+      break;
+    case Positions::Kind::kOffsets:
+      spec.kind = kernels::PositionSpec::Kind::kOffsets;
+      spec.offsets = p.offsets;
+      break;
+    case Positions::Kind::kIds:
+      spec.kind = kernels::PositionSpec::Kind::kIds;
+      spec.ids = View(p.tensor);
+      break;
+    case Positions::Kind::kCuSeqlens:
+      spec.kind = kernels::PositionSpec::Kind::kCuSeqlens;
+      spec.cu_seqlens = p.cu_seqlens;
+      spec.offsets = p.offsets;
+      break;
+    case Positions::Kind::kAttentionMask:
+      spec.kind = kernels::PositionSpec::Kind::kAttentionMask;
+      spec.mask = View(p.tensor);
+      break;
+  }
+  return spec;
+}
+
+kernels::RopeConfig KernelConfig(const RopeConfig& c) {
+  kernels::RopeConfig k;
+  k.head_dim = c.head_dim;
+  k.rotary_dim = c.rotary_dim;
+  k.base = c.base.value_or(10000.0);
+  k.style = c.style == RopeStyle::kGptj ? kernels::RopeStyle::kGptj : kernels::RopeStyle::kNeox;
+  static constexpr kernels::RopeScalingType kTypes[] = {
+      kernels::RopeScalingType::kDefault, kernels::RopeScalingType::kDefault,
+      kernels::RopeScalingType::kLinear,  kernels::RopeScalingType::kNtk,
+      kernels::RopeScalingType::kDynamic, kernels::RopeScalingType::kYarn,
+      kernels::RopeScalingType::kLlama3,  kernels::RopeScalingType::kLongrope};
+  const RopeScaling& s = c.scaling;
+  k.scaling.type = kTypes[static_cast<int>(s.type)];
+  k.scaling.factor = s.factor;
+  k.scaling.original_max_position_embeddings = s.original_max_position_embeddings;
+  k.scaling.beta_fast = s.beta_fast;
+  k.scaling.beta_slow = s.beta_slow;
+  k.scaling.truncate = s.truncate;
+  k.scaling.mscale = s.mscale;
+  k.scaling.mscale_all_dim = s.mscale_all_dim;
+  k.scaling.attention_factor = s.attention_factor;
+  k.scaling.low_freq_factor = s.low_freq_factor;
+  k.scaling.high_freq_factor = s.high_freq_factor;
+  k.scaling.long_factor = s.long_factor;
+  k.scaling.short_factor = s.short_factor;
+  k.max_position_embeddings = c.max_position_embeddings;
+  k.mrope_section = c.mrope_section;
+  k.mrope_layout = c.mrope_layout == MropeLayout::kInterleaved ? kernels::MropeLayout::kInterleaved
+                                                               : kernels::MropeLayout::kContiguous;
+  k.inverse = c.inverse;
+  k.apply_attention_factor = c.apply_attention_factor.value_or(true);
+  k.seq_len = c.seq_len;
+  return k;
+}
+
+void ExpectDerived(const RopeDerived& d, const kernels::RopeFrequencies& f) {
+  EXPECT_EQ(d.head_dim, f.head_dim);
+  EXPECT_EQ(d.rotary_dim, f.rotary_dim);
+  EXPECT_DOUBLE_EQ(d.effective_base, f.effective_base);
+  EXPECT_DOUBLE_EQ(d.attention_factor, f.attention_factor);
+  EXPECT_EQ(d.attention_factor_applied, f.attention_factor_applied);
+  EXPECT_DOUBLE_EQ(d.factor, f.factor);
+  EXPECT_EQ(d.seq_len, f.seq_len);
+  EXPECT_DOUBLE_EQ(d.yarn_low, f.yarn_low);
+  EXPECT_DOUBLE_EQ(d.yarn_high, f.yarn_high);
+  EXPECT_EQ(d.longrope_long_factors, f.longrope_long_factors);
+  ASSERT_EQ(d.inv_freq.size(), f.inv_freq.size());
+  for (size_t j = 0; j < d.inv_freq.size(); ++j) {
+    EXPECT_NEAR(d.inv_freq[j], static_cast<double>(f.inv_freq[j]),
+                1e-15 * static_cast<double>(f.inv_freq[j]))
+        << "inv_freq[" << j << "]";
+  }
+}
+
+class ClientE2ETest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    client_ = ConnectToSharedServer();
+    ASSERT_NE(client_, nullptr);
+  }
+
+  std::unique_ptr<Client> client_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Sinusoidal.
+// ---------------------------------------------------------------------------------------------
+void CheckSinusoidal(const Client& client, const SinusoidalOptions& options) {
+  SCOPED_TRACE(::testing::Message() << "dim " << options.params.dim);
+  absl::StatusOr<Tensor> table = client.Sinusoidal(options);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->dtype, options.output_dtype.value_or(DType::kFloat32));
+
+  kernels::SinusoidalParams params;
+  params.dim = options.params.dim;
+  params.base = options.params.base.value_or(10000.0);
+  params.layout = options.params.layout == SinusoidalLayout::kConcat
+                      ? kernels::SinusoidalLayout::kConcat
+                      : kernels::SinusoidalLayout::kInterleaved;
+  params.scheme = options.params.freq_scheme == FreqScheme::kVaswani ? kernels::FreqScheme::kVaswani
+                  : options.params.freq_scheme == FreqScheme::kT2t   ? kernels::FreqScheme::kT2t
+                                                                   : kernels::FreqScheme::kDefault;
+  const kernels::PositionSpec spec = SpecOf(options.positions);
+  kernels::GridRequest grid;
+  absl::StatusOr<kernels::Shape> shape = kernels::PlanSinusoidal(params, spec, &grid);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  absl::StatusOr<kernels::ResolvedPositions> positions = kernels::ResolvePositions(spec, grid);
+  ASSERT_TRUE(positions.ok()) << positions.status();
+  Output expected(*shape);
+  ASSERT_TRUE(Reference().Sinusoidal(params, *positions, expected.view()).ok());
+  ExpectNear(*table, Vec(*shape), expected.values, "table");
+}
+
+TEST_F(ClientE2ETest, SinusoidalRangeConcatMatchesReference) {
+  SinusoidalOptions options;
+  options.positions = Positions::Range(5, 7);
+  options.params.dim = 11;  // odd: the last column is zero
+  options.params.base = 500.0;
+  options.params.layout = SinusoidalLayout::kConcat;
+  options.params.freq_scheme = FreqScheme::kVaswani;
+  CheckSinusoidal(*client_, options);
+}
+
+TEST_F(ClientE2ETest, SinusoidalIdsFloat16MatchesReference) {
+  SinusoidalOptions options;
+  options.positions = Positions::Ids({0, 3, 1000, 65535, 7, 123456}, {2, 3});
+  options.params.dim = 16;
+  options.output_dtype = DType::kFloat16;
+  CheckSinusoidal(*client_, options);
+}
+
+TEST_F(ClientE2ETest, SinusoidalAttentionMaskBFloat16MatchesReference) {
+  SinusoidalOptions options;
+  options.positions = Positions::AttentionMask({0, 0, 1, 1, 1, 1, 1, 1}, {2, 4});
+  options.params.dim = 8;
+  options.output_dtype = DType::kBFloat16;
+  CheckSinusoidal(*client_, options);
+}
+
+// ---------------------------------------------------------------------------------------------
+// AddPositionEncoding.
+// ---------------------------------------------------------------------------------------------
+void CheckAdd(const Client& client, const AddPositionEncodingOptions& options) {
+  absl::StatusOr<Tensor> y = client.AddPositionEncoding(options);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->dtype, options.x.dtype);
+
+  kernels::AddPositionEncodingParams params;
+  params.combine =
+      options.combine == Combine::kConcat ? kernels::Combine::kConcat : kernels::Combine::kAdd;
+  params.scale = options.scale.value_or(1.0);
+  params.padding_idx = options.padding_idx;
+  Tensor table64;
+  if (options.sinusoidal.has_value()) {
+    kernels::SinusoidalParams s;
+    s.dim = options.sinusoidal->dim;
+    s.base = options.sinusoidal->base.value_or(10000.0);
+    s.layout = options.sinusoidal->layout == SinusoidalLayout::kConcat
+                   ? kernels::SinusoidalLayout::kConcat
+                   : kernels::SinusoidalLayout::kInterleaved;
+    params.sinusoidal = s;
+  } else {
+    table64 = AsFloat64(*options.learned->table_inline);
+    params.learned = View(table64);
+    params.table_offset = options.learned->table_offset;
+  }
+  const Tensor x64 = AsFloat64(options.x);
+  const kernels::Shape x_shape(x64.shape.begin(), x64.shape.end());
+  const kernels::PositionSpec spec = SpecOf(options.positions);
+  kernels::GridRequest grid;
+  absl::StatusOr<kernels::Shape> shape =
+      kernels::PlanAddPositionEncoding(params, x_shape, spec, &grid);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  absl::StatusOr<kernels::ResolvedPositions> positions = kernels::ResolvePositions(spec, grid);
+  ASSERT_TRUE(positions.ok()) << positions.status();
+  Output expected(*shape);
+  absl::Status s = Reference().AddPositionEncoding(params, View(x64), *positions, expected.view());
+  ASSERT_TRUE(s.ok()) << s;
+  ExpectNear(*y, Vec(*shape), expected.values, "y");
+}
+
+TEST_F(ClientE2ETest, AddSinusoidalWithOffsetsAndScaleMatchesReference) {
+  AddPositionEncodingOptions options;
+  options.x = RandomTensor({2, 4, 6}, DType::kFloat32, 1);
+  options.positions = Positions::Offsets({3, 10});
+  options.sinusoidal = SinusoidalParams{};  // dim 0: the width of x
+  options.scale = std::sqrt(6.0);
+  CheckAdd(*client_, options);
+}
+
+TEST_F(ClientE2ETest, AddLearnedConcatWithMaskMatchesReference) {
+  AddPositionEncodingOptions options;
+  options.x = RandomTensor({2, 4, 3}, DType::kFloat64, 2);
+  options.positions = Positions::AttentionMask({0, 1, 1, 1, 1, 1, 1, 1}, {2, 4});
+  LearnedTable learned;
+  learned.table_inline = RandomTensor({20, 5}, DType::kFloat32, 3);
+  learned.table_offset = 2;
+  options.learned = learned;
+  options.combine = Combine::kConcat;
+  CheckAdd(*client_, options);
+}
+
+TEST_F(ClientE2ETest, AddLearnedPastTheTableIsOutOfRange) {
+  AddPositionEncodingOptions options;
+  options.x = RandomTensor({1, 4, 5}, DType::kFloat32, 4);
+  options.positions = Positions::Range(7, 4);  // rows 9..12 of a 10-row table
+  LearnedTable learned;
+  learned.table_inline = RandomTensor({10, 5}, DType::kFloat32, 5);
+  learned.table_offset = 2;
+  options.learned = learned;
+  absl::StatusOr<Tensor> y = client_->AddPositionEncoding(options);
+  ASSERT_FALSE(y.ok());
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kOutOfRange) << y.status();
+}
+
+// ---------------------------------------------------------------------------------------------
+// RopeCache.
+// ---------------------------------------------------------------------------------------------
+void CheckRopeCache(const Client& client, const RopeCacheOptions& options,
+                    const kernels::RopeConfig& config) {
+  absl::StatusOr<RopeCacheResult> result = client.RopeCache(options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->cos.dtype, options.output_dtype.value_or(DType::kFloat32));
+
+  static constexpr kernels::RopeCacheLayout kLayouts[] = {
+      kernels::RopeCacheLayout::kCompact, kernels::RopeCacheLayout::kCompact,
+      kernels::RopeCacheLayout::kNeox, kernels::RopeCacheLayout::kGptj};
+  const kernels::RopeCacheLayout layout = kLayouts[static_cast<int>(options.layout)];
+  const kernels::PositionSpec spec = SpecOf(options.positions);
+  kernels::GridRequest grid;
+  absl::StatusOr<kernels::Shape> shape = kernels::PlanRopeCache(config, layout, spec, &grid);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  absl::StatusOr<kernels::ResolvedPositions> positions = kernels::ResolvePositions(spec, grid);
+  ASSERT_TRUE(positions.ok()) << positions.status();
+  absl::StatusOr<kernels::RopeFrequencies> freqs =
+      kernels::ComputeRopeFrequencies(config, positions->max_position);
+  ASSERT_TRUE(freqs.ok()) << freqs.status();
+  Output cos(*shape);
+  Output sin(*shape);
+  absl::Status s =
+      Reference().RopeCache(config, *freqs, layout, *positions, cos.view(), sin.view());
+  ASSERT_TRUE(s.ok()) << s;
+  ExpectNear(result->cos, Vec(*shape), cos.values, "cos");
+  ExpectNear(result->sin, Vec(*shape), sin.values, "sin");
+  ExpectDerived(result->derived, *freqs);
+}
+
+TEST_F(ClientE2ETest, RopeCacheYarnGptjIdsMatchesReference) {
+  RopeCacheOptions options;
+  options.positions = Positions::Ids({0, 1, 7, 100, 4096, 123456}, {2, 3});
+  options.config.head_dim = 64;
+  options.config.rotary_dim = 32;
+  options.config.base = 1e6;
+  options.config.style = RopeStyle::kGptj;
+  options.config.scaling.type = RopeScalingType::kYarn;
+  options.config.scaling.factor = 4.0;
+  options.config.scaling.original_max_position_embeddings = 4096;
+  options.config.max_position_embeddings = 16384;
+  options.layout = RopeCacheLayout::kGptj;
+  CheckRopeCache(*client_, options, KernelConfig(options.config));
+}
+
+TEST_F(ClientE2ETest, RopeCacheMropeFloat64MatchesReference) {
+  RopeCacheOptions options;
+  options.positions = Positions::Ids({0, 1, 2, 3, 0, 5, 5, 6, 0, 7, 9, 6}, {3, 4});
+  options.config.head_dim = 8;
+  options.config.mrope_section = {2, 1, 1};
+  options.config.mrope_layout = MropeLayout::kInterleaved;
+  options.output_dtype = DType::kFloat64;
+  options.layout = RopeCacheLayout::kNeox;
+  CheckRopeCache(*client_, options, KernelConfig(options.config));
+}
+
+TEST_F(ClientE2ETest, RopeCacheHfConfigLlama3BFloat16MatchesExplicitReference) {
+  RopeCacheOptions options;
+  options.positions = Positions::Range(8000, 33);
+  options.config.hf_config_json = R"({
+      "hidden_size": 2048, "num_attention_heads": 32, "max_position_embeddings": 131072,
+      "rope_theta": 500000.0, "torch_dtype": "bfloat16",
+      "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})";
+  options.output_dtype = DType::kBFloat16;
+  kernels::RopeConfig config;
+  config.head_dim = 64;
+  config.base = 500000.0;
+  config.max_position_embeddings = 131072;
+  config.scaling.type = kernels::RopeScalingType::kLlama3;
+  config.scaling.factor = 32.0;
+  config.scaling.low_freq_factor = 1.0;
+  config.scaling.high_freq_factor = 4.0;
+  config.scaling.original_max_position_embeddings = 8192;
+  CheckRopeCache(*client_, options, config);
+}
+
+TEST_F(ClientE2ETest, RopeCacheOddRotaryDimIsInvalidArgumentNamingTheField) {
+  RopeCacheOptions options;
+  options.positions = Positions::Range(0, 4);
+  options.config.head_dim = 8;
+  options.config.rotary_dim = 5;
+  absl::StatusOr<RopeCacheResult> result = client_->RopeCache(options);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(result.status().message().find("rotary_dim"), std::string::npos) << result.status();
+}
+
+// ---------------------------------------------------------------------------------------------
+// ApplyRope.
+// ---------------------------------------------------------------------------------------------
+void CheckApplyRope(const Client& client, const ApplyRopeOptions& options) {
+  absl::StatusOr<ApplyRopeResult> result = client.ApplyRope(options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->k.has_value(), options.k.has_value());
+
+  static constexpr kernels::TensorLayout kLayouts[] = {
+      kernels::TensorLayout::kBSHD, kernels::TensorLayout::kBSHD, kernels::TensorLayout::kBHSD,
+      kernels::TensorLayout::kTHD};
+  const kernels::TensorLayout layout = kLayouts[static_cast<int>(options.layout)];
+  kernels::RopeConfig config = KernelConfig(options.config);
+  Tensor q = AsFloat64(options.q);
+  Tensor k = options.k.has_value() ? AsFloat64(*options.k) : Tensor();
+  const kernels::Shape q_shape(q.shape.begin(), q.shape.end());
+  const kernels::Shape k_shape(k.shape.begin(), k.shape.end());
+  const kernels::DType f64 = kernels::DType::kFloat64;
+  const kernels::PositionSpec spec = SpecOf(options.positions);
+  kernels::GridRequest grid;
+  absl::StatusOr<kernels::ApplyRopeDims> dims =
+      kernels::PlanApplyRope(config, layout, f64, q_shape, options.k ? &f64 : nullptr,
+                             options.k ? &k_shape : nullptr, spec, &grid);
+  ASSERT_TRUE(dims.ok()) << dims.status();
+  absl::StatusOr<kernels::ResolvedPositions> positions = kernels::ResolvePositions(spec, grid);
+  ASSERT_TRUE(positions.ok()) << positions.status();
+  absl::StatusOr<kernels::RopeFrequencies> freqs =
+      kernels::ComputeRopeFrequencies(config, positions->max_position);
+  ASSERT_TRUE(freqs.ok()) << freqs.status();
+  kernels::TensorView q_view{f64, q_shape, q.data.data()};
+  kernels::TensorView k_view{f64, k_shape, options.k ? k.data.data() : nullptr};
+  absl::Status s = Reference().ApplyRope(config, *freqs, layout, *dims, *positions, q_view, k_view);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(result->q.dtype, options.q.dtype);
+  ExpectNear(result->q, q.shape, q.ToDoubles(), "q");
+  if (options.k.has_value()) ExpectNear(*result->k, k.shape, k.ToDoubles(), "k");
+  ExpectDerived(result->derived, *freqs);
+}
+
+TEST_F(ClientE2ETest, ApplyRopeLlama3GqaBshdMatchesReference) {
+  ApplyRopeOptions options;
+  options.q = RandomTensor({2, 3, 4, 16}, DType::kFloat32, 10);
+  options.k = RandomTensor({2, 3, 2, 16}, DType::kFloat32, 11);
+  options.positions = Positions::Offsets({0, 100000});
+  options.config.base = 500000.0;
+  options.config.scaling.type = RopeScalingType::kLlama3;
+  options.config.scaling.factor = 8.0;
+  options.config.scaling.low_freq_factor = 1.0;
+  options.config.scaling.high_freq_factor = 4.0;
+  options.config.scaling.original_max_position_embeddings = 8192;
+  CheckApplyRope(*client_, options);
+}
+
+TEST_F(ClientE2ETest, ApplyRopePartialBhsdBFloat16MatchesReference) {
+  ApplyRopeOptions options;
+  options.q = RandomTensor({2, 3, 5, 12}, DType::kBFloat16, 12);
+  options.positions = Positions::Ids({4, 2, 9000, 1, 3});  // [S], broadcast over the batch
+  options.layout = TensorLayout::kBHSD;
+  options.config.rotary_dim = 8;
+  options.config.style = RopeStyle::kGptj;
+  options.config.scaling.type = RopeScalingType::kDynamic;
+  options.config.scaling.factor = 2.0;
+  options.config.max_position_embeddings = 2048;
+  CheckApplyRope(*client_, options);
+}
+
+TEST_F(ClientE2ETest, ApplyRopePackedThdFloat16MatchesReference) {
+  ApplyRopeOptions options;
+  options.q = RandomTensor({7, 2, 8}, DType::kFloat16, 13);
+  options.k = RandomTensor({7, 1, 8}, DType::kFloat16, 14);
+  options.positions = Positions::CuSeqlens({0, 3, 7}, {5, 0});
+  options.layout = TensorLayout::kTHD;
+  options.config.scaling.type = RopeScalingType::kYarn;
+  options.config.scaling.factor = 8.0;
+  options.config.scaling.mscale = 1.0;
+  options.config.scaling.mscale_all_dim = 0.707;
+  options.config.scaling.original_max_position_embeddings = 4096;
+  CheckApplyRope(*client_, options);
+}
+
+TEST_F(ClientE2ETest, ApplyRopeInverseUndoesTheRotation) {
+  ApplyRopeOptions forward;
+  forward.q = RandomTensor({1, 6, 2, 32}, DType::kFloat32, 15);
+  forward.positions = Positions::Range(1000, 6);
+  forward.config.scaling.type = RopeScalingType::kYarn;
+  forward.config.scaling.factor = 16.0;
+  forward.config.scaling.original_max_position_embeddings = 2048;
+  absl::StatusOr<ApplyRopeResult> rotated = client_->ApplyRope(forward);
+  ASSERT_TRUE(rotated.ok()) << rotated.status();
+  EXPECT_GT(rotated->derived.attention_factor, 1.0);
+
+  ApplyRopeOptions backward = forward;
+  backward.q = rotated->q;
+  backward.config.inverse = true;
+  absl::StatusOr<ApplyRopeResult> restored = client_->ApplyRope(backward);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  const std::vector<double> original = forward.q.ToDoubles();
+  const std::vector<double> back = restored->q.ToDoubles();
+  ASSERT_EQ(original.size(), back.size());
+  for (size_t i = 0; i < back.size(); ++i) EXPECT_NEAR(back[i], original[i], 2e-6) << i;
+}
+
+TEST_F(ClientE2ETest, ApplyRopeInconsistentTensorIsRejectedBeforeSending) {
+  ApplyRopeOptions options;
+  options.q = RandomTensor({1, 2, 1, 8}, DType::kFloat32, 16);
+  options.q.data.pop_back();
+  absl::StatusOr<ApplyRopeResult> result = client_->ApplyRope(options);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(result.status().message().rfind("q: ", 0), 0u) << result.status();
+}
+
+TEST_F(ClientE2ETest, ApplyRopeHeadDimMismatchComesBackFromTheServer) {
+  ApplyRopeOptions options;
+  options.q = RandomTensor({1, 2, 1, 8}, DType::kFloat32, 17);
+  options.config.head_dim = 16;
+  absl::StatusOr<ApplyRopeResult> result = client_->ApplyRope(options);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(result.status().message().find("head_dim"), std::string::npos) << result.status();
+}
+
+// ---------------------------------------------------------------------------------------------
+// ALiBi.
+// ---------------------------------------------------------------------------------------------
+TEST_F(ClientE2ETest, AlibiSlopesMatchReference) {
+  for (const auto& [heads, max_bias, dtype] :
+       {std::tuple<int64_t, double, DType>{12, 8.0, DType::kFloat32},
+        std::tuple<int64_t, double, DType>{6, 4.0, DType::kFloat64},
+        std::tuple<int64_t, double, DType>{64, 8.0, DType::kBFloat16}}) {
+    AlibiSlopesOptions options;
+    options.num_heads = heads;
+    options.max_bias = max_bias;
+    options.output_dtype = dtype;
+    absl::StatusOr<Tensor> slopes = client_->AlibiSlopes(options);
+    ASSERT_TRUE(slopes.ok()) << slopes.status();
+    absl::StatusOr<std::vector<double>> expected = kernels::AlibiSlopes(heads, max_bias);
+    ASSERT_TRUE(expected.ok());
+    ExpectNear(*slopes, {heads}, *expected, absl::StrCat("slopes of ", heads, " heads"));
+  }
+}
+
+AlibiBiasResult CheckAlibiBias(const Client& client, const AlibiBiasOptions& options) {
+  absl::StatusOr<AlibiBiasResult> result = client.AlibiBias(options);
+  EXPECT_TRUE(result.ok()) << result.status();
+  if (!result.ok()) return {};
+  kernels::AlibiBiasParams params;
+  params.num_heads = options.num_heads;
+  params.q_len = options.q_len;
+  params.k_len = options.k_len;
+  params.query_offset = options.query_offset;
+  static constexpr kernels::AlibiMode kModes[] = {
+      kernels::AlibiMode::kCausal, kernels::AlibiMode::kCausal, kernels::AlibiMode::kSymmetric,
+      kernels::AlibiMode::kBloom};
+  static constexpr kernels::FutureMode kFutures[] = {
+      kernels::FutureMode::kMask, kernels::FutureMode::kMask, kernels::FutureMode::kZero,
+      kernels::FutureMode::kLinear};
+  static constexpr kernels::BiasForm kForms[] = {kernels::BiasForm::kFull, kernels::BiasForm::kFull,
+                                                 kernels::BiasForm::kCompact,
+                                                 kernels::BiasForm::kBuckets};
+  params.mode = kModes[static_cast<int>(options.mode)];
+  params.future = kFutures[static_cast<int>(options.future)];
+  params.max_bias = options.max_bias.value_or(8.0);
+  params.form = kForms[static_cast<int>(options.form)];
+  if (options.attention_mask.has_value()) params.attention_mask = View(*options.attention_mask);
+  absl::StatusOr<kernels::Shape> shape = kernels::PlanAlibiBias(params);
+  EXPECT_TRUE(shape.ok()) << shape.status();
+  if (!shape.ok()) return {};
+  Output expected(*shape);
+  EXPECT_TRUE(Reference().AlibiBias(params, expected.view()).ok());
+  ExpectNear(result->bias, Vec(*shape), expected.values, "bias");
+  absl::StatusOr<std::vector<double>> slopes =
+      kernels::AlibiSlopes(options.num_heads, params.max_bias);
+  EXPECT_TRUE(slopes.ok());
+  EXPECT_EQ(result->slopes.dtype, DType::kFloat64);
+  ExpectNear(result->slopes, {options.num_heads}, *slopes, "slopes");
+  return *std::move(result);
+}
+
+TEST_F(ClientE2ETest, AlibiBiasCausalLinearMatchesReference) {
+  AlibiBiasOptions options;
+  options.num_heads = 6;
+  options.q_len = 5;
+  options.k_len = 9;
+  options.future = FutureMode::kLinear;
+  CheckAlibiBias(*client_, options);
+}
+
+TEST_F(ClientE2ETest, AlibiBiasCausalMaskDecodeMatchesReference) {
+  AlibiBiasOptions options;
+  options.num_heads = 12;
+  options.q_len = 1;
+  options.k_len = 37;
+  options.query_offset = 30;  // keys 31..36 lie in the future: -inf
+  options.output_dtype = DType::kFloat16;
+  AlibiBiasResult result = CheckAlibiBias(*client_, options);
+  EXPECT_TRUE(std::isinf(result.bias.At(36)) && result.bias.At(36) < 0);
+}
+
+TEST_F(ClientE2ETest, AlibiBiasSymmetricWithOffsetMatchesReference) {
+  AlibiBiasOptions options;
+  options.num_heads = 3;
+  options.q_len = 4;
+  options.k_len = 4;
+  options.query_offset = -2;
+  options.mode = AlibiMode::kSymmetric;
+  options.max_bias = 5.0;
+  options.output_dtype = DType::kFloat64;
+  CheckAlibiBias(*client_, options);
+}
+
+TEST_F(ClientE2ETest, AlibiBiasBloomWithMaskMatchesReference) {
+  AlibiBiasOptions options;
+  options.num_heads = 4;
+  options.q_len = 3;
+  options.k_len = 6;
+  options.mode = AlibiMode::kBloom;
+  options.future = FutureMode::kZero;
+  options.attention_mask = *Tensor::FromInt64s(
+      std::vector<int64_t>{0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, {2, 6}, DType::kInt32);
+  CheckAlibiBias(*client_, options);
+}
+
+// ---------------------------------------------------------------------------------------------
+// T5 relative bias and Shaw relative embeddings.
+// ---------------------------------------------------------------------------------------------
+Tensor CheckRelativeBias(const Client& client, const RelativeBiasOptions& options) {
+  absl::StatusOr<Tensor> bias = client.RelativeBias(options);
+  EXPECT_TRUE(bias.ok()) << bias.status();
+  if (!bias.ok()) return {};
+  kernels::RelativeBiasParams params;
+  params.q_len = options.q_len;
+  params.k_len = options.k_len;
+  params.query_offset = options.query_offset;
+  params.key_offset = options.key_offset.value_or(0);
+  params.bidirectional = options.bidirectional.value_or(true);
+  params.num_buckets = options.num_buckets.value_or(32);
+  params.max_distance = options.max_distance.value_or(128);
+  params.form = options.form == BiasForm::kBuckets   ? kernels::BiasForm::kBuckets
+                : options.form == BiasForm::kCompact ? kernels::BiasForm::kCompact
+                                                     : kernels::BiasForm::kFull;
+  if (options.table_inline.has_value()) params.table = View(*options.table_inline);
+  absl::StatusOr<kernels::Shape> shape = kernels::PlanRelativeBias(params);
+  EXPECT_TRUE(shape.ok()) << shape.status();
+  if (!shape.ok()) return {};
+  if (params.form == kernels::BiasForm::kBuckets) {
+    // Buckets straight from the formula.
+    EXPECT_EQ(bias->dtype, DType::kInt32);
+    std::vector<double> expected;
+    const int64_t query_offset = options.query_offset.value_or(options.k_len - options.q_len);
+    for (int64_t i = 0; i < options.q_len; ++i) {
+      for (int64_t j = 0; j < options.k_len; ++j) {
+        const int64_t rp = (params.key_offset + j) - (query_offset + i);
+        expected.push_back(static_cast<double>(
+            kernels::T5Bucket(rp, params.bidirectional, params.num_buckets, params.max_distance)));
+      }
+    }
+    EXPECT_EQ(bias->shape, Vec(*shape));
+    EXPECT_EQ(bias->ToDoubles(), expected);
+    return *std::move(bias);
+  }
+  Output expected(*shape);
+  EXPECT_TRUE(Reference().RelativeBias(params, expected.view()).ok());
+  ExpectNear(*bias, Vec(*shape), expected.values, "bias");
+  return *std::move(bias);
+}
+
+TEST_F(ClientE2ETest, RelativeBiasDecoderWithOffsetsMatchesReference) {
+  RelativeBiasOptions options;
+  options.q_len = 6;
+  options.k_len = 10;
+  options.query_offset = 40;
+  options.key_offset = 5;
+  options.bidirectional = false;
+  options.num_buckets = 16;
+  options.max_distance = 40;
+  options.table_inline = RandomTensor({16, 3}, DType::kFloat32, 20);
+  CheckRelativeBias(*client_, options);
+}
+
+TEST_F(ClientE2ETest, RelativeBiasEncoderFloat16MatchesReference) {
+  RelativeBiasOptions options;
+  options.q_len = 12;
+  options.k_len = 12;
+  options.table_inline = RandomTensor({32, 8}, DType::kBFloat16, 21);
+  options.output_dtype = DType::kFloat16;
+  CheckRelativeBias(*client_, options);
+}
+
+TEST_F(ClientE2ETest, RelativeBiasBucketsMatchTheFormula) {
+  RelativeBiasOptions options;
+  options.q_len = 9;
+  options.k_len = 200;
+  options.query_offset = 150;
+  options.form = BiasForm::kBuckets;
+  CheckRelativeBias(*client_, options);
+}
+
+TEST_F(ClientE2ETest, RelativeBiasWithoutTableIsInvalidArgument) {
+  RelativeBiasOptions options;
+  options.q_len = 2;
+  options.k_len = 2;
+  absl::StatusOr<Tensor> bias = client_->RelativeBias(options);
+  ASSERT_FALSE(bias.ok());
+  EXPECT_EQ(bias.status().code(), absl::StatusCode::kInvalidArgument) << bias.status();
+  EXPECT_NE(bias.status().message().find("table"), std::string::npos) << bias.status();
+}
+
+TEST_F(ClientE2ETest, RelativeEmbeddingMatchesReference) {
+  RelativeEmbeddingOptions options;
+  options.q_len = 4;
+  options.k_len = 6;
+  options.max_relative = 2;
+  options.table_inline = RandomTensor({5, 3}, DType::kFloat64, 30);
+  options.query_offset = 1;
+  options.key_offset = -1;
+  options.output_dtype = DType::kFloat16;
+  absl::StatusOr<Tensor> embeddings = client_->RelativeEmbedding(options);
+  ASSERT_TRUE(embeddings.ok()) << embeddings.status();
+
+  kernels::RelativeEmbeddingParams params;
+  params.q_len = options.q_len;
+  params.k_len = options.k_len;
+  params.max_relative = options.max_relative;
+  params.query_offset = options.query_offset;
+  params.key_offset = *options.key_offset;
+  params.table = View(*options.table_inline);
+  absl::StatusOr<kernels::Shape> shape = kernels::PlanRelativeEmbedding(params);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  Output expected(*shape);
+  ASSERT_TRUE(Reference().RelativeEmbedding(params, expected.view()).ok());
+  ExpectNear(*embeddings, Vec(*shape), expected.values, "embeddings");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The compact bias forms, expanded locally, equal the FULL form the server sends.
+// ---------------------------------------------------------------------------------------------
+TEST_F(ClientE2ETest, ExpandToeplitzOfCompactAlibiEqualsServerFullForm) {
+  for (AlibiMode mode : {AlibiMode::kCausal, AlibiMode::kSymmetric}) {
+    for (std::optional<int64_t> query_offset :
+         {std::optional<int64_t>(), std::optional<int64_t>(1)}) {
+      AlibiBiasOptions options;
+      options.num_heads = 4;
+      options.q_len = 5;
+      options.k_len = 9;
+      options.mode = mode;
+      options.query_offset = query_offset;
+      absl::StatusOr<AlibiBiasResult> full = client_->AlibiBias(options);
+      ASSERT_TRUE(full.ok()) << full.status();
+      options.form = BiasForm::kCompact;
+      absl::StatusOr<AlibiBiasResult> compact = client_->AlibiBias(options);
+      ASSERT_TRUE(compact.ok()) << compact.status();
+      EXPECT_EQ(compact->bias.shape, (std::vector<int64_t>{4, 5 + 9 - 1}));
+      absl::StatusOr<Tensor> expanded = ExpandToeplitz(compact->bias, 5, 9);
+      ASSERT_TRUE(expanded.ok()) << expanded.status();
+      EXPECT_EQ(expanded->shape, full->bias.shape);
+      EXPECT_EQ(expanded->data, full->bias.data) << "mode " << static_cast<int>(mode);
+    }
+  }
+}
+
+TEST_F(ClientE2ETest, ExpandToeplitzOfCompactT5EqualsServerFullForm) {
+  RelativeBiasOptions options;
+  options.q_len = 7;
+  options.k_len = 300;
+  options.query_offset = 250;
+  options.table_inline = RandomTensor({32, 5}, DType::kFloat32, 40);
+  absl::StatusOr<Tensor> full = client_->RelativeBias(options);
+  ASSERT_TRUE(full.ok()) << full.status();
+  options.form = BiasForm::kCompact;
+  absl::StatusOr<Tensor> compact = client_->RelativeBias(options);
+  ASSERT_TRUE(compact.ok()) << compact.status();
+  absl::StatusOr<Tensor> expanded = ExpandToeplitz(*compact, 7, 300);
+  ASSERT_TRUE(expanded.ok()) << expanded.status();
+  EXPECT_EQ(expanded->shape, full->shape);
+  EXPECT_EQ(expanded->data, full->data);
+}
+
+TEST_F(ClientE2ETest, ExpandBloomRowsOfCompactBloomEqualsServerFullForm) {
+  for (FutureMode future : {FutureMode::kMask, FutureMode::kZero, FutureMode::kLinear}) {
+    AlibiBiasOptions options;
+    options.num_heads = 3;
+    options.q_len = 4;
+    options.k_len = 7;
+    options.mode = AlibiMode::kBloom;
+    options.future = future;
+    options.attention_mask =
+        *Tensor::FromInt64s(std::vector<int64_t>{1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1}, {2, 7});
+    absl::StatusOr<AlibiBiasResult> full = client_->AlibiBias(options);
+    ASSERT_TRUE(full.ok()) << full.status();
+    options.form = BiasForm::kCompact;
+    absl::StatusOr<AlibiBiasResult> compact = client_->AlibiBias(options);
+    ASSERT_TRUE(compact.ok()) << compact.status();
+    EXPECT_EQ(compact->bias.shape, (std::vector<int64_t>{2, 3, 7}));
+    const FutureRule rule = future == FutureMode::kZero     ? FutureRule::kZero
+                            : future == FutureMode::kLinear ? FutureRule::kLinear
+                                                            : FutureRule::kMask;
+    absl::StatusOr<Tensor> expanded = ExpandBloomRows(compact->bias, 4, std::nullopt, rule);
+    ASSERT_TRUE(expanded.ok()) << expanded.status();
+    EXPECT_EQ(expanded->shape, full->bias.shape);
+    EXPECT_EQ(expanded->ToDoubles(), full->bias.ToDoubles())
+        << "future " << static_cast<int>(future);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server info, health, connection errors, concurrency.
+// ---------------------------------------------------------------------------------------------
+TEST_F(ClientE2ETest, GetServerInfoReportsTheReferenceBackendAndLimits) {
+  absl::StatusOr<ServerInfo> info = client_->GetServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_FALSE(info->version.empty());
+  ASSERT_FALSE(info->backends.empty());
+  bool found = false;
+  for (const ServerInfo::Backend& b : info->backends) {
+    if (b.name == "reference") {
+      found = true;
+      EXPECT_TRUE(b.is_default);
+    }
+  }
+  EXPECT_TRUE(found);
+  EXPECT_EQ(info->max_message_bytes, int64_t{256} << 20);
+  EXPECT_EQ(info->max_output_elements, int64_t{1} << 26);
+  EXPECT_TRUE(info->tables.empty());
+}
+
+TEST_F(ClientE2ETest, HealthIsServing) {
+  absl::StatusOr<HealthStatus> health = client_->Health();
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, HealthStatus::kServing);
+  EXPECT_EQ(HealthStatusName(*health), "SERVING");
+}
+
+TEST_F(ClientE2ETest, HealthOfAnUnknownServiceIsNotFound) {
+  absl::StatusOr<HealthStatus> health = client_->Health("no.such.Service");
+  ASSERT_FALSE(health.ok());
+  EXPECT_EQ(health.status().code(), absl::StatusCode::kNotFound) << health.status();
+}
+
+TEST_F(ClientE2ETest, InProcessChannelWorksToo) {
+  std::unique_ptr<Client> client = Client::FromChannel(testing::SharedServer().InProcessChannel());
+  absl::StatusOr<HealthStatus> health = client->Health();
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, HealthStatus::kServing);
+}
+
+TEST(ClientConnectTest, UnreachableServerIsUnavailable) {
+  ClientOptions options;
+  options.timeout = std::chrono::milliseconds(3000);
+  options.max_attempts = 1;
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect("127.0.0.1:1", options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<Tensor> slopes = (*client)->AlibiSlopes({.num_heads = 4});
+  ASSERT_FALSE(slopes.ok());
+  EXPECT_EQ(slopes.status().code(), absl::StatusCode::kUnavailable) << slopes.status();
+}
+
+TEST(ClientConnectTest, InvalidOptionsAreRejected) {
+  EXPECT_EQ(Client::Connect("", {}).status().code(), absl::StatusCode::kInvalidArgument);
+  ClientOptions options;
+  options.timeout = std::chrono::milliseconds(0);
+  EXPECT_EQ(Client::Connect("localhost:1", options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ClientE2ETest, OneClientServesManyThreads) {
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        absl::StatusOr<Tensor> slopes = client_->AlibiSlopes({.num_heads = 1 + (t + i) % 16});
+        if (!slopes.ok() || slopes->NumElements() != 1 + (t + i) % 16) ++failures;
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+}  // namespace
+}  // namespace posenc::client

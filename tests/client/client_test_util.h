@@ -1,0 +1,115 @@
+// Helpers shared by the client tests: one in-process posenc server on a real TCP port, clients
+// connected to it, and conversions from client tensors to kernels views for the reference
+// expectations.
+#ifndef POSENC_TESTS_CLIENT_CLIENT_TEST_UTIL_H_
+#define POSENC_TESTS_CLIENT_CLIENT_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/backend.h"
+#include "kernels/types.h"
+#include "posenc/client.h"
+#include "server/server.h"
+
+namespace posenc::client::testing {
+
+// The server of the whole test binary (reference backend, 127.0.0.1, a free port), started on
+// first use and kept until the process exits.
+inline server::PosencServer& SharedServer() {
+  static server::PosencServer* const server = [] {
+    server::ServerOptions options;
+    options.listen_address = "127.0.0.1:0";
+    options.backend = "reference";
+    auto started = server::PosencServer::Start(options);
+    if (!started.ok()) {
+      ADD_FAILURE() << "cannot start the server: " << started.status();
+      std::abort();
+    }
+    return started->release();
+  }();
+  return *server;
+}
+
+inline std::string ServerAddress() { return absl::StrCat("127.0.0.1:", SharedServer().port()); }
+
+// A client over real TCP to the shared server.
+inline std::unique_ptr<Client> ConnectToSharedServer() {
+  auto client = Client::Connect(ServerAddress(), ClientOptions());
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? *std::move(client) : nullptr;
+}
+
+inline kernels::DType KernelDType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return kernels::DType::kFloat32;
+    case DType::kFloat16:
+      return kernels::DType::kFloat16;
+    case DType::kBFloat16:
+      return kernels::DType::kBFloat16;
+    case DType::kFloat64:
+      return kernels::DType::kFloat64;
+    case DType::kInt32:
+      return kernels::DType::kInt32;
+    case DType::kInt64:
+      return kernels::DType::kInt64;
+  }
+  return kernels::DType::kFloat32;
+}
+
+// A borrowed kernels view of a client tensor (the tensor must outlive it).
+inline kernels::ConstTensorView View(const Tensor& t) {
+  kernels::ConstTensorView view;
+  view.dtype = KernelDType(t.dtype);
+  view.shape.assign(t.shape.begin(), t.shape.end());
+  view.data = t.data.data();
+  return view;
+}
+
+// The largest error a value of `dtype` may show against the float64 truth `expected`: the
+// rounding of the output (1 ulp for FLOAT16/BFLOAT16, as SPEC §8) plus the backend's 1e-6
+// promise for FLOAT32/FLOAT64.
+inline double Tolerance(DType dtype, double expected) {
+  const double magnitude = std::max(1.0, std::fabs(expected));
+  switch (dtype) {
+    case DType::kFloat16:
+      return std::max(std::ldexp(std::fabs(expected), -10), std::ldexp(1.0, -24));
+    case DType::kBFloat16:
+      return std::ldexp(std::fabs(expected), -7) + std::ldexp(1.0, -133);
+    case DType::kFloat32:
+      return 1e-6 * magnitude;
+    default:
+      return 1e-9 * magnitude;
+  }
+}
+
+// Element-wise comparison of a server result with the float64 reference values.
+inline void ExpectNear(const Tensor& actual, const std::vector<int64_t>& expected_shape,
+                       const std::vector<double>& expected, const std::string& what) {
+  ASSERT_TRUE(actual.Validate().ok()) << what << ": " << actual.Validate();
+  ASSERT_EQ(actual.shape, expected_shape) << what;
+  const std::vector<double> values = actual.ToDoubles();
+  ASSERT_EQ(values.size(), expected.size()) << what;
+  int reported = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double e = expected[i];
+    const double a = values[i];
+    const bool same_special = (std::isnan(e) && std::isnan(a)) || (std::isinf(e) && a == e);
+    if (same_special) continue;
+    if (!(std::fabs(a - e) <= Tolerance(actual.dtype, e))) {
+      ADD_FAILURE() << what << ": element " << i << " is " << a << ", expected " << e;
+      if (++reported >= 5) return;
+    }
+  }
+}
+
+}  // namespace posenc::client::testing
+
+#endif  // POSENC_TESTS_CLIENT_CLIENT_TEST_UTIL_H_

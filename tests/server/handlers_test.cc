@@ -1,0 +1,492 @@
+// Handler happy paths: every RPC's response equals a direct call of the kernels with the same
+// parameters (byte for byte, on the reference backend), with the right dtype and shape.
+#include "server/handlers.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/ops.h"
+#include "kernels/positions.h"
+#include "tests/server/server_test_util.h"
+
+namespace posenc::server {
+namespace {
+
+using testing::FloatTensor;
+using testing::Int64Tensor;
+using testing::MakeTensor;
+using testing::TestContext;
+using testing::Values;
+
+template <typename Message>
+std::vector<int64_t> ShapeOf(const Message& t) {
+  return {t.shape().begin(), t.shape().end()};
+}
+
+kernels::ConstTensorView View(const v1::Tensor& t, kernels::DType dtype) {
+  return {dtype, kernels::Shape(t.shape().begin(), t.shape().end()), t.data().data()};
+}
+
+std::string Allocate(kernels::DType dtype, const kernels::Shape& shape, kernels::TensorView* view) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::string bytes(static_cast<size_t>(n * kernels::DTypeSize(dtype)), '\0');
+  *view = {dtype, shape, bytes.data()};
+  return bytes;
+}
+
+TEST(HandleApplyRopeTest, MatchesDirectKernelCall) {
+  TestContext t;
+  v1::ApplyRopeRequest req;
+  *req.mutable_q() = FloatTensor({2, 5, 3, 16});
+  *req.mutable_k() = FloatTensor({2, 5, 1, 16}, -0.75f);
+  req.mutable_positions()->mutable_offsets()->add_offsets(3);
+  req.mutable_positions()->mutable_offsets()->add_offsets(7);
+  v1::RopeConfig* config = req.mutable_config();
+  config->set_rotary_dim(8);
+  config->set_base(500000);
+  config->set_style(v1::ROPE_STYLE_GPTJ);
+  config->mutable_scaling()->set_type(v1::ROPE_SCALING_YARN);
+  config->mutable_scaling()->set_factor(4);
+  config->mutable_scaling()->set_original_max_position_embeddings(2048);
+
+  v1::ApplyRopeResponse resp;
+  grpc::Status status = HandleApplyRope(t.ctx, req, &resp);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+
+  // The same through the kernels.
+  kernels::RopeConfig cfg;
+  cfg.rotary_dim = 8;
+  cfg.base = 500000;
+  cfg.style = kernels::RopeStyle::kGptj;
+  cfg.scaling.type = kernels::RopeScalingType::kYarn;
+  cfg.scaling.factor = 4;
+  cfg.scaling.original_max_position_embeddings = 2048;
+  kernels::PositionSpec spec;
+  spec.kind = kernels::PositionSpec::Kind::kOffsets;
+  spec.offsets = {3, 7};
+  kernels::GridRequest grid;
+  const kernels::ConstTensorView q = View(req.q(), kernels::DType::kFloat32);
+  const kernels::ConstTensorView k = View(req.k(), kernels::DType::kFloat32);
+  auto dims = kernels::PlanApplyRope(cfg, kernels::TensorLayout::kBSHD, q.dtype, q.shape, &k.dtype,
+                                     &k.shape, spec, &grid);
+  ASSERT_TRUE(dims.ok()) << dims.status();
+  auto positions = kernels::ResolvePositions(spec, grid);
+  ASSERT_TRUE(positions.ok()) << positions.status();
+  auto freqs = kernels::ComputeRopeFrequencies(cfg, positions->max_position);
+  ASSERT_TRUE(freqs.ok()) << freqs.status();
+  std::string q_bytes = req.q().data(), k_bytes = req.k().data();
+  kernels::TensorView q_out{q.dtype, q.shape, q_bytes.data()};
+  kernels::TensorView k_out{k.dtype, k.shape, k_bytes.data()};
+  ASSERT_TRUE(
+      t.backend
+          ->ApplyRope(cfg, *freqs, kernels::TensorLayout::kBSHD, *dims, *positions, q_out, k_out)
+          .ok());
+
+  EXPECT_EQ(resp.q().dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_EQ(ShapeOf(resp.q()), (std::vector<int64_t>{2, 5, 3, 16}));
+  EXPECT_EQ(ShapeOf(resp.k()), (std::vector<int64_t>{2, 5, 1, 16}));
+  EXPECT_EQ(resp.q().data(), q_bytes);
+  EXPECT_EQ(resp.k().data(), k_bytes);
+  EXPECT_NE(resp.q().data(), req.q().data());  // it did rotate
+
+  const v1::RopeDerived& d = resp.derived();
+  EXPECT_EQ(d.head_dim(), 16);
+  EXPECT_EQ(d.rotary_dim(), 8);
+  EXPECT_EQ(d.style(), v1::ROPE_STYLE_GPTJ);
+  EXPECT_EQ(d.scaling_type(), v1::ROPE_SCALING_YARN);
+  EXPECT_DOUBLE_EQ(d.attention_factor(), freqs->attention_factor);
+  EXPECT_TRUE(d.attention_factor_applied());
+  EXPECT_DOUBLE_EQ(d.factor(), 4.0);
+  EXPECT_DOUBLE_EQ(d.yarn_low(), freqs->yarn_low);
+  EXPECT_DOUBLE_EQ(d.yarn_high(), freqs->yarn_high);
+  ASSERT_EQ(d.inv_freq_size(), 4);
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_EQ(d.inv_freq(j), static_cast<double>(freqs->inv_freq[j])) << j;
+  }
+}
+
+TEST(HandleApplyRopeTest, InverseUndoesForwardInFloat64WithoutK) {
+  TestContext t;
+  std::vector<double> x(1 * 3 * 6 * 32);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37 * static_cast<double>(i)) * 3.0;
+  v1::ApplyRopeRequest req;
+  *req.mutable_q() = MakeTensor(v1::DTYPE_FLOAT64, {1, 3, 6, 32}, x);  // BHSD: 3 heads, 6 tokens
+  req.set_layout(v1::TENSOR_LAYOUT_BHSD);
+  req.mutable_positions()->mutable_range()->set_start(1000);
+  req.mutable_config()->mutable_scaling()->set_type(v1::ROPE_SCALING_YARN);
+  req.mutable_config()->mutable_scaling()->set_factor(8);
+  req.mutable_config()->mutable_scaling()->set_original_max_position_embeddings(512);
+
+  v1::ApplyRopeResponse forward;
+  ASSERT_TRUE(HandleApplyRope(t.ctx, req, &forward).ok());
+  EXPECT_FALSE(forward.has_k());
+  EXPECT_GT(forward.derived().attention_factor(), 1.0);
+
+  *req.mutable_q() = forward.q();
+  req.mutable_config()->set_inverse(true);
+  v1::ApplyRopeResponse back;
+  ASSERT_TRUE(HandleApplyRope(t.ctx, req, &back).ok());
+  const std::vector<double> y = Values<double>(back.q());
+  ASSERT_EQ(y.size(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 1e-12) << i;
+}
+
+TEST(HandleRopeCacheTest, MatchesDirectKernelCall) {
+  TestContext t;
+  v1::RopeCacheRequest req;
+  *req.mutable_positions()->mutable_ids() = Int64Tensor({2, 3}, {0, 5, 9, 100, 4096, 70000});
+  req.mutable_config()->set_head_dim(64);
+  req.mutable_config()->mutable_scaling()->set_type(v1::ROPE_SCALING_LLAMA3);
+  req.mutable_config()->mutable_scaling()->set_factor(8);
+  req.mutable_config()->mutable_scaling()->set_low_freq_factor(1);
+  req.mutable_config()->mutable_scaling()->set_high_freq_factor(4);
+  req.mutable_config()->mutable_scaling()->set_original_max_position_embeddings(8192);
+  req.set_output_dtype(v1::DTYPE_FLOAT64);
+  req.set_layout(v1::ROPE_CACHE_LAYOUT_NEOX);
+  v1::RopeCacheResponse resp;
+  grpc::Status status = HandleRopeCache(t.ctx, req, &resp);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+
+  kernels::RopeConfig cfg;
+  cfg.head_dim = 64;
+  cfg.scaling.type = kernels::RopeScalingType::kLlama3;
+  cfg.scaling.factor = 8;
+  cfg.scaling.low_freq_factor = 1;
+  cfg.scaling.high_freq_factor = 4;
+  cfg.scaling.original_max_position_embeddings = 8192;
+  kernels::PositionSpec spec;
+  spec.kind = kernels::PositionSpec::Kind::kIds;
+  spec.ids = View(req.positions().ids(), kernels::DType::kInt64);
+  kernels::GridRequest grid;
+  auto shape = kernels::PlanRopeCache(cfg, kernels::RopeCacheLayout::kNeox, spec, &grid);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  EXPECT_EQ(*shape, (kernels::Shape{2, 3, 64}));
+  auto positions = kernels::ResolvePositions(spec, grid);
+  ASSERT_TRUE(positions.ok());
+  auto freqs = kernels::ComputeRopeFrequencies(cfg, positions->max_position);
+  ASSERT_TRUE(freqs.ok());
+  kernels::TensorView cos, sin;
+  std::string cos_bytes = Allocate(kernels::DType::kFloat64, *shape, &cos);
+  std::string sin_bytes = Allocate(kernels::DType::kFloat64, *shape, &sin);
+  ASSERT_TRUE(
+      t.backend->RopeCache(cfg, *freqs, kernels::RopeCacheLayout::kNeox, *positions, cos, sin)
+          .ok());
+
+  EXPECT_EQ(resp.cos().dtype(), v1::DTYPE_FLOAT64);
+  EXPECT_EQ(ShapeOf(resp.cos()), (std::vector<int64_t>{2, 3, 64}));
+  EXPECT_EQ(ShapeOf(resp.sin()), (std::vector<int64_t>{2, 3, 64}));
+  EXPECT_EQ(resp.cos().data(), cos_bytes);
+  EXPECT_EQ(resp.sin().data(), sin_bytes);
+  EXPECT_EQ(resp.derived().scaling_type(), v1::ROPE_SCALING_LLAMA3);
+  ASSERT_EQ(resp.derived().inv_freq_size(), 32);
+  for (int j = 0; j < 32; ++j) {
+    EXPECT_EQ(resp.derived().inv_freq(j), static_cast<double>(freqs->inv_freq[j]));
+  }
+}
+
+TEST(HandleRopeCacheTest, DefaultsAreFloat32Compact) {
+  TestContext t;
+  v1::RopeCacheRequest req;
+  req.mutable_positions()->mutable_range()->set_start(10);
+  req.mutable_positions()->mutable_range()->set_count(7);
+  req.mutable_config()->set_head_dim(128);
+  req.mutable_config()->set_rotary_dim(64);
+  v1::RopeCacheResponse resp;
+  ASSERT_TRUE(HandleRopeCache(t.ctx, req, &resp).ok());
+  EXPECT_EQ(resp.cos().dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_EQ(ShapeOf(resp.cos()), (std::vector<int64_t>{7, 32}));
+  EXPECT_EQ(resp.cos().data().size(), 7u * 32u * 4u);
+  EXPECT_EQ(resp.derived().effective_base(), 10000.0);
+  EXPECT_EQ(resp.derived().attention_factor(), 1.0);
+  // cos(p * omega_0) with omega_0 = 1: position 10.
+  EXPECT_NEAR(Values<float>(resp.cos())[0], std::cos(10.0), 1e-6);
+
+  req.set_output_dtype(v1::DTYPE_BFLOAT16);
+  v1::RopeCacheResponse bf16;
+  ASSERT_TRUE(HandleRopeCache(t.ctx, req, &bf16).ok());
+  EXPECT_EQ(bf16.sin().dtype(), v1::DTYPE_BFLOAT16);
+  EXPECT_EQ(bf16.sin().data().size(), 7u * 32u * 2u);
+}
+
+TEST(HandleSinusoidalTest, MatchesDirectKernelCall) {
+  TestContext t;
+  v1::SinusoidalRequest req;
+  req.mutable_positions()->mutable_range()->set_start(3);
+  req.mutable_positions()->mutable_range()->set_count(9);
+  req.mutable_params()->set_dim(17);
+  req.mutable_params()->set_layout(v1::SINUSOIDAL_LAYOUT_CONCAT);
+  req.set_output_dtype(v1::DTYPE_FLOAT16);
+  v1::SinusoidalResponse resp;
+  ASSERT_TRUE(HandleSinusoidal(t.ctx, req, &resp).ok());
+
+  kernels::SinusoidalParams params;
+  params.dim = 17;
+  params.layout = kernels::SinusoidalLayout::kConcat;
+  kernels::PositionSpec spec;
+  spec.kind = kernels::PositionSpec::Kind::kRange;
+  spec.start = 3;
+  spec.count = 9;
+  kernels::GridRequest grid;
+  auto shape = kernels::PlanSinusoidal(params, spec, &grid);
+  ASSERT_TRUE(shape.ok());
+  auto positions = kernels::ResolvePositions(spec, grid);
+  ASSERT_TRUE(positions.ok());
+  kernels::TensorView out;
+  std::string bytes = Allocate(kernels::DType::kFloat16, *shape, &out);
+  ASSERT_TRUE(t.backend->Sinusoidal(params, *positions, out).ok());
+  EXPECT_EQ(resp.table().dtype(), v1::DTYPE_FLOAT16);
+  EXPECT_EQ(ShapeOf(resp.table()), (std::vector<int64_t>{9, 17}));
+  EXPECT_EQ(resp.table().data(), bytes);
+}
+
+TEST(HandleAddPositionEncodingTest, LearnedTableByNameEqualsInline) {
+  TestContext t;
+  const v1::Tensor table = FloatTensor({10, 8}, 1.5f);
+  ASSERT_TRUE(
+      t.tables.Add("opt_positions", kernels::DType::kFloat32, kernels::Shape{10, 8}, table.data())
+          .ok());
+  v1::AddPositionEncodingRequest req;
+  *req.mutable_x() = FloatTensor({2, 4, 8});
+  req.mutable_positions()->mutable_offsets()->add_offsets(0);
+  req.mutable_positions()->mutable_offsets()->add_offsets(4);
+  req.set_scale(2.0);
+  req.mutable_learned()->set_table_offset(2);
+  *req.mutable_learned()->mutable_table_inline() = table;
+  v1::AddPositionEncodingResponse inline_resp;
+  ASSERT_TRUE(HandleAddPositionEncoding(t.ctx, req, &inline_resp).ok());
+
+  req.mutable_learned()->set_table_name("opt_positions");
+  v1::AddPositionEncodingResponse named_resp;
+  grpc::Status status = HandleAddPositionEncoding(t.ctx, req, &named_resp);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(named_resp.y().data(), inline_resp.y().data());
+  EXPECT_EQ(ShapeOf(named_resp.y()), (std::vector<int64_t>{2, 4, 8}));
+
+  // y = 2x + E[p + 2]: token (1, 3) has position 7 and reads row 9.
+  const std::vector<float> x = Values<float>(req.x());
+  const std::vector<float> e = Values<float>(table);
+  const std::vector<float> y = Values<float>(named_resp.y());
+  for (int c = 0; c < 8; ++c) {
+    const int i = (1 * 4 + 3) * 8 + c;
+    EXPECT_FLOAT_EQ(y[i], 2.0f * x[i] + e[9 * 8 + c]);
+  }
+
+  // An unknown name lists the loaded tables.
+  req.mutable_learned()->set_table_name("bart");
+  status = HandleAddPositionEncoding(t.ctx, req, &named_resp);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(),
+            "learned.table_name: no table named \"bart\" (loaded: opt_positions)");
+}
+
+TEST(HandleAddPositionEncodingTest, SinusoidalConcatMatchesDirectCall) {
+  TestContext t;
+  v1::AddPositionEncodingRequest req;
+  *req.mutable_x() = FloatTensor({3, 6});  // [T, D]: B = 1
+  req.set_combine(v1::COMBINE_CONCAT);
+  req.mutable_sinusoidal()->set_dim(4);
+  v1::AddPositionEncodingResponse resp;
+  grpc::Status status = HandleAddPositionEncoding(t.ctx, req, &resp);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(ShapeOf(resp.y()), (std::vector<int64_t>{3, 10}));
+
+  kernels::AddPositionEncodingParams params;
+  params.combine = kernels::Combine::kConcat;
+  params.sinusoidal = kernels::SinusoidalParams{};
+  params.sinusoidal->dim = 4;
+  const kernels::ConstTensorView x = View(req.x(), kernels::DType::kFloat32);
+  kernels::PositionSpec spec;
+  kernels::GridRequest grid;
+  auto shape = kernels::PlanAddPositionEncoding(params, x.shape, spec, &grid);
+  ASSERT_TRUE(shape.ok());
+  auto positions = kernels::ResolvePositions(spec, grid);
+  ASSERT_TRUE(positions.ok());
+  kernels::TensorView y;
+  std::string bytes = Allocate(kernels::DType::kFloat32, *shape, &y);
+  ASSERT_TRUE(t.backend->AddPositionEncoding(params, x, *positions, y).ok());
+  EXPECT_EQ(resp.y().data(), bytes);
+}
+
+TEST(HandleAlibiSlopesTest, DefaultFloat32AndFloat64MatchKernel) {
+  TestContext t;
+  v1::AlibiSlopesRequest req;
+  req.set_num_heads(12);
+  v1::AlibiSlopesResponse resp;
+  ASSERT_TRUE(HandleAlibiSlopes(t.ctx, req, &resp).ok());
+  auto expected = kernels::AlibiSlopes(12, 8.0);
+  ASSERT_TRUE(expected.ok());
+  EXPECT_EQ(resp.slopes().dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_EQ(ShapeOf(resp.slopes()), (std::vector<int64_t>{12}));
+  const std::vector<float> f32 = Values<float>(resp.slopes());
+  for (int h = 0; h < 12; ++h) EXPECT_EQ(f32[h], static_cast<float>((*expected)[h]));
+
+  req.set_output_dtype(v1::DTYPE_FLOAT64);
+  req.set_max_bias(16);
+  ASSERT_TRUE(HandleAlibiSlopes(t.ctx, req, &resp).ok());
+  expected = kernels::AlibiSlopes(12, 16.0);
+  EXPECT_EQ(Values<double>(resp.slopes()), *expected);
+}
+
+TEST(HandleAlibiBiasTest, MatchesDirectKernelCall) {
+  TestContext t;
+  v1::AlibiBiasRequest req;
+  req.set_num_heads(6);
+  req.set_q_len(4);
+  req.set_k_len(9);
+  req.set_future(v1::FUTURE_MODE_LINEAR);
+  v1::AlibiBiasResponse resp;
+  ASSERT_TRUE(HandleAlibiBias(t.ctx, req, &resp).ok());
+
+  kernels::AlibiBiasParams params;
+  params.num_heads = 6;
+  params.q_len = 4;
+  params.k_len = 9;
+  params.future = kernels::FutureMode::kLinear;
+  auto shape = kernels::PlanAlibiBias(params);
+  ASSERT_TRUE(shape.ok());
+  kernels::TensorView out;
+  std::string bytes = Allocate(kernels::DType::kFloat32, *shape, &out);
+  ASSERT_TRUE(t.backend->AlibiBias(params, out).ok());
+  EXPECT_EQ(ShapeOf(resp.bias()), (std::vector<int64_t>{6, 4, 9}));
+  EXPECT_EQ(resp.bias().data(), bytes);
+  EXPECT_EQ(resp.slopes().dtype(), v1::DTYPE_FLOAT64);
+  EXPECT_EQ(Values<double>(resp.slopes()), *kernels::AlibiSlopes(6, 8.0));
+}
+
+TEST(HandleRelativeBiasTest, BucketsAndNamedTableMatchKernels) {
+  TestContext t;
+  v1::RelativeBiasRequest req;
+  req.set_q_len(5);
+  req.set_k_len(7);
+  req.set_bidirectional(false);
+  req.set_form(v1::BIAS_FORM_BUCKETS);
+  v1::RelativeBiasResponse resp;
+  grpc::Status status = HandleRelativeBias(t.ctx, req, &resp);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(resp.bias().dtype(), v1::DTYPE_INT32);
+  EXPECT_EQ(ShapeOf(resp.bias()), (std::vector<int64_t>{5, 7}));
+  const std::vector<int32_t> buckets = Values<int32_t>(resp.bias());
+  for (int i = 0; i < 5; ++i) {
+    for (int j = 0; j < 7; ++j) {
+      const int64_t rp = j - (i + 7 - 5);  // query_offset defaults to k_len - q_len
+      EXPECT_EQ(buckets[i * 7 + j], kernels::T5Bucket(rp, false, 32, 128)) << i << "," << j;
+    }
+  }
+
+  const v1::Tensor table = FloatTensor({32, 3});
+  ASSERT_TRUE(t.tables.Add("t5", kernels::DType::kFloat32, {32, 3}, table.data()).ok());
+  req.set_form(v1::BIAS_FORM_FULL);
+  req.set_table_name("t5");
+  status = HandleRelativeBias(t.ctx, req, &resp);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+
+  kernels::RelativeBiasParams params;
+  params.q_len = 5;
+  params.k_len = 7;
+  params.bidirectional = false;
+  params.table = View(table, kernels::DType::kFloat32);
+  auto shape = kernels::PlanRelativeBias(params);
+  ASSERT_TRUE(shape.ok());
+  kernels::TensorView out;
+  std::string bytes = Allocate(kernels::DType::kFloat32, *shape, &out);
+  ASSERT_TRUE(t.backend->RelativeBias(params, out).ok());
+  EXPECT_EQ(ShapeOf(resp.bias()), (std::vector<int64_t>{3, 5, 7}));
+  EXPECT_EQ(resp.bias().data(), bytes);
+}
+
+TEST(HandleRelativeEmbeddingTest, MatchesDirectKernelCall) {
+  TestContext t;
+  v1::RelativeEmbeddingRequest req;
+  req.set_q_len(3);
+  req.set_k_len(6);
+  req.set_max_relative(2);
+  req.set_key_offset(1);
+  *req.mutable_table_inline() = FloatTensor({5, 4});
+  req.set_output_dtype(v1::DTYPE_FLOAT64);
+  v1::RelativeEmbeddingResponse resp;
+  ASSERT_TRUE(HandleRelativeEmbedding(t.ctx, req, &resp).ok());
+
+  kernels::RelativeEmbeddingParams params;
+  params.q_len = 3;
+  params.k_len = 6;
+  params.max_relative = 2;
+  params.key_offset = 1;
+  params.table = View(req.table_inline(), kernels::DType::kFloat32);
+  auto shape = kernels::PlanRelativeEmbedding(params);
+  ASSERT_TRUE(shape.ok());
+  kernels::TensorView out;
+  std::string bytes = Allocate(kernels::DType::kFloat64, *shape, &out);
+  ASSERT_TRUE(t.backend->RelativeEmbedding(params, out).ok());
+  EXPECT_EQ(ShapeOf(resp.embeddings()), (std::vector<int64_t>{3, 6, 4}));
+  EXPECT_EQ(resp.embeddings().data(), bytes);
+}
+
+TEST(HandleGetServerInfoTest, ReportsBackendLimitsAndTables) {
+  TestContext t;
+  t.ctx.limits = Limits{1000, 4096};
+  ASSERT_TRUE(t.tables.Add("rel", kernels::DType::kFloat16, {5, 2}, std::string(20, '\0')).ok());
+  v1::GetServerInfoResponse resp;
+  ASSERT_TRUE(HandleGetServerInfo(t.ctx, v1::GetServerInfoRequest(), &resp).ok());
+  EXPECT_FALSE(resp.version().empty());
+  EXPECT_FALSE(resp.build().empty());
+  ASSERT_EQ(resp.backends_size(), 1);
+  EXPECT_EQ(resp.backends(0).name(), "reference");
+  EXPECT_TRUE(resp.backends(0).is_default());
+  EXPECT_EQ(resp.limits().max_output_elements(), 1000);
+  EXPECT_EQ(resp.limits().max_message_bytes(), 4096);
+  ASSERT_EQ(resp.tables_size(), 1);
+  EXPECT_EQ(resp.tables(0).name(), "rel");
+  EXPECT_EQ(resp.tables(0).dtype(), v1::DTYPE_FLOAT16);
+  EXPECT_EQ(ShapeOf(resp.tables(0)), (std::vector<int64_t>{5, 2}));
+}
+
+TEST(CheckOutputLimitsTest, BoundariesAndMessages) {
+  const Limits limits{100, 1000};
+  const kernels::Shape at_limit = {10, 10}, over = {101}, big = {int64_t{1} << 40, 1 << 30, 64};
+  EXPECT_TRUE(CheckOutputLimits(limits, {{"a", kernels::DType::kFloat64, &at_limit}}).ok());
+  absl::Status s = CheckOutputLimits(limits, {{"a", kernels::DType::kFloat32, &over}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(), "a [101] has 1.0e+02 elements, over --max_output_elements=100");
+  // Products past int64 are still reported, not wrapped around.
+  s = CheckOutputLimits(limits, {{"b", kernels::DType::kFloat32, &big}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  // Bytes add up over outputs: 2 x 100 x 8 = 1600 > 1000.
+  const kernels::Shape hundred = {100};
+  s = CheckOutputLimits(limits, {{"cos", kernels::DType::kFloat64, &hundred},
+                                 {"sin", kernels::DType::kFloat64, &hundred}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("--max_message_bytes=1000"), std::string::npos) << s.message();
+}
+
+TEST(HandleApplyRopeTest, ResponseBytesOverLimitIsResourceExhausted) {
+  TestContext t;
+  t.ctx.limits.max_message_bytes = 1024;
+  v1::ApplyRopeRequest req;
+  *req.mutable_q() = FloatTensor({1, 8, 2, 16});  // 1024 bytes
+  *req.mutable_k() = FloatTensor({1, 8, 1, 16});  // + 512
+  v1::ApplyRopeResponse resp;
+  grpc::Status status = HandleApplyRope(t.ctx, req, &resp);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(status.error_message().find("--max_message_bytes=1024"), std::string::npos);
+}
+
+TEST(TableRegistryTest, RejectsBadTables) {
+  TableRegistry tables;
+  EXPECT_FALSE(tables.Add("", kernels::DType::kFloat32, {1}, std::string(4, '\0')).ok());
+  EXPECT_FALSE(tables.Add("i", kernels::DType::kInt32, {1}, std::string(4, '\0')).ok());
+  EXPECT_FALSE(tables.Add("z", kernels::DType::kFloat32, {0, 4}, "").ok());
+  EXPECT_FALSE(tables.Add("b", kernels::DType::kFloat32, {2, 2}, std::string(15, '\0')).ok());
+  EXPECT_TRUE(tables.Add("ok", kernels::DType::kFloat32, {2, 2}, std::string(16, '\0')).ok());
+  EXPECT_FALSE(tables.Add("ok", kernels::DType::kFloat32, {2, 2}, std::string(16, '\0')).ok());
+  EXPECT_TRUE(tables.Find("ok", "table_name").ok());
+  EXPECT_EQ(tables.Find("nope", "table_name").status().message(),
+            "table_name: no table named \"nope\" (loaded: ok)");
+}
+
+}  // namespace
+}  // namespace posenc::server

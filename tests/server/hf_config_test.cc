@@ -1,0 +1,351 @@
+// Hugging Face config.json parsing, on the rotary settings of real public model configs
+// (values as published on the Hugging Face hub; unrelated keys trimmed), checked through
+// ParseHfRopeConfig and end to end through the RopeCache handler's derived values.
+#include "server/hf_config.h"
+
+#include <cmath>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "server/handlers.h"
+#include "tests/server/server_test_util.h"
+
+namespace posenc::server {
+namespace {
+
+using kernels::RopeScalingType;
+using testing::TestContext;
+
+// meta-llama/Llama-3.1-8B
+constexpr char kLlama31[] = R"({
+  "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_attention_heads": 32,
+  "num_key_value_heads": 8, "max_position_embeddings": 131072, "rope_theta": 500000.0,
+  "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "torch_dtype": "bfloat16", "vocab_size": 128256})";
+
+// Qwen/Qwen2.5-7B-Instruct with the YaRN block its model card recommends for long context.
+constexpr char kQwen25[] = R"({
+  "hidden_size": 3584, "num_attention_heads": 28, "num_key_value_heads": 4,
+  "max_position_embeddings": 32768, "rope_theta": 1000000.0, "sliding_window": 131072,
+  "rope_scaling": {"factor": 4.0, "original_max_position_embeddings": 32768, "type": "yarn"}})";
+
+// deepseek-ai/DeepSeek-V3
+constexpr char kDeepSeekV3[] = R"({
+  "hidden_size": 7168, "num_attention_heads": 128, "kv_lora_rank": 512, "q_lora_rank": 1536,
+  "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+  "max_position_embeddings": 163840, "rope_theta": 10000,
+  "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                   "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                   "type": "yarn"}})";
+
+// EleutherAI/gpt-neox-20b
+constexpr char kNeox20b[] = R"({
+  "hidden_size": 6144, "num_attention_heads": 64, "rotary_pct": 0.25,
+  "rotary_emb_base": 10000, "max_position_embeddings": 2048, "use_parallel_residual": true})";
+
+// mistralai/Mistral-7B-v0.3
+constexpr char kMistral7b[] = R"({
+  "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+  "max_position_embeddings": 32768, "rope_theta": 1000000.0, "sliding_window": null})";
+
+// microsoft/Phi-3-mini-128k-instruct: longrope, 48 factors each (d/2 for head dim 96). The
+// factor values are a smooth stand-in of the published ones (short ~1.0-1.2, long 1.0-64).
+std::string Phi3Mini128k(std::vector<double>* short_factor, std::vector<double>* long_factor) {
+  short_factor->clear();
+  long_factor->clear();
+  for (int j = 0; j < 48; ++j) {
+    short_factor->push_back(1.0 + 0.2 * j / 47.0);
+    long_factor->push_back(std::pow(64.0, j / 47.0));
+  }
+  return absl::StrCat(R"({"hidden_size": 3072, "num_attention_heads": 32,
+    "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+    "rope_theta": 10000.0, "sliding_window": 262144,
+    "rope_scaling": {"type": "longrope", "short_factor": )",
+                      nlohmann::json(*short_factor).dump(), R"(, "long_factor": )",
+                      nlohmann::json(*long_factor).dump(), "}}");
+}
+
+// RopeCache through the handler for one position, returning the derived values.
+v1::RopeDerived Derived(const std::string& json, int64_t seq_len = 0) {
+  TestContext t;
+  v1::RopeCacheRequest req;
+  req.mutable_positions()->mutable_range()->set_count(1);
+  req.mutable_config()->set_hf_config_json(json);
+  if (seq_len > 0) req.mutable_config()->set_seq_len(seq_len);
+  v1::RopeCacheResponse resp;
+  grpc::Status status = HandleRopeCache(t.ctx, req, &resp);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return resp.derived();
+}
+
+long double Omega(long double base, int j, int d) { return std::pow(base, -2.0L * j / d); }
+
+TEST(HfConfigTest, Llama31) {
+  auto hf = ParseHfRopeConfig(kLlama31, "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  const kernels::RopeConfig& c = hf->config;
+  EXPECT_EQ(c.head_dim, 128);  // 4096 / 32
+  EXPECT_FALSE(c.rotary_dim.has_value());
+  EXPECT_EQ(c.base, 500000.0);
+  EXPECT_EQ(c.scaling.type, RopeScalingType::kLlama3);
+  EXPECT_EQ(c.scaling.factor, 8.0);
+  EXPECT_EQ(c.scaling.low_freq_factor, 1.0);
+  EXPECT_EQ(c.scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(c.scaling.original_max_position_embeddings, 8192);
+  EXPECT_EQ(c.max_position_embeddings, 131072);
+  EXPECT_FALSE(hf->style.has_value());
+
+  const v1::RopeDerived d = Derived(kLlama31);
+  EXPECT_EQ(d.head_dim(), 128);
+  EXPECT_EQ(d.rotary_dim(), 128);
+  EXPECT_EQ(d.scaling_type(), v1::ROPE_SCALING_LLAMA3);
+  EXPECT_EQ(d.attention_factor(), 1.0);
+  ASSERT_EQ(d.inv_freq_size(), 64);
+  // The llama3 rule: keep short wavelengths, divide long ones by 8, blend in between.
+  const long double two_pi = 2 * std::numbers::pi_v<long double>;
+  int kept = 0, divided = 0, blended = 0;
+  for (int j = 0; j < 64; ++j) {
+    const long double w = Omega(500000.0L, j, 128);
+    const long double wavelen = two_pi / w;
+    long double expected;
+    if (wavelen < 8192.0L / 4) {
+      expected = w;
+      ++kept;
+    } else if (wavelen > 8192.0L / 1) {
+      expected = w / 8;
+      ++divided;
+    } else {
+      const long double g = (8192.0L / wavelen - 1) / (4 - 1);
+      expected = (1 - g) * w / 8 + g * w;
+      ++blended;
+    }
+    EXPECT_NEAR(d.inv_freq(j), static_cast<double>(expected), 1e-15 * static_cast<double>(w)) << j;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(blended, 0);
+  // The lowest frequency is divided by the factor.
+  EXPECT_NEAR(d.inv_freq(63), static_cast<double>(Omega(500000.0L, 63, 128) / 8), 1e-22);
+}
+
+TEST(HfConfigTest, Qwen25Yarn) {
+  auto hf = ParseHfRopeConfig(kQwen25, "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->config.head_dim, 128);  // 3584 / 28
+  EXPECT_EQ(hf->config.base, 1e6);
+  EXPECT_EQ(hf->config.scaling.type, RopeScalingType::kYarn);  // "type" is an alias
+  EXPECT_EQ(hf->config.scaling.factor, 4.0);
+  EXPECT_EQ(hf->config.scaling.original_max_position_embeddings, 32768);
+
+  const v1::RopeDerived d = Derived(kQwen25);
+  EXPECT_NEAR(d.attention_factor(), 0.1 * std::log(4.0) + 1.0, 1e-15);
+  EXPECT_EQ(d.factor(), 4.0);
+  auto c = [](double r) {
+    return 128 * std::log(32768 / (2 * std::numbers::pi * r)) / (2 * std::log(1e6));
+  };
+  EXPECT_EQ(d.yarn_low(), std::floor(c(32)));
+  EXPECT_EQ(d.yarn_high(), std::ceil(c(1)));
+}
+
+TEST(HfConfigTest, DeepSeekV3) {
+  auto hf = ParseHfRopeConfig(kDeepSeekV3, "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->config.head_dim, 64);  // qk_rope_head_dim wins over hidden_size / heads
+  EXPECT_EQ(hf->config.scaling.mscale, 1.0);
+  EXPECT_EQ(hf->config.scaling.mscale_all_dim, 1.0);
+  EXPECT_EQ(hf->config.scaling.beta_fast, 32.0);
+  EXPECT_EQ(hf->config.scaling.beta_slow, 1.0);
+
+  const v1::RopeDerived d = Derived(kDeepSeekV3);
+  EXPECT_EQ(d.head_dim(), 64);
+  EXPECT_EQ(d.rotary_dim(), 64);
+  EXPECT_EQ(d.factor(), 40.0);
+  EXPECT_EQ(d.attention_factor(), 1.0);  // mscale == mscale_all_dim
+}
+
+TEST(HfConfigTest, GptNeox20b) {
+  auto hf = ParseHfRopeConfig(kNeox20b, "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->config.head_dim, 96);  // 6144 / 64
+  EXPECT_EQ(hf->config.rotary_dim, 24);
+  EXPECT_EQ(hf->config.base, 10000.0);
+  EXPECT_EQ(hf->config.scaling.type, RopeScalingType::kDefault);
+
+  const v1::RopeDerived d = Derived(kNeox20b);
+  EXPECT_EQ(d.head_dim(), 96);
+  EXPECT_EQ(d.rotary_dim(), 24);
+  ASSERT_EQ(d.inv_freq_size(), 12);
+  for (int j = 0; j < 12; ++j) {
+    EXPECT_NEAR(d.inv_freq(j), static_cast<double>(Omega(10000.0L, j, 24)), 1e-16) << j;
+  }
+}
+
+TEST(HfConfigTest, Phi3Mini128kLongrope) {
+  std::vector<double> short_factor, long_factor;
+  const std::string json = Phi3Mini128k(&short_factor, &long_factor);
+  auto hf = ParseHfRopeConfig(json, "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->config.head_dim, 96);
+  EXPECT_EQ(hf->config.scaling.type, RopeScalingType::kLongrope);
+  // The top-level original_max_position_embeddings applies (Phi-3 keeps it there).
+  EXPECT_EQ(hf->config.scaling.original_max_position_embeddings, 4096);
+  EXPECT_EQ(hf->config.scaling.short_factor, short_factor);
+  EXPECT_EQ(hf->config.scaling.long_factor, long_factor);
+
+  const double m = std::sqrt(1 + std::log(32.0) / std::log(4096.0));  // s = 131072 / 4096
+  const v1::RopeDerived short_d = Derived(json);                      // seq_len 1 <= 4096
+  EXPECT_FALSE(short_d.longrope_long_factors());
+  EXPECT_NEAR(short_d.attention_factor(), m, 1e-15);
+  const v1::RopeDerived long_d = Derived(json, 8192);
+  EXPECT_TRUE(long_d.longrope_long_factors());
+  ASSERT_EQ(long_d.inv_freq_size(), 48);
+  for (int j = 0; j < 48; ++j) {
+    const double base_omega = static_cast<double>(Omega(10000.0L, j, 96));
+    EXPECT_NEAR(short_d.inv_freq(j), base_omega / short_factor[j], 1e-15 * base_omega) << j;
+    EXPECT_NEAR(long_d.inv_freq(j), base_omega / long_factor[j], 1e-15 * base_omega) << j;
+  }
+}
+
+TEST(HfConfigTest, Mistral7bDefault) {
+  auto hf = ParseHfRopeConfig(kMistral7b, "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->config.head_dim, 128);
+  EXPECT_EQ(hf->config.base, 1e6);
+  EXPECT_EQ(hf->config.scaling.type, RopeScalingType::kDefault);
+  const v1::RopeDerived d = Derived(kMistral7b);
+  EXPECT_EQ(d.scaling_type(), v1::ROPE_SCALING_DEFAULT);
+  EXPECT_EQ(d.effective_base(), 1e6);
+  EXPECT_NEAR(d.inv_freq(1), std::pow(1e6, -2.0 / 128), 1e-17);
+}
+
+TEST(HfConfigTest, RopeParametersKeyedByLayerType) {
+  // Newer transformers (e.g. Gemma 3): one rope_parameters entry per attention type.
+  constexpr char kJson[] = R"({"head_dim": 256, "max_position_embeddings": 131072,
+    "rope_parameters": {
+      "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+      "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}})";
+  auto full = ParseHfRopeConfig(kJson, "full_attention");
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->config.scaling.type, RopeScalingType::kLinear);
+  EXPECT_EQ(full->config.base, 1e6);
+  auto sliding = ParseHfRopeConfig(kJson, "sliding_attention");
+  ASSERT_TRUE(sliding.ok()) << sliding.status();
+  EXPECT_EQ(sliding->config.scaling.type, RopeScalingType::kDefault);
+  EXPECT_EQ(sliding->config.base, 1e4);
+
+  EXPECT_EQ(ParseHfRopeConfig(kJson, "").status().message(),
+            "config.layer_type: required: hf_config_json's rope_parameters is keyed by layer "
+            "type (full_attention, sliding_attention)");
+  EXPECT_NE(ParseHfRopeConfig(kJson, "global").status().message().find("\"global\" is not a key"),
+            std::string::npos);
+  EXPECT_FALSE(ParseHfRopeConfig(kMistral7b, "full_attention").ok());
+}
+
+TEST(HfConfigTest, Qwen2VlMropeAndInterleave) {
+  constexpr char kQwen2Vl[] = R"({"hidden_size": 3584, "num_attention_heads": 28,
+    "rope_theta": 1000000.0, "max_position_embeddings": 32768,
+    "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}})";
+  auto hf = ParseHfRopeConfig(kQwen2Vl, "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->config.scaling.type, RopeScalingType::kDefault);
+  EXPECT_EQ(hf->config.mrope_section, (std::vector<int64_t>{16, 24, 24}));
+  EXPECT_FALSE(hf->mrope_layout.has_value());
+
+  constexpr char kQwen3Vl[] = R"({"head_dim": 128, "rope_theta": 5000000,
+    "rope_scaling": {"rope_type": "default", "mrope_section": [24, 20, 20],
+                     "mrope_interleaved": true}})";
+  hf = ParseHfRopeConfig(kQwen3Vl, "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->mrope_layout, kernels::MropeLayout::kInterleaved);
+
+  constexpr char kInterleave[] = R"({"qk_rope_head_dim": 64, "rope_interleave": true})";
+  hf = ParseHfRopeConfig(kInterleave, "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->style, kernels::RopeStyle::kGptj);
+}
+
+TEST(HfConfigTest, TopLevelOriginalOverridesNestedAndIntegralFloatsAreIntegers) {
+  constexpr char kJson[] = R"({"head_dim": 64.0, "max_position_embeddings": 65536.0,
+    "original_max_position_embeddings": 2048,
+    "rope_scaling": {"rope_type": "yarn", "factor": 32,
+                     "original_max_position_embeddings": 4096}})";
+  auto hf = ParseHfRopeConfig(kJson, "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->config.head_dim, 64);
+  EXPECT_EQ(hf->config.max_position_embeddings, 65536);
+  EXPECT_EQ(hf->config.scaling.original_max_position_embeddings, 2048);
+}
+
+TEST(HfConfigTest, Errors) {
+  struct Bad {
+    const char* json;
+    const char* message_part;
+  };
+  const Bad cases[] = {
+      {"", "malformed JSON"},
+      {"[1, 2]", "expected a JSON object, got array"},
+      {R"({"head_dim": 64, "rope_scaling": {"rope_type": "llama3", "factor": 8,
+           "beta_fast": 32}})",
+       "rope_scaling.beta_fast is not valid for rope_type 'llama3'"},
+      {R"({"head_dim": 64, "rope_scaling": {"rope_type": "default", "factor": 2}})",
+       "rope_scaling.factor is not valid for rope_type 'default'"},
+      {R"({"head_dim": 64, "rope_scaling": {"rope_type": 3}})", "rope_type must be a string"},
+      {R"({"head_dim": 64, "rope_scaling": "linear"})", "rope_scaling must be an object"},
+      {R"({"head_dim": 64.5})", "head_dim must be an integer"},
+      {R"({"head_dim": 64, "rotary_pct": 1.5})", "rotary_pct must be in (0, 1]"},
+      {R"({"rotary_pct": 0.5})", "rotary_pct needs a head dim"},
+      {R"({"hidden_size": 4096, "num_attention_heads": 0})", "num_attention_heads"},
+      {R"({"head_dim": 64, "rope_scaling": {"rope_type": "longrope",
+           "long_factor": [1, "x"]}})",
+       "rope_scaling.long_factor[1] must be a finite number"},
+      {R"({"head_dim": 64, "rope_scaling": {"rope_type": "yarn", "truncate": 1}})",
+       "rope_scaling.truncate must be true or false"},
+      {R"({"head_dim": 18446744073709551615})", "too large"},
+  };
+  for (const Bad& c : cases) {
+    absl::StatusOr<HfRopeConfig> hf = ParseHfRopeConfig(c.json, "");
+    ASSERT_FALSE(hf.ok()) << c.json;
+    EXPECT_EQ(hf.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(hf.status().message().find(c.message_part), std::string::npos)
+        << hf.status().message() << "\nexpected: " << c.message_part;
+  }
+}
+
+TEST(HfConfigTest, HostileJsonIsRejectedWithoutCrashing) {
+  // Deep nesting (parsed and destroyed without recursion), huge numbers, odd bytes.
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  EXPECT_FALSE(ParseHfRopeConfig(deep, "").ok());
+  const std::string deep_object =
+      R"({"rope_scaling": )" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  EXPECT_FALSE(ParseHfRopeConfig(deep_object, "").ok());
+  EXPECT_FALSE(ParseHfRopeConfig(R"({"rope_theta": 1e999})", "").ok());
+  EXPECT_FALSE(ParseHfRopeConfig(std::string("{\"a\": \"\xff\xfe\"}"), "").ok());
+  EXPECT_FALSE(ParseHfRopeConfig(std::string("{\0}", 3), "").ok());
+  auto nulls = ParseHfRopeConfig(R"({"head_dim": null, "rope_scaling": null})", "");
+  ASSERT_TRUE(nulls.ok()) << nulls.status();  // null means absent, as in Python configs
+  EXPECT_EQ(nulls->config.head_dim, 0);
+}
+
+TEST(HfConfigTest, RequestFieldsOutsideTheJsonStillApply) {
+  TestContext t;
+  v1::ApplyRopeRequest req;
+  *req.mutable_q() = testing::FloatTensor({1, 3, 2, 128});
+  req.mutable_config()->set_hf_config_json(kQwen25);
+  req.mutable_config()->set_style(v1::ROPE_STYLE_GPTJ);
+  req.mutable_config()->set_apply_attention_factor(false);
+  v1::ApplyRopeResponse resp;
+  grpc::Status status = HandleApplyRope(t.ctx, req, &resp);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(resp.derived().style(), v1::ROPE_STYLE_GPTJ);
+  EXPECT_FALSE(resp.derived().attention_factor_applied());
+  EXPECT_GT(resp.derived().attention_factor(), 1.0);
+  EXPECT_EQ(resp.derived().head_dim(), 128);
+}
+
+}  // namespace
+}  // namespace posenc::server

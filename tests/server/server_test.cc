@@ -1,0 +1,237 @@
+// The in-process server: standard services (health, reflection), GetServerInfo, options
+// validation and shutdown.
+#include "server/server.h"
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "posenc/v1/posenc.grpc.pb.h"
+
+namespace posenc::server {
+namespace {
+
+std::string ToString(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  std::string out;
+  if (!buffer.Dump(&slices).ok()) return out;
+  for (const grpc::Slice& s : slices) {
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return out;
+}
+
+grpc::ByteBuffer FromString(const std::string& bytes) {
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+std::unique_ptr<PosencServer> StartLocal() {
+  ServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  auto server = PosencServer::Start(options);
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? std::move(server).value() : nullptr;
+}
+
+// grpc.health.v1.Health/Check for the whole server, by hand: the request (service "") is
+// empty; the response's field 1 is the status (1 = SERVING, 2 = NOT_SERVING).
+grpc::Status HealthCheck(const std::shared_ptr<grpc::Channel>& channel, std::string* response) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  const grpc::ByteBuffer request = FromString("");
+  grpc::ByteBuffer reply;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &reply,
+                 [&done](grpc::Status s) { done.set_value(std::move(s)); });
+  grpc::Status status = done.get_future().get();
+  *response = ToString(reply);
+  return status;
+}
+
+// One ServerReflectionInfo exchange: list_services (field 7, empty string).
+class ListServicesReactor : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  explicit ListServicesReactor(grpc::GenericStub* stub) {
+    context_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    request_ = FromString(std::string("\x3a\x00", 2));
+    stub->PrepareBidiStreamingCall(&context_,
+                                   "/grpc.reflection.v1alpha.ServerReflection/"
+                                   "ServerReflectionInfo",
+                                   grpc::StubOptions(), this);
+    StartWrite(&request_);
+    StartRead(&reply_);
+    StartCall();
+  }
+  void OnWriteDone(bool /*ok*/) override { StartWritesDone(); }
+  void OnReadDone(bool ok) override {
+    if (ok) text_ = ToString(reply_);
+  }
+  void OnDone(const grpc::Status& status) override { done_.set_value(status); }
+
+  grpc::Status Await() { return done_.get_future().get(); }
+  const std::string& text() const { return text_; }
+
+ private:
+  grpc::ClientContext context_;
+  grpc::ByteBuffer request_, reply_;
+  std::string text_;
+  std::promise<grpc::Status> done_;
+};
+
+TEST(PosencServerTest, HealthIsServing) {
+  auto server = StartLocal();
+  ASSERT_NE(server, nullptr);
+  EXPECT_GT(server->port(), 0);
+  std::string response;
+  grpc::Status status = HealthCheck(server->InProcessChannel(), &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response, std::string("\x08\x01", 2));  // status: SERVING
+  server->Shutdown(std::chrono::system_clock::now());
+  server->Wait();
+}
+
+TEST(PosencServerTest, HealthOverTcpToo) {
+  auto server = StartLocal();
+  ASSERT_NE(server, nullptr);
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()),
+                                     grpc::InsecureChannelCredentials());
+  std::string response;
+  grpc::Status status = HealthCheck(channel, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response, std::string("\x08\x01", 2));
+}
+
+TEST(PosencServerTest, ReflectionListsTheServices) {
+  auto server = StartLocal();
+  ASSERT_NE(server, nullptr);
+  grpc::GenericStub stub(server->InProcessChannel());
+  ListServicesReactor reactor(&stub);
+  grpc::Status status = reactor.Await();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_NE(reactor.text().find("posenc.v1.PositionEncoding"), std::string::npos);
+  EXPECT_NE(reactor.text().find("grpc.health.v1.Health"), std::string::npos);
+}
+
+TEST(PosencServerTest, GetServerInfo) {
+  ServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.max_message_bytes = 1 << 20;
+  options.max_output_elements = 12345;
+  auto server = PosencServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::PositionEncoding::NewStub((*server)->InProcessChannel());
+  grpc::ClientContext context;
+  v1::GetServerInfoResponse info;
+  ASSERT_TRUE(stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok());
+  EXPECT_FALSE(info.version().empty());
+  ASSERT_EQ(info.backends_size(), 1);
+  EXPECT_EQ(info.backends(0).name(), "cpu");
+  EXPECT_TRUE(info.backends(0).is_default());
+  EXPECT_EQ(info.limits().max_message_bytes(), 1 << 20);
+  EXPECT_EQ(info.limits().max_output_elements(), 12345);
+  EXPECT_EQ(info.tables_size(), 0);
+}
+
+TEST(PosencServerTest, RequestOverMessageLimitIsRejectedByGrpc) {
+  ServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.max_message_bytes = 4096;
+  auto server = PosencServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::PositionEncoding::NewStub((*server)->InProcessChannel());
+  v1::ApplyRopeRequest req;
+  req.mutable_q()->set_dtype(v1::DTYPE_FLOAT32);
+  for (int64_t d : {1, 16, 4, 32}) req.mutable_q()->add_shape(d);
+  req.mutable_q()->mutable_data()->resize(16 * 4 * 32 * 4);
+  grpc::ClientContext context;
+  v1::ApplyRopeResponse resp;
+  grpc::Status status = stub->ApplyRope(&context, req, &resp);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+}
+
+TEST(PosencServerTest, ApplyRopeRoundTripThroughTheServer) {
+  auto server = StartLocal();
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::PositionEncoding::NewStub(server->InProcessChannel());
+  v1::ApplyRopeRequest req;
+  req.mutable_q()->set_dtype(v1::DTYPE_FLOAT32);
+  for (int64_t d : {1, 2, 1, 4}) req.mutable_q()->add_shape(d);
+  const std::vector<float> x = {1, 0, 0, 0, 1, 0, 0, 0};
+  req.mutable_q()->set_data(std::string(reinterpret_cast<const char*>(x.data()), 32));
+  grpc::ClientContext context;
+  context.AddMetadata("x-request-id", "test-123");
+  v1::ApplyRopeResponse resp;
+  grpc::Status status = stub->ApplyRope(&context, req, &resp);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<float> y(8);
+  std::memcpy(y.data(), resp.q().data().data(), 32);
+  // Token 0 (position 0) is unchanged; token 1 rotates pair (x0, x2) by 1 radian.
+  EXPECT_FLOAT_EQ(y[0], 1.0f);
+  EXPECT_NEAR(y[4], std::cos(1.0), 1e-6);
+  EXPECT_NEAR(y[6], std::sin(1.0), 1e-6);
+}
+
+TEST(PosencServerTest, StartRejectsBadOptions) {
+  ServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.backend = "cuda";
+  auto server = PosencServer::Start(options);
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(server.status().message(),
+            "backend: cuda is not built into this server (cpu, reference and auto are)");
+  options.backend = "gpu";
+  EXPECT_EQ(PosencServer::Start(options).status().message(),
+            "backend: expected auto, cpu, reference or cuda, got \"gpu\"");
+  options.backend = "cpu";
+  options.threads = -1;
+  EXPECT_EQ(PosencServer::Start(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.threads = 0;
+
+  options.backend = "reference";
+  options.max_message_bytes = int64_t{1} << 31;
+  EXPECT_EQ(PosencServer::Start(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.max_message_bytes = 1 << 20;
+  options.max_output_elements = 0;
+  EXPECT_EQ(PosencServer::Start(options).status().code(), absl::StatusCode::kInvalidArgument);
+
+  options.max_output_elements = 1 << 20;
+  options.listen_address = "not an address";
+  EXPECT_FALSE(PosencServer::Start(options).ok());
+}
+
+TEST(PosencServerTest, PortInUseFails) {
+  auto first = StartLocal();
+  ASSERT_NE(first, nullptr);
+  ServerOptions options;
+  options.listen_address = "127.0.0.1:" + std::to_string(first->port());
+  auto second = PosencServer::Start(options);
+  EXPECT_FALSE(second.ok());
+}
+
+TEST(PosencServerTest, ShutdownIsIdempotentAndRefusesNewCalls) {
+  auto server = StartLocal();
+  ASSERT_NE(server, nullptr);
+  // Over TCP: gRPC 1.51 crashes the *client* on an in-process channel whose server is gone.
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()),
+                                     grpc::InsecureChannelCredentials());
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  server->Shutdown(std::chrono::system_clock::now());
+  server->Wait();
+  auto stub = v1::PositionEncoding::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::GetServerInfoResponse info;
+  EXPECT_FALSE(stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok());
+}
+
+}  // namespace
+}  // namespace posenc::server

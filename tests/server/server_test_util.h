@@ -1,0 +1,72 @@
+// Helpers shared by the server tests: wire tensors, a handler context on the reference backend.
+#ifndef POSENC_TESTS_SERVER_SERVER_TEST_UTIL_H_
+#define POSENC_TESTS_SERVER_SERVER_TEST_UTIL_H_
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/types.h"
+#include "posenc/v1/posenc.pb.h"
+#include "server/handlers.h"
+#include "server/tables.h"
+
+namespace posenc::server::testing {
+
+template <typename T>
+std::string Bytes(const std::vector<T>& values) {
+  std::string out(values.size() * sizeof(T), '\0');
+  if (!values.empty()) std::memcpy(out.data(), values.data(), out.size());
+  return out;
+}
+
+template <typename T>
+std::vector<T> Values(const v1::Tensor& t) {
+  std::vector<T> out(t.data().size() / sizeof(T));
+  if (!out.empty()) std::memcpy(out.data(), t.data().data(), out.size() * sizeof(T));
+  return out;
+}
+
+template <typename T>
+v1::Tensor MakeTensor(v1::DType dtype, const std::vector<int64_t>& shape,
+                      const std::vector<T>& values) {
+  v1::Tensor t;
+  t.set_dtype(dtype);
+  for (int64_t d : shape) t.add_shape(d);
+  t.set_data(Bytes(values));
+  return t;
+}
+
+inline int64_t Product(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// A FLOAT32 tensor filled with a deterministic, non-trivial pattern.
+inline v1::Tensor FloatTensor(const std::vector<int64_t>& shape, float seed = 0.25f) {
+  std::vector<float> values(static_cast<size_t>(Product(shape)));
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = seed + 0.01f * static_cast<float>(i % 97) - 0.3f * static_cast<float>(i % 7);
+  }
+  return MakeTensor(v1::DTYPE_FLOAT32, shape, values);
+}
+
+inline v1::Tensor Int64Tensor(const std::vector<int64_t>& shape,
+                              const std::vector<int64_t>& values) {
+  return MakeTensor(v1::DTYPE_INT64, shape, values);
+}
+
+// A handler context on the reference backend with default limits and a table registry.
+struct TestContext {
+  std::unique_ptr<kernels::Backend> backend = kernels::MakeReferenceBackend();
+  TableRegistry tables;
+  HandlerContext ctx{backend.get(), Limits{}, &tables};
+};
+
+}  // namespace posenc::server::testing
+
+#endif  // POSENC_TESTS_SERVER_SERVER_TEST_UTIL_H_
