@@ -243,8 +243,7 @@ class CpuBackend final : public Backend {
         std::memcpy(bytes, gens.data(), gens.size());
         return absl::OkStatus();
       }
-      StreamToeplitz(gens.data(), p.num_heads, p.q_len, p.k_len, esize, bytes);
-      return absl::OkStatus();
+      return StreamToeplitz(gens.data(), p.num_heads, p.q_len, p.k_len, esize, bytes);
     }
 
     // BLOOM: each (batch, head) has one row m_h * kpos; query rows differ only in where the
@@ -267,7 +266,7 @@ class CpuBackend final : public Backend {
                            p.future == FutureMode::kMask ? -inf : 0.0);
     StoreRow<double>(k_, fv.data(), fill.data(), out.dtype, 0, p.k_len);
     const int64_t row_bytes = p.k_len * esize;
-    pool_.ParallelFor(batch * p.num_heads * p.q_len, Grain(p.k_len), [&](int64_t r0, int64_t r1) {
+    return pool_.ParallelFor(batch * p.num_heads * p.q_len, Grain(p.k_len), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t bh = r / p.q_len, i = r % p.q_len;
         unsigned char* dst = bytes + r * row_bytes;
@@ -280,7 +279,6 @@ class CpuBackend final : public Backend {
         std::memcpy(dst + keep * esize, fill.data(), (p.k_len - keep) * esize);
       }
     });
-    return absl::OkStatus();
   }
 
   absl::Status RelativeBias(const RelativeBiasParams& p, TensorView out) const override {
@@ -295,9 +293,8 @@ class CpuBackend final : public Backend {
     auto* bytes = static_cast<unsigned char*>(out.data);
     if (p.form == BiasForm::kBuckets) {
       if (out.dtype != DType::kInt32) return absl::InternalError("buckets are INT32");
-      StreamToeplitz(reinterpret_cast<const unsigned char*>(buckets.data()), 1, p.q_len, p.k_len,
-                     4, bytes);
-      return absl::OkStatus();
+      return StreamToeplitz(reinterpret_cast<const unsigned char*>(buckets.data()), 1, p.q_len,
+                            p.k_len, 4, bytes);
     }
     const int64_t heads = p.table.shape[1];
     const int64_t esize = DTypeSize(out.dtype);
@@ -313,8 +310,7 @@ class CpuBackend final : public Backend {
       std::memcpy(bytes, gens.data(), gens.size());
       return absl::OkStatus();
     }
-    StreamToeplitz(gens.data(), heads, p.q_len, p.k_len, esize, bytes);
-    return absl::OkStatus();
+    return StreamToeplitz(gens.data(), heads, p.q_len, p.k_len, esize, bytes);
   }
 
   absl::Status RelativeEmbedding(const RelativeEmbeddingParams& p, TensorView out) const override {
@@ -331,7 +327,7 @@ class CpuBackend final : public Backend {
       StoreRow<double>(k_, row.data(), table.data(), out.dtype, r * dim, dim);
     }
     auto* bytes = static_cast<unsigned char*>(out.data);
-    pool_.ParallelFor(p.q_len, Grain(p.k_len * dim), [&](int64_t i0, int64_t i1) {
+    return pool_.ParallelFor(p.q_len, Grain(p.k_len * dim), [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         for (int64_t j = 0; j < p.k_len; ++j) {
           const int64_t rel = std::clamp((p.key_offset + j) - (qoff + i), -kmax, kmax);
@@ -340,16 +336,15 @@ class CpuBackend final : public Backend {
         }
       }
     });
-    return absl::OkStatus();
   }
 
  private:
   // out[h, i, :] = gen[h, q_len-1-i .. q_len-1-i+k_len): each row one contiguous copy.
-  void StreamToeplitz(const unsigned char* gens, int64_t heads, int64_t q_len, int64_t k_len,
-                      int64_t esize, unsigned char* out) const {
+  absl::Status StreamToeplitz(const unsigned char* gens, int64_t heads, int64_t q_len,
+                              int64_t k_len, int64_t esize, unsigned char* out) const {
     const int64_t gen_len = q_len + k_len - 1;
     const int64_t row_bytes = k_len * esize;
-    pool_.ParallelFor(heads * q_len, Grain(k_len), [&](int64_t r0, int64_t r1) {
+    return pool_.ParallelFor(heads * q_len, Grain(k_len), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t h = r / q_len, i = r % q_len;
         std::memcpy(out + r * row_bytes, gens + (h * gen_len + (q_len - 1 - i)) * esize, row_bytes);
@@ -364,7 +359,7 @@ class CpuBackend final : public Backend {
     const Omega w(exact);
     const int64_t nfreq = static_cast<int64_t>(exact.size());
     const int64_t dim = params.dim;
-    pool_.ParallelFor(positions.num_tokens, Grain(dim), [&](int64_t t0, int64_t t1) {
+    return pool_.ParallelFor(positions.num_tokens, Grain(dim), [&](int64_t t0, int64_t t1) {
       std::vector<T> c(static_cast<size_t>(nfreq + 1)), s(c.size()), row(static_cast<size_t>(dim));
       for (int64_t t = t0; t < t1; ++t) {
         if (!positions.IsValid(t)) {
@@ -377,7 +372,6 @@ class CpuBackend final : public Backend {
         StoreRow<T>(k_, row.data(), out.data, out.dtype, t * dim, dim);
       }
     });
-    return absl::OkStatus();
   }
 
   template <typename T>
@@ -392,7 +386,7 @@ class CpuBackend final : public Backend {
     const Omega w(exact);
     const int64_t nfreq = static_cast<int64_t>(exact.size());
     const T scale = static_cast<T>(params.scale);
-    pool_.ParallelFor(positions.num_tokens, Grain(out_dim), [&](int64_t t0, int64_t t1) {
+    return pool_.ParallelFor(positions.num_tokens, Grain(out_dim), [&](int64_t t0, int64_t t1) {
       std::vector<T> c(static_cast<size_t>(nfreq + 1)), s(c.size());
       std::vector<T> pe(static_cast<size_t>(pe_dim)), xs(static_cast<size_t>(dim));
       for (int64_t t = t0; t < t1; ++t) {
@@ -417,7 +411,6 @@ class CpuBackend final : public Backend {
         }
       }
     });
-    return absl::OkStatus();
   }
 
   // The positions of token t for every frequency (M-RoPE), or its one position.
@@ -449,7 +442,7 @@ class CpuBackend final : public Backend {
     const double sign = config.inverse ? -1.0 : 1.0;
     const bool direct = std::is_same_v<T, float> && cos.dtype == DType::kFloat32 &&
                         layout != RopeCacheLayout::kGptj;
-    pool_.ParallelFor(positions.num_tokens, Grain(2 * width), [&](int64_t t0, int64_t t1) {
+    return pool_.ParallelFor(positions.num_tokens, Grain(2 * width), [&](int64_t t0, int64_t t1) {
       std::vector<T> c(static_cast<size_t>(half)), s(c.size());
       std::vector<T> cw(static_cast<size_t>(width)), sw(cw.size());
       std::vector<double> pbuf(static_cast<size_t>(half) + 1);
@@ -489,7 +482,6 @@ class CpuBackend final : public Backend {
         StoreRow<T>(k_, sr, sin.data, sin.dtype, t * width, width);
       }
     });
-    return absl::OkStatus();
   }
 
   template <typename T>
@@ -535,7 +527,7 @@ class CpuBackend final : public Backend {
       }
     };
     const int64_t per_token = (dims.q_heads + dims.k_heads) * d;
-    pool_.ParallelFor(dims.tokens, Grain(per_token), [&](int64_t t0, int64_t t1) {
+    return pool_.ParallelFor(dims.tokens, Grain(per_token), [&](int64_t t0, int64_t t1) {
       std::vector<T> c(static_cast<size_t>(half)), s(c.size());
       std::vector<double> pbuf(static_cast<size_t>(half) + 1);
       for (int64_t t = t0; t < t1; ++t) {
@@ -547,7 +539,6 @@ class CpuBackend final : public Backend {
         if (k.data != nullptr) rotate(k, dims.k_heads, t, c.data(), s.data());
       }
     });
-    return absl::OkStatus();
   }
 
   const SimdKernels& k_;

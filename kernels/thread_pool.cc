@@ -7,6 +7,8 @@ namespace posenc::kernels {
 
 struct ThreadPool::Job {
   const std::function<void(int64_t, int64_t)>* fn;
+  const Cancellation* cancellation = nullptr;
+  std::atomic<bool> stopped{false};
   int64_t n = 0;
   int64_t chunk = 0;
   int64_t chunks = 0;
@@ -33,8 +35,14 @@ void ThreadPool::RunChunks(Job& job) {
   for (;;) {
     const int64_t c = job.next.fetch_add(1);
     if (c >= job.chunks) return;
-    const int64_t begin = c * job.chunk;
-    (*job.fn)(begin, std::min(job.n, begin + job.chunk));
+    if (job.cancellation != nullptr && !job.stopped.load(std::memory_order_relaxed) &&
+        !job.cancellation->Check().ok()) {
+      job.stopped.store(true, std::memory_order_relaxed);
+    }
+    if (!job.stopped.load(std::memory_order_relaxed)) {
+      const int64_t begin = c * job.chunk;
+      (*job.fn)(begin, std::min(job.n, begin + job.chunk));
+    }
     if (job.done.fetch_add(1) + 1 == job.chunks) {
       std::lock_guard<std::mutex> lock(job.mu);
       job.cv.notify_all();
@@ -56,29 +64,39 @@ void ThreadPool::WorkerLoop() {
   }
 }
 
-void ThreadPool::ParallelFor(int64_t n, int64_t grain,
-                             const std::function<void(int64_t, int64_t)>& fn) {
-  if (n <= 0) return;
-  grain = std::max<int64_t>(1, grain);
-  const int64_t max_chunks = (n + grain - 1) / grain;
-  const int64_t chunks = std::min<int64_t>(parallelism_, max_chunks);
-  if (chunks <= 1) {
-    fn(0, n);
-    return;
+absl::Status ThreadPool::ParallelFor(int64_t n, int64_t grain,
+                                     const std::function<void(int64_t, int64_t)>& fn) {
+  const Cancellation* cancellation = CurrentCancellation();
+  if (cancellation != nullptr) {
+    if (absl::Status s = cancellation->Check(); !s.ok()) return s;
   }
+  if (n <= 0) return absl::OkStatus();
+  grain = std::max<int64_t>(1, grain);
+  if (n <= grain) {
+    fn(0, n);
+    return absl::OkStatus();
+  }
+  // Chunks of 1..16 grains: enough chunks for every thread, short enough to poll cancellation.
+  const int64_t per_thread = (n + parallelism_ - 1) / parallelism_;
   auto job = std::make_shared<Job>();
   job->fn = &fn;
+  job->cancellation = cancellation;
   job->n = n;
-  job->chunk = (n + chunks - 1) / chunks;
+  job->chunk = std::clamp<int64_t>(per_thread, grain, 16 * grain);
   job->chunks = (n + job->chunk - 1) / job->chunk;
-  {
+  if (parallelism_ > 1 && job->chunks > 1) {
     std::lock_guard<std::mutex> lock(mu_);
-    for (int64_t i = 1; i < job->chunks; ++i) queue_.push_back(job);
+    const int64_t helpers = std::min<int64_t>(parallelism_ - 1, job->chunks - 1);
+    for (int64_t i = 0; i < helpers; ++i) queue_.push_back(job);
   }
   cv_.notify_all();
   RunChunks(*job);
-  std::unique_lock<std::mutex> lock(job->mu);
-  job->cv.wait(lock, [&] { return job->done.load() == job->chunks; });
+  {
+    std::unique_lock<std::mutex> lock(job->mu);
+    job->cv.wait(lock, [&] { return job->done.load() == job->chunks; });
+  }
+  if (job->stopped.load()) return cancellation->Check();
+  return absl::OkStatus();
 }
 
 }  // namespace posenc::kernels

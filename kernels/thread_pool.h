@@ -1,9 +1,11 @@
 // ThreadPool: a fixed set of worker threads for splitting one large request along rows/tokens.
 //
 // ParallelFor(n, grain, fn) calls fn(begin, end) over disjoint chunks covering [0, n), each at
-// least `grain` long (but the last), on the pool's workers and on the calling thread, and returns
-// when every chunk is done. Work that fits in one chunk runs inline on the caller: no thread hop
-// for small requests. Many callers may use one pool at once; their chunks interleave.
+// least `grain` long (but the last) and at most 16 grains, on the pool's workers and on the
+// calling thread, and returns when every chunk is done. Work that fits in one chunk runs inline
+// on the caller: no thread hop for small requests. Many callers may use one pool at once; their
+// chunks interleave. Between chunks it polls the caller's Cancellation (cancellation.h): once that
+// reports an error no further chunk starts, and ParallelFor returns that error.
 //
 // Thread-safety: ParallelFor may be called concurrently from any number of threads.
 #ifndef POSENC_KERNELS_THREAD_POOL_H_
@@ -18,6 +20,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "kernels/cancellation.h"
+
 namespace posenc::kernels {
 
 class ThreadPool {
@@ -30,7 +35,8 @@ class ThreadPool {
 
   int parallelism() const { return parallelism_; }
 
-  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+  absl::Status ParallelFor(int64_t n, int64_t grain,
+                           const std::function<void(int64_t, int64_t)>& fn);
 
  private:
   struct Job;

@@ -7,8 +7,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${POSENC_BENCH_OUT:-$root/build/bench}
-min_time=1.0
-[ "${1:-}" = "--quick" ] && min_time=0.2
+min_time=0.3
+[ "${1:-}" = "--quick" ] && min_time=0.1
 mkdir -p "$out"
 cd "$root"
 bash deploy/install-deps.sh
@@ -19,7 +19,10 @@ cmake -S . -B build/bench-release -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DPOSENC_BUILD_BENCHMARKS=ON -DPOSENC_BUILD_TESTS=OFF >/dev/null
 cmake --build build/bench-release --target posenc_bench
 echo "bench: posenc + STREAM (min_time ${min_time}s)"
-build/bench-release/posenc_bench --benchmark_min_time="$min_time" \
+# Five repetitions in random interleaved order (STREAM among them), so that the ratios compare
+# runs taken side by side on a shared, noisy machine; the table uses the medians.
+build/bench-release/posenc_bench --benchmark_min_time="$min_time" --benchmark_repetitions=5 \
+  --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
   --benchmark_out="$out/posenc.json" --benchmark_out_format=json >/dev/null
 : >"$out/torch.jsonl"
 for threads in 1 2; do

@@ -15,7 +15,8 @@ def args(name):
 
 ours = {}
 for b in posenc["benchmarks"]:
-    if b.get("run_type") == "aggregate":
+    # Medians of the repetitions when there are any, else the single runs.
+    if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
         continue
     a = args(b["name"])
     ours[(b["name"].split("/")[0], tuple(sorted((k, v) for k, v in a.items())))] = b
