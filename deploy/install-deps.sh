@@ -5,7 +5,8 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libspdlog-dev nlohmann-json3-dev
+  libabsl-dev libspdlog-dev nlohmann-json3-dev prometheus-cpp-dev
+  openssl
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 missing=()

@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kernels/cancellation.h"
 #include "kernels/ops.h"
 #include "kernels/positions.h"
 #include "server/convert.h"
@@ -43,14 +44,19 @@ absl::StatusOr<kernels::ConstTensorView> ResolveTable(const HandlerContext& ctx,
       absl::StrCat(inline_field, " / ", name_field, ": a table is required, got neither"));
 }
 
-// Copies `in` (validated as `view`) into `out` and returns a view onto out's bytes: ApplyRope
-// rotates there in place. The request is const under the callback API, so this one copy
-// stands; a mutable request could have its bytes swapped into the response instead.
-kernels::TensorView CopyToOutput(const v1::Tensor& in, const kernels::ConstTensorView& view,
-                                 v1::Tensor* out) {
+// Puts `in`'s bytes (validated as `view`) into `out` and returns a view onto them: ApplyRope
+// rotates there in place. With ctx.consume_requests the bytes move (no copy: the request is not
+// read again); otherwise they are copied.
+kernels::TensorView TakeToOutput(const HandlerContext& ctx, const v1::Tensor& in,
+                                 const kernels::ConstTensorView& view, v1::Tensor* out) {
   out->set_dtype(in.dtype());
   *out->mutable_shape() = in.shape();
-  *out->mutable_data() = in.data();
+  if (ctx.consume_requests) {
+    // The service owns the request object for the duration of the call and hands it over.
+    const_cast<v1::Tensor&>(in).mutable_data()->swap(*out->mutable_data());
+  } else {
+    *out->mutable_data() = in.data();
+  }
   return kernels::TensorView{view.dtype, view.shape, out->mutable_data()->data()};
 }
 
@@ -168,9 +174,9 @@ absl::Status ApplyRope(const HandlerContext& ctx, const v1::ApplyRopeRequest& re
                           kernels::ResolvePositions(spec, grid));
   POSENC_ASSIGN_OR_RETURN(kernels::RopeFrequencies freqs,
                           kernels::ComputeRopeFrequencies(config, positions.max_position));
-  kernels::TensorView q_out = CopyToOutput(req.q(), q, resp->mutable_q());
+  kernels::TensorView q_out = TakeToOutput(ctx, req.q(), q, resp->mutable_q());
   kernels::TensorView k_out;
-  if (req.has_k()) k_out = CopyToOutput(req.k(), k, resp->mutable_k());
+  if (req.has_k()) k_out = TakeToOutput(ctx, req.k(), k, resp->mutable_k());
   POSENC_RETURN_IF_ERROR(
       ctx.backend->ApplyRope(config, freqs, layout, dims, positions, q_out, k_out));
   FillRopeDerived(config, freqs, resp->mutable_derived());
@@ -286,6 +292,11 @@ absl::Status RelativeEmbedding(const HandlerContext& ctx, const v1::RelativeEmbe
 }  // namespace
 
 absl::Status CheckOutputLimits(const Limits& limits, std::initializer_list<PlannedOutput> outputs) {
+  // Every handler calls this right before it allocates its outputs: a call whose deadline has
+  // passed (or that was cancelled) stops here instead of paying for the allocation.
+  if (const kernels::Cancellation* cancel = kernels::CurrentCancellation(); cancel != nullptr) {
+    POSENC_RETURN_IF_ERROR(cancel->Check());
+  }
   double total_bytes = 0.0;
   std::string parts;
   for (const PlannedOutput& out : outputs) {

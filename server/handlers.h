@@ -37,6 +37,11 @@ struct HandlerContext {
   const kernels::Backend* backend = nullptr;  // not owned; required
   Limits limits;
   const TableRegistry* tables = nullptr;  // not owned; null means no tables
+  // The caller hands over each request: handlers may move tensor bytes out of it (ApplyRope
+  // rotates q and k in the request's own buffers, then moves them into the response) instead of
+  // copying. The gRPC service sets this (the callback API's request object is not read again
+  // after the handler); callers that reuse a request must leave it false.
+  bool consume_requests = false;
 };
 
 // A planned output tensor, for CheckOutputLimits.
@@ -46,7 +51,9 @@ struct PlannedOutput {
   const kernels::Shape* shape;
 };
 
-// RESOURCE_EXHAUSTED when an output has more than max_output_elements elements, or the outputs
+// The calling thread's cancellation (kernels/cancellation.h) first: its error when the call's
+// deadline passed or it was cancelled. Then RESOURCE_EXHAUSTED when an output has more than
+// max_output_elements elements, or the outputs
 // together more than max_message_bytes bytes; the message names the output and the limit:
 // "bias [64, 1048576, 1048576] has 7.0e+13 elements, over --max_output_elements=67108864".
 absl::Status CheckOutputLimits(const Limits& limits, std::initializer_list<PlannedOutput> outputs);

@@ -6,7 +6,17 @@
 //   --max_output_elements  POSENC_MAX_OUTPUT_ELEMENTS  largest output tensor, elements
 //   --backend              POSENC_BACKEND              cpu (default), reference or auto
 //   --threads              POSENC_THREADS              threads per large request (0 = cores)
-// SIGTERM/SIGINT: health goes NOT_SERVING, in-flight calls get 5 s, exit 0.
+//   --tables               POSENC_TABLES               directory of *.npy/*.safetensors tables
+//   --drain_timeout        POSENC_DRAIN_TIMEOUT        shutdown bound for in-flight calls (10s)
+//   --drain_grace          POSENC_DRAIN_GRACE          NOT_SERVING before the listener closes (1s)
+//   --tls_cert, --tls_key  POSENC_TLS_CERT, _TLS_KEY   PEM certificate chain and key: TLS
+//   --tls_client_ca        POSENC_TLS_CLIENT_CA        PEM CA for client certificates: mTLS
+//   --metrics_address      POSENC_METRICS_ADDRESS      host:port of Prometheus /metrics (off)
+//   --log_format           POSENC_LOG_FORMAT           text (default) or json (one object a line)
+//   --log_level            POSENC_LOG_LEVEL            trace .. off (default info)
+// SIGTERM/SIGINT: health goes NOT_SERVING and new calls get UNAVAILABLE; after the grace the
+// listener closes; in-flight calls get until --drain_timeout after the signal (then they are
+// cancelled); exit 0.
 #include <signal.h>
 
 #include <chrono>
@@ -16,11 +26,14 @@
 #include <limits>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "absl/time/time.h"
+#include "server/logging.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 
@@ -37,6 +50,36 @@ ABSL_FLAG(std::string, backend, "cpu",
 ABSL_FLAG(int64_t, threads, 0,
           "Threads one large request may use on the cpu backend; 0 = one per core; small "
           "requests always run on the calling thread (env POSENC_THREADS)");
+ABSL_FLAG(std::string, tables, "",
+          "Directory whose *.npy and *.safetensors files are loaded at start-up as named "
+          "tables (NAME.npy -> NAME, NAME.safetensors -> NAME/TENSOR); a bad file stops "
+          "start-up (env POSENC_TABLES)");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(10),
+          "On SIGTERM/SIGINT, how long in-flight calls may run before they are cancelled; the "
+          "process exits within this time of the signal. A duration: 10s, 500ms, 1m; 0 .. 1h "
+          "(env POSENC_DRAIN_TIMEOUT)");
+ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(1),
+          "On SIGTERM/SIGINT, how long health reports NOT_SERVING (new calls get UNAVAILABLE) "
+          "before the listener closes, so load balancers notice; part of --drain_timeout. "
+          "A duration: 1s, 0s; 0 .. 1h (env POSENC_DRAIN_GRACE)");
+
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM file with the server's certificate chain; with --tls_key the server speaks TLS "
+          "only (env POSENC_TLS_CERT)");
+ABSL_FLAG(std::string, tls_key, "",
+          "PEM file with the private key of --tls_cert (env POSENC_TLS_KEY)");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM file with the CA certificate(s) client certificates must chain to; set = mutual "
+          "TLS, clients without a valid certificate are refused; needs --tls_cert and --tls_key "
+          "(env POSENC_TLS_CLIENT_CA)");
+ABSL_FLAG(std::string, metrics_address, "",
+          "host:port to serve Prometheus metrics on (GET /metrics, plain HTTP); empty = off "
+          "(env POSENC_METRICS_ADDRESS)");
+ABSL_FLAG(std::string, log_format, "text",
+          "text, or json: one JSON object per line (env POSENC_LOG_FORMAT)");
+ABSL_FLAG(std::string, log_level, "info",
+          "trace, debug, info, warn, error or off; access lines are info (errors: error) "
+          "(env POSENC_LOG_LEVEL)");
 
 namespace {
 
@@ -48,6 +91,23 @@ bool ApplyEnvironment() {
   }
   if (const char* v = std::getenv("POSENC_BACKEND"); v != nullptr && *v != '\0') {
     absl::SetFlag(&FLAGS_backend, v);
+  }
+  if (const char* v = std::getenv("POSENC_TABLES"); v != nullptr && *v != '\0') {
+    absl::SetFlag(&FLAGS_tables, v);
+  }
+  struct StringEnv {
+    const char* name;
+    absl::Flag<std::string>* flag;
+  };
+  for (const StringEnv& env :
+       {StringEnv{"POSENC_TLS_CERT", &FLAGS_tls_cert}, StringEnv{"POSENC_TLS_KEY", &FLAGS_tls_key},
+        StringEnv{"POSENC_TLS_CLIENT_CA", &FLAGS_tls_client_ca},
+        StringEnv{"POSENC_METRICS_ADDRESS", &FLAGS_metrics_address},
+        StringEnv{"POSENC_LOG_FORMAT", &FLAGS_log_format},
+        StringEnv{"POSENC_LOG_LEVEL", &FLAGS_log_level}}) {
+    if (const char* v = std::getenv(env.name); v != nullptr && *v != '\0') {
+      absl::SetFlag(env.flag, v);
+    }
   }
   struct IntEnv {
     const char* name;
@@ -61,6 +121,22 @@ bool ApplyEnvironment() {
     int64_t value = 0;
     if (!absl::SimpleAtoi(v, &value)) {
       std::fprintf(stderr, "posenc-server: %s: expected an integer, got \"%s\"\n", env.name, v);
+      return false;
+    }
+    absl::SetFlag(env.flag, value);
+  }
+  struct DurationEnv {
+    const char* name;
+    absl::Flag<absl::Duration>* flag;
+  };
+  for (const DurationEnv& env : {DurationEnv{"POSENC_DRAIN_TIMEOUT", &FLAGS_drain_timeout},
+                                 DurationEnv{"POSENC_DRAIN_GRACE", &FLAGS_drain_grace}}) {
+    const char* v = std::getenv(env.name);
+    if (v == nullptr || *v == '\0') continue;
+    absl::Duration value;
+    if (!absl::ParseDuration(v, &value)) {
+      std::fprintf(stderr, "posenc-server: %s: expected a duration like 10s or 500ms, got \"%s\"\n",
+                   env.name, v);
       return false;
     }
     absl::SetFlag(env.flag, value);
@@ -80,18 +156,43 @@ int main(int argc, char** argv) {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_output_elements = absl::GetFlag(FLAGS_max_output_elements);
   options.backend = absl::GetFlag(FLAGS_backend);
+  options.tables_dir = absl::GetFlag(FLAGS_tables);
   if (absl::GetFlag(FLAGS_threads) < 0 || absl::GetFlag(FLAGS_threads) > 1024) {
     std::fprintf(stderr, "posenc-server: --threads: expected 0 .. 1024, got %lld\n",
                  static_cast<long long>(absl::GetFlag(FLAGS_threads)));
     return 2;
   }
   options.threads = static_cast<int>(absl::GetFlag(FLAGS_threads));
+  const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  for (const auto& [name, value] : {std::pair{"drain_timeout", drain_timeout},
+                                    std::pair{"drain_grace", absl::GetFlag(FLAGS_drain_grace)}}) {
+    if (value < absl::ZeroDuration() || value > absl::Hours(1)) {
+      std::fprintf(stderr, "posenc-server: --%s: expected 0s .. 1h, got %s\n", name,
+                   absl::FormatDuration(value).c_str());
+      return 2;
+    }
+  }
+  options.drain_grace = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_drain_grace));
   if (options.max_message_bytes < 1 ||
       options.max_message_bytes > std::numeric_limits<int32_t>::max()) {
     std::fprintf(stderr, "posenc-server: --max_message_bytes: expected 1 .. 2147483647, got %lld\n",
                  static_cast<long long>(options.max_message_bytes));
     return 2;
   }
+
+  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  const auto log_format = posenc::server::ParseLogFormat(absl::GetFlag(FLAGS_log_format));
+  const auto log_level = posenc::server::ParseLogLevel(absl::GetFlag(FLAGS_log_level));
+  for (const absl::Status& status : {log_format.status(), log_level.status()}) {
+    if (!status.ok()) {
+      std::fprintf(stderr, "posenc-server: %s\n", std::string(status.message()).c_str());
+      return 2;
+    }
+  }
+  posenc::server::ConfigureLogging(*log_format, *log_level);
 
   // Block the shutdown signals before any thread starts, so that every thread inherits the
   // mask and only the waiter below receives them.
@@ -115,12 +216,27 @@ int main(int argc, char** argv) {
       "max_output_elements={})",
       address, (*server)->backend_description(), options.max_message_bytes,
       options.max_output_elements);
+  const char* transport = "plaintext";
+  if (!options.tls_cert_file.empty()) {
+    transport =
+        options.tls_client_ca_file.empty() ? "TLS" : "mutual TLS (client certificates required)";
+  }
+  spdlog::info("transport: {}", transport);
+  if ((*server)->metrics_port() != 0) {
+    spdlog::info("metrics on http://{}{}/metrics",
+                 options.metrics_address.substr(0, options.metrics_address.rfind(':') + 1),
+                 (*server)->metrics_port());
+  }
 
-  std::thread waiter([&signals, &server] {
+  std::thread waiter([&signals, &server, drain_timeout] {
     int signal = 0;
     sigwait(&signals, &signal);
-    spdlog::info("signal {}: draining (health NOT_SERVING, 5 s for in-flight calls)", signal);
-    (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    spdlog::info(
+        "signal {}: draining (health NOT_SERVING, new calls UNAVAILABLE, in-flight calls get "
+        "{})",
+        signal, absl::FormatDuration(drain_timeout));
+    (*server)->Shutdown(std::chrono::system_clock::now() +
+                        absl::ToChronoMilliseconds(drain_timeout));
   });
   (*server)->Wait();
   waiter.join();

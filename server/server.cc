@@ -4,16 +4,21 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
 #include <limits>
 #include <mutex>
+#include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "server/handlers.h"
+#include "server/metrics.h"
 #include "server/service.h"
+#include "server/table_loader.h"
 #include "server/tables.h"
+#include "server/tls.h"
 
 namespace posenc::server {
 namespace {
@@ -50,10 +55,24 @@ class PosencServerImpl final : public PosencServer {
   }
 
   absl::Status Init() {
+    auto credentials = MakeServerCredentials(
+        TlsFiles{options_.tls_cert_file, options_.tls_key_file, options_.tls_client_ca_file});
+    if (!credentials.ok()) return credentials.status();
+    if (!options_.tables_dir.empty()) {
+      if (absl::Status status = LoadTableDirectory(options_.tables_dir, &tables_); !status.ok()) {
+        return absl::Status(status.code(), absl::StrCat("--tables: ", status.message()));
+      }
+    }
+    if (!options_.metrics_address.empty()) {
+      if (absl::Status status = metrics_.Serve(options_.metrics_address); !status.ok()) {
+        return status;
+      }
+    }
+    service_.set_metrics(&metrics_);
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     grpc::ServerBuilder builder;
-    builder.AddListeningPort(options_.listen_address, grpc::InsecureServerCredentials(), &port_);
+    builder.AddListeningPort(options_.listen_address, *credentials, &port_);
     const int max_bytes = static_cast<int>(options_.max_message_bytes);
     builder.SetMaxReceiveMessageSize(max_bytes);
     builder.SetMaxSendMessageSize(max_bytes);
@@ -76,6 +95,7 @@ class PosencServerImpl final : public PosencServer {
     return absl::StrCat(backend_->name(), " (", backend_->detail(), ")");
   }
   int port() const override { return port_; }
+  int metrics_port() const override { return metrics_.port(); }
 
   void Shutdown(std::chrono::system_clock::time_point deadline) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -83,6 +103,12 @@ class PosencServerImpl final : public PosencServer {
     shut_down_ = true;
     if (auto* health = server_->GetHealthCheckService(); health != nullptr) {
       health->SetServingStatus(false);
+    }
+    service_.StartDraining();
+    // The grace period: health checks still answer (NOT_SERVING) so load balancers notice.
+    if (options_.drain_grace.count() > 0) {
+      std::this_thread::sleep_until(
+          std::min(deadline, std::chrono::system_clock::now() + options_.drain_grace));
     }
     server_->Shutdown(deadline);
   }
@@ -102,7 +128,8 @@ class PosencServerImpl final : public PosencServer {
  private:
   const ServerOptions options_;
   std::unique_ptr<kernels::Backend> backend_;
-  TableRegistry tables_;  // empty in this version; filled before serving when loading exists
+  TableRegistry tables_;  // filled from options_.tables_dir by Init, read-only afterwards
+  Metrics metrics_;       // outlives service_ and server_ (declared before them)
   PositionEncodingService service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -33,6 +33,21 @@ struct ServerOptions {
   std::string backend = "cpu";
   // Threads one large request may use (cpu backend); 0 = one per core.
   int threads = 0;
+  // TLS (server/tls.h): PEM files of the server's certificate chain and private key (both or
+  // neither; neither = plaintext), and of the CA(s) that client certificates must chain to
+  // (set = mutual TLS: a client without a valid certificate is refused).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  // host:port of the Prometheus /metrics HTTP endpoint (server/metrics.h); empty = off; port 0
+  // picks a free port (see PosencServer::metrics_port()).
+  std::string metrics_address;
+  // Directory of *.npy / *.safetensors tables loaded before serving (server/table_loader.h);
+  // empty = no tables. A missing directory or a bad file makes Start fail.
+  std::string tables_dir;
+  // Shutdown: how long health reports NOT_SERVING (and new calls get UNAVAILABLE) before the
+  // listener closes, so load balancers notice; cut short by Shutdown's deadline.
+  std::chrono::milliseconds drain_grace{0};
 };
 
 class PosencServer {
@@ -42,9 +57,13 @@ class PosencServer {
 
   // The bound port (useful with port 0).
   virtual int port() const = 0;
+  // The bound port of the /metrics endpoint; 0 when metrics_address is empty.
+  virtual int metrics_port() const = 0;
   // "cpu (avx512, 2 threads)", "reference (...)": the backend serving requests.
   virtual std::string backend_description() const = 0;
-  // Health goes NOT_SERVING, new calls are refused, in-flight calls get until `deadline`.
+  // Health goes NOT_SERVING and new calls are refused (UNAVAILABLE); after
+  // options.drain_grace (at most until `deadline`) the listener closes; in-flight calls get
+  // until `deadline`, then are cancelled (the kernels stop at their next cancellation check).
   virtual void Shutdown(std::chrono::system_clock::time_point deadline) = 0;
   // Blocks until the server has shut down.
   virtual void Wait() = 0;

@@ -5,6 +5,11 @@
 #include <new>
 #include <string>
 
+#include "kernels/cancellation.h"
+#include "server/call_cancellation.h"
+#include "server/logging.h"
+#include "server/status.h"
+#include "server/summary.h"
 #include "spdlog/spdlog.h"
 
 namespace posenc::server {
@@ -18,17 +23,33 @@ std::string RequestId(const grpc::CallbackServerContext& context) {
 }
 
 // Runs `handler`, turning exceptions into statuses, logs one access line and finishes the call.
+// While draining every call is refused (UNAVAILABLE). The handler runs under the call's
+// CallCancellation: the kernels stop once the deadline passes or the call is cancelled, and a
+// stopped (or failed) call's partly written response is freed at once.
 template <typename Request, typename Response, typename Handler>
 grpc::ServerUnaryReactor* Run(const char* method, grpc::CallbackServerContext* context,
-                              const Request* request, Response* response, Handler handler) {
+                              const Request* request, Response* response, bool draining,
+                              Metrics* metrics, absl::string_view backend, Handler handler) {
   const auto start = std::chrono::steady_clock::now();
+  if (metrics != nullptr) metrics->OnStart();
+  // Before the handler: it may move tensor bytes out of the request (consume_requests).
+  const size_t request_bytes = request->ByteSizeLong();
+  const std::string input =
+      AccessLogEnabled(grpc::StatusCode::INTERNAL) ? SummarizeRequest(*request) : std::string();
   grpc::Status status;
-  if (context->deadline() < std::chrono::system_clock::now()) {
+  if (draining) {
+    status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "the server is draining (shutting down); retry on another replica");
+  } else if (context->deadline() < std::chrono::system_clock::now()) {
     status =
         grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline passed before the call ran");
   } else {
+    const CallCancellation cancellation(*context);
+    const kernels::ScopedCancellation scoped(&cancellation);
     try {
       status = handler(*request, response);
+      // Work that finished past the deadline (or after a cancel) is not sent either.
+      if (status.ok()) status = ToGrpcStatus(cancellation.Check());
     } catch (const std::bad_alloc&) {
       status = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                             std::string(method) + ": out of memory");
@@ -38,19 +59,22 @@ grpc::ServerUnaryReactor* Run(const char* method, grpc::CallbackServerContext* c
     } catch (...) {
       status = grpc::Status(grpc::StatusCode::INTERNAL, std::string(method) + ": internal error");
     }
+    if (!status.ok() && response->GetArena() == nullptr) {
+      Response empty;
+      response->Swap(&empty);
+    }
   }
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  if (status.error_code() == grpc::StatusCode::INTERNAL) {
-    spdlog::error("rpc={} request_id={} status={} latency_ms={:.3f} error=\"{}\"", method,
-                  RequestId(*context), static_cast<int>(status.error_code()), ms,
-                  status.error_message());
-  } else {
-    spdlog::info(
-        "rpc={} request_id={} status={} latency_ms={:.3f} request_bytes={} "
-        "response_bytes={}",
-        method, RequestId(*context), static_cast<int>(status.error_code()), ms,
-        request->ByteSizeLong(), status.ok() ? response->ByteSizeLong() : 0);
+  const size_t response_bytes = status.ok() ? response->ByteSizeLong() : 0;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (metrics != nullptr) {
+    metrics->OnFinish(method, status.error_code(), seconds, request_bytes, response_bytes);
+  }
+  if (AccessLogEnabled(status.error_code())) {
+    const std::string request_id = RequestId(*context);
+    const std::string output = status.ok() ? SummarizeResponse(*response) : std::string();
+    LogAccess(AccessRecord{method, request_id, status.error_code(), seconds * 1e3, backend, input,
+                           output, request_bytes, response_bytes, status.error_message()});
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(status);
@@ -63,7 +87,8 @@ grpc::ServerUnaryReactor* Run(const char* method, grpc::CallbackServerContext* c
   grpc::ServerUnaryReactor* PositionEncodingService::Method(grpc::CallbackServerContext* context, \
                                                             const v1::Method##Request* request,   \
                                                             v1::Method##Response* response) {     \
-    return Run(#Method, context, request, response,                                               \
+    return Run(#Method, context, request, response, draining_.load(std::memory_order_acquire),    \
+               metrics_, ctx_.backend->name(),                                                    \
                [this](const v1::Method##Request& req, v1::Method##Response* resp) {               \
                  return Handle##Method(ctx_, req, resp);                                          \
                });                                                                                \

@@ -2,7 +2,7 @@
 //
 // Each method runs its handler (handlers.h) on the calling gRPC thread and finishes the
 // default reactor. Exceptions never escape: std::bad_alloc becomes RESOURCE_EXHAUSTED, anything
-// else INTERNAL (logged). One access log line per call (method, status, latency, x-request-id).
+// else INTERNAL (logged). One access log line per call (logging.h) and its metrics (metrics.h).
 //
 // Thread-safety: all methods may run concurrently; the service holds only the read-only
 // HandlerContext.
@@ -11,15 +11,18 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "server/handlers.h"
+#include "server/metrics.h"
 
 namespace posenc::server {
 
 class PositionEncodingService final : public v1::PositionEncoding::CallbackService {
  public:
   // `ctx`'s backend and tables must outlive the service.
-  explicit PositionEncodingService(HandlerContext ctx) : ctx_(ctx) {}
+  explicit PositionEncodingService(HandlerContext ctx) : ctx_(WithConsumedRequests(ctx)) {}
 
   grpc::ServerUnaryReactor* Sinusoidal(grpc::CallbackServerContext* context,
                                        const v1::SinusoidalRequest* request,
@@ -49,8 +52,23 @@ class PositionEncodingService final : public v1::PositionEncoding::CallbackServi
                                           const v1::GetServerInfoRequest* request,
                                           v1::GetServerInfoResponse* response) override;
 
+  // From now on every call is refused with UNAVAILABLE (the server is draining); calls
+  // already running are not affected.
+  void StartDraining() { draining_.store(true, std::memory_order_release); }
+
+  // Every call reports to `metrics` (OnStart/OnFinish) from now on; null = none. Set before the
+  // server starts; `metrics` must outlive the service.
+  void set_metrics(Metrics* metrics) { metrics_ = metrics; }
+
  private:
+  static HandlerContext WithConsumedRequests(HandlerContext ctx) {
+    ctx.consume_requests = true;  // gRPC does not read a request again after its handler
+    return ctx;
+  }
+
   const HandlerContext ctx_;
+  std::atomic<bool> draining_{false};
+  Metrics* metrics_ = nullptr;
 };
 
 }  // namespace posenc::server

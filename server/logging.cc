@@ -1,0 +1,173 @@
+#include "server/logging.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "spdlog/pattern_formatter.h"
+#include "spdlog/spdlog.h"
+
+namespace posenc::server {
+namespace {
+
+std::atomic<LogFormat> g_format{LogFormat::kText};
+
+// Marks access lines (their payload is already a list of JSON members in json mode). Line 0
+// keeps the source location out of text patterns.
+constexpr char kAccessMarker[] = "posenc-access";
+
+void Append(spdlog::memory_buf_t& dest, absl::string_view text) {
+  dest.append(text.data(), text.data() + text.size());
+}
+
+// One JSON object per line: {"time":"...","level":"...", <access members> | "msg":"..."}.
+class JsonFormatter final : public spdlog::formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
+    const auto since_epoch = msg.time.time_since_epoch();
+    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(since_epoch);
+    const auto micros =
+        std::chrono::duration_cast<std::chrono::microseconds>(since_epoch - seconds).count();
+    const std::time_t t = static_cast<std::time_t>(seconds.count());
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char time[64];
+    std::snprintf(time, sizeof(time), "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", tm.tm_year + 1900,
+                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                  static_cast<long long>(micros));
+    const spdlog::string_view_t level = spdlog::level::to_string_view(msg.level);
+    Append(dest, "{\"time\":\"");
+    Append(dest, time);
+    Append(dest, "\",\"level\":\"");
+    Append(dest, absl::string_view(level.data(), level.size()));
+    Append(dest, "\",");
+    const absl::string_view payload(msg.payload.data(), msg.payload.size());
+    if (msg.source.filename == kAccessMarker) {
+      Append(dest, payload);
+    } else {
+      Append(dest, "\"msg\":\"");
+      Append(dest, JsonEscape(payload));
+      Append(dest, "\"");
+    }
+    Append(dest, "}\n");
+  }
+  std::unique_ptr<spdlog::formatter> clone() const override {
+    return std::make_unique<JsonFormatter>();
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view text) {
+  if (text == "text") return LogFormat::kText;
+  if (text == "json") return LogFormat::kJson;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--log_format: expected text or json, got \"", text, "\""));
+}
+
+absl::StatusOr<spdlog::level::level_enum> ParseLogLevel(absl::string_view text) {
+  if (text == "trace") return spdlog::level::trace;
+  if (text == "debug") return spdlog::level::debug;
+  if (text == "info") return spdlog::level::info;
+  if (text == "warn") return spdlog::level::warn;
+  if (text == "error") return spdlog::level::err;
+  if (text == "off") return spdlog::level::off;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--log_level: expected trace, debug, info, warn, error or off, got \"", text, "\""));
+}
+
+void ConfigureLogging(LogFormat format, spdlog::level::level_enum level) {
+  g_format.store(format, std::memory_order_relaxed);
+  spdlog::logger* logger = spdlog::default_logger_raw();
+  logger->set_level(level);
+  if (format == LogFormat::kJson) {
+    logger->set_formatter(std::make_unique<JsonFormatter>());
+  } else {
+    logger->set_formatter(std::make_unique<spdlog::pattern_formatter>());
+  }
+}
+
+LogFormat CurrentLogFormat() { return g_format.load(std::memory_order_relaxed); }
+
+std::string JsonEscape(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size() + 8);
+  for (const char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+          out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+spdlog::level::level_enum AccessLevel(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::INTERNAL:
+    case grpc::StatusCode::UNKNOWN:
+    case grpc::StatusCode::DATA_LOSS:
+      return spdlog::level::err;
+    default:
+      return spdlog::level::info;
+  }
+}
+
+bool AccessLogEnabled(grpc::StatusCode code) {
+  return spdlog::default_logger_raw()->should_log(AccessLevel(code));
+}
+
+void LogAccess(const AccessRecord& r) {
+  // A client chooses the request id: bound its length in the log.
+  const absl::string_view request_id = r.request_id.substr(0, 200);
+  const std::string status = absl::StatusCodeToString(static_cast<absl::StatusCode>(r.code));
+  std::string line;
+  if (CurrentLogFormat() == LogFormat::kJson) {
+    line = absl::StrFormat(
+        "\"rpc\":\"%s\",\"request_id\":\"%s\",\"status\":\"%s\",\"latency_ms\":%.3f,"
+        "\"backend\":\"%s\",\"input\":\"%s\",\"output\":\"%s\",\"request_bytes\":%u,"
+        "\"response_bytes\":%u",
+        JsonEscape(r.method), JsonEscape(request_id), status, r.latency_ms, JsonEscape(r.backend),
+        JsonEscape(r.input), JsonEscape(r.output), r.request_bytes, r.response_bytes);
+    if (r.code != grpc::StatusCode::OK) {
+      absl::StrAppend(&line, ",\"error\":\"", JsonEscape(r.error), "\"");
+    }
+  } else {
+    line = absl::StrFormat(
+        "rpc=%s request_id=\"%s\" status=%s latency_ms=%.3f backend=%s input=\"%s\" output=\"%s\" "
+        "request_bytes=%u response_bytes=%u",
+        r.method, JsonEscape(request_id), status, r.latency_ms, r.backend, JsonEscape(r.input),
+        JsonEscape(r.output), r.request_bytes, r.response_bytes);
+    if (r.code != grpc::StatusCode::OK) {
+      absl::StrAppend(&line, " error=\"", JsonEscape(r.error), "\"");
+    }
+  }
+  spdlog::default_logger_raw()->log(spdlog::source_loc{kAccessMarker, 0, nullptr},
+                                    AccessLevel(r.code), "{}", line);
+}
+
+}  // namespace posenc::server

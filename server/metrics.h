@@ -1,0 +1,90 @@
+// Metrics: the server's Prometheus metrics, and (optionally) their HTTP endpoint.
+//
+// The service calls OnStart() when a call begins and OnFinish() when it ends. Serve() exposes
+// the registry as text at http://ADDRESS/metrics (--metrics_address); without it the metrics
+// are still kept (Text() renders them).
+//
+//   posenc_requests_total{method,code}           counter: finished calls by status code name
+//   posenc_request_duration_seconds{method}      histogram: handler latency
+//   posenc_request_bytes_total{method}           counter: serialized request bytes
+//   posenc_response_bytes_total{method}          counter: serialized response bytes (OK calls)
+//   posenc_in_flight_requests                    gauge: calls running now
+//   posenc_cache_hits_total, posenc_cache_misses_total
+//                                                counters: cos/sin cache; always 0 (no cache yet)
+//
+// Thread-safety: OnStart/OnFinish/Text may be called from any thread at once; Serve once,
+// before calls arrive.
+#ifndef POSENC_SERVER_METRICS_H_
+#define POSENC_SERVER_METRICS_H_
+
+#include <grpcpp/support/status.h>
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace prometheus {
+class Counter;
+class Exposer;
+class Gauge;
+class Histogram;
+class Registry;
+}  // namespace prometheus
+
+namespace posenc::server {
+
+class Metrics {
+ public:
+  // Registers every metric (one series per method of posenc.v1.PositionEncoding) and serves
+  // nothing yet.
+  Metrics();
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // Serves GET /metrics on `address` (host:port; port 0 picks a free port, see port()).
+  // INVALID_ARGUMENT for an address without a port, UNAVAILABLE when it cannot listen; both name
+  // --metrics_address.
+  absl::Status Serve(const std::string& address);
+  // The bound HTTP port, 0 when not serving.
+  int port() const { return port_; }
+
+  void OnStart();
+  void OnFinish(absl::string_view method, grpc::StatusCode code, double seconds,
+                size_t request_bytes, size_t response_bytes);
+
+  // The Prometheus text exposition of every metric (what GET /metrics returns).
+  std::string Text() const;
+
+ private:
+  static constexpr int kCodes = 17;  // grpc::StatusCode OK .. UNAUTHENTICATED
+  struct PerMethod {
+    std::string name;
+    prometheus::Histogram* duration = nullptr;
+    prometheus::Counter* request_bytes = nullptr;
+    prometheus::Counter* response_bytes = nullptr;
+    std::array<std::atomic<prometheus::Counter*>, kCodes> requests{};  // added on first use
+  };
+  PerMethod& ForMethod(absl::string_view method);
+  PerMethod* AddMethod(const std::string& name);
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  struct Families;
+  std::unique_ptr<Families> families_;
+  prometheus::Gauge* in_flight_ = nullptr;
+  // Filled in the constructor and read-only afterwards; "other" catches unknown methods.
+  std::map<std::string, std::unique_ptr<PerMethod>, std::less<>> methods_;
+  PerMethod* other_ = nullptr;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_ = 0;
+};
+
+}  // namespace posenc::server
+
+#endif  // POSENC_SERVER_METRICS_H_

@@ -1,0 +1,79 @@
+#include "server/tls.h"
+
+#include <grpcpp/security/server_credentials.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace posenc::server {
+
+absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::string& path,
+                                        const std::string& what) {
+  errno = 0;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int error = errno;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": cannot read \"", path,
+                     "\": ", error != 0 ? std::strerror(error) : "open failed"));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": cannot read \"", path, "\": read error"));
+  }
+  std::string pem = std::move(text).str();
+  // "-----BEGIN CERTIFICATE-----", "-----BEGIN PRIVATE KEY-----", "-----BEGIN EC PRIVATE KEY-----".
+  const size_t begin = pem.find("-----BEGIN ");
+  const size_t kind = begin == std::string::npos ? begin : pem.find(what, begin);
+  if (kind == std::string::npos || pem.find("-----", kind) == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": \"", path, "\" holds no PEM \"", what, "\" block"));
+  }
+  return pem;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const TlsFiles& files) {
+  const bool has_cert = !files.cert_file.empty();
+  const bool has_key = !files.key_file.empty();
+  if (!has_cert && !has_key) {
+    if (!files.client_ca_file.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tls_client_ca: \"", files.client_ca_file,
+                       "\" given without --tls_cert and --tls_key (mTLS needs TLS)"));
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  if (!has_key) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls_key: missing; --tls_cert=\"", files.cert_file, "\" needs its private key file"));
+  }
+  if (!has_cert) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls_cert: missing; --tls_key=\"", files.key_file, "\" needs its certificate file"));
+  }
+  auto cert = ReadPemFile("tls_cert", files.cert_file, "CERTIFICATE");
+  if (!cert.ok()) return cert.status();
+  auto key = ReadPemFile("tls_key", files.key_file, "PRIVATE KEY");
+  if (!key.ok()) return key.status();
+
+  grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  ssl.pem_key_cert_pairs.push_back({std::move(key).value(), std::move(cert).value()});
+  if (!files.client_ca_file.empty()) {
+    auto ca = ReadPemFile("tls_client_ca", files.client_ca_file, "CERTIFICATE");
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = std::move(ca).value();
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace posenc::server

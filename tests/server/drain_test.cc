@@ -1,0 +1,320 @@
+// Graceful drain of the real posenc-server binary: SIGTERM during a long call. Health goes
+// NOT_SERVING, new calls get UNAVAILABLE, the long call completes, the process exits 0 within
+// --drain_timeout; a call longer than the drain timeout is cancelled (cpu backend) and the
+// process still exits in time. Every wait is bounded.
+#include <fcntl.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "posenc/v1/posenc.grpc.pb.h"
+
+namespace posenc::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// posenc-server as a child process; its stdout and stderr are collected by a reader thread.
+// The destructor kills (SIGKILL) and reaps a child that is still running.
+class ServerProcess {
+ public:
+  explicit ServerProcess(const std::vector<std::string>& args) {
+    int fds[2];
+    if (pipe(fds) != 0) return;
+    std::vector<std::string> argv_storage = {POSENC_SERVER_PATH};
+    argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : argv_storage) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], STDOUT_FILENO);
+      dup2(fds[1], STDERR_FILENO);
+      close(fds[0]);
+      close(fds[1]);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    if (pid_ < 0) {
+      close(fds[0]);
+      return;
+    }
+    reader_ = std::thread([this, fd = fds[0]] {
+      char buffer[4096];
+      for (;;) {
+        const ssize_t n = read(fd, buffer, sizeof(buffer));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        std::lock_guard<std::mutex> lock(mu_);
+        output_.append(buffer, static_cast<size_t>(n));
+      }
+      close(fd);
+    });
+  }
+
+  ~ServerProcess() {
+    if (pid_ > 0 && !exit_status_.has_value()) {
+      kill(pid_, SIGKILL);
+      int status = 0;
+      waitpid(pid_, &status, 0);
+    }
+    if (reader_.joinable()) reader_.join();
+  }
+
+  bool started() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+
+  std::string output() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return output_;
+  }
+
+  // The port from the "listening on HOST:PORT" line, or 0 when it did not come in `timeout`.
+  int WaitForPort(std::chrono::seconds timeout) {
+    const auto end = Clock::now() + timeout;
+    while (Clock::now() < end) {
+      const std::string out = output();
+      const size_t at = out.find("listening on ");
+      if (at != std::string::npos) {
+        const size_t space = out.find(' ', at + 13);
+        const size_t colon = out.rfind(':', space);
+        if (space != std::string::npos && colon != std::string::npos && colon > at) {
+          return std::atoi(out.substr(colon + 1, space - colon - 1).c_str());
+        }
+      }
+      if (WaitForExit(std::chrono::milliseconds(20)).has_value()) return 0;
+    }
+    return 0;
+  }
+
+  // The wait status once the child has exited within `timeout`, else nullopt.
+  std::optional<int> WaitForExit(std::chrono::milliseconds timeout) {
+    if (exit_status_.has_value()) return exit_status_;
+    const auto end = Clock::now() + timeout;
+    for (;;) {
+      int status = 0;
+      const pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        exit_status_ = status;
+        return exit_status_;
+      }
+      if (r < 0 || Clock::now() >= end) return std::nullopt;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> exit_status_;
+  std::thread reader_;
+  std::mutex mu_;
+  std::string output_;
+};
+
+// grpc.health.v1.Health/Check for the whole server: "\x08\x01" is SERVING, "\x08\x02"
+// NOT_SERVING. Returns the call's status; *serving_status gets the enum (0 when absent).
+grpc::Status HealthCheck(const std::shared_ptr<grpc::Channel>& channel, int* serving_status) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::Slice empty("");
+  const grpc::ByteBuffer request(&empty, 1);
+  grpc::ByteBuffer reply;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &reply,
+                 [&done](grpc::Status s) { done.set_value(std::move(s)); });
+  grpc::Status status = done.get_future().get();
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (status.ok() && reply.Dump(&slices).ok()) {
+    for (const grpc::Slice& s : slices) {
+      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+  }
+  *serving_status = bytes.size() == 2 && bytes[0] == '\x08' ? bytes[1] : 0;
+  return status;
+}
+
+std::shared_ptr<grpc::Channel> Connect(int port) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  return grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
+                                   grpc::InsecureChannelCredentials(), args);
+}
+
+struct LongCall {
+  std::future<grpc::Status> status;
+  std::shared_ptr<std::atomic<int64_t>> bytes = std::make_shared<std::atomic<int64_t>>(0);
+  std::shared_ptr<Clock::time_point> finished = std::make_shared<Clock::time_point>();
+};
+
+// A RelativeBias call on a stub, run on its own thread (bounded by a 60 s deadline).
+LongCall StartRelativeBias(v1::PositionEncoding::Stub* stub, int64_t len, int64_t heads) {
+  LongCall call;
+  v1::RelativeBiasRequest req;
+  req.set_q_len(len);
+  req.set_k_len(len);
+  std::vector<float> table(static_cast<size_t>(32 * heads));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = 0.01f * static_cast<float>(i);
+  v1::Tensor* t = req.mutable_table_inline();
+  t->set_dtype(v1::DTYPE_FLOAT32);
+  t->add_shape(32);
+  t->add_shape(heads);
+  t->set_data(std::string(reinterpret_cast<const char*>(table.data()), table.size() * 4));
+  call.status =
+      std::async(std::launch::async, [stub, req, bytes = call.bytes, finished = call.finished] {
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+        v1::RelativeBiasResponse resp;
+        grpc::Status status = stub->RelativeBias(&context, req, &resp);
+        *finished = Clock::now();
+        bytes->store(static_cast<int64_t>(resp.bias().data().size()));
+        return status;
+      });
+  return call;
+}
+
+grpc::Status GetServerInfo(v1::PositionEncoding::Stub* stub) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::GetServerInfoResponse resp;
+  return stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &resp);
+}
+
+// Waits (bounded) until the server reports something other than SERVING on health.
+bool WaitNotServing(const std::shared_ptr<grpc::Channel>& channel) {
+  for (int i = 0; i < 200; ++i) {
+    int serving = 0;
+    const grpc::Status status = HealthCheck(channel, &serving);
+    if (!status.ok() || serving != 1) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+TEST(DrainTest, SigtermFinishesInFlightCallRefusesNewOnesAndExitsZero) {
+  constexpr double kDrainTimeoutS = 20;
+  ServerProcess server({"--listen=127.0.0.1:0", "--backend=reference", "--threads=1",
+                        "--drain_timeout=20s", "--drain_grace=1s"});
+  ASSERT_TRUE(server.started());
+  const int port = server.WaitForPort(std::chrono::seconds(30));
+  ASSERT_GT(port, 0) << server.output();
+  auto channel = Connect(port);
+  auto stub = v1::PositionEncoding::NewStub(channel);
+  {
+    int serving = 0;
+    ASSERT_TRUE(HealthCheck(channel, &serving).ok());
+    EXPECT_EQ(serving, 1);
+  }
+
+  // About 1.5 s of reference-backend work (6 x 2048 x 2048 float64 T5 buckets), longer than
+  // the grace period: the call runs on after the listener closes.
+  const auto call_start = Clock::now();
+  LongCall call = StartRelativeBias(stub.get(), 2048, 6);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_EQ(call.status.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+      << "the long call finished before the signal; the test needs a longer call";
+
+  const auto signal_time = Clock::now();
+  ASSERT_EQ(kill(server.pid(), SIGTERM), 0);
+  // During the grace period: health NOT_SERVING, new calls UNAVAILABLE.
+  ASSERT_TRUE(WaitNotServing(channel)) << server.output();
+  int serving = 0;
+  const grpc::Status health = HealthCheck(channel, &serving);
+  EXPECT_TRUE(!health.ok() || serving == 2) << health.error_message() << " " << serving;
+  const grpc::Status refused = GetServerInfo(stub.get());
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+  std::printf("after SIGTERM: health %s (serving status %d); new call: %d \"%s\"\n",
+              health.ok() ? "answered" : health.error_message().c_str(), serving,
+              static_cast<int>(refused.error_code()), refused.error_message().c_str());
+
+  // The long call completes normally, after the signal.
+  ASSERT_EQ(call.status.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  const grpc::Status long_status = call.status.get();
+  EXPECT_TRUE(long_status.ok()) << long_status.error_message();
+  EXPECT_EQ(call.bytes->load(), int64_t{6} * 2048 * 2048 * 4);
+  EXPECT_GT(*call.finished, signal_time);
+
+  // A new call after the listener closed is refused too.
+  const grpc::Status late = GetServerInfo(stub.get());
+  EXPECT_EQ(late.error_code(), grpc::StatusCode::UNAVAILABLE) << late.error_message();
+
+  const std::optional<int> exit_status = server.WaitForExit(std::chrono::seconds(30));
+  ASSERT_TRUE(exit_status.has_value()) << server.output();
+  const double exit_s = SecondsSince(signal_time);
+  EXPECT_TRUE(WIFEXITED(*exit_status)) << *exit_status;
+  EXPECT_EQ(WEXITSTATUS(*exit_status), 0) << server.output();
+  EXPECT_LT(exit_s, kDrainTimeoutS);
+  std::printf("long call %.2f s (signal at %.2f s); exit %.2f s after SIGTERM\n",
+              std::chrono::duration<double>(*call.finished - call_start).count(),
+              std::chrono::duration<double>(signal_time - call_start).count(), exit_s);
+  const std::string out = server.output();
+  EXPECT_NE(out.find("draining"), std::string::npos) << out;
+  EXPECT_NE(out.find("posenc-server stopped"), std::string::npos) << out;
+}
+
+// A call that outlives --drain_timeout is cancelled at the deadline (the cpu backend stops at
+// its next cancellation check) and the process exits soon after, still with status 0.
+TEST(DrainTest, CallLongerThanDrainTimeoutIsCancelledAndProcessExitsInTime) {
+  ServerProcess server({"--listen=127.0.0.1:0", "--backend=cpu", "--threads=2",
+                        "--drain_timeout=300ms", "--drain_grace=0s",
+                        "--max_output_elements=268435456", "--max_message_bytes=2147483647"});
+  ASSERT_TRUE(server.started());
+  const int port = server.WaitForPort(std::chrono::seconds(30));
+  ASSERT_GT(port, 0) << server.output();
+  auto stub = v1::PositionEncoding::NewStub(Connect(port));
+
+  // Seconds of cpu work: RopeCache of 2^20 positions, head_dim 512, FLOAT16 (float64 math).
+  v1::RopeCacheRequest req;
+  req.mutable_positions()->mutable_range()->set_count(int64_t{1} << 20);
+  req.mutable_config()->set_head_dim(512);
+  req.set_output_dtype(v1::DTYPE_FLOAT16);
+  auto call = std::async(std::launch::async, [&stub, &req] {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::RopeCacheResponse resp;
+    return stub->RopeCache(&context, req, &resp);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(call.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+
+  const auto signal_time = Clock::now();
+  ASSERT_EQ(kill(server.pid(), SIGTERM), 0);
+  ASSERT_EQ(call.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  const grpc::Status status = call.get();
+  EXPECT_FALSE(status.ok());
+  const std::optional<int> exit_status = server.WaitForExit(std::chrono::seconds(30));
+  ASSERT_TRUE(exit_status.has_value()) << server.output();
+  const double exit_s = SecondsSince(signal_time);
+  std::printf("call ended %d \"%s\"; exit %.2f s after SIGTERM (drain timeout 0.3 s)\n",
+              static_cast<int>(status.error_code()), status.error_message().c_str(), exit_s);
+  EXPECT_TRUE(WIFEXITED(*exit_status)) << *exit_status;
+  EXPECT_EQ(WEXITSTATUS(*exit_status), 0) << server.output();
+  EXPECT_LT(exit_s, 2.0) << server.output();
+}
+
+}  // namespace
+}  // namespace posenc::server

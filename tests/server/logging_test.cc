@@ -1,0 +1,207 @@
+// Logging (--log_format, --log_level) and the access line: spdlog's default logger replaced by
+// one writing to a string, a server called in process, and every line parsed as JSON.
+#include "server/logging.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "posenc/v1/posenc.grpc.pb.h"
+#include "server/server.h"
+#include "server/summary.h"
+#include "server_test_util.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
+
+namespace posenc::server {
+namespace {
+
+// Sends spdlog's default logger to `out` for the fixture's lifetime.
+class LoggingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    saved_ = spdlog::default_logger();
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_, /*force_flush=*/true);
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("posenc-test", sink));
+  }
+  void TearDown() override {
+    spdlog::set_default_logger(saved_);
+    ConfigureLogging(LogFormat::kText, spdlog::level::info);
+  }
+
+  std::vector<std::string> Lines() const {
+    std::vector<std::string> lines;
+    std::istringstream in(out_.str());
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  }
+
+  // Two calls through a reference-backend server: ApplyRope (OK, x-request-id "req-42\"x") and
+  // AlibiSlopes with no heads (INVALID_ARGUMENT).
+  void MakeCalls() {
+    ServerOptions options;
+    options.listen_address = "127.0.0.1:0";
+    options.backend = "reference";
+    auto server = PosencServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    auto stub = v1::PositionEncoding::NewStub((*server)->InProcessChannel());
+    {
+      v1::ApplyRopeRequest request;
+      *request.mutable_q() = testing::FloatTensor({1, 4, 2, 8});
+      request.mutable_config()->set_head_dim(8);
+      request.mutable_positions()->mutable_range()->set_start(3);
+      v1::ApplyRopeResponse response;
+      grpc::ClientContext context;
+      context.AddMetadata("x-request-id", "req-42\"x");
+      grpc::Status status = stub->ApplyRope(&context, request, &response);
+      ASSERT_TRUE(status.ok()) << status.error_message();
+    }
+    {
+      v1::AlibiSlopesRequest request;
+      v1::AlibiSlopesResponse response;
+      grpc::ClientContext context;
+      EXPECT_EQ(stub->AlibiSlopes(&context, request, &response).error_code(),
+                grpc::StatusCode::INVALID_ARGUMENT);
+    }
+    (*server)->Shutdown(std::chrono::system_clock::now());
+    (*server)->Wait();
+  }
+
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::logger> saved_;
+};
+
+TEST_F(LoggingTest, JsonAccessLinesCarryEveryField) {
+  ConfigureLogging(LogFormat::kJson, spdlog::level::info);
+  spdlog::info("plain \"quoted\"\tline\x01 \\ end");
+  MakeCalls();
+
+  std::vector<nlohmann::json> lines;
+  for (const std::string& line : Lines()) {
+    nlohmann::json j;
+    ASSERT_NO_THROW(j = nlohmann::json::parse(line)) << line;
+    ASSERT_TRUE(j.is_object()) << line;
+    EXPECT_TRUE(j.contains("time") && j["time"].is_string()) << line;
+    EXPECT_TRUE(j.contains("level") && j["level"].is_string()) << line;
+    lines.push_back(std::move(j));
+  }
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0]["msg"], "plain \"quoted\"\tline\x01 \\ end");
+  EXPECT_EQ(lines[0]["level"], "info");
+  EXPECT_EQ(lines[0]["time"].get<std::string>().size(),
+            std::string("2024-01-01T00:00:00.000000Z").size());
+
+  const nlohmann::json* rope = nullptr;
+  const nlohmann::json* slopes = nullptr;
+  for (const nlohmann::json& j : lines) {
+    if (j.value("rpc", "") == "ApplyRope") rope = &j;
+    if (j.value("rpc", "") == "AlibiSlopes") slopes = &j;
+  }
+  ASSERT_NE(rope, nullptr) << out_.str();
+  EXPECT_EQ((*rope)["level"], "info");
+  EXPECT_EQ((*rope)["request_id"], "req-42\"x");
+  EXPECT_EQ((*rope)["status"], "OK");
+  EXPECT_EQ((*rope)["backend"], "reference");
+  EXPECT_TRUE((*rope)["latency_ms"].is_number());
+  EXPECT_GE((*rope)["latency_ms"].get<double>(), 0.0);
+  EXPECT_EQ((*rope)["input"], "q=FLOAT32[1,4,2,8] positions=range[3,+0)");
+  EXPECT_EQ((*rope)["output"], "q=FLOAT32[1,4,2,8]");
+  EXPECT_GT((*rope)["request_bytes"].get<int64_t>(), 4 * 64);
+  EXPECT_GT((*rope)["response_bytes"].get<int64_t>(), 4 * 64);
+  EXPECT_FALSE(rope->contains("error"));
+
+  ASSERT_NE(slopes, nullptr) << out_.str();
+  EXPECT_EQ((*slopes)["status"], "INVALID_ARGUMENT");
+  EXPECT_EQ((*slopes)["request_id"], "-");
+  EXPECT_EQ((*slopes)["input"], "heads=0");
+  EXPECT_EQ((*slopes)["output"], "");
+  EXPECT_EQ((*slopes)["response_bytes"], 0);
+  EXPECT_NE((*slopes)["error"].get<std::string>().find("num_heads"), std::string::npos)
+      << (*slopes)["error"];
+}
+
+TEST_F(LoggingTest, TextAccessLine) {
+  ConfigureLogging(LogFormat::kText, spdlog::level::info);
+  MakeCalls();
+  const std::string text = out_.str();
+  EXPECT_NE(text.find("rpc=ApplyRope request_id=\"req-42\\\"x\" status=OK latency_ms="),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("backend=reference input=\"q=FLOAT32[1,4,2,8] positions=range[3,+0)\" "
+                      "output=\"q=FLOAT32[1,4,2,8]\""),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("rpc=AlibiSlopes request_id=\"-\" status=INVALID_ARGUMENT"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("error=\"num_heads"), std::string::npos) << text;
+  // Source locations stay out of the text pattern.
+  EXPECT_EQ(text.find("posenc-access"), std::string::npos) << text;
+}
+
+TEST_F(LoggingTest, LevelFiltersAccessLines) {
+  ConfigureLogging(LogFormat::kJson, spdlog::level::err);
+  MakeCalls();
+  EXPECT_EQ(out_.str(), "");  // OK and INVALID_ARGUMENT lines are info
+  ConfigureLogging(LogFormat::kJson, spdlog::level::info);
+  EXPECT_TRUE(AccessLogEnabled(grpc::StatusCode::OK));
+  ConfigureLogging(LogFormat::kJson, spdlog::level::off);
+  EXPECT_FALSE(AccessLogEnabled(grpc::StatusCode::INTERNAL));
+}
+
+TEST(LoggingFlagsTest, ParseFormatAndLevel) {
+  EXPECT_EQ(*ParseLogFormat("text"), LogFormat::kText);
+  EXPECT_EQ(*ParseLogFormat("json"), LogFormat::kJson);
+  const auto bad_format = ParseLogFormat("xml");
+  ASSERT_FALSE(bad_format.ok());
+  EXPECT_NE(bad_format.status().message().find("--log_format"), absl::string_view::npos);
+  EXPECT_NE(bad_format.status().message().find("\"xml\""), absl::string_view::npos);
+
+  EXPECT_EQ(*ParseLogLevel("trace"), spdlog::level::trace);
+  EXPECT_EQ(*ParseLogLevel("debug"), spdlog::level::debug);
+  EXPECT_EQ(*ParseLogLevel("info"), spdlog::level::info);
+  EXPECT_EQ(*ParseLogLevel("warn"), spdlog::level::warn);
+  EXPECT_EQ(*ParseLogLevel("error"), spdlog::level::err);
+  EXPECT_EQ(*ParseLogLevel("off"), spdlog::level::off);
+  const auto bad_level = ParseLogLevel("verbose");
+  ASSERT_FALSE(bad_level.ok());
+  EXPECT_EQ(bad_level.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_level.status().message().find("--log_level"), absl::string_view::npos);
+}
+
+TEST(LoggingFlagsTest, JsonEscapeRoundTrips) {
+  const std::string text = "a\"b\\c\nd\re\tf\x01g\x1f\x7fh \xc3\xa9";
+  const nlohmann::json j = nlohmann::json::parse("\"" + JsonEscape(text) + "\"");
+  EXPECT_EQ(j.get<std::string>(), text);
+}
+
+TEST(SummaryTest, TensorsAndSizes) {
+  v1::RopeCacheRequest rope;
+  *rope.mutable_positions()->mutable_ids() = testing::Int64Tensor({2, 3}, {0, 1, 2, 3, 4, 5});
+  rope.mutable_config()->set_head_dim(128);
+  rope.set_output_dtype(v1::DTYPE_BFLOAT16);
+  EXPECT_EQ(SummarizeRequest(rope), "positions=ids:INT64[2,3] head_dim=128 output_dtype=BFLOAT16");
+
+  v1::RopeCacheResponse cache;
+  cache.mutable_cos()->set_dtype(v1::DTYPE_FLOAT32);
+  cache.mutable_cos()->add_shape(6);
+  cache.mutable_cos()->add_shape(64);
+  *cache.mutable_sin() = cache.cos();
+  EXPECT_EQ(SummarizeResponse(cache), "cos=FLOAT32[6,64] sin=FLOAT32[6,64]");
+
+  v1::RelativeBiasRequest bias;
+  bias.set_q_len(4);
+  bias.set_k_len(6);
+  bias.set_table_name("t5/rel");
+  EXPECT_EQ(SummarizeRequest(bias), "q_len=4 k_len=6 table=\"t5/rel\"");
+  EXPECT_EQ(SummarizeRequest(v1::GetServerInfoRequest()), "");
+}
+
+}  // namespace
+}  // namespace posenc::server

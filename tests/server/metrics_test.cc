@@ -1,0 +1,224 @@
+// Prometheus metrics (--metrics_address): a server with metrics on 127.0.0.1:0, a few calls,
+// then GET /metrics over a plain socket and the samples checked by name, labels and value.
+#include "server/metrics.h"
+
+#include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "posenc/v1/posenc.grpc.pb.h"
+#include "server/server.h"
+
+namespace posenc::server {
+namespace {
+
+// GET `path` from 127.0.0.1:port; the whole response (status line, headers, body) or "".
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request =
+        "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if (send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size())) {
+      char buffer[4096];
+      for (ssize_t n; (n = recv(fd, buffer, sizeof(buffer), 0)) > 0;) {
+        response.append(buffer, static_cast<size_t>(n));
+      }
+    }
+  }
+  close(fd);
+  return response;
+}
+
+// One sample of the text exposition: name{labels} value.
+struct Sample {
+  std::string name;
+  std::map<std::string, std::string> labels;
+  double value = 0;
+};
+
+std::vector<Sample> ParseExposition(const std::string& text) {
+  std::vector<Sample> samples;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line[0] == '#') continue;
+    const size_t space = line.rfind(' ');
+    if (space == std::string::npos) continue;
+    Sample sample;
+    sample.value = std::stod(line.substr(space + 1));
+    const std::string metric = line.substr(0, space);
+    const size_t brace = metric.find('{');
+    sample.name = metric.substr(0, brace);
+    if (brace != std::string::npos) {
+      // k="v",k="v"} (our label values hold no quotes or commas)
+      std::string rest = metric.substr(brace + 1, metric.size() - brace - 2);
+      std::istringstream pairs(rest);
+      for (std::string pair; std::getline(pairs, pair, ',');) {
+        const size_t eq = pair.find('=');
+        if (eq == std::string::npos || pair.size() < eq + 3) continue;
+        sample.labels[pair.substr(0, eq)] = pair.substr(eq + 2, pair.size() - eq - 3);
+      }
+    }
+    samples.push_back(std::move(sample));
+  }
+  return samples;
+}
+
+std::optional<double> Find(const std::vector<Sample>& samples, const std::string& name,
+                           const std::map<std::string, std::string>& labels) {
+  for (const Sample& s : samples) {
+    if (s.name == name && s.labels == labels) return s.value;
+  }
+  return std::nullopt;
+}
+
+grpc::Status Call(v1::PositionEncoding::Stub* stub, const v1::AlibiSlopesRequest& request,
+                  v1::AlibiSlopesResponse* response) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  return stub->AlibiSlopes(&context, request, response);
+}
+
+TEST(MetricsTest, ServesCountersAndHistogramsOverHttp) {
+  ServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.backend = "reference";
+  options.metrics_address = "127.0.0.1:0";
+  auto server = PosencServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->metrics_port();
+  ASSERT_GT(port, 0);
+
+  auto stub = v1::PositionEncoding::NewStub((*server)->InProcessChannel());
+  v1::AlibiSlopesRequest good;
+  good.set_num_heads(8);
+  v1::AlibiSlopesRequest bad;
+  bad.set_num_heads(0);
+  size_t request_bytes = 0;
+  size_t response_bytes = 0;
+  for (int i = 0; i < 2; ++i) {
+    v1::AlibiSlopesResponse response;
+    ASSERT_TRUE(Call(stub.get(), good, &response).ok());
+    request_bytes += good.ByteSizeLong();
+    response_bytes += response.ByteSizeLong();
+  }
+  {
+    v1::AlibiSlopesResponse response;
+    EXPECT_EQ(Call(stub.get(), bad, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    request_bytes += bad.ByteSizeLong();
+  }
+  {
+    grpc::ClientContext context;
+    v1::GetServerInfoResponse info;
+    ASSERT_TRUE(stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok());
+  }
+
+  const std::string http = HttpGet(port, "/metrics");
+  ASSERT_EQ(http.rfind("HTTP/1.1 200", 0), 0u) << http.substr(0, 200);
+  const size_t body_start = http.find("\r\n\r\n");
+  ASSERT_NE(body_start, std::string::npos);
+  const std::string body = http.substr(body_start + 4);
+  const std::vector<Sample> samples = ParseExposition(body);
+
+  EXPECT_EQ(Find(samples, "posenc_requests_total", {{"method", "AlibiSlopes"}, {"code", "OK"}}),
+            2.0)
+      << body;
+  EXPECT_EQ(Find(samples, "posenc_requests_total",
+                 {{"method", "AlibiSlopes"}, {"code", "INVALID_ARGUMENT"}}),
+            1.0);
+  EXPECT_EQ(Find(samples, "posenc_requests_total", {{"method", "GetServerInfo"}, {"code", "OK"}}),
+            1.0);
+  // No series for a code that never happened.
+  EXPECT_EQ(Find(samples, "posenc_requests_total", {{"method", "ApplyRope"}, {"code", "OK"}}),
+            std::nullopt);
+
+  EXPECT_EQ(Find(samples, "posenc_request_duration_seconds_count", {{"method", "AlibiSlopes"}}),
+            3.0);
+  EXPECT_EQ(Find(samples, "posenc_request_duration_seconds_bucket",
+                 {{"method", "AlibiSlopes"}, {"le", "+Inf"}}),
+            3.0);
+  EXPECT_EQ(Find(samples, "posenc_request_duration_seconds_bucket",
+                 {{"method", "AlibiSlopes"}, {"le", "10"}}),
+            3.0);
+  const auto sum =
+      Find(samples, "posenc_request_duration_seconds_sum", {{"method", "AlibiSlopes"}});
+  ASSERT_TRUE(sum.has_value());
+  EXPECT_GT(*sum, 0.0);
+  EXPECT_LT(*sum, 10.0);
+  // Every method has its series from the start (count 0 until called).
+  EXPECT_EQ(Find(samples, "posenc_request_duration_seconds_count", {{"method", "ApplyRope"}}), 0.0);
+
+  EXPECT_EQ(Find(samples, "posenc_request_bytes_total", {{"method", "AlibiSlopes"}}),
+            static_cast<double>(request_bytes));
+  EXPECT_EQ(Find(samples, "posenc_response_bytes_total", {{"method", "AlibiSlopes"}}),
+            static_cast<double>(response_bytes));
+  EXPECT_GT(response_bytes, 0u);
+  EXPECT_EQ(Find(samples, "posenc_in_flight_requests", {}), 0.0);
+  EXPECT_EQ(Find(samples, "posenc_cache_hits_total", {}), 0.0);
+  EXPECT_EQ(Find(samples, "posenc_cache_misses_total", {}), 0.0);
+  EXPECT_NE(body.find("# TYPE posenc_request_duration_seconds histogram"), std::string::npos);
+  EXPECT_NE(body.find("# HELP posenc_cache_hits_total"), std::string::npos);
+  EXPECT_NE(body.find("no cos/sin cache"), std::string::npos);
+}
+
+TEST(MetricsTest, OffByDefault) {
+  ServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.backend = "reference";
+  auto server = PosencServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ((*server)->metrics_port(), 0);
+}
+
+TEST(MetricsTest, BadOrBusyAddressFailsStartNamingTheFlag) {
+  ServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.backend = "reference";
+  options.metrics_address = "127.0.0.1";
+  auto no_port = PosencServer::Start(options);
+  ASSERT_FALSE(no_port.ok());
+  EXPECT_EQ(no_port.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(no_port.status().message().find("--metrics_address"), absl::string_view::npos);
+
+  options.metrics_address = "127.0.0.1:0";
+  auto first = PosencServer::Start(options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  options.metrics_address = "127.0.0.1:" + std::to_string((*first)->metrics_port());
+  auto busy = PosencServer::Start(options);
+  ASSERT_FALSE(busy.ok());
+  EXPECT_EQ(busy.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(busy.status().message().find("--metrics_address"), absl::string_view::npos)
+      << busy.status();
+}
+
+TEST(MetricsTest, InFlightGaugeAndUnknownMethod) {
+  Metrics metrics;
+  metrics.OnStart();
+  metrics.OnStart();
+  metrics.OnFinish("NotAMethod", grpc::StatusCode::UNIMPLEMENTED, 0.001, 10, 0);
+  const std::vector<Sample> samples = ParseExposition(metrics.Text());
+  EXPECT_EQ(Find(samples, "posenc_in_flight_requests", {}), 1.0);
+  EXPECT_EQ(
+      Find(samples, "posenc_requests_total", {{"method", "other"}, {"code", "UNIMPLEMENTED"}}),
+      1.0);
+  EXPECT_EQ(Find(samples, "posenc_request_bytes_total", {{"method", "other"}}), 10.0);
+}
+
+}  // namespace
+}  // namespace posenc::server
