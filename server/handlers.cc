@@ -60,6 +60,20 @@ kernels::TensorView TakeToOutput(const HandlerContext& ctx, const v1::Tensor& in
   return kernels::TensorView{view.dtype, view.shape, out->mutable_data()->data()};
 }
 
+// The frequencies of `config`, through the server's bounded cache when it has one.
+absl::StatusOr<std::shared_ptr<const kernels::RopeFrequencies>> Frequencies(
+    const HandlerContext& ctx, const kernels::RopeConfig& config, int64_t max_position) {
+  if (ctx.rope_cache == nullptr) {
+    POSENC_ASSIGN_OR_RETURN(kernels::RopeFrequencies f,
+                            kernels::ComputeRopeFrequencies(config, max_position));
+    return std::make_shared<const kernels::RopeFrequencies>(std::move(f));
+  }
+  bool hit = false;
+  auto freqs = ctx.rope_cache->Get(config, max_position, &hit);
+  if (freqs.ok() && ctx.metrics != nullptr) ctx.metrics->OnCacheLookup(hit);
+  return freqs;
+}
+
 absl::Status Sinusoidal(const HandlerContext& ctx, const v1::SinusoidalRequest& req,
                         v1::SinusoidalResponse* resp) {
   POSENC_ASSIGN_OR_RETURN(kernels::SinusoidalParams params,
@@ -137,12 +151,12 @@ absl::Status RopeCache(const HandlerContext& ctx, const v1::RopeCacheRequest& re
       CheckOutputLimits(ctx.limits, {{"cos", dtype, &shape}, {"sin", dtype, &shape}}));
   POSENC_ASSIGN_OR_RETURN(kernels::ResolvedPositions positions,
                           kernels::ResolvePositions(spec, grid));
-  POSENC_ASSIGN_OR_RETURN(kernels::RopeFrequencies freqs,
-                          kernels::ComputeRopeFrequencies(config, positions.max_position));
+  POSENC_ASSIGN_OR_RETURN(std::shared_ptr<const kernels::RopeFrequencies> freqs,
+                          Frequencies(ctx, config, positions.max_position));
   kernels::TensorView cos = AllocateOutput(dtype, shape, resp->mutable_cos());
   kernels::TensorView sin = AllocateOutput(dtype, shape, resp->mutable_sin());
-  POSENC_RETURN_IF_ERROR(ctx.backend->RopeCache(config, freqs, layout, positions, cos, sin));
-  FillRopeDerived(config, freqs, resp->mutable_derived());
+  POSENC_RETURN_IF_ERROR(ctx.backend->RopeCache(config, *freqs, layout, positions, cos, sin));
+  FillRopeDerived(config, *freqs, resp->mutable_derived());
   return absl::OkStatus();
 }
 
@@ -172,14 +186,14 @@ absl::Status ApplyRope(const HandlerContext& ctx, const v1::ApplyRopeRequest& re
   }
   POSENC_ASSIGN_OR_RETURN(kernels::ResolvedPositions positions,
                           kernels::ResolvePositions(spec, grid));
-  POSENC_ASSIGN_OR_RETURN(kernels::RopeFrequencies freqs,
-                          kernels::ComputeRopeFrequencies(config, positions.max_position));
+  POSENC_ASSIGN_OR_RETURN(std::shared_ptr<const kernels::RopeFrequencies> freqs,
+                          Frequencies(ctx, config, positions.max_position));
   kernels::TensorView q_out = TakeToOutput(ctx, req.q(), q, resp->mutable_q());
   kernels::TensorView k_out;
   if (req.has_k()) k_out = TakeToOutput(ctx, req.k(), k, resp->mutable_k());
   POSENC_RETURN_IF_ERROR(
-      ctx.backend->ApplyRope(config, freqs, layout, dims, positions, q_out, k_out));
-  FillRopeDerived(config, freqs, resp->mutable_derived());
+      ctx.backend->ApplyRope(config, *freqs, layout, dims, positions, q_out, k_out));
+  FillRopeDerived(config, *freqs, resp->mutable_derived());
   return absl::OkStatus();
 }
 

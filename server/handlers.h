@@ -24,6 +24,8 @@
 #include "kernels/backend.h"
 #include "kernels/types.h"
 #include "posenc/v1/posenc.pb.h"
+#include "kernels/rope_cache.h"
+#include "server/metrics.h"
 #include "server/tables.h"
 
 namespace posenc::server {
@@ -42,6 +44,10 @@ struct HandlerContext {
   // copying. The gRPC service sets this (the callback API's request object is not read again
   // after the handler); callers that reuse a request must leave it false.
   bool consume_requests = false;
+  // RoPE frequencies by config (not owned; null computes every time), and where its hits and
+  // misses are counted (null: not counted).
+  kernels::RopeFrequencyCache* rope_cache = nullptr;
+  Metrics* metrics = nullptr;
 };
 
 // A planned output tensor, for CheckOutputLimits.

@@ -6,6 +6,7 @@
 //   --max_output_elements  POSENC_MAX_OUTPUT_ELEMENTS  largest output tensor, elements
 //   --backend              POSENC_BACKEND              cpu (default), reference or auto
 //   --threads              POSENC_THREADS              threads per large request (0 = cores)
+//   --cache_entries        POSENC_CACHE_ENTRIES        RoPE frequency cache size (0 = off)
 //   --tables               POSENC_TABLES               directory of *.npy/*.safetensors tables
 //   --drain_timeout        POSENC_DRAIN_TIMEOUT        shutdown bound for in-flight calls (10s)
 //   --drain_grace          POSENC_DRAIN_GRACE          NOT_SERVING before the listener closes (1s)
@@ -50,6 +51,9 @@ ABSL_FLAG(std::string, backend, "cpu",
 ABSL_FLAG(int64_t, threads, 0,
           "Threads one large request may use on the cpu backend; 0 = one per core; small "
           "requests always run on the calling thread (env POSENC_THREADS)");
+ABSL_FLAG(int64_t, cache_entries, 1024,
+          "Entries of the bounded RoPE frequency cache, keyed by the full config (every field, "
+          "plus seq_len for dynamic/longrope); 0 disables it (env POSENC_CACHE_ENTRIES)");
 ABSL_FLAG(std::string, tables, "",
           "Directory whose *.npy and *.safetensors files are loaded at start-up as named "
           "tables (NAME.npy -> NAME, NAME.safetensors -> NAME/TENSOR); a bad file stops "
@@ -115,7 +119,8 @@ bool ApplyEnvironment() {
   };
   for (const IntEnv& env : {IntEnv{"POSENC_MAX_MESSAGE_BYTES", &FLAGS_max_message_bytes},
                             IntEnv{"POSENC_MAX_OUTPUT_ELEMENTS", &FLAGS_max_output_elements},
-                            IntEnv{"POSENC_THREADS", &FLAGS_threads}}) {
+                            IntEnv{"POSENC_THREADS", &FLAGS_threads},
+                            IntEnv{"POSENC_CACHE_ENTRIES", &FLAGS_cache_entries}}) {
     const char* v = std::getenv(env.name);
     if (v == nullptr || *v == '\0') continue;
     int64_t value = 0;
@@ -163,6 +168,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.threads = static_cast<int>(absl::GetFlag(FLAGS_threads));
+  if (absl::GetFlag(FLAGS_cache_entries) < 0 || absl::GetFlag(FLAGS_cache_entries) > (1 << 20)) {
+    std::fprintf(stderr, "posenc-server: --cache_entries: expected 0 .. 1048576, got %lld\n",
+                 static_cast<long long>(absl::GetFlag(FLAGS_cache_entries)));
+    return 2;
+  }
+  options.cache_entries = absl::GetFlag(FLAGS_cache_entries);
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   for (const auto& [name, value] : {std::pair{"drain_timeout", drain_timeout},
                                     std::pair{"drain_grace", absl::GetFlag(FLAGS_drain_grace)}}) {

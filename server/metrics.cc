@@ -59,16 +59,16 @@ Metrics::Metrics()
                     .Help("RPCs being handled now")
                     .Register(*registry_)
                     .Add({});
-  prometheus::BuildCounter()
-      .Name("posenc_cache_hits_total")
-      .Help("cos/sin cache hits; always 0: this version has no cos/sin cache yet")
-      .Register(*registry_)
-      .Add({});
-  prometheus::BuildCounter()
-      .Name("posenc_cache_misses_total")
-      .Help("cos/sin cache misses; always 0: this version has no cos/sin cache yet")
-      .Register(*registry_)
-      .Add({});
+  cache_hits_ = &prometheus::BuildCounter()
+                     .Name("posenc_cache_hits_total")
+                     .Help("RoPE frequency cache hits (RopeCache, ApplyRope)")
+                     .Register(*registry_)
+                     .Add({});
+  cache_misses_ = &prometheus::BuildCounter()
+                       .Name("posenc_cache_misses_total")
+                       .Help("RoPE frequency cache misses (computed, then cached)")
+                       .Register(*registry_)
+                       .Add({});
 
   const google::protobuf::ServiceDescriptor* service =
       v1::SinusoidalRequest::descriptor()->file()->FindServiceByName("PositionEncoding");
@@ -120,6 +120,8 @@ absl::Status Metrics::Serve(const std::string& address) {
   }
   return absl::OkStatus();
 }
+
+void Metrics::OnCacheLookup(bool hit) { (hit ? cache_hits_ : cache_misses_)->Increment(); }
 
 void Metrics::OnStart() { in_flight_->Increment(); }
 

@@ -10,7 +10,7 @@
 //   posenc_response_bytes_total{method}          counter: serialized response bytes (OK calls)
 //   posenc_in_flight_requests                    gauge: calls running now
 //   posenc_cache_hits_total, posenc_cache_misses_total
-//                                                counters: cos/sin cache; always 0 (no cache yet)
+//                                                counters: the RoPE frequency cache
 //
 // Thread-safety: OnStart/OnFinish/Text may be called from any thread at once; Serve once,
 // before calls arrive.
@@ -56,6 +56,8 @@ class Metrics {
   int port() const { return port_; }
 
   void OnStart();
+  // One lookup of the RoPE frequency cache (kernels/rope_cache.h).
+  void OnCacheLookup(bool hit);
   void OnFinish(absl::string_view method, grpc::StatusCode code, double seconds,
                 size_t request_bytes, size_t response_bytes);
 
@@ -78,6 +80,8 @@ class Metrics {
   struct Families;
   std::unique_ptr<Families> families_;
   prometheus::Gauge* in_flight_ = nullptr;
+  prometheus::Counter* cache_hits_ = nullptr;
+  prometheus::Counter* cache_misses_ = nullptr;
   // Filled in the constructor and read-only afterwards; "other" catches unknown methods.
   std::map<std::string, std::unique_ptr<PerMethod>, std::less<>> methods_;
   PerMethod* other_ = nullptr;

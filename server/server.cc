@@ -45,9 +45,10 @@ class PosencServerImpl final : public PosencServer {
   PosencServerImpl(const ServerOptions& options, std::unique_ptr<kernels::Backend> backend)
       : options_(options),
         backend_(std::move(backend)),
+        rope_cache_(static_cast<size_t>(std::max<int64_t>(0, options.cache_entries))),
         service_(HandlerContext{backend_.get(),
                                 Limits{options.max_output_elements, options.max_message_bytes},
-                                &tables_}) {}
+                                &tables_, false, &rope_cache_, &metrics_}) {}
 
   ~PosencServerImpl() override {
     Shutdown(std::chrono::system_clock::now());
@@ -130,6 +131,7 @@ class PosencServerImpl final : public PosencServer {
   std::unique_ptr<kernels::Backend> backend_;
   TableRegistry tables_;  // filled from options_.tables_dir by Init, read-only afterwards
   Metrics metrics_;       // outlives service_ and server_ (declared before them)
+  kernels::RopeFrequencyCache rope_cache_;  // shared by every call
   PositionEncodingService service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -6,7 +6,8 @@
 // Rounds alternate between the two (interleaved), and each figure is the median of the rounds.
 //   - large: ApplyRope with q and k of 8 MiB each (FLOAT32 [1, 1024, 16, 128]), MB/s of q+k;
 //   - tiny:  ApplyRope of one token with 8 heads of 128 (4 KiB), p50 round-trip latency.
-// Usage: rpc_bench [--rounds N] [--large_iters N] [--tiny_iters N]
+// Usage: rpc_bench [--rounds N] [--large_iters N] [--tiny_iters N] [--quiet 1]
+// (--quiet 1 turns the server's per-RPC access log off, to show what logging costs.)
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -22,6 +23,7 @@
 
 #include "posenc/v1/posenc.pb.h"
 #include "server/server.h"
+#include "spdlog/spdlog.h"
 
 namespace {
 
@@ -106,6 +108,8 @@ int main(int argc, char** argv) {
   const int rounds = static_cast<int>(Arg(argc, argv, "--rounds", 7));
   const int large_iters = static_cast<int>(Arg(argc, argv, "--large_iters", 8));
   const int tiny_iters = static_cast<int>(Arg(argc, argv, "--tiny_iters", 400));
+  const bool quiet = Arg(argc, argv, "--quiet", 0) != 0;
+  if (quiet) spdlog::set_level(spdlog::level::warn);
 
   posenc::server::ServerOptions options;
   options.listen_address = "127.0.0.1:0";
@@ -178,7 +182,8 @@ int main(int argc, char** argv) {
   }
   const double pm = Median(posenc_mbs), em = Median(echo_mbs);
   const double pl = Median(posenc_p50), el = Median(echo_p50);
-  std::printf("backend: %s\n", (*server)->backend_description().c_str());
+  std::printf("backend: %s, access log %s\n", (*server)->backend_description().c_str(),
+              quiet ? "off" : "on (stdout)");
   std::printf("large ApplyRope q+k 16 MiB: posenc %.0f MB/s, bare echo %.0f MB/s, ratio %.2f\n",
               pm, em, pm / em);
   std::printf("tiny ApplyRope 1x8x128 (4 KiB): posenc p50 %.1f us, bare echo p50 %.1f us, "

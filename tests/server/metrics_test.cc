@@ -128,6 +128,15 @@ TEST(MetricsTest, ServesCountersAndHistogramsOverHttp) {
     v1::GetServerInfoResponse info;
     ASSERT_TRUE(stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok());
   }
+  // The same RoPE config three times (one miss, two hits), then another config (a miss).
+  for (int64_t head_dim : {64, 64, 64, 32}) {
+    grpc::ClientContext context;
+    v1::RopeCacheRequest cache_request;
+    cache_request.mutable_positions()->mutable_range()->set_count(4);
+    cache_request.mutable_config()->set_head_dim(head_dim);
+    v1::RopeCacheResponse cache_response;
+    ASSERT_TRUE(stub->RopeCache(&context, cache_request, &cache_response).ok());
+  }
 
   const std::string http = HttpGet(port, "/metrics");
   ASSERT_EQ(http.rfind("HTTP/1.1 200", 0), 0u) << http.substr(0, 200);
@@ -170,11 +179,11 @@ TEST(MetricsTest, ServesCountersAndHistogramsOverHttp) {
             static_cast<double>(response_bytes));
   EXPECT_GT(response_bytes, 0u);
   EXPECT_EQ(Find(samples, "posenc_in_flight_requests", {}), 0.0);
-  EXPECT_EQ(Find(samples, "posenc_cache_hits_total", {}), 0.0);
-  EXPECT_EQ(Find(samples, "posenc_cache_misses_total", {}), 0.0);
+  EXPECT_EQ(Find(samples, "posenc_cache_hits_total", {}), 2.0);
+  EXPECT_EQ(Find(samples, "posenc_cache_misses_total", {}), 2.0);
   EXPECT_NE(body.find("# TYPE posenc_request_duration_seconds histogram"), std::string::npos);
-  EXPECT_NE(body.find("# HELP posenc_cache_hits_total"), std::string::npos);
-  EXPECT_NE(body.find("no cos/sin cache"), std::string::npos);
+  EXPECT_NE(body.find("# HELP posenc_cache_hits_total RoPE frequency cache hits"),
+            std::string::npos);
 }
 
 TEST(MetricsTest, OffByDefault) {
