@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/descriptor.h"
+#include "server/buffer.h"
 #include "server/hf_config.h"
 #include "server/status.h"
 
@@ -141,7 +142,7 @@ kernels::TensorView AllocateOutput(DType dtype, const kernels::Shape& shape, v1:
   int64_t elements = 1;
   for (int64_t d : shape) elements *= d;  // checked against the limits by the caller
   std::string* data = out->mutable_data();
-  data->resize(static_cast<size_t>(elements * kernels::DTypeSize(dtype)));
+  ResizeUninitialized(data, static_cast<size_t>(elements * kernels::DTypeSize(dtype)));
   return kernels::TensorView{dtype, shape, data->data()};
 }
 

@@ -51,8 +51,7 @@ absl::StatusOr<kernels::ConstTensorView> ToConstView(const v1::Tensor& tensor, D
 
 // Sets `out`'s dtype and shape, sizes its data to the exact byte count and returns a view onto
 // it. The caller has checked the element count and bytes against its limits first.
-// std::string::resize zero-fills the bytes (a wasted pass over memory that the backend then
-// overwrites); C++23's resize_and_overwrite would avoid it.
+// The bytes are not zero-filled (server/buffer.h): the backend overwrites every one of them.
 kernels::TensorView AllocateOutput(kernels::DType dtype, const kernels::Shape& shape,
                                    v1::Tensor* out);
 

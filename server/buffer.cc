@@ -1,0 +1,15 @@
+// Built as C++23 (CMakeLists.txt) for std::string::resize_and_overwrite, the standard way to
+// size a string without initializing it; std::string's layout is the same in every mode.
+#include "server/buffer.h"
+
+namespace posenc::server {
+
+void ResizeUninitialized(std::string* s, size_t n) {
+#if defined(__cpp_lib_string_resize_and_overwrite)
+  s->resize_and_overwrite(n, [](char*, size_t size) { return size; });
+#else
+  s->resize(n);
+#endif
+}
+
+}  // namespace posenc::server
