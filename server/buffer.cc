@@ -6,7 +6,9 @@ namespace posenc::server {
 
 void ResizeUninitialized(std::string* s, size_t n) {
 #if defined(__cpp_lib_string_resize_and_overwrite)
-  s->resize_and_overwrite(n, [](char*, size_t size) { return size; });
+  // Return `n` itself, not the size passed to the callback: libstdc++ 12 passes the grown
+  // capacity there when it reallocates (e.g. 30 for n = 24 from an empty string).
+  s->resize_and_overwrite(n, [n](char*, size_t) { return n; });
 #else
   s->resize(n);
 #endif
