@@ -132,4 +132,31 @@ absl::StatusOr<Shape> PlanAddPositionEncoding(AddPositionEncodingParams& p, cons
   return out;
 }
 
+absl::Status CheckAddPositionEncodingViews(const AddPositionEncodingParams& params,
+                                           const ConstTensorView& x,
+                                           const ResolvedPositions& positions,
+                                           const TensorView& y) {
+  const int64_t dim = x.shape.empty() ? 0 : x.shape.back();
+  const int64_t pe_dim = params.sinusoidal ? params.sinusoidal->dim
+                         : params.learned.shape.size() == 2 ? params.learned.shape[1]
+                                                            : -1;
+  const int64_t out_dim = y.shape.empty() ? 0 : y.shape.back();
+  if (positions.num_tokens * dim != x.NumElements() || y.dtype != x.dtype ||
+      out_dim != (params.combine == Combine::kAdd ? dim : dim + pe_dim)) {
+    return absl::InternalError("AddPositionEncoding: views do not match the plan");
+  }
+  if (params.sinusoidal) return absl::OkStatus();
+  const int64_t rows = params.learned.shape[0];
+  for (int64_t t = 0; t < positions.num_tokens; ++t) {
+    if (!positions.IsValid(t)) continue;
+    const int64_t row = positions.At(t) + params.table_offset;
+    if (row >= rows) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "positions: token ", t, " has position ", positions.At(t), ", which reads row ", row,
+          " (table_offset ", params.table_offset, ") of a learned table with ", rows, " rows"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace posenc::kernels

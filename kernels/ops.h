@@ -80,6 +80,14 @@ absl::StatusOr<Shape> PlanAddPositionEncoding(AddPositionEncodingParams& params,
                                               const Shape& x_shape, const PositionSpec& positions,
                                               GridRequest* grid);
 
+// For backends, before writing anything (y may alias x): INTERNAL when the views do not match
+// the plan; OUT_OF_RANGE naming the token, its position and the table length when a position
+// reads past a learned table.
+absl::Status CheckAddPositionEncodingViews(const AddPositionEncodingParams& params,
+                                           const ConstTensorView& x,
+                                           const ResolvedPositions& positions,
+                                           const TensorView& y);
+
 // ============================================================================================
 // Rotary position embedding.
 //

@@ -86,28 +86,12 @@ class ReferenceBackend final : public Backend {
   absl::Status AddPositionEncoding(const AddPositionEncodingParams& params, ConstTensorView x,
                                    const ResolvedPositions& positions,
                                    TensorView y) const override {
+    // Every row must exist before anything is written (y may alias x).
+    if (auto s = CheckAddPositionEncodingViews(params, x, positions, y); !s.ok()) return s;
     const int64_t dim = x.shape.back();
     const int64_t out_dim = y.shape.back();
     const int64_t pe_dim = params.sinusoidal ? params.sinusoidal->dim : params.learned.shape[1];
-    if (positions.num_tokens * dim != x.NumElements() || y.dtype != x.dtype ||
-        out_dim != (params.combine == Combine::kAdd ? dim : dim + pe_dim)) {
-      return absl::InternalError("AddPositionEncoding: views do not match the plan");
-    }
-    // Every row must exist before anything is written (y may alias x).
     const int64_t shift = params.sinusoidal && params.padding_idx ? *params.padding_idx + 1 : 0;
-    if (!params.sinusoidal) {
-      const int64_t rows = params.learned.shape[0];
-      for (int64_t t = 0; t < positions.num_tokens; ++t) {
-        if (!positions.IsValid(t)) continue;
-        const int64_t row = positions.At(t) + params.table_offset;
-        if (row >= rows) {
-          return absl::OutOfRangeError(absl::StrCat(
-              "positions: token ", t, " has position ", positions.At(t), ", which reads row ", row,
-              " (table_offset ", params.table_offset, ") of a learned table with ", rows,
-              " rows"));
-        }
-      }
-    }
     std::vector<long double> omega;
     if (params.sinusoidal) omega = SinusoidalFrequencies(*params.sinusoidal);
     std::vector<double> pe(static_cast<size_t>(pe_dim));
