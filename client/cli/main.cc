@@ -7,7 +7,9 @@
 // failed, with "error: CODE: message" on stderr, or `health` found the server not SERVING;
 // 2 usage error. `posenc --help` lists the subcommands, `posenc SUBCOMMAND --help` their flags.
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,10 @@ const FlagGroup kGlobalFlags = {
     {"timeout", FlagType::kString, "DURATION",
      "deadline of the call: 30s, 500ms, 2m (default 30s)"},
     {"full", FlagType::kSwitch, "", "print every element (no \"...\" summarization)"},
+    {"tls", FlagType::kSwitch, "", "connect with TLS, trusting the system's roots (implied by --tls-ca)"},
+    {"tls-ca", FlagType::kString, "FILE", "PEM CA certificate(s) to trust for the server (TLS)"},
+    {"tls-cert", FlagType::kString, "FILE", "PEM client certificate for mutual TLS (with --tls-key)"},
+    {"tls-key", FlagType::kString, "FILE", "PEM private key of --tls-cert"},
     {"help", FlagType::kSwitch, "", "show help (also -h)"},
 };
 
@@ -153,6 +159,34 @@ int Run(const std::vector<std::string>& args) {
           hint);
     }
     options.timeout = *parsed;
+  }
+  // TLS: any of the flags turns it on; a client key/cert pair adds mutual TLS.
+  const std::optional<std::string> tls_ca = flags.String("tls-ca");
+  const std::optional<std::string> tls_cert = flags.String("tls-cert");
+  const std::optional<std::string> tls_key = flags.String("tls-key");
+  if (tls_cert.has_value() != tls_key.has_value()) {
+    return UsageFailure("--tls-cert and --tls-key go together (mutual TLS needs both)", hint);
+  }
+  if (flags.Switch("tls") || tls_ca || tls_cert) {
+    options.use_tls = true;
+    struct PemFlag {
+      const char* name;
+      const std::optional<std::string>& path;
+      std::string* out;
+    };
+    for (const PemFlag& pem : {PemFlag{"--tls-ca", tls_ca, &options.tls_root_certs},
+                               PemFlag{"--tls-cert", tls_cert, &options.tls_client_cert},
+                               PemFlag{"--tls-key", tls_key, &options.tls_client_key}}) {
+      if (!pem.path) continue;
+      std::ifstream in(*pem.path, std::ios::binary);
+      std::ostringstream text;
+      text << in.rdbuf();
+      if (!in || text.str().find("-----BEGIN ") == std::string::npos) {
+        return UsageFailure(
+            absl::StrCat(pem.name, ": cannot read a PEM file at '", *pem.path, "'"), hint);
+      }
+      *pem.out = text.str();
+    }
   }
   std::string server = kDefaultServer;
   if (const char* env = std::getenv("POSENC_SERVER"); env != nullptr && *env != '\0') {
