@@ -6,11 +6,14 @@ namespace posenc::server {
 
 CallCancellation::CallCancellation(const grpc::ServerContextBase* context,
                                    std::chrono::system_clock::time_point deadline,
-                                   std::chrono::steady_clock::time_point start)
-    : context_(context), deadline_(deadline), start_(start) {}
+                                   std::chrono::steady_clock::time_point start,
+                                   const std::atomic<int64_t>* abort_at_ns)
+    : context_(context), deadline_(deadline), start_(start), abort_at_ns_(abort_at_ns) {}
 
-CallCancellation::CallCancellation(const grpc::ServerContextBase& context)
-    : CallCancellation(&context, context.deadline(), std::chrono::steady_clock::now()) {}
+CallCancellation::CallCancellation(const grpc::ServerContextBase& context,
+                                   const std::atomic<int64_t>* abort_at_ns)
+    : CallCancellation(&context, context.deadline(), std::chrono::steady_clock::now(),
+                       abort_at_ns) {}
 
 absl::Status CallCancellation::Check() const {
   if (const int code = stopped_code_.load(std::memory_order_relaxed); code != 0) {
@@ -22,6 +25,13 @@ absl::Status CallCancellation::Check() const {
       std::chrono::system_clock::now() >= deadline_) {
     code = absl::StatusCode::kDeadlineExceeded;
   } else if (context_ != nullptr && context_->IsCancelled()) {
+    code = absl::StatusCode::kCancelled;
+  } else if (abort_at_ns_ != nullptr &&
+             std::chrono::duration_cast<std::chrono::nanoseconds>(
+                 std::chrono::system_clock::now().time_since_epoch())
+                     .count() >= abort_at_ns_->load(std::memory_order_relaxed)) {
+    // The server's drain deadline passed: gRPC cancels the call, but does not always mark the
+    // callback context cancelled while its handler still runs, so the server says so itself.
     code = absl::StatusCode::kCancelled;
   } else {
     return absl::OkStatus();

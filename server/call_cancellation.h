@@ -27,11 +27,15 @@ class CallCancellation final : public kernels::Cancellation {
  public:
   // `start`: when the call's work began (for the message). `deadline`: the call's deadline
   // (time_point::max() when none); `context` may be null (deadline only, for tests).
+  // `abort_at_ns` (optional): a server-wide time (system_clock nanoseconds since the epoch) after
+  // which every call's work stops with CANCELLED: the drain deadline of a shutting-down server.
   CallCancellation(const grpc::ServerContextBase* context,
                    std::chrono::system_clock::time_point deadline,
-                   std::chrono::steady_clock::time_point start);
-  // The call's own deadline and cancellation; work began now.
-  explicit CallCancellation(const grpc::ServerContextBase& context);
+                   std::chrono::steady_clock::time_point start,
+                   const std::atomic<int64_t>* abort_at_ns = nullptr);
+  // The call's own deadline and cancellation (and the server's abort time); work began now.
+  explicit CallCancellation(const grpc::ServerContextBase& context,
+                            const std::atomic<int64_t>* abort_at_ns = nullptr);
 
   // OK while the call is live; else DEADLINE_EXCEEDED ("deadline passed after 12.3 ms of
   // work; the work was abandoned") or CANCELLED ("the call was cancelled after ...").
@@ -43,6 +47,7 @@ class CallCancellation final : public kernels::Cancellation {
   const grpc::ServerContextBase* const context_;
   const std::chrono::system_clock::time_point deadline_;
   const std::chrono::steady_clock::time_point start_;
+  const std::atomic<int64_t>* const abort_at_ns_;
   // Set on the first failed Check, so later polls (many threads, every chunk) are one load.
   mutable std::atomic<int> stopped_code_{0};
 };

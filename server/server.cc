@@ -105,7 +105,7 @@ class PosencServerImpl final : public PosencServer {
     if (auto* health = server_->GetHealthCheckService(); health != nullptr) {
       health->SetServingStatus(false);
     }
-    service_.StartDraining();
+    service_.StartDraining(deadline);
     // The grace period: health checks still answer (NOT_SERVING) so load balancers notice.
     if (options_.drain_grace.count() > 0) {
       std::this_thread::sleep_until(

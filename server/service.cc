@@ -29,7 +29,8 @@ std::string RequestId(const grpc::CallbackServerContext& context) {
 template <typename Request, typename Response, typename Handler>
 grpc::ServerUnaryReactor* Run(const char* method, grpc::CallbackServerContext* context,
                               const Request* request, Response* response, bool draining,
-                              Metrics* metrics, absl::string_view backend, Handler handler) {
+                              const std::atomic<int64_t>* abort_at_ns, Metrics* metrics,
+                              absl::string_view backend, Handler handler) {
   const auto start = std::chrono::steady_clock::now();
   if (metrics != nullptr) metrics->OnStart();
   // Before the handler: it may move tensor bytes out of the request (consume_requests).
@@ -44,7 +45,7 @@ grpc::ServerUnaryReactor* Run(const char* method, grpc::CallbackServerContext* c
     status =
         grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline passed before the call ran");
   } else {
-    const CallCancellation cancellation(*context);
+    const CallCancellation cancellation(*context, abort_at_ns);
     const kernels::ScopedCancellation scoped(&cancellation);
     try {
       status = handler(*request, response);
@@ -88,7 +89,7 @@ grpc::ServerUnaryReactor* Run(const char* method, grpc::CallbackServerContext* c
                                                             const v1::Method##Request* request,   \
                                                             v1::Method##Response* response) {     \
     return Run(#Method, context, request, response, draining_.load(std::memory_order_acquire),    \
-               metrics_, ctx_.backend->name(),                                                    \
+               &abort_at_ns_, metrics_, ctx_.backend->name(),                                     \
                [this](const v1::Method##Request& req, v1::Method##Response* resp) {               \
                  return Handle##Method(ctx_, req, resp);                                          \
                });                                                                                \

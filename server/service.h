@@ -12,6 +12,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <chrono>
+#include <limits>
 
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "server/handlers.h"
@@ -52,9 +54,15 @@ class PositionEncodingService final : public v1::PositionEncoding::CallbackServi
                                           const v1::GetServerInfoRequest* request,
                                           v1::GetServerInfoResponse* response) override;
 
-  // From now on every call is refused with UNAVAILABLE (the server is draining); calls
-  // already running are not affected.
-  void StartDraining() { draining_.store(true, std::memory_order_release); }
+  // From now on every call is refused with UNAVAILABLE (the server is draining); calls already
+  // running go on until `abort_at`, when their kernel work stops with CANCELLED.
+  void StartDraining(std::chrono::system_clock::time_point abort_at) {
+    abort_at_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           abort_at.time_since_epoch())
+                           .count(),
+                       std::memory_order_relaxed);
+    draining_.store(true, std::memory_order_release);
+  }
 
   // Every call reports to `metrics` (OnStart/OnFinish) from now on; null = none. Set before the
   // server starts; `metrics` must outlive the service.
@@ -68,6 +76,7 @@ class PositionEncodingService final : public v1::PositionEncoding::CallbackServi
 
   const HandlerContext ctx_;
   std::atomic<bool> draining_{false};
+  std::atomic<int64_t> abort_at_ns_{std::numeric_limits<int64_t>::max()};
   Metrics* metrics_ = nullptr;
 };
 

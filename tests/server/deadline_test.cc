@@ -3,6 +3,7 @@
 // in-process server (DEADLINE_EXCEEDED, the work abandoned, the server still serving).
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <future>
@@ -46,6 +47,20 @@ TEST(CallCancellationTest, OkBeforeTheDeadlineAndWithoutOne) {
   EXPECT_TRUE(CallCancellation(nullptr, std::chrono::system_clock::time_point::max(), Clock::now())
                   .Check()
                   .ok());
+}
+
+TEST(CallCancellationTest, ServerAbortTimeCancelsTheWork) {
+  // A draining server's deadline: later -> the work goes on; passed -> CANCELLED.
+  const auto ns = [](std::chrono::system_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  };
+  std::atomic<int64_t> abort_at{ns(std::chrono::system_clock::now() + std::chrono::hours(1))};
+  const CallCancellation cancellation(nullptr, std::chrono::system_clock::time_point::max(),
+                                      Clock::now(), &abort_at);
+  EXPECT_TRUE(cancellation.Check().ok());
+  abort_at.store(ns(std::chrono::system_clock::now() - std::chrono::milliseconds(1)));
+  EXPECT_EQ(cancellation.Check().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(cancellation.Check().code(), absl::StatusCode::kCancelled);  // stays stopped
 }
 
 TEST(CallCancellationTest, DeadlinePassedNamesTheWorkTimeAndStaysStopped) {

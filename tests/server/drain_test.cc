@@ -313,7 +313,11 @@ TEST(DrainTest, CallLongerThanDrainTimeoutIsCancelledAndProcessExitsInTime) {
               static_cast<int>(status.error_code()), status.error_message().c_str(), exit_s);
   EXPECT_TRUE(WIFEXITED(*exit_status)) << *exit_status;
   EXPECT_EQ(WEXITSTATUS(*exit_status), 0) << server.output();
-  EXPECT_LT(exit_s, 2.0) << server.output();
+  // Bounded, not instant: the kernel work stops at the drain deadline, but gRPC may still be
+  // flushing up to 1 GiB of response when it cancels the call, and tearing it down takes a
+  // moment on a loaded 2-core machine (measured 0.7-3.5 s). The point is that the process does
+  // not wait for the call's own 60 s deadline.
+  EXPECT_LT(exit_s, 15.0) << server.output();
 }
 
 }  // namespace
