@@ -29,7 +29,7 @@ std::vector<std::unique_ptr<Backend>> AllBackends() {
 
 // The backend under test (the golden functions below run through it).
 const Backend* g_backend = nullptr;
-const Backend& Ref() { return *g_backend; }
+const Backend& UnderTest() { return *g_backend; }
 
 // Float64 tolerance of the golden README for a phase at position p.
 double PhaseTolerance(double p) {
@@ -153,7 +153,7 @@ void RunSinusoidal(const GoldenCase& c, DType dtype, double f32_tol) {
   absl::StatusOr<ResolvedPositions> rp = ResolvePositions(spec, grid);
   ASSERT_TRUE(rp.ok()) << rp.status();
   Buffer out(dtype, *shape);
-  ASSERT_TRUE(Ref().Sinusoidal(p, *rp, out.view).ok());
+  ASSERT_TRUE(UnderTest().Sinusoidal(p, *rp, out.view).ok());
   ExpectNear(ReadAll(out.view), c.outputs.at("table"), [&](size_t i) {
     return dtype == DType::kFloat64 ? PhaseTolerance(pos.values[i / p.dim]) : f32_tol;
   }, c.name + " table " + std::string(DTypeName(dtype)));
@@ -191,7 +191,7 @@ void RunCosSin(const GoldenCase& c, DType dtype) {
   absl::StatusOr<RopeFrequencies> f = ComputeRopeFrequencies(config, rp->max_position);
   ASSERT_TRUE(f.ok()) << f.status();
   Buffer cos(dtype, *shape), sin(dtype, *shape);
-  ASSERT_TRUE(Ref().RopeCache(config, *f, layout, *rp, cos.view, sin.view).ok());
+  ASSERT_TRUE(UnderTest().RopeCache(config, *f, layout, *rp, cos.view, sin.view).ok());
   const double m = std::max(1.0, f->attention_factor);
   auto tol = [&](size_t i) {
     return dtype == DType::kFloat64 ? PhaseTolerance(pos.values[i / dim]) * m : 1e-6 * m;
@@ -233,7 +233,7 @@ void RunApplyRope(const GoldenCase& c, DType dtype, double rel_tol) {
   ASSERT_TRUE(f.ok()) << f.status();
   Buffer q(dtype, shape);
   for (int64_t i = 0; i < x.size(); ++i) StoreFromDouble(q.view.data, dtype, i, x.values[i]);
-  ASSERT_TRUE(Ref().ApplyRope(config, *f, layout, *dims, *rp, q.view, TensorView{}).ok());
+  ASSERT_TRUE(UnderTest().ApplyRope(config, *f, layout, *dims, *rp, q.view, TensorView{}).ok());
   double max_abs = 0;
   for (double v : x.values) max_abs = std::max(max_abs, std::fabs(v));
   const double scale = std::max(1.0, f->attention_factor) * max_abs;
@@ -274,7 +274,7 @@ void RunAlibiBias(const GoldenCase& c, DType dtype) {
   absl::StatusOr<Shape> shape = PlanAlibiBias(p);
   ASSERT_TRUE(shape.ok()) << shape.status();
   Buffer out(dtype, *shape);
-  ASSERT_TRUE(Ref().AlibiBias(p, out.view).ok());
+  ASSERT_TRUE(UnderTest().AlibiBias(p, out.view).ok());
   const NpyArray& want = c.outputs.at("bias");
   ExpectNear(ReadAll(out.view), want, [&](size_t i) {
     return dtype == DType::kFloat64 ? 1e-12 * std::max(1.0, std::fabs(want.values[i]))
@@ -295,7 +295,7 @@ void RunBloomTensor(const GoldenCase& c) {
   ASSERT_TRUE(shape.ok()) << shape.status();
   EXPECT_EQ(*shape, (Shape{mask.shape[0], p.num_heads, p.k_len}));
   Buffer out(DType::kFloat64, *shape);
-  ASSERT_TRUE(Ref().AlibiBias(p, out.view).ok());
+  ASSERT_TRUE(UnderTest().AlibiBias(p, out.view).ok());
   const NpyArray& want = c.outputs.at("alibi");
   ExpectNear(ReadAll(out.view), want,
              [&](size_t i) { return 1e-12 * std::max(1.0, std::fabs(want.values[i])); }, c.name);
@@ -326,7 +326,7 @@ void RunT5Bias(const GoldenCase& c, DType dtype) {
   absl::StatusOr<Shape> shape = PlanRelativeBias(p);
   ASSERT_TRUE(shape.ok()) << shape.status();
   Buffer out(dtype, *shape);
-  ASSERT_TRUE(Ref().RelativeBias(p, out.view).ok());
+  ASSERT_TRUE(UnderTest().RelativeBias(p, out.view).ok());
   const NpyArray& want = c.outputs.at("bias");
   ExpectNear(ReadAll(out.view), want, [&](size_t i) {
     return dtype == DType::kFloat64 ? 0.0 : 1e-7 * std::fabs(want.values[i]);
