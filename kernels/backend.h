@@ -17,8 +17,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kernels/ops.h"
-#include "kernels/positions.h"
-#include "kernels/types.h"
+#include "kernels/common/positions.h"
+#include "kernels/common/types.h"
 
 namespace posenc::kernels {
 

@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/simd_kernels.h"
-#include "kernels/thread_pool.h"
+#include "kernels/common/thread_pool.h"
 
 namespace posenc::kernels {
 namespace {

@@ -20,8 +20,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
-#include "kernels/positions.h"
-#include "kernels/types.h"
+#include "kernels/common/positions.h"
+#include "kernels/common/types.h"
 
 namespace posenc::kernels {
 

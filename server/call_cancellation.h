@@ -19,7 +19,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "kernels/cancellation.h"
+#include "kernels/common/cancellation.h"
 
 namespace posenc::server {
 

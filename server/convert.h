@@ -19,8 +19,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kernels/ops.h"
-#include "kernels/positions.h"
-#include "kernels/types.h"
+#include "kernels/common/positions.h"
+#include "kernels/common/types.h"
 #include "posenc/v1/posenc.pb.h"
 
 namespace posenc::server {

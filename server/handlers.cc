@@ -6,9 +6,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "kernels/cancellation.h"
+#include "kernels/common/cancellation.h"
 #include "kernels/ops.h"
-#include "kernels/positions.h"
+#include "kernels/common/positions.h"
 #include "server/convert.h"
 #include "server/status.h"
 

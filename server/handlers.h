@@ -22,9 +22,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "kernels/backend.h"
-#include "kernels/types.h"
+#include "kernels/common/types.h"
 #include "posenc/v1/posenc.pb.h"
-#include "kernels/rope_cache.h"
+#include "kernels/rope/frequency_cache.h"
 #include "server/metrics.h"
 #include "server/tables.h"
 
@@ -57,7 +57,7 @@ struct PlannedOutput {
   const kernels::Shape* shape;
 };
 
-// The calling thread's cancellation (kernels/cancellation.h) first: its error when the call's
+// The calling thread's cancellation (kernels/common/cancellation.h) first: its error when the call's
 // deadline passed or it was cancelled. Then RESOURCE_EXHAUSTED when an output has more than
 // max_output_elements elements, or the outputs
 // together more than max_message_bytes bytes; the message names the output and the limit:

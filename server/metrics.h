@@ -56,7 +56,7 @@ class Metrics {
   int port() const { return port_; }
 
   void OnStart();
-  // One lookup of the RoPE frequency cache (kernels/rope_cache.h).
+  // One lookup of the RoPE frequency cache (kernels/rope/frequency_cache.h).
   void OnCacheLookup(bool hit);
   void OnFinish(absl::string_view method, grpc::StatusCode code, double seconds,
                 size_t request_bytes, size_t response_bytes);

@@ -5,7 +5,7 @@
 #include <new>
 #include <string>
 
-#include "kernels/cancellation.h"
+#include "kernels/common/cancellation.h"
 #include "server/call_cancellation.h"
 #include "server/logging.h"
 #include "server/status.h"

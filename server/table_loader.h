@@ -32,7 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "kernels/types.h"
+#include "kernels/common/types.h"
 #include "server/tables.h"
 
 namespace posenc::server {

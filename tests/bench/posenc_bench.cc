@@ -17,7 +17,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/ops.h"
-#include "kernels/positions.h"
+#include "kernels/common/positions.h"
 
 namespace posenc::kernels {
 namespace {

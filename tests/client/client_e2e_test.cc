@@ -18,7 +18,7 @@
 #include "client_test_util.h"
 #include "kernels/backend.h"
 #include "kernels/ops.h"
-#include "kernels/positions.h"
+#include "kernels/common/positions.h"
 #include "posenc/client.h"
 
 namespace posenc::client {

@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
-#include "kernels/types.h"
+#include "kernels/common/types.h"
 #include "posenc/client.h"
 #include "server/server.h"
 

@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/types.h"
+#include "kernels/common/types.h"
 #include "posenc/client.h"
 
 namespace posenc::client {

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 
 #ifndef POSENC_GOLDEN_DIR
-#define POSENC_GOLDEN_DIR "../shared/golden"
+#define POSENC_GOLDEN_DIR "tests/golden"
 #endif
 
 namespace posenc::testing {

@@ -1,4 +1,4 @@
-// Loads the float64 golden cases of ../shared/golden (case.json + one .npy per array).
+// Loads the float64 golden cases of tests/golden (case.json + one .npy per array).
 #ifndef POSENC_TESTS_COMMON_GOLDEN_H_
 #define POSENC_TESTS_COMMON_GOLDEN_H_
 

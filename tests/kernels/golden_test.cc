@@ -1,4 +1,4 @@
-// Every golden case of ../shared/golden through the reference backend, in FLOAT64 to the
+// Every golden case of tests/golden through the reference backend, in FLOAT64 to the
 // tolerances of the golden README, and in FLOAT32 to SPEC's accuracy promise.
 #include <cmath>
 #include <limits>

@@ -10,8 +10,8 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/ops.h"
-#include "kernels/positions.h"
-#include "kernels/types.h"
+#include "kernels/common/positions.h"
+#include "kernels/common/types.h"
 
 namespace posenc::kernels {
 namespace {

@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/ops.h"
-#include "kernels/positions.h"
+#include "kernels/common/positions.h"
 
 namespace posenc::kernels {
 namespace {

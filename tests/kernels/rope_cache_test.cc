@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/rope_cache.h"
+#include "kernels/rope/frequency_cache.h"
 
 namespace posenc::kernels {
 namespace {

@@ -5,8 +5,8 @@
 
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
-#include "kernels/cancellation.h"
-#include "kernels/thread_pool.h"
+#include "kernels/common/cancellation.h"
+#include "kernels/common/thread_pool.h"
 
 namespace posenc::kernels {
 namespace {

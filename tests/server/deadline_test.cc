@@ -13,7 +13,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
-#include "kernels/cancellation.h"
+#include "kernels/common/cancellation.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "server/call_cancellation.h"
 #include "server/handlers.h"

@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/ops.h"
-#include "kernels/positions.h"
+#include "kernels/common/positions.h"
 #include "tests/server/server_test_util.h"
 
 namespace posenc::server {

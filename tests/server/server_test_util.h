@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
-#include "kernels/types.h"
+#include "kernels/common/types.h"
 #include "posenc/v1/posenc.pb.h"
 #include "server/handlers.h"
 #include "server/tables.h"

@@ -1,0 +1,286 @@
+#include "kernels/common/positions.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace posenc::kernels {
+namespace {
+
+using Kind = PositionSpec::Kind;
+using GridKind = GridRequest::Kind;
+
+absl::Status Invalid(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+absl::string_view KindField(Kind kind) {
+  switch (kind) {
+    case Kind::kDefault: return "positions";
+    case Kind::kRange: return "positions.range";
+    case Kind::kOffsets: return "positions.offsets";
+    case Kind::kIds: return "positions.ids";
+    case Kind::kCuSeqlens: return "positions.cu_seqlens";
+    case Kind::kAttentionMask: return "positions.attention_mask";
+  }
+  return "positions";
+}
+
+std::string GridName(const GridRequest& r) {
+  switch (r.kind) {
+    case GridKind::kTable: return "a table";
+    case GridKind::kBatchSeq:
+      return absl::StrCat("[batch, seq] = [", r.batch, ", ", r.seq, "]");
+    case GridKind::kPacked: return absl::StrCat("packed [tokens] = [", r.tokens, "]");
+  }
+  return "";
+}
+
+absl::Status CheckIntTensor(const ConstTensorView& t, absl::string_view field) {
+  if (!IsIntDType(t.dtype)) {
+    return Invalid(field, absl::StrCat("expected dtype INT32 or INT64, got ", DTypeName(t.dtype)));
+  }
+  if (t.data == nullptr && t.NumElements() > 0) return Invalid(field, "missing data");
+  return absl::OkStatus();
+}
+
+// Splits ids' shape into the token grid (dropping the leading M-RoPE axis of 3).
+absl::StatusOr<Shape> IdsGrid(const ConstTensorView& ids, int64_t components) {
+  Shape grid = ids.shape;
+  if (components == 3) {
+    if (grid.empty() || grid[0] != 3) {
+      return Invalid("positions.ids",
+                     absl::StrCat("M-RoPE expects ids of shape [3, ...] (t, h, w), got ",
+                                  ShapeString(ids.shape)));
+    }
+    grid.erase(grid.begin());
+  }
+  if (grid.empty()) {
+    return Invalid("positions.ids", absl::StrCat("expected at least one token axis, got shape ",
+                                                 ShapeString(ids.shape)));
+  }
+  return grid;
+}
+
+}  // namespace
+
+absl::StatusOr<Shape> PlanPositions(const PositionSpec& spec, const GridRequest& r) {
+  const absl::string_view field = KindField(spec.kind);
+  if (r.components != 1 && r.components != 3) {
+    return absl::InternalError("positions: components must be 1 or 3");
+  }
+  switch (spec.kind) {
+    case Kind::kDefault:
+      if (r.kind == GridKind::kTable) {
+        return Invalid("positions", "required: a range, ids, cu_seqlens or an attention_mask");
+      }
+      break;
+    case Kind::kRange: {
+      if (spec.start < 0 || spec.start > kMaxPosition) {
+        return Invalid("positions.range.start",
+                       absl::StrCat("expected 0 <= start < 2^31, got ", spec.start));
+      }
+      if (spec.count < 0) {
+        return Invalid("positions.range.count", absl::StrCat("expected >= 0, got ", spec.count));
+      }
+      int64_t want = r.kind == GridKind::kBatchSeq ? r.seq
+                     : r.kind == GridKind::kPacked ? r.tokens
+                                                   : -1;
+      int64_t count = spec.count;
+      if (r.kind == GridKind::kTable) {
+        if (count == 0) {
+          return Invalid("positions.range.count", "expected >= 1 for a table, got 0");
+        }
+      } else {
+        if (count != 0 && count != want) {
+          return Invalid("positions.range.count",
+                         absl::StrCat("expected ", want, " (the sequence length) or 0, got ",
+                                      count));
+        }
+        count = want;
+      }
+      if (spec.start + (count - 1) > kMaxPosition) {
+        return Invalid("positions.range",
+                       absl::StrCat("last position ", spec.start + count - 1,
+                                    " is not below 2^31 (start ", spec.start, ", count ", count,
+                                    ")"));
+      }
+      if (r.kind == GridKind::kTable) return Shape{count};
+      break;
+    }
+    case Kind::kOffsets:
+      if (r.kind != GridKind::kBatchSeq) {
+        return Invalid(field, absl::StrCat("per-sequence offsets need a [batch, seq] input; this "
+                                           "request has ",
+                                           GridName(r)));
+      }
+      if (static_cast<int64_t>(spec.offsets.size()) != r.batch) {
+        return Invalid(field, absl::StrCat("expected ", r.batch, " offsets (one per sequence), got ",
+                                           spec.offsets.size()));
+      }
+      break;
+    case Kind::kIds: {
+      if (auto s = CheckIntTensor(spec.ids, field); !s.ok()) return s;
+      absl::StatusOr<Shape> grid = IdsGrid(spec.ids, r.components);
+      if (!grid.ok()) return grid.status();
+      if (r.kind == GridKind::kTable) return *grid;
+      const std::string expected =
+          r.kind == GridKind::kBatchSeq
+              ? absl::StrCat("[", r.seq, "] or [", r.batch, ", ", r.seq, "]")
+              : absl::StrCat("[", r.tokens, "]");
+      bool ok = r.kind == GridKind::kBatchSeq
+                    ? ((grid->size() == 1 && (*grid)[0] == r.seq) ||
+                       (grid->size() == 2 && (*grid)[0] == r.batch && (*grid)[1] == r.seq))
+                    : (grid->size() == 1 && (*grid)[0] == r.tokens);
+      if (!ok) {
+        return Invalid(field, absl::StrCat("expected token shape ", expected,
+                                           r.components == 3 ? " after the leading 3" : "",
+                                           ", got ", ShapeString(spec.ids.shape)));
+      }
+      break;
+    }
+    case Kind::kCuSeqlens: {
+      if (r.kind == GridKind::kBatchSeq) {
+        return Invalid(field, "cu_seqlens needs the packed THD layout (layout = TENSOR_LAYOUT_THD)");
+      }
+      const auto& cu = spec.cu_seqlens;
+      if (cu.size() < 2) {
+        return Invalid(field, absl::StrCat("expected batch+1 >= 2 entries, got ", cu.size()));
+      }
+      if (cu[0] != 0) return Invalid(field, absl::StrCat("expected cu_seqlens[0] == 0, got ", cu[0]));
+      for (size_t i = 1; i < cu.size(); ++i) {
+        if (cu[i] < cu[i - 1]) {
+          return Invalid(field, absl::StrCat("must be non-decreasing: cu_seqlens[", i, "] = ", cu[i],
+                                             " < cu_seqlens[", i - 1, "] = ", cu[i - 1]));
+        }
+      }
+      if (!spec.offsets.empty() && spec.offsets.size() != cu.size() - 1) {
+        return Invalid("positions.cu_seqlens.offsets",
+                       absl::StrCat("expected ", cu.size() - 1, " offsets (one per sequence), got ",
+                                    spec.offsets.size()));
+      }
+      if (r.kind == GridKind::kPacked && cu.back() != r.tokens) {
+        return Invalid(field, absl::StrCat("last entry must equal the token count ", r.tokens,
+                                           ", got ", cu.back()));
+      }
+      if (r.kind == GridKind::kTable) {
+        if (cu.back() == 0) return Invalid(field, "expected at least one token, got 0");
+        return Shape{cu.back()};
+      }
+      break;
+    }
+    case Kind::kAttentionMask: {
+      if (auto s = CheckIntTensor(spec.mask, field); !s.ok()) return s;
+      if (r.kind == GridKind::kPacked) {
+        return Invalid(field, "an attention_mask needs a [batch, seq] input, not packed THD");
+      }
+      if (spec.mask.shape.size() != 2) {
+        return Invalid(field, absl::StrCat("expected shape [batch, seq], got ",
+                                           ShapeString(spec.mask.shape)));
+      }
+      if (r.kind == GridKind::kTable) return spec.mask.shape;
+      if (spec.mask.shape[0] != r.batch || spec.mask.shape[1] != r.seq) {
+        return Invalid(field, absl::StrCat("expected shape [", r.batch, ", ", r.seq, "], got ",
+                                           ShapeString(spec.mask.shape)));
+      }
+      break;
+    }
+  }
+  if (r.kind == GridKind::kBatchSeq) return Shape{r.batch, r.seq};
+  return Shape{r.tokens};
+}
+
+absl::StatusOr<ResolvedPositions> ResolvePositions(const PositionSpec& spec,
+                                                   const GridRequest& r) {
+  absl::StatusOr<Shape> grid = PlanPositions(spec, r);
+  if (!grid.ok()) return grid.status();
+  ResolvedPositions out;
+  out.grid = *grid;
+  out.components = r.components;
+  absl::StatusOr<int64_t> n = NumElements(out.grid, "positions");
+  if (!n.ok()) return n.status();
+  out.num_tokens = *n;
+  out.pos.assign(static_cast<size_t>(out.num_tokens * out.components), 0);
+  const int64_t seq = r.kind == GridKind::kBatchSeq ? r.seq : out.num_tokens;
+
+  // Fills component 0 (or all components for ids), then checks ranges.
+  switch (spec.kind) {
+    case Kind::kDefault:
+      for (int64_t t = 0; t < out.num_tokens; ++t) out.pos[t] = t % seq;
+      break;
+    case Kind::kRange:
+      for (int64_t t = 0; t < out.num_tokens; ++t) out.pos[t] = spec.start + t % seq;
+      break;
+    case Kind::kOffsets:
+      for (int64_t t = 0; t < out.num_tokens; ++t) {
+        int64_t v;
+        if (!CheckedAdd(spec.offsets[t / seq], t % seq, &v)) v = -1;
+        out.pos[t] = v;
+      }
+      break;
+    case Kind::kIds: {
+      // ids [S] broadcast over the batch, or the full grid; M-RoPE ids carry a leading 3.
+      const int64_t per_component = spec.ids.NumElements() / out.components;
+      for (int64_t c = 0; c < out.components; ++c) {
+        for (int64_t t = 0; t < out.num_tokens; ++t) {
+          out.pos[c * out.num_tokens + t] =
+              LoadAsInt64(spec.ids.data, spec.ids.dtype, c * per_component + t % per_component);
+        }
+      }
+      break;
+    }
+    case Kind::kCuSeqlens: {
+      const auto& cu = spec.cu_seqlens;
+      for (size_t s = 0; s + 1 < cu.size(); ++s) {
+        const int64_t base = spec.offsets.empty() ? 0 : spec.offsets[s];
+        for (int64_t t = cu[s]; t < cu[s + 1]; ++t) {
+          int64_t v;
+          if (!CheckedAdd(base, t - cu[s], &v)) v = -1;
+          out.pos[t] = v;
+        }
+      }
+      break;
+    }
+    case Kind::kAttentionMask: {
+      out.valid.assign(static_cast<size_t>(out.num_tokens), 0);
+      const int64_t cols = spec.mask.shape[1];
+      for (int64_t row = 0; row < spec.mask.shape[0]; ++row) {
+        int64_t real = 0;
+        for (int64_t col = 0; col < cols; ++col) {
+          const int64_t t = row * cols + col;
+          const int64_t m = LoadAsInt64(spec.mask.data, spec.mask.dtype, t);
+          if (m != 0 && m != 1) {
+            return Invalid("positions.attention_mask",
+                           absl::StrCat("expected 0 or 1, got ", m, " at [", row, ", ", col, "]"));
+          }
+          out.valid[t] = static_cast<uint8_t>(m);
+          out.pos[t] = m ? real : 0;
+          real += m;
+        }
+      }
+      break;
+    }
+  }
+  if (spec.kind != Kind::kIds) {
+    for (int64_t c = 1; c < out.components; ++c) {
+      std::copy_n(out.pos.begin(), out.num_tokens, out.pos.begin() + c * out.num_tokens);
+    }
+  }
+  const absl::string_view field = KindField(spec.kind);
+  for (int64_t i = 0; i < out.num_tokens * out.components; ++i) {
+    const int64_t p = out.pos[i];
+    if (p < 0 || p > kMaxPosition) {
+      const int64_t token = i % out.num_tokens;
+      return Invalid(field, absl::StrCat("position of token ", token,
+                                         out.components > 1
+                                             ? absl::StrCat(" (component ", i / out.num_tokens, ")")
+                                             : std::string(),
+                                         " is ", p, ", expected an integer in [0, 2^31)"));
+    }
+    if (out.IsValid(i % out.num_tokens)) out.max_position = std::max(out.max_position, p);
+  }
+  return out;
+}
+
+}  // namespace posenc::kernels

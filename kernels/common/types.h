@@ -1,0 +1,80 @@
+// Element types, shapes and borrowed tensor views shared by every kernel backend.
+//
+// Views never own memory: the caller keeps the bytes alive for the duration of the call.
+// Data pointers need no particular alignment (loads and stores go through memcpy or unaligned
+// vector loads). All views are row-major (C order) and little-endian.
+//
+// Thread-safety: plain values; the functions here are pure and thread-safe.
+#ifndef POSENC_KERNELS_COMMON_TYPES_H_
+#define POSENC_KERNELS_COMMON_TYPES_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace posenc::kernels {
+
+enum class DType { kFloat32, kFloat16, kBFloat16, kFloat64, kInt32, kInt64 };
+
+// Bytes per element.
+int64_t DTypeSize(DType dtype);
+// "FLOAT32", "FLOAT16", ... as on the wire (without the DTYPE_ prefix).
+absl::string_view DTypeName(DType dtype);
+bool IsFloatDType(DType dtype);
+bool IsIntDType(DType dtype);
+
+using Shape = absl::InlinedVector<int64_t, 4>;
+
+// "[2, 4, 8]".
+std::string ShapeString(absl::Span<const int64_t> shape);
+
+// prod(shape); an empty shape is a scalar (1). Errors (INVALID_ARGUMENT, naming `field`) on a
+// negative dimension or when the product overflows int64.
+absl::StatusOr<int64_t> NumElements(absl::Span<const int64_t> shape, absl::string_view field);
+
+// a*b, or nullopt-like failure: returns false on overflow (or negative operands).
+bool CheckedMul(int64_t a, int64_t b, int64_t* out);
+bool CheckedAdd(int64_t a, int64_t b, int64_t* out);
+
+struct ConstTensorView {
+  DType dtype = DType::kFloat32;
+  Shape shape;
+  const void* data = nullptr;
+
+  int64_t NumElements() const;  // prod(shape); shapes of views are already validated.
+  bool empty() const { return data == nullptr; }
+};
+
+struct TensorView {
+  DType dtype = DType::kFloat32;
+  Shape shape;
+  void* data = nullptr;
+
+  int64_t NumElements() const;
+  operator ConstTensorView() const { return {dtype, shape, data}; }
+};
+
+// --- Scalar conversions (round to nearest even; NaN stays NaN, overflow gives inf). ---
+uint16_t FloatToHalf(float v);
+float HalfToFloat(uint16_t h);
+uint16_t FloatToBFloat16(float v);
+float BFloat16ToFloat(uint16_t b);
+// Correctly rounded from double (no double rounding through float).
+uint16_t DoubleToHalf(double v);
+uint16_t DoubleToBFloat16(double v);
+
+// Element `index` of a buffer of `dtype`, widened to double (integers convert exactly up to
+// 2^53).
+double LoadAsDouble(const void* base, DType dtype, int64_t index);
+// Stores `v` rounded to `dtype` (float types only; integer dtypes take llround).
+void StoreFromDouble(void* base, DType dtype, int64_t index, double v);
+// Element `index` of an INT32/INT64 buffer.
+int64_t LoadAsInt64(const void* base, DType dtype, int64_t index);
+
+}  // namespace posenc::kernels
+
+#endif  // POSENC_KERNELS_COMMON_TYPES_H_

@@ -1,0 +1,91 @@
+#include "kernels/rope/frequency_cache.h"
+
+#include <cstring>
+
+namespace posenc::kernels {
+namespace {
+
+void Put(std::string& key, const void* p, size_t n) { key.append(static_cast<const char*>(p), n); }
+void PutI(std::string& key, int64_t v) { Put(key, &v, sizeof v); }
+void PutD(std::string& key, double v) { Put(key, &v, sizeof v); }
+template <typename T>
+void PutOpt(std::string& key, const std::optional<T>& v) {
+  key.push_back(v.has_value() ? 1 : 0);
+  if (v) Put(key, &*v, sizeof(T));
+}
+
+}  // namespace
+
+std::string RopeFrequencyCache::Key(const RopeConfig& c, int64_t max_position) {
+  std::string key;
+  key.reserve(160);
+  PutI(key, c.head_dim);
+  PutOpt(key, c.rotary_dim);
+  PutD(key, c.base);
+  key.push_back(static_cast<char>(c.style));
+  const RopeScaling& s = c.scaling;
+  key.push_back(static_cast<char>(s.type));
+  PutOpt(key, s.factor);
+  PutOpt(key, s.original_max_position_embeddings);
+  PutOpt(key, s.beta_fast);
+  PutOpt(key, s.beta_slow);
+  PutOpt(key, s.truncate);
+  PutOpt(key, s.mscale);
+  PutOpt(key, s.mscale_all_dim);
+  PutOpt(key, s.attention_factor);
+  PutOpt(key, s.low_freq_factor);
+  PutOpt(key, s.high_freq_factor);
+  PutI(key, static_cast<int64_t>(s.long_factor.size()));
+  for (double v : s.long_factor) PutD(key, v);
+  PutI(key, static_cast<int64_t>(s.short_factor.size()));
+  for (double v : s.short_factor) PutD(key, v);
+  PutOpt(key, c.max_position_embeddings);
+  PutI(key, static_cast<int64_t>(c.mrope_section.size()));
+  for (int64_t v : c.mrope_section) PutI(key, v);
+  key.push_back(static_cast<char>(c.mrope_layout));
+  key.push_back(c.inverse ? 1 : 0);
+  key.push_back(c.apply_attention_factor ? 1 : 0);
+  // Only dynamic and longrope read seq_len; for the others it must not split the cache.
+  const bool reads_seq_len = s.type == RopeScalingType::kDynamic ||
+                             s.type == RopeScalingType::kLongrope;
+  PutI(key, reads_seq_len ? c.seq_len.value_or(std::max<int64_t>(max_position + 1, 1)) : 0);
+  return key;
+}
+
+size_t RopeFrequencyCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lru_.size();
+}
+
+absl::StatusOr<std::shared_ptr<const RopeFrequencies>> RopeFrequencyCache::Get(
+    const RopeConfig& config, int64_t max_position, bool* hit) {
+  if (hit != nullptr) *hit = false;
+  std::string key;
+  if (capacity_ > 0) {
+    key = Key(config, max_position);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = index_.find(key);
+    if (it != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      hits_.fetch_add(1, std::memory_order_relaxed);
+      if (hit != nullptr) *hit = true;
+      return it->second->second;
+    }
+  }
+  misses_.fetch_add(1, std::memory_order_relaxed);
+  absl::StatusOr<RopeFrequencies> computed = ComputeRopeFrequencies(config, max_position);
+  if (!computed.ok()) return computed.status();
+  auto value = std::make_shared<const RopeFrequencies>(std::move(*computed));
+  if (capacity_ == 0) return value;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = index_.find(key); it != index_.end()) return it->second->second;  // raced
+  lru_.emplace_front(key, value);
+  index_.emplace(std::move(key), lru_.begin());
+  while (lru_.size() > capacity_) {
+    index_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+  return value;
+}
+
+}  // namespace posenc::kernels
