@@ -1,9 +1,10 @@
 // Backend: one implementation of every compute op (reference, optimized CPU, CUDA).
 //
-// Callers plan first (ops.h), check limits, allocate outputs of the planned shapes and dtypes,
-// then call the backend. Backends may assume planned, validated inputs but still return an
-// error instead of crashing on anything inconsistent. Outputs are fully overwritten (no
-// zero-fill needed). A backend that cannot run an op/dtype returns UNIMPLEMENTED.
+// Backends are called by the ops' Run* functions (ops.h), never directly by the server: every
+// argument has been validated once by the op's plan, positions are resolved, outputs have the
+// planned dtypes and shapes, and the RoPE frequencies are computed. Backends trust the plan: no
+// re-validation, no layout switches (ApplyRope gets strides). Outputs are fully overwritten (no
+// zero-fill needed). Each backend's code for an op sits with the op (e.g. rope/cpu.cc).
 //
 // Thread-safety: a Backend is immutable after construction; every method may be called
 // concurrently from many threads.
@@ -16,9 +17,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "kernels/ops.h"
+#include "absl/types/span.h"
 #include "kernels/common/positions.h"
 #include "kernels/common/types.h"
+#include "kernels/ops.h"
 
 namespace posenc::kernels {
 
@@ -27,32 +29,26 @@ class Backend {
   virtual ~Backend() = default;
 
   virtual absl::string_view name() const = 0;  // "reference", "cpu", "cuda"
-  virtual std::string detail() const = 0;     // ISA, device
+  virtual std::string detail() const = 0;      // ISA, device
 
-  // out: [grid..., D] of any float dtype; padding tokens get zero rows.
-  virtual absl::Status Sinusoidal(const SinusoidalParams& params,
-                                  const ResolvedPositions& positions, TensorView out) const = 0;
-
-  // x: [B,T,D] (planned); y: planned shape, x's dtype. y may alias x for ADD.
-  virtual absl::Status AddPositionEncoding(const AddPositionEncodingParams& params,
-                                           ConstTensorView x, const ResolvedPositions& positions,
+  virtual absl::Status Sinusoidal(const SinusoidalPlan& plan, const ResolvedPositions& positions,
+                                  TensorView table) const = 0;
+  // All learned-table rows exist (RunAddPositionEncoding checked). y may alias plan.x.
+  virtual absl::Status AddPositionEncoding(const AddPositionEncodingPlan& plan,
+                                           const ResolvedPositions& positions,
                                            TensorView y) const = 0;
-
-  // cos, sin: planned shape, any float dtype; padding tokens get cos = 1, sin = 0 (times m).
-  virtual absl::Status RopeCache(const RopeConfig& config, const RopeFrequencies& freqs,
-                                 RopeCacheLayout layout, const ResolvedPositions& positions,
-                                 TensorView cos, TensorView sin) const = 0;
-
-  // Rotates q and (if k.data) k in place. Padding tokens pass through unchanged.
-  virtual absl::Status ApplyRope(const RopeConfig& config, const RopeFrequencies& freqs,
-                                 TensorLayout layout, const ApplyRopeDims& dims,
+  virtual absl::Status RopeCache(const RopeCachePlan& plan, const RopeFrequencies& freqs,
+                                 const ResolvedPositions& positions, TensorView cos,
+                                 TensorView sin) const = 0;
+  // Rotates q and (if k.data) k in place.
+  virtual absl::Status ApplyRope(const ApplyRopePlan& plan, const RopeFrequencies& freqs,
                                  const ResolvedPositions& positions, TensorView q,
                                  TensorView k) const = 0;
-
-  virtual absl::Status AlibiBias(const AlibiBiasParams& params, TensorView out) const = 0;
-  virtual absl::Status RelativeBias(const RelativeBiasParams& params, TensorView out) const = 0;
-  virtual absl::Status RelativeEmbedding(const RelativeEmbeddingParams& params,
-                                         TensorView out) const = 0;
+  virtual absl::Status AlibiBias(const AlibiBiasPlan& plan, absl::Span<const double> slopes,
+                                 TensorView bias) const = 0;
+  virtual absl::Status RelativeBias(const RelativeBiasPlan& plan, TensorView bias) const = 0;
+  virtual absl::Status RelativeEmbedding(const RelativeEmbeddingPlan& plan,
+                                         TensorView embeddings) const = 0;
 };
 
 // The float64 / extended-precision oracle: clarity over speed.

@@ -57,9 +57,21 @@ std::optional<DType> KernelDType(int dtype) {
 }
 
 absl::string_view AllowedNames(DTypeClass allowed) {
-  return allowed == DTypeClass::kFloat
-             ? "DTYPE_FLOAT32, DTYPE_FLOAT16, DTYPE_BFLOAT16 or DTYPE_FLOAT64"
-             : "DTYPE_INT32 or DTYPE_INT64";
+  switch (allowed) {
+    case DTypeClass::kFloat: return "DTYPE_FLOAT32, DTYPE_FLOAT16, DTYPE_BFLOAT16 or DTYPE_FLOAT64";
+    case DTypeClass::kInt: return "DTYPE_INT32 or DTYPE_INT64";
+    case DTypeClass::kAny: break;
+  }
+  return "a known dtype";
+}
+
+bool InClass(DType dtype, DTypeClass allowed) {
+  switch (allowed) {
+    case DTypeClass::kFloat: return kernels::IsFloatDType(dtype);
+    case DTypeClass::kInt: return kernels::IsIntDType(dtype);
+    case DTypeClass::kAny: break;
+  }
+  return true;
 }
 
 }  // namespace
@@ -68,10 +80,7 @@ absl::string_view AllowedNames(DTypeClass allowed) {
 
 absl::StatusOr<DType> FromProtoDType(int dtype, DTypeClass allowed, absl::string_view field) {
   const std::optional<DType> kernel = KernelDType(dtype);
-  const bool ok =
-      kernel.has_value() && (allowed == DTypeClass::kFloat ? kernels::IsFloatDType(*kernel)
-                                                           : kernels::IsIntDType(*kernel));
-  if (!ok) {
+  if (!kernel.has_value() || !InClass(*kernel, allowed)) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, ": expected ", AllowedNames(allowed), ", got ", ProtoDTypeName(dtype)));
   }
@@ -136,7 +145,9 @@ absl::StatusOr<kernels::ConstTensorView> ToConstView(const v1::Tensor& tensor, D
   return view;
 }
 
-kernels::TensorView AllocateOutput(DType dtype, const kernels::Shape& shape, v1::Tensor* out) {
+kernels::TensorView AllocateOutput(const kernels::OutputSpec& spec, v1::Tensor* out) {
+  const DType dtype = spec.dtype;
+  const kernels::Shape& shape = spec.shape;
   out->set_dtype(ToProtoDType(dtype));
   out->mutable_shape()->Assign(shape.begin(), shape.end());
   int64_t elements = 1;

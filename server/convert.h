@@ -29,6 +29,7 @@ namespace posenc::server {
 enum class DTypeClass {
   kFloat,  // FLOAT32, FLOAT16, BFLOAT16, FLOAT64
   kInt,    // INT32, INT64
+  kAny,    // any known dtype (the op's plan decides)
 };
 
 // --- dtypes ---------------------------------------------------------------------------------
@@ -52,8 +53,7 @@ absl::StatusOr<kernels::ConstTensorView> ToConstView(const v1::Tensor& tensor, D
 // Sets `out`'s dtype and shape, sizes its data to the exact byte count and returns a view onto
 // it. The caller has checked the element count and bytes against its limits first.
 // The bytes are not zero-filled (server/buffer.h): the backend overwrites every one of them.
-kernels::TensorView AllocateOutput(kernels::DType dtype, const kernels::Shape& shape,
-                                   v1::Tensor* out);
+kernels::TensorView AllocateOutput(const kernels::OutputSpec& spec, v1::Tensor* out);
 
 // --- scalars and enums ----------------------------------------------------------------------
 

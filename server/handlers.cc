@@ -1,6 +1,7 @@
 #include "server/handlers.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -9,6 +10,7 @@
 #include "kernels/common/cancellation.h"
 #include "kernels/ops.h"
 #include "kernels/common/positions.h"
+#include "kernels/rope/frequency_cache.h"
 #include "server/convert.h"
 #include "server/status.h"
 
@@ -44,11 +46,11 @@ absl::StatusOr<kernels::ConstTensorView> ResolveTable(const HandlerContext& ctx,
       absl::StrCat(inline_field, " / ", name_field, ": a table is required, got neither"));
 }
 
-// Puts `in`'s bytes (validated as `view`) into `out` and returns a view onto them: ApplyRope
+// Puts `in`'s bytes (planned as `spec`) into `out` and returns a view onto them: ApplyRope
 // rotates there in place. With ctx.consume_requests the bytes move (no copy: the request is not
 // read again); otherwise they are copied.
-kernels::TensorView TakeToOutput(const HandlerContext& ctx, const v1::Tensor& in,
-                                 const kernels::ConstTensorView& view, v1::Tensor* out) {
+kernels::TensorView MoveToResponse(const HandlerContext& ctx, const v1::Tensor& in,
+                                   const kernels::OutputSpec& spec, v1::Tensor* out) {
   out->set_dtype(in.dtype());
   *out->mutable_shape() = in.shape();
   if (ctx.consume_requests) {
@@ -57,49 +59,34 @@ kernels::TensorView TakeToOutput(const HandlerContext& ctx, const v1::Tensor& in
   } else {
     *out->mutable_data() = in.data();
   }
-  return kernels::TensorView{view.dtype, view.shape, out->mutable_data()->data()};
+  return kernels::TensorView{spec.dtype, spec.shape, out->mutable_data()->data()};
 }
 
-// The frequencies of `config`, through the server's bounded cache when it has one.
-absl::StatusOr<std::shared_ptr<const kernels::RopeFrequencies>> Frequencies(
-    const HandlerContext& ctx, const kernels::RopeConfig& config, int64_t max_position) {
-  if (ctx.rope_cache == nullptr) {
-    POSENC_ASSIGN_OR_RETURN(kernels::RopeFrequencies f,
-                            kernels::ComputeRopeFrequencies(config, max_position));
-    return std::make_shared<const kernels::RopeFrequencies>(std::move(f));
-  }
-  bool hit = false;
-  auto freqs = ctx.rope_cache->Get(config, max_position, &hit);
-  if (freqs.ok() && ctx.metrics != nullptr) ctx.metrics->OnCacheLookup(hit);
-  return freqs;
+void CountCacheLookup(const HandlerContext& ctx, const kernels::RopeRunInfo& info) {
+  if (ctx.rope_cache != nullptr && ctx.metrics != nullptr) ctx.metrics->OnCacheLookup(info.cache_hit);
 }
 
 absl::Status Sinusoidal(const HandlerContext& ctx, const v1::SinusoidalRequest& req,
                         v1::SinusoidalResponse* resp) {
-  POSENC_ASSIGN_OR_RETURN(kernels::SinusoidalParams params,
-                          ToSinusoidalParams(req.params(), "params"));
-  POSENC_ASSIGN_OR_RETURN(kernels::DType dtype, OutputDType(req.output_dtype(), "output_dtype"));
-  kernels::PositionSpec spec;
-  POSENC_RETURN_IF_ERROR(
-      ToPositionSpec(PositionsOrNull(req.has_positions(), req.positions()), "positions", &spec));
-  kernels::GridRequest grid;
-  POSENC_ASSIGN_OR_RETURN(kernels::Shape shape, kernels::PlanSinusoidal(params, spec, &grid));
-  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {{"table", dtype, &shape}}));
-  POSENC_ASSIGN_OR_RETURN(kernels::ResolvedPositions positions,
-                          kernels::ResolvePositions(spec, grid));
-  kernels::TensorView out = AllocateOutput(dtype, shape, resp->mutable_table());
-  return ctx.backend->Sinusoidal(params, positions, out);
+  kernels::SinusoidalArgs args;
+  POSENC_ASSIGN_OR_RETURN(args.params, ToSinusoidalParams(req.params(), "params"));
+  POSENC_ASSIGN_OR_RETURN(args.output_dtype, OutputDType(req.output_dtype(), "output_dtype"));
+  POSENC_RETURN_IF_ERROR(ToPositionSpec(PositionsOrNull(req.has_positions(), req.positions()),
+                                        "positions", &args.positions));
+  POSENC_ASSIGN_OR_RETURN(kernels::SinusoidalPlan plan, kernels::PlanSinusoidal(std::move(args)));
+  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.table}));
+  return kernels::RunSinusoidal(*ctx.backend, plan,
+                                AllocateOutput(plan.table, resp->mutable_table()));
 }
 
 absl::Status AddPositionEncoding(const HandlerContext& ctx,
                                  const v1::AddPositionEncodingRequest& req,
                                  v1::AddPositionEncodingResponse* resp) {
-  POSENC_ASSIGN_OR_RETURN(kernels::ConstTensorView x,
-                          ToConstView(req.x(), DTypeClass::kFloat, "x"));
-  kernels::PositionSpec spec;
-  POSENC_RETURN_IF_ERROR(
-      ToPositionSpec(PositionsOrNull(req.has_positions(), req.positions()), "positions", &spec));
-  kernels::AddPositionEncodingParams params;
+  kernels::AddPositionEncodingArgs args;
+  POSENC_ASSIGN_OR_RETURN(args.x, ToConstView(req.x(), DTypeClass::kFloat, "x"));
+  POSENC_RETURN_IF_ERROR(ToPositionSpec(PositionsOrNull(req.has_positions(), req.positions()),
+                                        "positions", &args.positions));
+  kernels::AddPositionEncodingParams& params = args.params;
   POSENC_ASSIGN_OR_RETURN(params.combine, ToCombine(req.combine(), "combine"));
   if (req.has_scale()) {
     POSENC_RETURN_IF_ERROR(CheckFinite(req.scale(), "scale"));
@@ -123,109 +110,84 @@ absl::Status AddPositionEncoding(const HandlerContext& ctx,
       break;
     }
     case v1::AddPositionEncodingRequest::SOURCE_NOT_SET:
-      break;  // PlanAddPositionEncoding names the missing source
+      break;  // the plan names the missing source
   }
-  kernels::GridRequest grid;
-  POSENC_ASSIGN_OR_RETURN(kernels::Shape shape,
-                          kernels::PlanAddPositionEncoding(params, x.shape, spec, &grid));
-  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {{"y", x.dtype, &shape}}));
-  POSENC_ASSIGN_OR_RETURN(kernels::ResolvedPositions positions,
-                          kernels::ResolvePositions(spec, grid));
-  kernels::TensorView y = AllocateOutput(x.dtype, shape, resp->mutable_y());
-  return ctx.backend->AddPositionEncoding(params, x, positions, y);
+  POSENC_ASSIGN_OR_RETURN(kernels::AddPositionEncodingPlan plan,
+                          kernels::PlanAddPositionEncoding(std::move(args)));
+  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.y}));
+  return kernels::RunAddPositionEncoding(*ctx.backend, plan,
+                                         AllocateOutput(plan.y, resp->mutable_y()));
 }
 
 absl::Status RopeCache(const HandlerContext& ctx, const v1::RopeCacheRequest& req,
                        v1::RopeCacheResponse* resp) {
-  POSENC_ASSIGN_OR_RETURN(kernels::RopeConfig config, ToRopeConfig(req.config()));
-  POSENC_ASSIGN_OR_RETURN(kernels::DType dtype, OutputDType(req.output_dtype(), "output_dtype"));
-  POSENC_ASSIGN_OR_RETURN(kernels::RopeCacheLayout layout,
-                          ToRopeCacheLayout(req.layout(), "layout"));
-  kernels::PositionSpec spec;
-  POSENC_RETURN_IF_ERROR(
-      ToPositionSpec(PositionsOrNull(req.has_positions(), req.positions()), "positions", &spec));
-  kernels::GridRequest grid;
-  POSENC_ASSIGN_OR_RETURN(kernels::Shape shape,
-                          kernels::PlanRopeCache(config, layout, spec, &grid));
-  POSENC_RETURN_IF_ERROR(
-      CheckOutputLimits(ctx.limits, {{"cos", dtype, &shape}, {"sin", dtype, &shape}}));
-  POSENC_ASSIGN_OR_RETURN(kernels::ResolvedPositions positions,
-                          kernels::ResolvePositions(spec, grid));
-  POSENC_ASSIGN_OR_RETURN(std::shared_ptr<const kernels::RopeFrequencies> freqs,
-                          Frequencies(ctx, config, positions.max_position));
-  kernels::TensorView cos = AllocateOutput(dtype, shape, resp->mutable_cos());
-  kernels::TensorView sin = AllocateOutput(dtype, shape, resp->mutable_sin());
-  POSENC_RETURN_IF_ERROR(ctx.backend->RopeCache(config, *freqs, layout, positions, cos, sin));
-  FillRopeDerived(config, *freqs, resp->mutable_derived());
+  kernels::RopeCacheArgs args;
+  POSENC_ASSIGN_OR_RETURN(args.config, ToRopeConfig(req.config()));
+  POSENC_ASSIGN_OR_RETURN(args.output_dtype, OutputDType(req.output_dtype(), "output_dtype"));
+  POSENC_ASSIGN_OR_RETURN(args.layout, ToRopeCacheLayout(req.layout(), "layout"));
+  POSENC_RETURN_IF_ERROR(ToPositionSpec(PositionsOrNull(req.has_positions(), req.positions()),
+                                        "positions", &args.positions));
+  POSENC_ASSIGN_OR_RETURN(kernels::RopeCachePlan plan, kernels::PlanRopeCache(std::move(args)));
+  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.cos, plan.sin}));
+  POSENC_ASSIGN_OR_RETURN(
+      kernels::RopeRunInfo info,
+      kernels::RunRopeCache(*ctx.backend, plan, ctx.rope_cache,
+                            AllocateOutput(plan.cos, resp->mutable_cos()),
+                            AllocateOutput(plan.sin, resp->mutable_sin())));
+  CountCacheLookup(ctx, info);
+  FillRopeDerived(plan.config, *info.frequencies, resp->mutable_derived());
   return absl::OkStatus();
 }
 
 absl::Status ApplyRope(const HandlerContext& ctx, const v1::ApplyRopeRequest& req,
                        v1::ApplyRopeResponse* resp) {
-  POSENC_ASSIGN_OR_RETURN(kernels::ConstTensorView q,
-                          ToConstView(req.q(), DTypeClass::kFloat, "q"));
-  kernels::ConstTensorView k;
+  kernels::ApplyRopeArgs args;
+  POSENC_ASSIGN_OR_RETURN(args.q, ToConstView(req.q(), DTypeClass::kFloat, "q"));
   if (req.has_k()) {
-    POSENC_ASSIGN_OR_RETURN(k, ToConstView(req.k(), DTypeClass::kFloat, "k"));
+    POSENC_ASSIGN_OR_RETURN(args.k, ToConstView(req.k(), DTypeClass::kFloat, "k"));
   }
-  POSENC_ASSIGN_OR_RETURN(kernels::RopeConfig config, ToRopeConfig(req.config()));
-  POSENC_ASSIGN_OR_RETURN(kernels::TensorLayout layout, ToTensorLayout(req.layout(), "layout"));
-  kernels::PositionSpec spec;
-  POSENC_RETURN_IF_ERROR(
-      ToPositionSpec(PositionsOrNull(req.has_positions(), req.positions()), "positions", &spec));
-  kernels::GridRequest grid;
-  POSENC_ASSIGN_OR_RETURN(
-      kernels::ApplyRopeDims dims,
-      kernels::PlanApplyRope(config, layout, q.dtype, q.shape, req.has_k() ? &k.dtype : nullptr,
-                             req.has_k() ? &k.shape : nullptr, spec, &grid));
-  if (req.has_k()) {
-    POSENC_RETURN_IF_ERROR(
-        CheckOutputLimits(ctx.limits, {{"q", q.dtype, &q.shape}, {"k", k.dtype, &k.shape}}));
+  POSENC_ASSIGN_OR_RETURN(args.config, ToRopeConfig(req.config()));
+  POSENC_ASSIGN_OR_RETURN(args.layout, ToTensorLayout(req.layout(), "layout"));
+  POSENC_RETURN_IF_ERROR(ToPositionSpec(PositionsOrNull(req.has_positions(), req.positions()),
+                                        "positions", &args.positions));
+  POSENC_ASSIGN_OR_RETURN(kernels::ApplyRopePlan plan, kernels::PlanApplyRope(std::move(args)));
+  if (plan.has_k()) {
+    POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.q, plan.k}));
   } else {
-    POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {{"q", q.dtype, &q.shape}}));
+    POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.q}));
   }
-  POSENC_ASSIGN_OR_RETURN(kernels::ResolvedPositions positions,
-                          kernels::ResolvePositions(spec, grid));
-  POSENC_ASSIGN_OR_RETURN(std::shared_ptr<const kernels::RopeFrequencies> freqs,
-                          Frequencies(ctx, config, positions.max_position));
-  kernels::TensorView q_out = TakeToOutput(ctx, req.q(), q, resp->mutable_q());
-  kernels::TensorView k_out;
-  if (req.has_k()) k_out = TakeToOutput(ctx, req.k(), k, resp->mutable_k());
-  POSENC_RETURN_IF_ERROR(
-      ctx.backend->ApplyRope(config, *freqs, layout, dims, positions, q_out, k_out));
-  FillRopeDerived(config, *freqs, resp->mutable_derived());
+  kernels::TensorView q = MoveToResponse(ctx, req.q(), plan.q, resp->mutable_q());
+  kernels::TensorView k;
+  if (plan.has_k()) k = MoveToResponse(ctx, req.k(), plan.k, resp->mutable_k());
+  POSENC_ASSIGN_OR_RETURN(kernels::RopeRunInfo info,
+                          kernels::RunApplyRope(*ctx.backend, plan, ctx.rope_cache, q, k));
+  CountCacheLookup(ctx, info);
+  FillRopeDerived(plan.config, *info.frequencies, resp->mutable_derived());
   return absl::OkStatus();
 }
 
-// max_bias, default 8; the kernels check its range (and num_heads').
+// max_bias, default 8; the plans check its range.
 absl::StatusOr<double> MaxBias(bool has, double value) {
   if (!has) return 8.0;
   POSENC_RETURN_IF_ERROR(CheckFinite(value, "max_bias"));
   return value;
 }
 
-// Slopes into `out` ([H] of any float dtype). The caller has checked H against the limits.
-absl::Status WriteSlopes(int64_t num_heads, double max_bias, kernels::DType dtype,
-                         v1::Tensor* out) {
-  POSENC_ASSIGN_OR_RETURN(std::vector<double> slopes, kernels::AlibiSlopes(num_heads, max_bias));
-  const kernels::Shape shape = {num_heads};
-  kernels::TensorView view = AllocateOutput(dtype, shape, out);
-  for (int64_t h = 0; h < num_heads; ++h) kernels::StoreFromDouble(view.data, dtype, h, slopes[h]);
-  return absl::OkStatus();
-}
-
 absl::Status AlibiSlopes(const HandlerContext& ctx, const v1::AlibiSlopesRequest& req,
                          v1::AlibiSlopesResponse* resp) {
-  POSENC_ASSIGN_OR_RETURN(double max_bias, MaxBias(req.has_max_bias(), req.max_bias()));
-  POSENC_ASSIGN_OR_RETURN(kernels::DType dtype, OutputDType(req.output_dtype(), "output_dtype"));
-  const kernels::Shape shape = {req.num_heads()};
-  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {{"slopes", dtype, &shape}}));
-  return WriteSlopes(req.num_heads(), max_bias, dtype, resp->mutable_slopes());
+  kernels::AlibiSlopesArgs args;
+  args.num_heads = req.num_heads();
+  POSENC_ASSIGN_OR_RETURN(args.max_bias, MaxBias(req.has_max_bias(), req.max_bias()));
+  POSENC_ASSIGN_OR_RETURN(args.output_dtype, OutputDType(req.output_dtype(), "output_dtype"));
+  POSENC_ASSIGN_OR_RETURN(kernels::AlibiSlopesPlan plan, kernels::PlanAlibiSlopes(args));
+  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.slopes}));
+  return kernels::RunAlibiSlopes(plan, AllocateOutput(plan.slopes, resp->mutable_slopes()));
 }
 
 absl::Status AlibiBias(const HandlerContext& ctx, const v1::AlibiBiasRequest& req,
                        v1::AlibiBiasResponse* resp) {
-  kernels::AlibiBiasParams params;
+  kernels::AlibiBiasArgs args;
+  kernels::AlibiBiasParams& params = args.params;
   params.num_heads = req.num_heads();
   params.q_len = req.q_len();
   params.k_len = req.k_len();
@@ -238,20 +200,17 @@ absl::Status AlibiBias(const HandlerContext& ctx, const v1::AlibiBiasRequest& re
     POSENC_ASSIGN_OR_RETURN(params.attention_mask,
                             ToConstView(req.attention_mask(), DTypeClass::kInt, "attention_mask"));
   }
-  POSENC_ASSIGN_OR_RETURN(kernels::DType dtype, OutputDType(req.output_dtype(), "output_dtype"));
-  POSENC_ASSIGN_OR_RETURN(kernels::Shape shape, kernels::PlanAlibiBias(params));
-  const kernels::Shape slopes_shape = {params.num_heads};
-  POSENC_RETURN_IF_ERROR(CheckOutputLimits(
-      ctx.limits, {{"bias", dtype, &shape}, {"slopes", kernels::DType::kFloat64, &slopes_shape}}));
-  POSENC_RETURN_IF_ERROR(WriteSlopes(params.num_heads, params.max_bias, kernels::DType::kFloat64,
-                                     resp->mutable_slopes()));
-  kernels::TensorView bias = AllocateOutput(dtype, shape, resp->mutable_bias());
-  return ctx.backend->AlibiBias(params, bias);
+  POSENC_ASSIGN_OR_RETURN(args.output_dtype, OutputDType(req.output_dtype(), "output_dtype"));
+  POSENC_ASSIGN_OR_RETURN(kernels::AlibiBiasPlan plan, kernels::PlanAlibiBias(std::move(args)));
+  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.bias, plan.slopes}));
+  return kernels::RunAlibiBias(*ctx.backend, plan, AllocateOutput(plan.bias, resp->mutable_bias()),
+                               AllocateOutput(plan.slopes, resp->mutable_slopes()));
 }
 
 absl::Status RelativeBias(const HandlerContext& ctx, const v1::RelativeBiasRequest& req,
                           v1::RelativeBiasResponse* resp) {
-  kernels::RelativeBiasParams params;
+  kernels::RelativeBiasArgs args;
+  kernels::RelativeBiasParams& params = args.params;
   params.q_len = req.q_len();
   params.k_len = req.k_len();
   if (req.has_query_offset()) params.query_offset = req.query_offset();
@@ -260,33 +219,29 @@ absl::Status RelativeBias(const HandlerContext& ctx, const v1::RelativeBiasReque
   if (req.has_num_buckets()) params.num_buckets = req.num_buckets();
   if (req.has_max_distance()) params.max_distance = req.max_distance();
   POSENC_ASSIGN_OR_RETURN(params.form, ToBiasForm(req.form(), "form"));
-  kernels::DType dtype = kernels::DType::kInt32;
-  const bool has_table = req.table_case() != v1::RelativeBiasRequest::TABLE_NOT_SET;
-  if (params.form == kernels::BiasForm::kBuckets) {
-    if (req.output_dtype() != v1::DTYPE_UNSPECIFIED && req.output_dtype() != v1::DTYPE_INT32) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("output_dtype: BIAS_FORM_BUCKETS returns DTYPE_INT32 bucket ids, got ",
-                       v1::DType_IsValid(req.output_dtype()) ? v1::DType_Name(req.output_dtype())
-                                                             : absl::StrCat(req.output_dtype())));
-    }
-  } else {
-    POSENC_ASSIGN_OR_RETURN(dtype, OutputDType(req.output_dtype(), "output_dtype"));
+  if (req.output_dtype() != v1::DTYPE_UNSPECIFIED) {
+    POSENC_ASSIGN_OR_RETURN(args.output_dtype,
+                            FromProtoDType(req.output_dtype(), DTypeClass::kAny, "output_dtype"));
   }
-  if (params.form != kernels::BiasForm::kBuckets || has_table) {
+  // A table is optional for BUCKETS (the plan requires it for the other forms).
+  if (params.form != kernels::BiasForm::kBuckets ||
+      req.table_case() != v1::RelativeBiasRequest::TABLE_NOT_SET) {
     POSENC_ASSIGN_OR_RETURN(params.table,
                             ResolveTable(ctx, req.has_table_inline(), req.table_inline(),
                                          req.table_case() == v1::RelativeBiasRequest::kTableName,
                                          req.table_name(), "table_inline", "table_name"));
   }
-  POSENC_ASSIGN_OR_RETURN(kernels::Shape shape, kernels::PlanRelativeBias(params));
-  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {{"bias", dtype, &shape}}));
-  kernels::TensorView bias = AllocateOutput(dtype, shape, resp->mutable_bias());
-  return ctx.backend->RelativeBias(params, bias);
+  POSENC_ASSIGN_OR_RETURN(kernels::RelativeBiasPlan plan,
+                          kernels::PlanRelativeBias(std::move(args)));
+  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.bias}));
+  return kernels::RunRelativeBias(*ctx.backend, plan,
+                                  AllocateOutput(plan.bias, resp->mutable_bias()));
 }
 
 absl::Status RelativeEmbedding(const HandlerContext& ctx, const v1::RelativeEmbeddingRequest& req,
                                v1::RelativeEmbeddingResponse* resp) {
-  kernels::RelativeEmbeddingParams params;
+  kernels::RelativeEmbeddingArgs args;
+  kernels::RelativeEmbeddingParams& params = args.params;
   params.q_len = req.q_len();
   params.k_len = req.k_len();
   params.max_relative = req.max_relative();
@@ -296,11 +251,12 @@ absl::Status RelativeEmbedding(const HandlerContext& ctx, const v1::RelativeEmbe
                           ResolveTable(ctx, req.has_table_inline(), req.table_inline(),
                                        req.table_case() == v1::RelativeEmbeddingRequest::kTableName,
                                        req.table_name(), "table_inline", "table_name"));
-  POSENC_ASSIGN_OR_RETURN(kernels::DType dtype, OutputDType(req.output_dtype(), "output_dtype"));
-  POSENC_ASSIGN_OR_RETURN(kernels::Shape shape, kernels::PlanRelativeEmbedding(params));
-  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {{"embeddings", dtype, &shape}}));
-  kernels::TensorView out = AllocateOutput(dtype, shape, resp->mutable_embeddings());
-  return ctx.backend->RelativeEmbedding(params, out);
+  POSENC_ASSIGN_OR_RETURN(args.output_dtype, OutputDType(req.output_dtype(), "output_dtype"));
+  POSENC_ASSIGN_OR_RETURN(kernels::RelativeEmbeddingPlan plan,
+                          kernels::PlanRelativeEmbedding(std::move(args)));
+  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.embeddings}));
+  return kernels::RunRelativeEmbedding(*ctx.backend, plan,
+                                       AllocateOutput(plan.embeddings, resp->mutable_embeddings()));
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
 // One pure function per RPC of posenc.v1.PositionEncoding.
 //
-// Each handler converts and validates the request (convert.h), plans the op (kernels/ops.h),
-// checks every planned output against the server's limits before allocating anything sized by
-// the request, resolves positions, allocates the response tensors and runs the backend. No math
-// here: formulas live in kernels/.
+// Each handler converts the request's wire fields into the op's arguments (convert.h), plans the
+// op (kernels/ops.h: all validation), checks the planned outputs against the server's limits
+// before allocating anything sized by the request, allocates the response tensors and runs the
+// op. No math and no validation of the op's parameters here: both live in kernels/.
 //
 // Handlers never throw on malformed input (they return INVALID_ARGUMENT, OUT_OF_RANGE or
 // RESOURCE_EXHAUSTED); an allocation failure may still throw std::bad_alloc, which the service
@@ -50,8 +50,12 @@ struct HandlerContext {
   Metrics* metrics = nullptr;
 };
 
-// A planned output tensor, for CheckOutputLimits.
+// A planned output tensor, for CheckOutputLimits: usually one of a kernel plan's outputs.
 struct PlannedOutput {
+  PlannedOutput(absl::string_view name, kernels::DType dtype, const kernels::Shape* shape)
+      : name(name), dtype(dtype), shape(shape) {}
+  PlannedOutput(const kernels::OutputSpec& spec)  // NOLINT(google-explicit-constructor)
+      : name(spec.name), dtype(spec.dtype), shape(&spec.shape) {}
   absl::string_view name;  // the response field, e.g. "bias"
   kernels::DType dtype;
   const kernels::Shape* shape;

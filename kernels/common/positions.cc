@@ -1,15 +1,17 @@
 #include "kernels/common/positions.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/common/status.h"
 
 namespace posenc::kernels {
 namespace {
 
 using Kind = PositionSpec::Kind;
-using GridKind = GridRequest::Kind;
+using GridKind = TokenGrid::Kind;
 
 absl::Status Invalid(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
@@ -27,7 +29,7 @@ absl::string_view KindField(Kind kind) {
   return "positions";
 }
 
-std::string GridName(const GridRequest& r) {
+std::string GridName(const TokenGrid& r) {
   switch (r.kind) {
     case GridKind::kTable: return "a table";
     case GridKind::kBatchSeq:
@@ -63,9 +65,8 @@ absl::StatusOr<Shape> IdsGrid(const ConstTensorView& ids, int64_t components) {
   return grid;
 }
 
-}  // namespace
-
-absl::StatusOr<Shape> PlanPositions(const PositionSpec& spec, const GridRequest& r) {
+// The grid shape of `spec` on `r`, or why it does not fit.
+absl::StatusOr<Shape> PlanGridShape(const PositionSpec& spec, const TokenGrid& r) {
   const absl::string_view field = KindField(spec.kind);
   if (r.components != 1 && r.components != 3) {
     return absl::InternalError("positions: components must be 1 or 3");
@@ -191,16 +192,24 @@ absl::StatusOr<Shape> PlanPositions(const PositionSpec& spec, const GridRequest&
   return Shape{r.tokens};
 }
 
-absl::StatusOr<ResolvedPositions> ResolvePositions(const PositionSpec& spec,
-                                                   const GridRequest& r) {
-  absl::StatusOr<Shape> grid = PlanPositions(spec, r);
-  if (!grid.ok()) return grid.status();
+}  // namespace
+
+absl::StatusOr<PositionPlan> PlanPositions(PositionSpec spec, const TokenGrid& grid) {
+  PositionPlan plan;
+  POSENC_ASSIGN_OR_RETURN(plan.shape, PlanGridShape(spec, grid));
+  POSENC_ASSIGN_OR_RETURN(plan.num_tokens, NumElements(plan.shape, "positions"));
+  plan.spec = std::move(spec);
+  plan.grid = grid;
+  return plan;
+}
+
+absl::StatusOr<ResolvedPositions> ResolvePositions(const PositionPlan& plan) {
+  const PositionSpec& spec = plan.spec;
+  const TokenGrid& r = plan.grid;
   ResolvedPositions out;
-  out.grid = *grid;
+  out.grid = plan.shape;
   out.components = r.components;
-  absl::StatusOr<int64_t> n = NumElements(out.grid, "positions");
-  if (!n.ok()) return n.status();
-  out.num_tokens = *n;
+  out.num_tokens = plan.num_tokens;
   out.pos.assign(static_cast<size_t>(out.num_tokens * out.components), 0);
   const int64_t seq = r.kind == GridKind::kBatchSeq ? r.seq : out.num_tokens;
 

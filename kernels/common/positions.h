@@ -1,9 +1,10 @@
 // Positions: how a request says where each token sits, and their resolution to integers.
 //
-// Every op that takes positions describes a token grid (GridRequest) and resolves the caller's
-// PositionSpec against it. Planning checks shapes only and allocates nothing proportional to a
-// range's count, so the server can check its output limits first; resolution then materializes
-// one int64 per token (and per M-RoPE component) and checks every value is in [0, 2^31).
+// Every op that takes positions describes the token grid it expects (TokenGrid); its plan checks
+// the caller's PositionSpec against it once (PlanPositions: shapes only, nothing allocated in
+// proportion to a range's count, so the server can check its output limits first), and its run
+// resolves the planned positions (ResolvePositions: one int64 per token and M-RoPE component,
+// every value checked to lie in [0, 2^31)).
 //
 // Error messages name the wire field ("positions.ids", "positions.range.count", ...).
 #ifndef POSENC_KERNELS_COMMON_POSITIONS_H_
@@ -39,7 +40,7 @@ struct PositionSpec {
 };
 
 // The token grid an op expects.
-struct GridRequest {
+struct TokenGrid {
   enum class Kind {
     // Tables (Sinusoidal, RopeCache): the positions define the grid: a range or cu_seqlens gives
     // [n], ids give ids.shape (without the M-RoPE axis), a mask gives [B,S]. kOffsets and
@@ -78,13 +79,20 @@ struct ResolvedPositions {
   }
 };
 
-// Checks the spec's shapes against the grid without materializing anything; returns the grid.
-absl::StatusOr<Shape> PlanPositions(const PositionSpec& spec, const GridRequest& request);
+// A PositionSpec checked against a TokenGrid.
+struct PositionPlan {
+  PositionSpec spec;
+  TokenGrid grid;
+  Shape shape;             // the token grid's shape, e.g. [B,S], [T], or ids.shape
+  int64_t num_tokens = 0;  // prod(shape)
+};
 
-// Materializes and range-checks the positions (INVALID_ARGUMENT naming the field and the
-// offending token when a position falls outside [0, 2^31)).
-absl::StatusOr<ResolvedPositions> ResolvePositions(const PositionSpec& spec,
-                                                   const GridRequest& request);
+// Checks the spec's shapes against the grid without materializing anything.
+absl::StatusOr<PositionPlan> PlanPositions(PositionSpec spec, const TokenGrid& grid);
+
+// Materializes and range-checks planned positions (INVALID_ARGUMENT naming the field and the
+// offending token when a position falls outside [0, 2^31), or a mask value is not 0/1).
+absl::StatusOr<ResolvedPositions> ResolvePositions(const PositionPlan& plan);
 
 }  // namespace posenc::kernels
 

@@ -245,4 +245,10 @@ int64_t LoadAsInt64(const void* base, DType dtype, int64_t index) {
   return v;
 }
 
+absl::Status CheckFloatOutputDType(DType dtype) {
+  if (IsFloatDType(dtype)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "output_dtype: expected FLOAT32, FLOAT16, BFLOAT16 or FLOAT64, got ", DTypeName(dtype)));
+}
+
 }  // namespace posenc::kernels

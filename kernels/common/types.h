@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -57,6 +58,28 @@ struct TensorView {
   int64_t NumElements() const;
   operator ConstTensorView() const { return {dtype, shape, data}; }
 };
+
+// One output tensor a plan will write: the response field it fills, its dtype and shape. Plans
+// list their outputs so that a caller (the server) can check its limits and size its buffers
+// before anything proportional to the output is allocated.
+struct OutputSpec {
+  absl::string_view name;  // a static string: the response field, e.g. "bias"
+  DType dtype = DType::kFloat32;
+  Shape shape;
+};
+
+// The check every plan makes of a requested output dtype:
+// "output_dtype: expected FLOAT32, FLOAT16, BFLOAT16 or FLOAT64, got INT32".
+absl::Status CheckFloatOutputDType(DType dtype);
+
+// The compute type of a float dtype on the fast paths: FLOAT32 computes in float, every other
+// dtype in double (FLOAT16/BFLOAT16 rotations and sums can cancel; only double keeps them within
+// one output ulp). Calls fn.template operator()<T>() and returns its result.
+template <typename Fn>
+auto WithComputeType(DType dtype, Fn&& fn) {
+  if (dtype == DType::kFloat32) return fn.template operator()<float>();
+  return fn.template operator()<double>();
+}
 
 // --- Scalar conversions (round to nearest even; NaN stays NaN, overflow gives inf). ---
 uint16_t FloatToHalf(float v);

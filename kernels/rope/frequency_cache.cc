@@ -1,5 +1,6 @@
 #include "kernels/rope/frequency_cache.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace posenc::kernels {

@@ -20,7 +20,7 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
-#include "kernels/ops.h"
+#include "kernels/rope/config.h"
 
 namespace posenc::kernels {
 

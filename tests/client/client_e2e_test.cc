@@ -1,7 +1,7 @@
 // End to end: the client library over real TCP to an in-process server on the reference
 // backend. Every RPC is called with non-trivial parameters and its result compared element by
-// element with a direct call to the kernels' reference backend (kernels/ops.h, positions.h,
-// backend.h), computed in float64, within the output dtype's tolerance.
+// element with a direct run of the same op on the kernels' reference backend (kernels/ops.h:
+// plan, then run), computed in float64, within the output dtype's tolerance.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -17,8 +17,8 @@
 #include "absl/status/status.h"
 #include "client_test_util.h"
 #include "kernels/backend.h"
-#include "kernels/ops.h"
 #include "kernels/common/positions.h"
+#include "kernels/ops.h"
 #include "posenc/client.h"
 
 namespace posenc::client {
@@ -41,12 +41,16 @@ int64_t Product(const kernels::Shape& shape) {
   return n;
 }
 
-// A float64 output buffer of `shape` and a view of it.
+// A planned float64 output (the reference runs are planned with output_dtype FLOAT64) and a
+// view of it.
 struct Output {
   kernels::Shape shape;
   std::vector<double> values;
 
-  explicit Output(const kernels::Shape& s) : shape(s), values(static_cast<size_t>(Product(s))) {}
+  explicit Output(const kernels::OutputSpec& spec)
+      : shape(spec.shape), values(static_cast<size_t>(Product(spec.shape))) {
+    EXPECT_EQ(spec.dtype, kernels::DType::kFloat64) << spec.name;
+  }
   kernels::TensorView view() { return {kernels::DType::kFloat64, shape, values.data()}; }
 };
 
@@ -184,15 +188,15 @@ void CheckSinusoidal(const Client& client, const SinusoidalOptions& options) {
   params.scheme = options.params.freq_scheme == FreqScheme::kVaswani ? kernels::FreqScheme::kVaswani
                   : options.params.freq_scheme == FreqScheme::kT2t   ? kernels::FreqScheme::kT2t
                                                                    : kernels::FreqScheme::kDefault;
-  const kernels::PositionSpec spec = SpecOf(options.positions);
-  kernels::GridRequest grid;
-  absl::StatusOr<kernels::Shape> shape = kernels::PlanSinusoidal(params, spec, &grid);
-  ASSERT_TRUE(shape.ok()) << shape.status();
-  absl::StatusOr<kernels::ResolvedPositions> positions = kernels::ResolvePositions(spec, grid);
-  ASSERT_TRUE(positions.ok()) << positions.status();
-  Output expected(*shape);
-  ASSERT_TRUE(Reference().Sinusoidal(params, *positions, expected.view()).ok());
-  ExpectNear(*table, Vec(*shape), expected.values, "table");
+  absl::StatusOr<kernels::SinusoidalPlan> plan =
+      kernels::PlanSinusoidal({.params = params,
+                               .positions = SpecOf(options.positions),
+                               .output_dtype = kernels::DType::kFloat64});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  Output expected(plan->table);
+  absl::Status s = kernels::RunSinusoidal(Reference(), *plan, expected.view());
+  ASSERT_TRUE(s.ok()) << s;
+  ExpectNear(*table, Vec(expected.shape), expected.values, "table");
 }
 
 TEST_F(ClientE2ETest, SinusoidalRangeConcatMatchesReference) {
@@ -248,19 +252,14 @@ void CheckAdd(const Client& client, const AddPositionEncodingOptions& options) {
     params.learned = View(table64);
     params.table_offset = options.learned->table_offset;
   }
-  const Tensor x64 = AsFloat64(options.x);
-  const kernels::Shape x_shape(x64.shape.begin(), x64.shape.end());
-  const kernels::PositionSpec spec = SpecOf(options.positions);
-  kernels::GridRequest grid;
-  absl::StatusOr<kernels::Shape> shape =
-      kernels::PlanAddPositionEncoding(params, x_shape, spec, &grid);
-  ASSERT_TRUE(shape.ok()) << shape.status();
-  absl::StatusOr<kernels::ResolvedPositions> positions = kernels::ResolvePositions(spec, grid);
-  ASSERT_TRUE(positions.ok()) << positions.status();
-  Output expected(*shape);
-  absl::Status s = Reference().AddPositionEncoding(params, View(x64), *positions, expected.view());
+  const Tensor x64 = AsFloat64(options.x);  // y has x's dtype: FLOAT64
+  absl::StatusOr<kernels::AddPositionEncodingPlan> plan = kernels::PlanAddPositionEncoding(
+      {.params = params, .x = View(x64), .positions = SpecOf(options.positions)});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  Output expected(plan->y);
+  absl::Status s = kernels::RunAddPositionEncoding(Reference(), *plan, expected.view());
   ASSERT_TRUE(s.ok()) << s;
-  ExpectNear(*y, Vec(*shape), expected.values, "y");
+  ExpectNear(*y, Vec(expected.shape), expected.values, "y");
 }
 
 TEST_F(ClientE2ETest, AddSinusoidalWithOffsetsAndScaleMatchesReference) {
@@ -310,23 +309,20 @@ void CheckRopeCache(const Client& client, const RopeCacheOptions& options,
       kernels::RopeCacheLayout::kCompact, kernels::RopeCacheLayout::kCompact,
       kernels::RopeCacheLayout::kNeox, kernels::RopeCacheLayout::kGptj};
   const kernels::RopeCacheLayout layout = kLayouts[static_cast<int>(options.layout)];
-  const kernels::PositionSpec spec = SpecOf(options.positions);
-  kernels::GridRequest grid;
-  absl::StatusOr<kernels::Shape> shape = kernels::PlanRopeCache(config, layout, spec, &grid);
-  ASSERT_TRUE(shape.ok()) << shape.status();
-  absl::StatusOr<kernels::ResolvedPositions> positions = kernels::ResolvePositions(spec, grid);
-  ASSERT_TRUE(positions.ok()) << positions.status();
-  absl::StatusOr<kernels::RopeFrequencies> freqs =
-      kernels::ComputeRopeFrequencies(config, positions->max_position);
-  ASSERT_TRUE(freqs.ok()) << freqs.status();
-  Output cos(*shape);
-  Output sin(*shape);
-  absl::Status s =
-      Reference().RopeCache(config, *freqs, layout, *positions, cos.view(), sin.view());
-  ASSERT_TRUE(s.ok()) << s;
-  ExpectNear(result->cos, Vec(*shape), cos.values, "cos");
-  ExpectNear(result->sin, Vec(*shape), sin.values, "sin");
-  ExpectDerived(result->derived, *freqs);
+  absl::StatusOr<kernels::RopeCachePlan> plan =
+      kernels::PlanRopeCache({.config = config,
+                              .layout = layout,
+                              .positions = SpecOf(options.positions),
+                              .output_dtype = kernels::DType::kFloat64});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  Output cos(plan->cos);
+  Output sin(plan->sin);
+  absl::StatusOr<kernels::RopeRunInfo> run =
+      kernels::RunRopeCache(Reference(), *plan, /*cache=*/nullptr, cos.view(), sin.view());
+  ASSERT_TRUE(run.ok()) << run.status();
+  ExpectNear(result->cos, Vec(cos.shape), cos.values, "cos");
+  ExpectNear(result->sin, Vec(sin.shape), sin.values, "sin");
+  ExpectDerived(result->derived, *run->frequencies);
 }
 
 TEST_F(ClientE2ETest, RopeCacheYarnGptjIdsMatchesReference) {
@@ -399,31 +395,27 @@ void CheckApplyRope(const Client& client, const ApplyRopeOptions& options) {
       kernels::TensorLayout::kBSHD, kernels::TensorLayout::kBSHD, kernels::TensorLayout::kBHSD,
       kernels::TensorLayout::kTHD};
   const kernels::TensorLayout layout = kLayouts[static_cast<int>(options.layout)];
-  kernels::RopeConfig config = KernelConfig(options.config);
+  // Rotated in place, in float64 copies of q and k.
   Tensor q = AsFloat64(options.q);
   Tensor k = options.k.has_value() ? AsFloat64(*options.k) : Tensor();
-  const kernels::Shape q_shape(q.shape.begin(), q.shape.end());
-  const kernels::Shape k_shape(k.shape.begin(), k.shape.end());
   const kernels::DType f64 = kernels::DType::kFloat64;
-  const kernels::PositionSpec spec = SpecOf(options.positions);
-  kernels::GridRequest grid;
-  absl::StatusOr<kernels::ApplyRopeDims> dims =
-      kernels::PlanApplyRope(config, layout, f64, q_shape, options.k ? &f64 : nullptr,
-                             options.k ? &k_shape : nullptr, spec, &grid);
-  ASSERT_TRUE(dims.ok()) << dims.status();
-  absl::StatusOr<kernels::ResolvedPositions> positions = kernels::ResolvePositions(spec, grid);
-  ASSERT_TRUE(positions.ok()) << positions.status();
-  absl::StatusOr<kernels::RopeFrequencies> freqs =
-      kernels::ComputeRopeFrequencies(config, positions->max_position);
-  ASSERT_TRUE(freqs.ok()) << freqs.status();
-  kernels::TensorView q_view{f64, q_shape, q.data.data()};
-  kernels::TensorView k_view{f64, k_shape, options.k ? k.data.data() : nullptr};
-  absl::Status s = Reference().ApplyRope(config, *freqs, layout, *dims, *positions, q_view, k_view);
-  ASSERT_TRUE(s.ok()) << s;
+  kernels::TensorView q_view{f64, kernels::Shape(q.shape.begin(), q.shape.end()), q.data.data()};
+  kernels::TensorView k_view{f64, kernels::Shape(k.shape.begin(), k.shape.end()),
+                             options.k ? k.data.data() : nullptr};
+  absl::StatusOr<kernels::ApplyRopePlan> plan =
+      kernels::PlanApplyRope({.config = KernelConfig(options.config),
+                              .layout = layout,
+                              .q = q_view,
+                              .k = k_view,
+                              .positions = SpecOf(options.positions)});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  absl::StatusOr<kernels::RopeRunInfo> run =
+      kernels::RunApplyRope(Reference(), *plan, /*cache=*/nullptr, q_view, k_view);
+  ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(result->q.dtype, options.q.dtype);
   ExpectNear(result->q, q.shape, q.ToDoubles(), "q");
   if (options.k.has_value()) ExpectNear(*result->k, k.shape, k.ToDoubles(), "k");
-  ExpectDerived(result->derived, *freqs);
+  ExpectDerived(result->derived, *run->frequencies);
 }
 
 TEST_F(ClientE2ETest, ApplyRopeLlama3GqaBshdMatchesReference) {
@@ -552,12 +544,16 @@ AlibiBiasResult CheckAlibiBias(const Client& client, const AlibiBiasOptions& opt
   params.max_bias = options.max_bias.value_or(8.0);
   params.form = kForms[static_cast<int>(options.form)];
   if (options.attention_mask.has_value()) params.attention_mask = View(*options.attention_mask);
-  absl::StatusOr<kernels::Shape> shape = kernels::PlanAlibiBias(params);
-  EXPECT_TRUE(shape.ok()) << shape.status();
-  if (!shape.ok()) return {};
-  Output expected(*shape);
-  EXPECT_TRUE(Reference().AlibiBias(params, expected.view()).ok());
-  ExpectNear(result->bias, Vec(*shape), expected.values, "bias");
+  absl::StatusOr<kernels::AlibiBiasPlan> plan =
+      kernels::PlanAlibiBias({.params = params, .output_dtype = kernels::DType::kFloat64});
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return {};
+  Output expected(plan->bias);
+  Output expected_slopes(plan->slopes);
+  absl::Status s =
+      kernels::RunAlibiBias(Reference(), *plan, expected.view(), expected_slopes.view());
+  EXPECT_TRUE(s.ok()) << s;
+  ExpectNear(result->bias, Vec(expected.shape), expected.values, "bias");
   absl::StatusOr<std::vector<double>> slopes =
       kernels::AlibiSlopes(options.num_heads, params.max_bias);
   EXPECT_TRUE(slopes.ok());
@@ -629,10 +625,14 @@ Tensor CheckRelativeBias(const Client& client, const RelativeBiasOptions& option
                 : options.form == BiasForm::kCompact ? kernels::BiasForm::kCompact
                                                      : kernels::BiasForm::kFull;
   if (options.table_inline.has_value()) params.table = View(*options.table_inline);
-  absl::StatusOr<kernels::Shape> shape = kernels::PlanRelativeBias(params);
-  EXPECT_TRUE(shape.ok()) << shape.status();
-  if (!shape.ok()) return {};
-  if (params.form == kernels::BiasForm::kBuckets) {
+  // BUCKETS are INT32 (the plan's default); the float forms are planned in FLOAT64.
+  const bool buckets = params.form == kernels::BiasForm::kBuckets;
+  absl::StatusOr<kernels::RelativeBiasPlan> plan = kernels::PlanRelativeBias(
+      {.params = params,
+       .output_dtype = buckets ? std::nullopt : std::optional(kernels::DType::kFloat64)});
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return {};
+  if (buckets) {
     // Buckets straight from the formula.
     EXPECT_EQ(bias->dtype, DType::kInt32);
     std::vector<double> expected;
@@ -644,13 +644,14 @@ Tensor CheckRelativeBias(const Client& client, const RelativeBiasOptions& option
             kernels::T5Bucket(rp, params.bidirectional, params.num_buckets, params.max_distance)));
       }
     }
-    EXPECT_EQ(bias->shape, Vec(*shape));
+    EXPECT_EQ(bias->shape, Vec(plan->bias.shape));
     EXPECT_EQ(bias->ToDoubles(), expected);
     return *std::move(bias);
   }
-  Output expected(*shape);
-  EXPECT_TRUE(Reference().RelativeBias(params, expected.view()).ok());
-  ExpectNear(*bias, Vec(*shape), expected.values, "bias");
+  Output expected(plan->bias);
+  absl::Status s = kernels::RunRelativeBias(Reference(), *plan, expected.view());
+  EXPECT_TRUE(s.ok()) << s;
+  ExpectNear(*bias, Vec(expected.shape), expected.values, "bias");
   return *std::move(bias);
 }
 
@@ -714,11 +715,13 @@ TEST_F(ClientE2ETest, RelativeEmbeddingMatchesReference) {
   params.query_offset = options.query_offset;
   params.key_offset = *options.key_offset;
   params.table = View(*options.table_inline);
-  absl::StatusOr<kernels::Shape> shape = kernels::PlanRelativeEmbedding(params);
-  ASSERT_TRUE(shape.ok()) << shape.status();
-  Output expected(*shape);
-  ASSERT_TRUE(Reference().RelativeEmbedding(params, expected.view()).ok());
-  ExpectNear(*embeddings, Vec(*shape), expected.values, "embeddings");
+  absl::StatusOr<kernels::RelativeEmbeddingPlan> plan =
+      kernels::PlanRelativeEmbedding({.params = params, .output_dtype = kernels::DType::kFloat64});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  Output expected(plan->embeddings);
+  absl::Status s = kernels::RunRelativeEmbedding(Reference(), *plan, expected.view());
+  ASSERT_TRUE(s.ok()) << s;
+  ExpectNear(*embeddings, Vec(expected.shape), expected.values, "embeddings");
 }
 
 // ---------------------------------------------------------------------------------------------

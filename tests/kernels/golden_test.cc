@@ -7,11 +7,13 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/ops.h"
+#include "tests/common/buffers.h"
 #include "tests/common/golden.h"
 
 namespace posenc::kernels {
 namespace {
 
+using ::posenc::testing::Buffer;
 using ::posenc::testing::GoldenCase;
 using ::posenc::testing::NpyArray;
 using json = nlohmann::json;
@@ -99,17 +101,8 @@ std::vector<double> ReadAll(const TensorView& t) {
   return out;
 }
 
-// A float tensor owned by the test.
-struct Buffer {
-  std::vector<unsigned char> bytes;
-  TensorView view;
-  Buffer(DType dtype, Shape shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    bytes.assign(static_cast<size_t>(n * DTypeSize(dtype)), 0xAB);  // never read unwritten data
-    view = {dtype, shape, bytes.data()};
-  }
-};
+// Output buffers start as 0xAB bytes: never read unwritten data.
+constexpr unsigned char kFill = 0xAB;
 
 void ExpectNear(const std::vector<double>& got, const NpyArray& want,
                 const std::function<double(size_t)>& tol, const std::string& what) {
@@ -133,7 +126,7 @@ void ExpectNear(const std::vector<double>& got, const NpyArray& want,
 
 class GoldenTest : public ::testing::TestWithParam<std::string> {};
 
-void RunSinusoidal(const GoldenCase& c, DType dtype, double f32_tol) {
+void CheckSinusoidal(const GoldenCase& c, DType dtype, double f32_tol) {
   const NpyArray& pos = c.inputs.at("positions");
   SinusoidalParams p;
   p.dim = c.params.at("dim").get<int64_t>();
@@ -147,19 +140,18 @@ void RunSinusoidal(const GoldenCase& c, DType dtype, double f32_tol) {
   PositionSpec spec;
   spec.kind = PositionSpec::Kind::kIds;
   spec.ids = IdsView(pos);
-  GridRequest grid;
-  absl::StatusOr<Shape> shape = PlanSinusoidal(p, spec, &grid);
-  ASSERT_TRUE(shape.ok()) << shape.status();
-  absl::StatusOr<ResolvedPositions> rp = ResolvePositions(spec, grid);
-  ASSERT_TRUE(rp.ok()) << rp.status();
-  Buffer out(dtype, *shape);
-  ASSERT_TRUE(UnderTest().Sinusoidal(p, *rp, out.view).ok());
+  absl::StatusOr<SinusoidalPlan> plan =
+      PlanSinusoidal({.params = p, .positions = spec, .output_dtype = dtype});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  Buffer out(plan->table, kFill);
+  absl::Status s = RunSinusoidal(UnderTest(), *plan, out.view);
+  ASSERT_TRUE(s.ok()) << s;
   ExpectNear(ReadAll(out.view), c.outputs.at("table"), [&](size_t i) {
     return dtype == DType::kFloat64 ? PhaseTolerance(pos.values[i / p.dim]) : f32_tol;
   }, c.name + " table " + std::string(DTypeName(dtype)));
 }
 
-void RunInvFreq(const GoldenCase& c) {
+void CheckInvFreq(const GoldenCase& c) {
   const int64_t dim = c.params.at("dim").get<int64_t>();
   RopeConfig config = MakeRopeConfig(dim, std::nullopt, c.params.value("base", 10000.0),
                                      c.params.value("scaling", json()));
@@ -173,7 +165,7 @@ void RunInvFreq(const GoldenCase& c) {
   EXPECT_NEAR(f->attention_factor, m, 1e-14 * std::fabs(m)) << c.name;
 }
 
-void RunCosSin(const GoldenCase& c, DType dtype) {
+void CheckCosSin(const GoldenCase& c, DType dtype) {
   const NpyArray& pos = c.inputs.at("positions");
   const int64_t dim = c.params.at("dim").get<int64_t>();
   RopeConfig config = MakeRopeConfig(dim, std::nullopt, c.params.value("base", 10000.0),
@@ -183,16 +175,14 @@ void RunCosSin(const GoldenCase& c, DType dtype) {
   PositionSpec spec;
   spec.kind = PositionSpec::Kind::kIds;
   spec.ids = IdsView(pos);
-  GridRequest grid;
-  absl::StatusOr<Shape> shape = PlanRopeCache(config, layout, spec, &grid);
-  ASSERT_TRUE(shape.ok()) << shape.status();
-  absl::StatusOr<ResolvedPositions> rp = ResolvePositions(spec, grid);
-  ASSERT_TRUE(rp.ok()) << rp.status();
-  absl::StatusOr<RopeFrequencies> f = ComputeRopeFrequencies(config, rp->max_position);
-  ASSERT_TRUE(f.ok()) << f.status();
-  Buffer cos(dtype, *shape), sin(dtype, *shape);
-  ASSERT_TRUE(UnderTest().RopeCache(config, *f, layout, *rp, cos.view, sin.view).ok());
-  const double m = std::max(1.0, f->attention_factor);
+  absl::StatusOr<RopeCachePlan> plan =
+      PlanRopeCache({.config = config, .layout = layout, .positions = spec, .output_dtype = dtype});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  Buffer cos(plan->cos, kFill), sin(plan->sin, kFill);
+  absl::StatusOr<RopeRunInfo> run =
+      RunRopeCache(UnderTest(), *plan, /*cache=*/nullptr, cos.view, sin.view);
+  ASSERT_TRUE(run.ok()) << run.status();
+  const double m = std::max(1.0, run->frequencies->attention_factor);
   auto tol = [&](size_t i) {
     return dtype == DType::kFloat64 ? PhaseTolerance(pos.values[i / dim]) * m : 1e-6 * m;
   };
@@ -201,7 +191,7 @@ void RunCosSin(const GoldenCase& c, DType dtype) {
   ExpectNear(ReadAll(sin.view), c.outputs.at("sin"), tol, what + " sin");
 }
 
-void RunApplyRope(const GoldenCase& c, DType dtype, double rel_tol) {
+void CheckApplyRope(const GoldenCase& c, DType dtype, double rel_tol) {
   const NpyArray& x = c.inputs.at("x");
   const NpyArray& pos = c.inputs.at("positions");
   const int seq_axis = c.params.value("seq_axis", -3);
@@ -223,20 +213,17 @@ void RunApplyRope(const GoldenCase& c, DType dtype, double rel_tol) {
   PositionSpec spec;
   spec.kind = PositionSpec::Kind::kIds;
   spec.ids = IdsView(pos);
-  GridRequest grid;
-  absl::StatusOr<ApplyRopeDims> dims =
-      PlanApplyRope(config, layout, dtype, shape, nullptr, nullptr, spec, &grid);
-  ASSERT_TRUE(dims.ok()) << dims.status();
-  absl::StatusOr<ResolvedPositions> rp = ResolvePositions(spec, grid);
-  ASSERT_TRUE(rp.ok()) << rp.status();
-  absl::StatusOr<RopeFrequencies> f = ComputeRopeFrequencies(config, rp->max_position);
-  ASSERT_TRUE(f.ok()) << f.status();
-  Buffer q(dtype, shape);
-  for (int64_t i = 0; i < x.size(); ++i) StoreFromDouble(q.view.data, dtype, i, x.values[i]);
-  ASSERT_TRUE(UnderTest().ApplyRope(config, *f, layout, *dims, *rp, q.view, TensorView{}).ok());
+  Buffer q(dtype, shape, kFill);
+  for (int64_t i = 0; i < x.size(); ++i) q.set(i, x.values[i]);
+  absl::StatusOr<ApplyRopePlan> plan =
+      PlanApplyRope({.config = config, .layout = layout, .q = q.view, .positions = spec});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  absl::StatusOr<RopeRunInfo> run =
+      RunApplyRope(UnderTest(), *plan, /*cache=*/nullptr, q.view, TensorView{});
+  ASSERT_TRUE(run.ok()) << run.status();
   double max_abs = 0;
   for (double v : x.values) max_abs = std::max(max_abs, std::fabs(v));
-  const double scale = std::max(1.0, f->attention_factor) * max_abs;
+  const double scale = std::max(1.0, run->frequencies->attention_factor) * max_abs;
   double max_pos = 0;
   for (double p : pos.values) max_pos = std::max(max_pos, p);
   ExpectNear(ReadAll(q.view), c.outputs.at("y"), [&](size_t) {
@@ -244,7 +231,7 @@ void RunApplyRope(const GoldenCase& c, DType dtype, double rel_tol) {
   }, c.name + " y " + std::string(DTypeName(dtype)));
 }
 
-void RunAlibiSlopes(const GoldenCase& c) {
+void CheckAlibiSlopes(const GoldenCase& c) {
   for (int64_t n : c.params.at("num_heads_list").get<std::vector<int64_t>>()) {
     absl::StatusOr<std::vector<double>> s = AlibiSlopes(n);
     ASSERT_TRUE(s.ok()) << s.status();
@@ -260,7 +247,7 @@ AlibiMode Mode(const std::string& m) {
                             : AlibiMode::kCausal;
 }
 
-void RunAlibiBias(const GoldenCase& c, DType dtype) {
+void CheckAlibiBias(const GoldenCase& c, DType dtype) {
   AlibiBiasParams p;
   p.num_heads = c.params.at("num_heads").get<int64_t>();
   p.q_len = c.params.at("q_len").get<int64_t>();
@@ -271,10 +258,11 @@ void RunAlibiBias(const GoldenCase& c, DType dtype) {
   p.future = future == "zero" ? FutureMode::kZero
              : future == "linear" ? FutureMode::kLinear
                                   : FutureMode::kMask;
-  absl::StatusOr<Shape> shape = PlanAlibiBias(p);
-  ASSERT_TRUE(shape.ok()) << shape.status();
-  Buffer out(dtype, *shape);
-  ASSERT_TRUE(UnderTest().AlibiBias(p, out.view).ok());
+  absl::StatusOr<AlibiBiasPlan> plan = PlanAlibiBias({.params = p, .output_dtype = dtype});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  Buffer out(plan->bias, kFill), slopes(plan->slopes, kFill);
+  absl::Status s = RunAlibiBias(UnderTest(), *plan, out.view, slopes.view);
+  ASSERT_TRUE(s.ok()) << s;
   const NpyArray& want = c.outputs.at("bias");
   ExpectNear(ReadAll(out.view), want, [&](size_t i) {
     return dtype == DType::kFloat64 ? 1e-12 * std::max(1.0, std::fabs(want.values[i]))
@@ -282,7 +270,7 @@ void RunAlibiBias(const GoldenCase& c, DType dtype) {
   }, c.name + " " + std::string(DTypeName(dtype)));
 }
 
-void RunBloomTensor(const GoldenCase& c) {
+void CheckBloomTensor(const GoldenCase& c) {
   const NpyArray& mask = c.inputs.at("attention_mask");
   AlibiBiasParams p;
   p.num_heads = c.params.at("num_heads").get<int64_t>();
@@ -291,17 +279,19 @@ void RunBloomTensor(const GoldenCase& c) {
   p.mode = AlibiMode::kBloom;
   p.form = BiasForm::kCompact;
   p.attention_mask = IdsView(mask);
-  absl::StatusOr<Shape> shape = PlanAlibiBias(p);
-  ASSERT_TRUE(shape.ok()) << shape.status();
-  EXPECT_EQ(*shape, (Shape{mask.shape[0], p.num_heads, p.k_len}));
-  Buffer out(DType::kFloat64, *shape);
-  ASSERT_TRUE(UnderTest().AlibiBias(p, out.view).ok());
+  absl::StatusOr<AlibiBiasPlan> plan =
+      PlanAlibiBias({.params = p, .output_dtype = DType::kFloat64});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->bias.shape, (Shape{mask.shape[0], p.num_heads, p.k_len}));
+  Buffer out(plan->bias, kFill), slopes(plan->slopes, kFill);
+  absl::Status s = RunAlibiBias(UnderTest(), *plan, out.view, slopes.view);
+  ASSERT_TRUE(s.ok()) << s;
   const NpyArray& want = c.outputs.at("alibi");
   ExpectNear(ReadAll(out.view), want,
              [&](size_t i) { return 1e-12 * std::max(1.0, std::fabs(want.values[i])); }, c.name);
 }
 
-void RunT5Bucket(const GoldenCase& c) {
+void CheckT5Bucket(const GoldenCase& c) {
   const NpyArray& rp = c.inputs.at("relative_position");
   const NpyArray& want = c.outputs.at("bucket");
   const bool bidir = c.params.at("bidirectional").get<bool>();
@@ -312,7 +302,7 @@ void RunT5Bucket(const GoldenCase& c) {
   }
 }
 
-void RunT5Bias(const GoldenCase& c, DType dtype) {
+void CheckT5Bias(const GoldenCase& c, DType dtype) {
   const NpyArray& table = c.inputs.at("table");
   RelativeBiasParams p;
   p.q_len = c.params.at("q_len").get<int64_t>();
@@ -323,10 +313,11 @@ void RunT5Bias(const GoldenCase& c, DType dtype) {
   p.num_buckets = c.params.value("num_buckets", int64_t{32});
   p.max_distance = c.params.value("max_distance", int64_t{128});
   p.table = {DType::kFloat64, Shape(table.shape.begin(), table.shape.end()), table.values.data()};
-  absl::StatusOr<Shape> shape = PlanRelativeBias(p);
-  ASSERT_TRUE(shape.ok()) << shape.status();
-  Buffer out(dtype, *shape);
-  ASSERT_TRUE(UnderTest().RelativeBias(p, out.view).ok());
+  absl::StatusOr<RelativeBiasPlan> plan = PlanRelativeBias({.params = p, .output_dtype = dtype});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  Buffer out(plan->bias, kFill);
+  absl::Status s = RunRelativeBias(UnderTest(), *plan, out.view);
+  ASSERT_TRUE(s.ok()) << s;
   const NpyArray& want = c.outputs.at("bias");
   ExpectNear(ReadAll(out.view), want, [&](size_t i) {
     return dtype == DType::kFloat64 ? 0.0 : 1e-7 * std::fabs(want.values[i]);
@@ -348,30 +339,30 @@ TEST_P(GoldenTest, MatchesEveryBackend) {
 
 void RunCase(const GoldenCase& c) {
   if (c.function == "sinusoidal_table") {
-    RunSinusoidal(c, DType::kFloat64, 0);
-    RunSinusoidal(c, DType::kFloat32, 1e-6);
+    CheckSinusoidal(c, DType::kFloat64, 0);
+    CheckSinusoidal(c, DType::kFloat32, 1e-6);
   } else if (c.function == "rope_inv_freq") {
-    RunInvFreq(c);
+    CheckInvFreq(c);
   } else if (c.function == "rope_cos_sin") {
-    RunCosSin(c, DType::kFloat64);
-    RunCosSin(c, DType::kFloat32);
+    CheckCosSin(c, DType::kFloat64);
+    CheckCosSin(c, DType::kFloat32);
   } else if (c.function == "apply_rope") {
-    RunApplyRope(c, DType::kFloat64, 0);
-    RunApplyRope(c, DType::kFloat32, 2e-6);
-    RunApplyRope(c, DType::kFloat16, 2e-3);
-    RunApplyRope(c, DType::kBFloat16, 1.6e-2);
+    CheckApplyRope(c, DType::kFloat64, 0);
+    CheckApplyRope(c, DType::kFloat32, 2e-6);
+    CheckApplyRope(c, DType::kFloat16, 2e-3);
+    CheckApplyRope(c, DType::kBFloat16, 1.6e-2);
   } else if (c.function == "alibi_slopes") {
-    RunAlibiSlopes(c);
+    CheckAlibiSlopes(c);
   } else if (c.function == "alibi_bias") {
-    RunAlibiBias(c, DType::kFloat64);
-    RunAlibiBias(c, DType::kFloat32);
+    CheckAlibiBias(c, DType::kFloat64);
+    CheckAlibiBias(c, DType::kFloat32);
   } else if (c.function == "bloom_alibi_tensor") {
-    RunBloomTensor(c);
+    CheckBloomTensor(c);
   } else if (c.function == "t5_relative_position_bucket") {
-    RunT5Bucket(c);
+    CheckT5Bucket(c);
   } else if (c.function == "t5_bias") {
-    RunT5Bias(c, DType::kFloat64);
-    RunT5Bias(c, DType::kFloat32);
+    CheckT5Bias(c, DType::kFloat64);
+    CheckT5Bias(c, DType::kFloat32);
   } else {
     FAIL() << c.name << ": unknown golden function " << c.function;
   }

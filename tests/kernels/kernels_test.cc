@@ -4,14 +4,17 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
-#include "kernels/ops.h"
 #include "kernels/common/positions.h"
+#include "kernels/common/status.h"
 #include "kernels/common/types.h"
+#include "kernels/ops.h"
+#include "tests/common/buffers.h"
 
 namespace posenc::kernels {
 namespace {
@@ -23,26 +26,10 @@ const Backend& Ref() {
   return *backend;
 }
 
-struct Buffer {
-  std::vector<unsigned char> bytes;
-  TensorView view;
-  Buffer(DType dtype, Shape shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    bytes.assign(static_cast<size_t>(n * DTypeSize(dtype)), 0);
-    view = {dtype, shape, bytes.data()};
-  }
-  double at(int64_t i) const { return LoadAsDouble(view.data, view.dtype, i); }
-  void set(int64_t i, double v) { StoreFromDouble(view.data, view.dtype, i, v); }
-  int64_t size() const { return view.NumElements(); }
-};
+using ::posenc::testing::Buffer;
 
 Buffer Random(DType dtype, Shape shape, uint32_t seed) {
-  Buffer b(dtype, shape);
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> dist(-2.0, 2.0);
-  for (int64_t i = 0; i < b.size(); ++i) b.set(i, dist(gen));
-  return b;
+  return ::posenc::testing::RandomBuffer(dtype, std::move(shape), seed, -2.0, 2.0);
 }
 
 PositionSpec RangeSpec(int64_t start, int64_t count) {
@@ -103,22 +90,28 @@ TEST(DTypeTest, NumElementsChecksOverflow) {
 
 // ---- positions ----------------------------------------------------------------------------------
 
+// Plans `spec` against `grid` and resolves it: the plan's error, else the resolution's.
+absl::StatusOr<ResolvedPositions> Resolve(const PositionSpec& spec, const TokenGrid& grid) {
+  POSENC_ASSIGN_OR_RETURN(const PositionPlan plan, PlanPositions(spec, grid));
+  return ResolvePositions(plan);
+}
+
 TEST(PositionsTest, EveryKindResolves) {
-  GridRequest bs{GridRequest::Kind::kBatchSeq, 2, 3};
-  auto r = ResolvePositions(RangeSpec(5, 0), bs);
+  TokenGrid bs{TokenGrid::Kind::kBatchSeq, 2, 3};
+  auto r = Resolve(RangeSpec(5, 0), bs);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->pos, (std::vector<int64_t>{5, 6, 7, 5, 6, 7}));
 
   PositionSpec off;
   off.kind = PositionSpec::Kind::kOffsets;
   off.offsets = {0, 10};
-  r = ResolvePositions(off, bs);
+  r = Resolve(off, bs);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->pos, (std::vector<int64_t>{0, 1, 2, 10, 11, 12}));
   EXPECT_EQ(r->max_position, 12);
 
   std::vector<int64_t> ids = {4, 4, 9};
-  r = ResolvePositions(IdsSpec(ids, {3}), bs);  // broadcast over the batch
+  r = Resolve(IdsSpec(ids, {3}), bs);  // broadcast over the batch
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->pos, (std::vector<int64_t>{4, 4, 9, 4, 4, 9}));
 
@@ -126,7 +119,7 @@ TEST(PositionsTest, EveryKindResolves) {
   PositionSpec m;
   m.kind = PositionSpec::Kind::kAttentionMask;
   m.mask = {DType::kInt32, {2, 3}, mask.data()};
-  r = ResolvePositions(m, bs);
+  r = Resolve(m, bs);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->pos, (std::vector<int64_t>{0, 0, 1, 0, 1, 0}));
   EXPECT_FALSE(r->IsValid(0));
@@ -137,35 +130,34 @@ TEST(PositionsTest, EveryKindResolves) {
   cu.kind = PositionSpec::Kind::kCuSeqlens;
   cu.cu_seqlens = {0, 2, 2, 5};
   cu.offsets = {7, 0, 100};
-  r = ResolvePositions(cu, GridRequest{GridRequest::Kind::kPacked, 1, 1, 5});
+  r = Resolve(cu, TokenGrid{TokenGrid::Kind::kPacked, 1, 1, 5});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->pos, (std::vector<int64_t>{7, 8, 100, 101, 102}));
 }
 
 TEST(PositionsTest, MropeRepeatsOrReadsThreeComponents) {
-  GridRequest g{GridRequest::Kind::kTable};
+  TokenGrid g{TokenGrid::Kind::kTable};
   g.components = 3;
-  auto r = ResolvePositions(RangeSpec(3, 2), g);
+  auto r = Resolve(RangeSpec(3, 2), g);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->pos, (std::vector<int64_t>{3, 4, 3, 4, 3, 4}));
   std::vector<int64_t> ids = {0, 1, 5, 6, 7, 8};
-  r = ResolvePositions(IdsSpec(ids, {3, 2}), g);
+  r = Resolve(IdsSpec(ids, {3, 2}), g);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->At(1, 2), 8);
   EXPECT_EQ(r->grid, (Shape{2}));
-  EXPECT_THAT(ResolvePositions(IdsSpec(ids, {2, 3}), g).status().message(),
-              HasSubstr("[3, ...]"));
+  EXPECT_THAT(Resolve(IdsSpec(ids, {2, 3}), g).status().message(), HasSubstr("[3, ...]"));
 }
 
 TEST(PositionsTest, RejectsBadPositions) {
-  GridRequest bs{GridRequest::Kind::kBatchSeq, 2, 3};
+  TokenGrid bs{TokenGrid::Kind::kBatchSeq, 2, 3};
   std::vector<int64_t> neg = {0, -1, 2};
-  auto s = ResolvePositions(IdsSpec(neg, {3}), bs).status();
+  auto s = Resolve(IdsSpec(neg, {3}), bs).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("positions.ids"));
   EXPECT_THAT(s.message(), HasSubstr("-1"));
   std::vector<int64_t> big = {0, int64_t{1} << 31, 2};
-  EXPECT_FALSE(ResolvePositions(IdsSpec(big, {3}), bs).ok());
+  EXPECT_FALSE(Resolve(IdsSpec(big, {3}), bs).ok());
   EXPECT_THAT(PlanPositions(RangeSpec(0, 4), bs).status().message(),
               HasSubstr("positions.range.count"));
   EXPECT_THAT(PlanPositions(RangeSpec(kMaxPosition, 3), bs).status().message(),
@@ -177,18 +169,18 @@ TEST(PositionsTest, RejectsBadPositions) {
   PositionSpec cu;
   cu.kind = PositionSpec::Kind::kCuSeqlens;
   cu.cu_seqlens = {0, 3, 2};
-  EXPECT_THAT(PlanPositions(cu, GridRequest{GridRequest::Kind::kPacked, 1, 1, 2}).status().message(),
+  EXPECT_THAT(PlanPositions(cu, TokenGrid{TokenGrid::Kind::kPacked, 1, 1, 2}).status().message(),
               HasSubstr("non-decreasing"));
   cu.cu_seqlens = {0, 3};
-  EXPECT_THAT(PlanPositions(cu, GridRequest{GridRequest::Kind::kPacked, 1, 1, 2}).status().message(),
+  EXPECT_THAT(PlanPositions(cu, TokenGrid{TokenGrid::Kind::kPacked, 1, 1, 2}).status().message(),
               HasSubstr("token count 2"));
   std::vector<int64_t> mask = {1, 2, 1};
   PositionSpec m;
   m.kind = PositionSpec::Kind::kAttentionMask;
   m.mask = {DType::kInt64, {1, 3}, mask.data()};
-  EXPECT_THAT(ResolvePositions(m, GridRequest{GridRequest::Kind::kBatchSeq, 1, 3}).status().message(),
+  EXPECT_THAT(Resolve(m, TokenGrid{TokenGrid::Kind::kBatchSeq, 1, 3}).status().message(),
               HasSubstr("expected 0 or 1"));
-  EXPECT_FALSE(PlanPositions(PositionSpec{}, GridRequest{}).ok());  // a table needs positions
+  EXPECT_FALSE(PlanPositions(PositionSpec{}, TokenGrid{}).ok());  // a table needs positions
 }
 
 // ---- sinusoidal and absolute encodings ---------------------------------------------------------
@@ -200,14 +192,13 @@ TEST(SinusoidalTest, PaddingRowsAreZeroAndLayoutsAgree) {
   PositionSpec m;
   m.kind = PositionSpec::Kind::kAttentionMask;
   m.mask = {DType::kInt64, {1, 3}, mask.data()};
-  GridRequest g;
-  auto shape = PlanSinusoidal(inter, m, &g);
-  ASSERT_TRUE(shape.ok());
-  EXPECT_EQ(*shape, (Shape{1, 3, 8}));
-  auto rp = ResolvePositions(m, g);
-  Buffer a(DType::kFloat64, *shape), b(DType::kFloat64, *shape);
-  ASSERT_TRUE(Ref().Sinusoidal(inter, *rp, a.view).ok());
-  ASSERT_TRUE(Ref().Sinusoidal(concat, *rp, b.view).ok());
+  auto pa = PlanSinusoidal({.params = inter, .positions = m, .output_dtype = DType::kFloat64});
+  auto pb = PlanSinusoidal({.params = concat, .positions = m, .output_dtype = DType::kFloat64});
+  ASSERT_TRUE(pa.ok() && pb.ok()) << pa.status() << pb.status();
+  EXPECT_EQ(pa->table.shape, (Shape{1, 3, 8}));
+  Buffer a(pa->table), b(pb->table);
+  ASSERT_TRUE(RunSinusoidal(Ref(), *pa, a.view).ok());
+  ASSERT_TRUE(RunSinusoidal(Ref(), *pb, b.view).ok());
   for (int c = 0; c < 8; ++c) EXPECT_EQ(a.at(c), 0.0);  // the padding row
   // Token 2 has position 1; interleaved (sin, cos) pairs are concat's halves.
   for (int k = 0; k < 4; ++k) {
@@ -236,22 +227,21 @@ TEST(AddPositionEncodingTest, FairseqPaddingIdxShiftsAndZeroesPadding) {
   PositionSpec m;
   m.kind = PositionSpec::Kind::kAttentionMask;
   m.mask = {DType::kInt64, {1, 4}, mask.data()};
-  GridRequest g;
-  auto shape = PlanAddPositionEncoding(p, Shape{1, 4, 6}, m, &g);
-  ASSERT_TRUE(shape.ok()) << shape.status();
-  EXPECT_EQ(p.sinusoidal->dim, 6);  // 0 takes x's width
-  auto rp = ResolvePositions(m, g);
   Buffer x = Random(DType::kFloat64, {1, 4, 6}, 1);
-  Buffer y(DType::kFloat64, *shape);
-  ASSERT_TRUE(Ref().AddPositionEncoding(p, x.view, *rp, y.view).ok());
+  auto plan = PlanAddPositionEncoding({.params = p, .x = x.view, .positions = m});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->params.sinusoidal->dim, 6);  // 0 takes x's width
+  Buffer y(plan->y);
+  ASSERT_TRUE(RunAddPositionEncoding(Ref(), *plan, y.view).ok());
   // Padding token: only x*scale. Token 1 (real position 0) reads sinusoid position 0+1+1 = 2.
   for (int c = 0; c < 6; ++c) EXPECT_DOUBLE_EQ(y.at(c), 2 * x.at(c));
-  SinusoidalParams s = *p.sinusoidal;
   std::vector<int64_t> two = {2};
-  GridRequest tg;
-  auto ts = PlanSinusoidal(s, IdsSpec(two, {1}), &tg);
-  Buffer pe(DType::kFloat64, *ts);
-  ASSERT_TRUE(Ref().Sinusoidal(s, *ResolvePositions(IdsSpec(two, {1}), tg), pe.view).ok());
+  auto ts = PlanSinusoidal({.params = *plan->params.sinusoidal,
+                            .positions = IdsSpec(two, {1}),
+                            .output_dtype = DType::kFloat64});
+  ASSERT_TRUE(ts.ok()) << ts.status();
+  Buffer pe(ts->table);
+  ASSERT_TRUE(RunSinusoidal(Ref(), *ts, pe.view).ok());
   for (int c = 0; c < 6; ++c) EXPECT_NEAR(y.at(6 + c), 2 * x.at(6 + c) + pe.at(c), 1e-15);
 }
 
@@ -262,24 +252,27 @@ TEST(AddPositionEncodingTest, LearnedTableConcatAndOutOfRange) {
   p.combine = Combine::kConcat;
   p.learned = {DType::kFloat64, {5, 3}, table.data()};
   p.table_offset = 2;
-  GridRequest g;
-  auto shape = PlanAddPositionEncoding(p, Shape{2, 2}, RangeSpec(1, 0), &g);
-  ASSERT_TRUE(shape.ok()) << shape.status();
-  EXPECT_EQ(*shape, (Shape{2, 5}));
-  auto rp = ResolvePositions(RangeSpec(1, 0), g);
   Buffer x(DType::kFloat32, {2, 2});
   x.set(0, 7);
-  Buffer y(DType::kFloat32, *shape);
-  ASSERT_TRUE(Ref().AddPositionEncoding(p, x.view, *rp, y.view).ok());
+  auto plan = PlanAddPositionEncoding({.params = p, .x = x.view, .positions = RangeSpec(1, 0)});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->y.shape, (Shape{2, 5}));
+  EXPECT_EQ(plan->y.dtype, DType::kFloat32);
+  Buffer y(plan->y);
+  ASSERT_TRUE(RunAddPositionEncoding(Ref(), *plan, y.view).ok());
   EXPECT_EQ(y.at(0), 7);
   EXPECT_EQ(y.at(2), 9);   // row 1 + 2 = 3 -> 9, 10, 11
   EXPECT_EQ(y.at(9), 14);  // token 1 reads row 4
-  auto rp2 = ResolvePositions(RangeSpec(2, 0), g);
-  absl::Status s = Ref().AddPositionEncoding(p, x.view, *rp2, y.view);
+  // Positions 2, 3 read rows 4, 5: the run (not the plan) finds row 5 past the table.
+  auto past = PlanAddPositionEncoding({.params = p, .x = x.view, .positions = RangeSpec(2, 0)});
+  ASSERT_TRUE(past.ok()) << past.status();
+  absl::Status s = RunAddPositionEncoding(Ref(), *past, y.view);
   EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
   EXPECT_THAT(s.message(), HasSubstr("5 rows"));
   p.combine = Combine::kAdd;
-  EXPECT_THAT(PlanAddPositionEncoding(p, Shape{2, 2}, RangeSpec(1, 0), &g).status().message(),
+  EXPECT_THAT(PlanAddPositionEncoding({.params = p, .x = x.view, .positions = RangeSpec(1, 0)})
+                  .status()
+                  .message(),
               HasSubstr("x's last dimension 2"));
 }
 
@@ -291,19 +284,15 @@ struct RopeRun {
   PositionSpec positions;
 };
 
-// Plans, resolves and applies; returns the status.
-absl::Status Apply(RopeRun run, Buffer& q, Buffer* k) {
-  GridRequest g;
-  DType kd = k ? k->view.dtype : DType::kFloat32;
-  auto dims = PlanApplyRope(run.config, run.layout, q.view.dtype, q.view.shape, k ? &kd : nullptr,
-                            k ? &k->view.shape : nullptr, run.positions, &g);
-  if (!dims.ok()) return dims.status();
-  auto rp = ResolvePositions(run.positions, g);
-  if (!rp.ok()) return rp.status();
-  auto f = ComputeRopeFrequencies(run.config, rp->max_position);
-  if (!f.ok()) return f.status();
-  return Ref().ApplyRope(run.config, *f, run.layout, *dims, *rp, q.view,
-                         k ? k->view : TensorView{});
+// Plans and applies on the reference backend (rotating q and k in place); returns the status.
+absl::Status Apply(const RopeRun& run, Buffer& q, Buffer* k) {
+  const TensorView k_view = k ? k->view : TensorView{};
+  POSENC_ASSIGN_OR_RETURN(const ApplyRopePlan plan, PlanApplyRope({.config = run.config,
+                                                                   .layout = run.layout,
+                                                                   .q = q.view,
+                                                                   .k = k_view,
+                                                                   .positions = run.positions}));
+  return RunApplyRope(Ref(), plan, /*cache=*/nullptr, q.view, k_view).status();
 }
 
 TEST(RopeTest, InverseUndoesForwardWithAttentionFactor) {
@@ -317,10 +306,8 @@ TEST(RopeTest, InverseUndoesForwardWithAttentionFactor) {
     run.positions = RangeSpec(1000000, 0);
     Buffer x = Random(DType::kFloat64, {2, 3, 4, 32}, 7);
     Buffer q = x;
-    q.view.data = q.bytes.data();
     Buffer k = Random(DType::kFloat64, {2, 3, 2, 32}, 8);  // GQA: 2 key heads
     Buffer k0 = k;
-    k0.view.data = k0.bytes.data();
     ASSERT_TRUE(Apply(run, q, &k).ok());
     EXPECT_NE(q.at(0), x.at(0));
     EXPECT_EQ(q.at(31), x.at(31));  // past rotary_dim: pass-through
@@ -341,7 +328,6 @@ TEST(RopeTest, RotationPreservesPairNormTimesFactor) {
   run.positions = RangeSpec(5000, 0);  // seq_len 5001 > L0: long factors
   Buffer x = Random(DType::kFloat64, {1, 1, 1, 8}, 3);
   Buffer q = x;
-  q.view.data = q.bytes.data();
   ASSERT_TRUE(Apply(run, q, nullptr).ok());
   const double m = std::sqrt(1 + std::log(32.0) / std::log(4096.0));
   for (int j = 0; j < 4; ++j) {
@@ -393,7 +379,6 @@ TEST(RopeTest, PaddingPassesThroughAndRealTokensCountFromZero) {
   run.positions.mask = {DType::kInt64, {1, 4}, mask.data()};
   Buffer x = Random(DType::kFloat64, {1, 4, 1, 4}, 5);
   Buffer q = x;
-  q.view.data = q.bytes.data();
   ASSERT_TRUE(Apply(run, q, nullptr).ok());
   for (int i = 0; i < 12; ++i) EXPECT_EQ(q.at(i), x.at(i));  // padding + position 0 unchanged
   EXPECT_NEAR(q.at(12), x.at(12) * std::cos(1.0) - x.at(14) * std::sin(1.0), 1e-15);
@@ -408,8 +393,6 @@ TEST(RopeTest, MropeWithEqualComponentsIsPlainRope) {
     run.positions = IdsSpec(ids, {3, 2});
     Buffer x = Random(DType::kFloat64, {1, 2, 1, 8}, 9);
     Buffer a = x, b = x;
-    a.view.data = a.bytes.data();
-    b.view.data = b.bytes.data();
     ASSERT_TRUE(Apply(run, a, nullptr).ok());
     RopeRun plain;
     std::vector<int64_t> flat = {3, 9};
@@ -436,13 +419,13 @@ TEST(RopeTest, Float32CosSinExactAtTheLargestPosition) {
   c.head_dim = 64;
   std::vector<int64_t> ids = {kMaxPosition, kMaxPosition - 1, 1000000};
   PositionSpec spec = IdsSpec(ids, {3});
-  GridRequest g;
-  auto shape = PlanRopeCache(c, RopeCacheLayout::kCompact, spec, &g);
-  ASSERT_TRUE(shape.ok());
-  auto rp = ResolvePositions(spec, g);
-  auto f = ComputeRopeFrequencies(c, rp->max_position);
-  Buffer cos(DType::kFloat32, *shape), sin(DType::kFloat32, *shape);
-  ASSERT_TRUE(Ref().RopeCache(c, *f, RopeCacheLayout::kCompact, *rp, cos.view, sin.view).ok());
+  auto plan = PlanRopeCache({.config = c,
+                             .layout = RopeCacheLayout::kCompact,
+                             .positions = spec,
+                             .output_dtype = DType::kFloat32});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  Buffer cos(plan->cos), sin(plan->sin);
+  ASSERT_TRUE(RunRopeCache(Ref(), *plan, /*cache=*/nullptr, cos.view, sin.view).ok());
   for (int t = 0; t < 3; ++t) {
     const long double p = static_cast<long double>(ids[t]);
     EXPECT_NEAR(cos.at(t * 32), static_cast<double>(std::cos(p)), 1e-6);
@@ -551,27 +534,33 @@ TEST(RopeTest, ValidationNamesTheField) {
 }
 
 TEST(RopeTest, PlanApplyRopeChecksShapes) {
+  // Views of one zeroed block (the plan reads shapes and dtypes only; k.data marks k present).
+  std::vector<double> data(2 * 3 * 4 * 8);
+  const DType f32 = DType::kFloat32, f16 = DType::kFloat16;
+  const ConstTensorView q{f32, {2, 3, 4, 8}, data.data()};
+  const ConstTensorView k_bad{f32, {2, 4, 1, 8}, data.data()};
+  const ConstTensorView k_ok{f32, {2, 3, 1, 8}, data.data()};
+  const ConstTensorView k_f16{f16, {2, 3, 1, 8}, data.data()};
   RopeConfig c;
-  GridRequest g;
-  DType f32 = DType::kFloat32, f16 = DType::kFloat16;
-  Shape q{2, 3, 4, 8}, k_bad{2, 4, 1, 8}, k_ok{2, 3, 1, 8};
-  auto st = PlanApplyRope(c, TensorLayout::kBSHD, f32, q, &f32, &k_bad, PositionSpec{}, &g);
+  auto st = PlanApplyRope({.config = c, .layout = TensorLayout::kBSHD, .q = q, .k = k_bad});
   EXPECT_THAT(st.status().message(), HasSubstr("k: expected the batch, sequence"));
-  st = PlanApplyRope(c, TensorLayout::kBSHD, f32, q, &f16, &k_ok, PositionSpec{}, &g);
+  st = PlanApplyRope({.config = c, .layout = TensorLayout::kBSHD, .q = q, .k = k_f16});
   EXPECT_THAT(st.status().message(), HasSubstr("k: expected q's dtype FLOAT32"));
-  st = PlanApplyRope(c, TensorLayout::kTHD, f32, q, nullptr, nullptr, PositionSpec{}, &g);
+  st = PlanApplyRope({.config = c, .layout = TensorLayout::kTHD, .q = q});
   EXPECT_THAT(st.status().message(), HasSubstr("expected rank 3"));
   c.head_dim = 16;
-  st = PlanApplyRope(c, TensorLayout::kBSHD, f32, q, nullptr, nullptr, PositionSpec{}, &g);
+  st = PlanApplyRope({.config = c, .layout = TensorLayout::kBSHD, .q = q});
   EXPECT_THAT(st.status().message(), HasSubstr("config.head_dim: expected q's last dimension 8"));
   c.head_dim = 0;
-  DType i32 = DType::kInt32;
-  st = PlanApplyRope(c, TensorLayout::kBSHD, i32, q, nullptr, nullptr, PositionSpec{}, &g);
+  const ConstTensorView q_i32{DType::kInt32, q.shape, data.data()};
+  st = PlanApplyRope({.config = c, .layout = TensorLayout::kBSHD, .q = q_i32});
   EXPECT_THAT(st.status().message(), HasSubstr("q: expected dtype FLOAT32"));
-  st = PlanApplyRope(c, TensorLayout::kBSHD, f32, q, &f32, &k_ok, PositionSpec{}, &g);
-  ASSERT_TRUE(st.ok());
+  st = PlanApplyRope({.config = c, .layout = TensorLayout::kBSHD, .q = q, .k = k_ok});
+  ASSERT_TRUE(st.ok()) << st.status();
   EXPECT_EQ(st->k_heads, 1);
   EXPECT_EQ(st->tokens, 6);
+  EXPECT_EQ(st->config.head_dim, 8);  // filled in on the plan's copy
+  EXPECT_EQ(c.head_dim, 0);           // the caller's config is left alone
 }
 
 // ---- ALiBi -----------------------------------------------------------------------------------
@@ -598,12 +587,15 @@ TEST(AlibiTest, CompactFormExpandsToFullAndBloomIsCausalPlusRowConstant) {
       p.query_offset = 1;
       p.mode = mode;
       p.future = future;
-      Buffer full(DType::kFloat64, *PlanAlibiBias(p));
-      ASSERT_TRUE(Ref().AlibiBias(p, full.view).ok());
+      auto full_plan = PlanAlibiBias({.params = p, .output_dtype = DType::kFloat64});
       p.form = BiasForm::kCompact;
-      Buffer compact(DType::kFloat64, *PlanAlibiBias(p));
-      EXPECT_EQ(compact.view.shape, (Shape{3, 10}));
-      ASSERT_TRUE(Ref().AlibiBias(p, compact.view).ok());
+      auto compact_plan = PlanAlibiBias({.params = p, .output_dtype = DType::kFloat64});
+      ASSERT_TRUE(full_plan.ok() && compact_plan.ok())
+          << full_plan.status() << compact_plan.status();
+      EXPECT_EQ(compact_plan->bias.shape, (Shape{3, 10}));
+      Buffer full(full_plan->bias), compact(compact_plan->bias), slopes(full_plan->slopes);
+      ASSERT_TRUE(RunAlibiBias(Ref(), *full_plan, full.view, slopes.view).ok());
+      ASSERT_TRUE(RunAlibiBias(Ref(), *compact_plan, compact.view, slopes.view).ok());
       for (int h = 0; h < 3; ++h)
         for (int i = 0; i < 4; ++i)
           for (int j = 0; j < 7; ++j)
@@ -616,22 +608,35 @@ TEST(AlibiTest, CompactFormExpandsToFullAndBloomIsCausalPlusRowConstant) {
   c.k_len = 5;
   AlibiBiasParams b = c;
   b.mode = AlibiMode::kBloom;
-  Buffer causal(DType::kFloat64, *PlanAlibiBias(c)), bloom(DType::kFloat64, *PlanAlibiBias(b));
-  ASSERT_TRUE(Ref().AlibiBias(c, causal.view).ok());
-  ASSERT_TRUE(Ref().AlibiBias(b, bloom.view).ok());
+  auto causal_plan = PlanAlibiBias({.params = c, .output_dtype = DType::kFloat64});
+  auto bloom_plan = PlanAlibiBias({.params = b, .output_dtype = DType::kFloat64});
+  ASSERT_TRUE(causal_plan.ok() && bloom_plan.ok()) << causal_plan.status() << bloom_plan.status();
+  Buffer causal(causal_plan->bias), bloom(bloom_plan->bias), slopes(causal_plan->slopes);
+  ASSERT_TRUE(RunAlibiBias(Ref(), *causal_plan, causal.view, slopes.view).ok());
+  ASSERT_TRUE(RunAlibiBias(Ref(), *bloom_plan, bloom.view, slopes.view).ok());
   for (int h = 0; h < 2; ++h)
     for (int i = 0; i < 3; ++i) {
       const int64_t row = (h * 3 + i) * 5;
       const double k0 = bloom.at(row) - causal.at(row);
-      for (int j = 0; j <= i + 2; ++j) EXPECT_NEAR(bloom.at(row + j) - causal.at(row + j), k0, 1e-15);
-      for (int j = i + 3; j < 5; ++j) EXPECT_EQ(bloom.at(row + j), -std::numeric_limits<double>::infinity());
+      for (int j = 0; j <= i + 2; ++j) {
+        EXPECT_NEAR(bloom.at(row + j) - causal.at(row + j), k0, 1e-15);
+      }
+      for (int j = i + 3; j < 5; ++j) {
+        EXPECT_EQ(bloom.at(row + j), -std::numeric_limits<double>::infinity());
+      }
     }
   c.form = BiasForm::kBuckets;
-  EXPECT_THAT(PlanAlibiBias(c).status().message(), HasSubstr("form"));
+  EXPECT_THAT(PlanAlibiBias({.params = c}).status().message(), HasSubstr("form"));
   c.form = BiasForm::kFull;
   std::vector<int64_t> mask = {1, 1, 1, 1, 1};
   c.attention_mask = {DType::kInt64, {1, 5}, mask.data()};
-  EXPECT_THAT(PlanAlibiBias(c).status().message(), HasSubstr("attention_mask"));
+  EXPECT_THAT(PlanAlibiBias({.params = c}).status().message(), HasSubstr("attention_mask"));
+  // BLOOM's mask values are checked once, by the plan: 0 or 1 only.
+  std::vector<int64_t> not_binary = {1, 1, 2, 1, 1};
+  b.attention_mask = {DType::kInt64, {1, 5}, not_binary.data()};
+  absl::Status s = PlanAlibiBias({.params = b}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("attention_mask"));
 }
 
 // ---- T5 and relative embeddings ------------------------------------------------------------------
@@ -654,14 +659,18 @@ TEST(T5Test, CompactBucketsAndValidation) {
   p.query_offset = 100;
   p.key_offset = 90;
   p.table = {DType::kFloat64, {32, 2}, table.data()};
-  Buffer full(DType::kFloat32, *PlanRelativeBias(p));
-  ASSERT_TRUE(Ref().RelativeBias(p, full.view).ok());
+  auto full_plan = PlanRelativeBias({.params = p, .output_dtype = DType::kFloat32});
   p.form = BiasForm::kCompact;
-  Buffer compact(DType::kFloat32, *PlanRelativeBias(p));
-  ASSERT_TRUE(Ref().RelativeBias(p, compact.view).ok());
+  auto compact_plan = PlanRelativeBias({.params = p, .output_dtype = DType::kFloat32});
   p.form = BiasForm::kBuckets;
-  Buffer buckets(DType::kInt32, *PlanRelativeBias(p));
-  ASSERT_TRUE(Ref().RelativeBias(p, buckets.view).ok());
+  auto buckets_plan = PlanRelativeBias({.params = p});  // BUCKETS: INT32 by default
+  ASSERT_TRUE(full_plan.ok() && compact_plan.ok() && buckets_plan.ok())
+      << full_plan.status() << compact_plan.status() << buckets_plan.status();
+  EXPECT_EQ(buckets_plan->bias.dtype, DType::kInt32);
+  Buffer full(full_plan->bias), compact(compact_plan->bias), buckets(buckets_plan->bias);
+  ASSERT_TRUE(RunRelativeBias(Ref(), *full_plan, full.view).ok());
+  ASSERT_TRUE(RunRelativeBias(Ref(), *compact_plan, compact.view).ok());
+  ASSERT_TRUE(RunRelativeBias(Ref(), *buckets_plan, buckets.view).ok());
   for (int h = 0; h < 2; ++h)
     for (int i = 0; i < 5; ++i)
       for (int j = 0; j < 9; ++j) {
@@ -671,12 +680,17 @@ TEST(T5Test, CompactBucketsAndValidation) {
         ASSERT_EQ(buckets.at(i * 9 + j), bucket);
         ASSERT_EQ(v, table[bucket * 2 + h]);
       }
+  // BUCKETS are INT32 only: the plan says so, naming the field.
+  EXPECT_TRUE(PlanRelativeBias({.params = p, .output_dtype = DType::kInt32}).ok());
+  absl::Status s = PlanRelativeBias({.params = p, .output_dtype = DType::kFloat32}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("output_dtype"));
   p.max_distance = 8;  // exact range 8 (bidirectional, 32 buckets)
-  EXPECT_THAT(PlanRelativeBias(p).status().message(), HasSubstr("max_distance"));
+  EXPECT_THAT(PlanRelativeBias({.params = p}).status().message(), HasSubstr("max_distance"));
   p.max_distance = 128;
   p.form = BiasForm::kFull;
   p.table.shape = {16, 4};
-  EXPECT_THAT(PlanRelativeBias(p).status().message(), HasSubstr("num_buckets = 32"));
+  EXPECT_THAT(PlanRelativeBias({.params = p}).status().message(), HasSubstr("num_buckets = 32"));
 }
 
 TEST(RelativeEmbeddingTest, ClipsDistances) {
@@ -688,15 +702,16 @@ TEST(RelativeEmbeddingTest, ClipsDistances) {
   p.max_relative = 2;
   p.query_offset = 0;
   p.table = {DType::kFloat32, {5, 2}, table.data()};
-  auto shape = PlanRelativeEmbedding(p);
-  ASSERT_TRUE(shape.ok());
-  Buffer out(DType::kFloat64, *shape);
-  ASSERT_TRUE(Ref().RelativeEmbedding(p, out.view).ok());
+  auto plan = PlanRelativeEmbedding({.params = p, .output_dtype = DType::kFloat64});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  Buffer out(plan->embeddings);
+  ASSERT_TRUE(RunRelativeEmbedding(Ref(), *plan, out.view).ok());
   // (i=1, j=0): rel -1 -> row 1; (i=0, j=5): rel 5 clipped to 2 -> row 4.
   EXPECT_EQ(out.at((1 * 6 + 0) * 2), 2);
   EXPECT_EQ(out.at((0 * 6 + 5) * 2 + 1), 9);
   p.table.shape = {4, 2};
-  EXPECT_THAT(PlanRelativeEmbedding(p).status().message(), HasSubstr("2*max_relative+1 = 5"));
+  EXPECT_THAT(PlanRelativeEmbedding({.params = p}).status().message(),
+              HasSubstr("2*max_relative+1 = 5"));
 }
 
 }  // namespace

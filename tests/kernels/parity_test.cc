@@ -8,45 +8,29 @@
 //   reference value; biases, buckets and table lookups exactly equal.
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
-#include "kernels/ops.h"
 #include "kernels/common/positions.h"
+#include "kernels/common/status.h"
+#include "kernels/ops.h"
+#include "tests/common/buffers.h"
 
 namespace posenc::kernels {
 namespace {
 
-struct Buffer {
-  std::vector<unsigned char> bytes;
-  TensorView view;
-  Buffer() = default;
-  Buffer(DType dtype, Shape shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    bytes.assign(static_cast<size_t>(n * DTypeSize(dtype)), 0xCD);
-    view = {dtype, shape, bytes.data()};
-  }
-  Buffer(const Buffer& o) : bytes(o.bytes), view(o.view) { view.data = bytes.data(); }
-  Buffer& operator=(const Buffer& o) {
-    bytes = o.bytes;
-    view = o.view;
-    view.data = bytes.data();
-    return *this;
-  }
-  double at(int64_t i) const { return LoadAsDouble(view.data, view.dtype, i); }
-  int64_t size() const { return view.NumElements(); }
-};
+using ::posenc::testing::Buffer;
+
+// Unwritten output bytes read as a value no kernel writes (0xCDCD...).
+constexpr unsigned char kFill = 0xCD;
 
 Buffer Random(DType dtype, Shape shape, uint32_t seed, double lo = -3, double hi = 3) {
-  Buffer b(dtype, shape);
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  for (int64_t i = 0; i < b.size(); ++i) StoreFromDouble(b.view.data, dtype, i, dist(gen));
-  return b;
+  return ::posenc::testing::RandomBuffer(dtype, std::move(shape), seed, lo, hi);
 }
 
 // One output ulp at the magnitude of v (fp16: 10 fraction bits, bf16: 7).
@@ -232,27 +216,26 @@ struct RopeResult {
   double magnitude = 1;
 };
 
-absl::StatusOr<RopeResult> RunApply(const Backend& backend, RopeConfig config, TensorLayout layout,
-                                    const PositionSpec& spec, const Buffer& q0, const Buffer* k0) {
-  GridRequest grid;
-  DType kd = k0 ? k0->view.dtype : DType::kFloat32;
-  auto dims = PlanApplyRope(config, layout, q0.view.dtype, q0.view.shape, k0 ? &kd : nullptr,
-                            k0 ? &k0->view.shape : nullptr, spec, &grid);
-  if (!dims.ok()) return dims.status();
-  auto rp = ResolvePositions(spec, grid);
-  if (!rp.ok()) return rp.status();
-  auto f = ComputeRopeFrequencies(config, rp->max_position);
-  if (!f.ok()) return f.status();
+// The one helper of this harness: ApplyRope rotates in place, so each backend gets its own copy
+// of the inputs (plan, then run; the run resolves the positions and computes the frequencies).
+absl::StatusOr<RopeResult> RunApply(const Backend& backend, const RopeConfig& config,
+                                    TensorLayout layout, const PositionSpec& spec, const Buffer& q0,
+                                    const Buffer* k0) {
   RopeResult r;
   r.q = q0;
   if (k0) r.k = *k0;
-  absl::Status s = backend.ApplyRope(config, *f, layout, *dims, *rp, r.q.view,
-                                     k0 ? r.k.view : TensorView{});
-  if (!s.ok()) return s;
+  const TensorView k = k0 ? r.k.view : TensorView{};
+  POSENC_ASSIGN_OR_RETURN(
+      const ApplyRopePlan plan,
+      PlanApplyRope(
+          {.config = config, .layout = layout, .q = r.q.view, .k = k, .positions = spec}));
+  POSENC_ASSIGN_OR_RETURN(const RopeRunInfo info,
+                          RunApplyRope(backend, plan, /*cache=*/nullptr, r.q.view, k));
+  const RopeFrequencies& f = *info.frequencies;
   double max_abs = 0;
   for (int64_t i = 0; i < q0.size(); ++i) max_abs = std::max(max_abs, std::fabs(q0.at(i)));
-  const double m = config.inverse ? 1 / f->attention_factor : f->attention_factor;
-  r.magnitude = max_abs * std::max(1.0, f->CosSinScale() * std::max(1.0, m));
+  const double m = plan.config.inverse ? 1 / f.attention_factor : f.attention_factor;
+  r.magnitude = max_abs * std::max(1.0, f.CosSinScale() * std::max(1.0, m));
   return r;
 }
 
@@ -333,16 +316,17 @@ TEST_P(ParityTest, RopeCacheEveryScalingLayoutAndDtype) {
     for (auto& [sname, config] : RopeConfigs(64, 64)) {
       for (RopeCacheLayout layout :
            {RopeCacheLayout::kCompact, RopeCacheLayout::kNeox, RopeCacheLayout::kGptj}) {
-        GridRequest grid;
-        auto shape = PlanRopeCache(config, layout, spec, &grid);
-        ASSERT_TRUE(shape.ok());
-        auto rp = ResolvePositions(spec, grid);
-        auto f = ComputeRopeFrequencies(config, rp->max_position);
-        ASSERT_TRUE(f.ok());
-        Buffer wc(dtype, *shape), ws(dtype, *shape), gc(dtype, *shape), gs(dtype, *shape);
-        ASSERT_TRUE(Ref().RopeCache(config, *f, layout, *rp, wc.view, ws.view).ok());
-        ASSERT_TRUE(backend_->RopeCache(config, *f, layout, *rp, gc.view, gs.view).ok());
-        const double m = std::max(1.0, config.inverse ? 1 / f->attention_factor : f->attention_factor);
+        auto plan = PlanRopeCache(
+            {.config = config, .layout = layout, .positions = spec, .output_dtype = dtype});
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        Buffer wc(plan->cos, kFill), ws(plan->sin, kFill);
+        Buffer gc(plan->cos, kFill), gs(plan->sin, kFill);
+        auto want = RunRopeCache(Ref(), *plan, /*cache=*/nullptr, wc.view, ws.view);
+        ASSERT_TRUE(want.ok()) << want.status();
+        ASSERT_TRUE(RunRopeCache(*backend_, *plan, /*cache=*/nullptr, gc.view, gs.view).ok());
+        const RopeFrequencies* f = want->frequencies.get();
+        const double m =
+            std::max(1.0, config.inverse ? 1 / f->attention_factor : f->attention_factor);
         const std::string what = Tag() + " RopeCache " + Name(dtype) + " " + sname + " layout" +
                                  std::to_string(static_cast<int>(layout));
         ExpectParity(wc, gc, Kind::kTable, m, what + " cos");
@@ -362,13 +346,11 @@ TEST_P(ParityTest, SinusoidalEveryLayoutSchemeAndOddDims) {
       for (SinusoidalLayout layout : {SinusoidalLayout::kInterleaved, SinusoidalLayout::kConcat}) {
         for (FreqScheme scheme : {FreqScheme::kVaswani, FreqScheme::kT2t}) {
           SinusoidalParams p{dim, 10000.0, layout, scheme};
-          GridRequest grid;
-          auto shape = PlanSinusoidal(p, spec, &grid);
-          ASSERT_TRUE(shape.ok());
-          auto rp = ResolvePositions(spec, grid);
-          Buffer want(dtype, *shape), got(dtype, *shape);
-          ASSERT_TRUE(Ref().Sinusoidal(p, *rp, want.view).ok());
-          ASSERT_TRUE(backend_->Sinusoidal(p, *rp, got.view).ok());
+          auto plan = PlanSinusoidal({.params = p, .positions = spec, .output_dtype = dtype});
+          ASSERT_TRUE(plan.ok()) << plan.status();
+          Buffer want(plan->table, kFill), got(plan->table, kFill);
+          ASSERT_TRUE(RunSinusoidal(Ref(), *plan, want.view).ok());
+          ASSERT_TRUE(RunSinusoidal(*backend_, *plan, got.view).ok());
           ExpectParity(want, got, Kind::kTable, 1.0,
                        Tag() + " Sinusoidal " + Name(dtype) + " D=" + std::to_string(dim));
         }
@@ -396,15 +378,12 @@ TEST_P(ParityTest, AddPositionEncodingSourcesAndCombines) {
             p.padding_idx = 1;
           }
           const PositionSpec spec = Bind(pc);
-          GridRequest grid;
-          auto shape = PlanAddPositionEncoding(p, Shape{2, 5, 6}, spec, &grid);
-          ASSERT_TRUE(shape.ok()) << shape.status();
-          auto rp = ResolvePositions(spec, grid);
-          ASSERT_TRUE(rp.ok());
           Buffer x = Random(dtype, {2, 5, 6}, 5);
-          Buffer want(dtype, *shape), got(dtype, *shape);
-          ASSERT_TRUE(Ref().AddPositionEncoding(p, x.view, *rp, want.view).ok());
-          ASSERT_TRUE(backend_->AddPositionEncoding(p, x.view, *rp, got.view).ok());
+          auto plan = PlanAddPositionEncoding({.params = p, .x = x.view, .positions = spec});
+          ASSERT_TRUE(plan.ok()) << plan.status();
+          Buffer want(plan->y, kFill), got(plan->y, kFill);
+          ASSERT_TRUE(RunAddPositionEncoding(Ref(), *plan, want.view).ok());
+          ASSERT_TRUE(RunAddPositionEncoding(*backend_, *plan, got.view).ok());
           ExpectParity(want, got, Kind::kApply, 3 * std::sqrt(6.0) + 1,
                        Tag() + " AddPositionEncoding " + Name(dtype) + " " + pc.name +
                            (learned ? " learned" : " sinusoidal"));
@@ -432,11 +411,12 @@ TEST_P(ParityTest, BiasesAndEmbeddingsAreExact) {
               p.future = future;
               p.form = form;
               if (masked) p.attention_mask = {DType::kInt64, {2, 7}, mask.data()};
-              auto shape = PlanAlibiBias(p);
-              ASSERT_TRUE(shape.ok()) << shape.status();
-              Buffer want(dtype, *shape), got(dtype, *shape);
-              ASSERT_TRUE(Ref().AlibiBias(p, want.view).ok());
-              ASSERT_TRUE(backend_->AlibiBias(p, got.view).ok());
+              auto plan = PlanAlibiBias({.params = p, .output_dtype = dtype});
+              ASSERT_TRUE(plan.ok()) << plan.status();
+              Buffer want(plan->bias, kFill), got(plan->bias, kFill);
+              Buffer want_slopes(plan->slopes, kFill), got_slopes(plan->slopes, kFill);
+              ASSERT_TRUE(RunAlibiBias(Ref(), *plan, want.view, want_slopes.view).ok());
+              ASSERT_TRUE(RunAlibiBias(*backend_, *plan, got.view, got_slopes.view).ok());
               ExpectParity(want, got, Kind::kExact, 1,
                            Tag() + " AlibiBias " + Name(dtype) + " mode" +
                                std::to_string(static_cast<int>(mode)) + " future" +
@@ -460,12 +440,15 @@ TEST_P(ParityTest, BiasesAndEmbeddingsAreExact) {
         p.bidirectional = bidir;
         p.form = form;
         p.table = {DType::kFloat64, {32, 4}, table.data()};
-        auto shape = PlanRelativeBias(p);
-        ASSERT_TRUE(shape.ok());
-        const DType out = form == BiasForm::kBuckets ? DType::kInt32 : dtype;
-        Buffer want(out, *shape), got(out, *shape);
-        ASSERT_TRUE(Ref().RelativeBias(p, want.view).ok());
-        ASSERT_TRUE(backend_->RelativeBias(p, got.view).ok());
+        // BUCKETS are INT32 whatever the float dtype of the other forms.
+        auto plan = PlanRelativeBias(
+            {.params = p,
+             .output_dtype = form == BiasForm::kBuckets ? std::nullopt : std::optional(dtype)});
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        const DType out = plan->bias.dtype;
+        Buffer want(plan->bias, kFill), got(plan->bias, kFill);
+        ASSERT_TRUE(RunRelativeBias(Ref(), *plan, want.view).ok());
+        ASSERT_TRUE(RunRelativeBias(*backend_, *plan, got.view).ok());
         ExpectParity(want, got, Kind::kExact, 1, Tag() + " RelativeBias " + Name(out));
       }
     }
@@ -476,10 +459,11 @@ TEST_P(ParityTest, BiasesAndEmbeddingsAreExact) {
     e.k_len = 11;
     e.max_relative = 4;
     e.table = {DType::kFloat32, {9, 5}, emb.data()};
-    auto shape = PlanRelativeEmbedding(e);
-    Buffer want(dtype, *shape), got(dtype, *shape);
-    ASSERT_TRUE(Ref().RelativeEmbedding(e, want.view).ok());
-    ASSERT_TRUE(backend_->RelativeEmbedding(e, got.view).ok());
+    auto plan = PlanRelativeEmbedding({.params = e, .output_dtype = dtype});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    Buffer want(plan->embeddings, kFill), got(plan->embeddings, kFill);
+    ASSERT_TRUE(RunRelativeEmbedding(Ref(), *plan, want.view).ok());
+    ASSERT_TRUE(RunRelativeEmbedding(*backend_, *plan, got.view).ok());
     ExpectParity(want, got, Kind::kExact, 1, Tag() + " RelativeEmbedding " + Name(dtype));
   }
 }
@@ -504,9 +488,11 @@ TEST_P(ParityTest, LargeRequestsSplitAcrossThreadsMatch) {
   p.q_len = 300;
   p.k_len = 301;
   p.table = {DType::kFloat32, {32, 3}, table.data()};
-  Buffer w(DType::kFloat32, *PlanRelativeBias(p)), g(DType::kFloat32, *PlanRelativeBias(p));
-  ASSERT_TRUE(Ref().RelativeBias(p, w.view).ok());
-  ASSERT_TRUE(backend_->RelativeBias(p, g.view).ok());
+  auto plan = PlanRelativeBias({.params = p, .output_dtype = DType::kFloat32});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  Buffer w(plan->bias, kFill), g(plan->bias, kFill);
+  ASSERT_TRUE(RunRelativeBias(Ref(), *plan, w.view).ok());
+  ASSERT_TRUE(RunRelativeBias(*backend_, *plan, g.view).ok());
   ExpectParity(w, g, Kind::kExact, 1, Tag() + " large T5");
 }
 
@@ -517,14 +503,11 @@ TEST_P(ParityTest, LearnedTableOutOfRangeIsReportedNotWritten) {
   PositionSpec spec;
   spec.kind = PositionSpec::Kind::kRange;
   spec.start = 3;
-  GridRequest grid;
-  auto shape = PlanAddPositionEncoding(p, Shape{1, 2, 2}, spec, &grid);
-  ASSERT_TRUE(shape.ok());
-  auto rp = ResolvePositions(spec, grid);
   Buffer x = Random(DType::kFloat32, {1, 2, 2}, 1);
-  Buffer y(DType::kFloat32, *shape);
-  EXPECT_EQ(backend_->AddPositionEncoding(p, x.view, *rp, y.view).code(),
-            absl::StatusCode::kOutOfRange);
+  auto plan = PlanAddPositionEncoding({.params = p, .x = x.view, .positions = spec});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  Buffer y(plan->y, kFill);
+  EXPECT_EQ(RunAddPositionEncoding(*backend_, *plan, y.view).code(), absl::StatusCode::kOutOfRange);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/rope/config.h"
 #include "kernels/rope/frequency_cache.h"
 
 namespace posenc::kernels {

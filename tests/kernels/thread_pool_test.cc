@@ -7,6 +7,7 @@
 #include "kernels/backend.h"
 #include "kernels/common/cancellation.h"
 #include "kernels/common/thread_pool.h"
+#include "kernels/ops.h"
 
 namespace posenc::kernels {
 namespace {
@@ -63,11 +64,16 @@ TEST(ThreadPoolTest, CpuBackendReturnsTheCancellationStatus) {
   p.num_heads = 8;
   p.q_len = 512;
   p.k_len = 512;
+  auto plan = PlanAlibiBias({.params = p, .output_dtype = DType::kFloat32});
+  ASSERT_TRUE(plan.ok()) << plan.status();
   std::vector<float> out(8 * 512 * 512);
-  TensorView view{DType::kFloat32, {8, 512, 512}, out.data()};
+  std::vector<double> slopes(8);
+  TensorView view{plan->bias.dtype, plan->bias.shape, out.data()};                // [8, 512, 512]
+  TensorView slopes_view{plan->slopes.dtype, plan->slopes.shape, slopes.data()};  // FLOAT64 [8]
   CountdownCancellation cancel(1);
   ScopedCancellation scope(&cancel);
-  EXPECT_EQ((*backend)->AlibiBias(p, view).code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(RunAlibiBias(**backend, *plan, view, slopes_view).code(),
+            absl::StatusCode::kDeadlineExceeded);
 }
 
 }  // namespace

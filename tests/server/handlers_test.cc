@@ -1,5 +1,6 @@
 // Handler happy paths: every RPC's response equals a direct call of the kernels with the same
-// parameters (byte for byte, on the reference backend), with the right dtype and shape.
+// parameters (byte for byte, on the reference backend: plan, then run), with the right dtype and
+// shape.
 #include "server/handlers.h"
 
 #include <cmath>
@@ -9,8 +10,8 @@
 
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
-#include "kernels/ops.h"
 #include "kernels/common/positions.h"
+#include "kernels/ops.h"
 #include "tests/server/server_test_util.h"
 
 namespace posenc::server {
@@ -31,11 +32,12 @@ kernels::ConstTensorView View(const v1::Tensor& t, kernels::DType dtype) {
   return {dtype, kernels::Shape(t.shape().begin(), t.shape().end()), t.data().data()};
 }
 
-std::string Allocate(kernels::DType dtype, const kernels::Shape& shape, kernels::TensorView* view) {
+// Zeroed bytes for a planned output; `view` views them.
+std::string Allocate(const kernels::OutputSpec& spec, kernels::TensorView* view) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  std::string bytes(static_cast<size_t>(n * kernels::DTypeSize(dtype)), '\0');
-  *view = {dtype, shape, bytes.data()};
+  for (int64_t d : spec.shape) n *= d;
+  std::string bytes(static_cast<size_t>(n * kernels::DTypeSize(spec.dtype)), '\0');
+  *view = {spec.dtype, spec.shape, bytes.data()};
   return bytes;
 }
 
@@ -69,23 +71,20 @@ TEST(HandleApplyRopeTest, MatchesDirectKernelCall) {
   kernels::PositionSpec spec;
   spec.kind = kernels::PositionSpec::Kind::kOffsets;
   spec.offsets = {3, 7};
-  kernels::GridRequest grid;
   const kernels::ConstTensorView q = View(req.q(), kernels::DType::kFloat32);
   const kernels::ConstTensorView k = View(req.k(), kernels::DType::kFloat32);
-  auto dims = kernels::PlanApplyRope(cfg, kernels::TensorLayout::kBSHD, q.dtype, q.shape, &k.dtype,
-                                     &k.shape, spec, &grid);
-  ASSERT_TRUE(dims.ok()) << dims.status();
-  auto positions = kernels::ResolvePositions(spec, grid);
-  ASSERT_TRUE(positions.ok()) << positions.status();
-  auto freqs = kernels::ComputeRopeFrequencies(cfg, positions->max_position);
-  ASSERT_TRUE(freqs.ok()) << freqs.status();
-  std::string q_bytes = req.q().data(), k_bytes = req.k().data();
+  std::string q_bytes = req.q().data(), k_bytes = req.k().data();  // rotated in place
   kernels::TensorView q_out{q.dtype, q.shape, q_bytes.data()};
   kernels::TensorView k_out{k.dtype, k.shape, k_bytes.data()};
-  ASSERT_TRUE(
-      t.backend
-          ->ApplyRope(cfg, *freqs, kernels::TensorLayout::kBSHD, *dims, *positions, q_out, k_out)
-          .ok());
+  auto plan = kernels::PlanApplyRope({.config = cfg,
+                                      .layout = kernels::TensorLayout::kBSHD,
+                                      .q = q_out,
+                                      .k = k_out,
+                                      .positions = spec});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto run = kernels::RunApplyRope(*t.backend, *plan, /*cache=*/nullptr, q_out, k_out);
+  ASSERT_TRUE(run.ok()) << run.status();
+  const kernels::RopeFrequencies* freqs = run->frequencies.get();
 
   EXPECT_EQ(resp.q().dtype(), v1::DTYPE_FLOAT32);
   EXPECT_EQ(ShapeOf(resp.q()), (std::vector<int64_t>{2, 5, 3, 16}));
@@ -162,20 +161,18 @@ TEST(HandleRopeCacheTest, MatchesDirectKernelCall) {
   kernels::PositionSpec spec;
   spec.kind = kernels::PositionSpec::Kind::kIds;
   spec.ids = View(req.positions().ids(), kernels::DType::kInt64);
-  kernels::GridRequest grid;
-  auto shape = kernels::PlanRopeCache(cfg, kernels::RopeCacheLayout::kNeox, spec, &grid);
-  ASSERT_TRUE(shape.ok()) << shape.status();
-  EXPECT_EQ(*shape, (kernels::Shape{2, 3, 64}));
-  auto positions = kernels::ResolvePositions(spec, grid);
-  ASSERT_TRUE(positions.ok());
-  auto freqs = kernels::ComputeRopeFrequencies(cfg, positions->max_position);
-  ASSERT_TRUE(freqs.ok());
+  auto plan = kernels::PlanRopeCache({.config = cfg,
+                                      .layout = kernels::RopeCacheLayout::kNeox,
+                                      .positions = spec,
+                                      .output_dtype = kernels::DType::kFloat64});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->cos.shape, (kernels::Shape{2, 3, 64}));
   kernels::TensorView cos, sin;
-  std::string cos_bytes = Allocate(kernels::DType::kFloat64, *shape, &cos);
-  std::string sin_bytes = Allocate(kernels::DType::kFloat64, *shape, &sin);
-  ASSERT_TRUE(
-      t.backend->RopeCache(cfg, *freqs, kernels::RopeCacheLayout::kNeox, *positions, cos, sin)
-          .ok());
+  std::string cos_bytes = Allocate(plan->cos, &cos);
+  std::string sin_bytes = Allocate(plan->sin, &sin);
+  auto run = kernels::RunRopeCache(*t.backend, *plan, /*cache=*/nullptr, cos, sin);
+  ASSERT_TRUE(run.ok()) << run.status();
+  const kernels::RopeFrequencies* freqs = run->frequencies.get();
 
   EXPECT_EQ(resp.cos().dtype(), v1::DTYPE_FLOAT64);
   EXPECT_EQ(ShapeOf(resp.cos()), (std::vector<int64_t>{2, 3, 64}));
@@ -231,14 +228,12 @@ TEST(HandleSinusoidalTest, MatchesDirectKernelCall) {
   spec.kind = kernels::PositionSpec::Kind::kRange;
   spec.start = 3;
   spec.count = 9;
-  kernels::GridRequest grid;
-  auto shape = kernels::PlanSinusoidal(params, spec, &grid);
-  ASSERT_TRUE(shape.ok());
-  auto positions = kernels::ResolvePositions(spec, grid);
-  ASSERT_TRUE(positions.ok());
+  auto plan = kernels::PlanSinusoidal(
+      {.params = params, .positions = spec, .output_dtype = kernels::DType::kFloat16});
+  ASSERT_TRUE(plan.ok()) << plan.status();
   kernels::TensorView out;
-  std::string bytes = Allocate(kernels::DType::kFloat16, *shape, &out);
-  ASSERT_TRUE(t.backend->Sinusoidal(params, *positions, out).ok());
+  std::string bytes = Allocate(plan->table, &out);
+  ASSERT_TRUE(kernels::RunSinusoidal(*t.backend, *plan, out).ok());
   EXPECT_EQ(resp.table().dtype(), v1::DTYPE_FLOAT16);
   EXPECT_EQ(ShapeOf(resp.table()), (std::vector<int64_t>{9, 17}));
   EXPECT_EQ(resp.table().data(), bytes);
@@ -300,15 +295,12 @@ TEST(HandleAddPositionEncodingTest, SinusoidalConcatMatchesDirectCall) {
   params.sinusoidal = kernels::SinusoidalParams{};
   params.sinusoidal->dim = 4;
   const kernels::ConstTensorView x = View(req.x(), kernels::DType::kFloat32);
-  kernels::PositionSpec spec;
-  kernels::GridRequest grid;
-  auto shape = kernels::PlanAddPositionEncoding(params, x.shape, spec, &grid);
-  ASSERT_TRUE(shape.ok());
-  auto positions = kernels::ResolvePositions(spec, grid);
-  ASSERT_TRUE(positions.ok());
+  auto plan = kernels::PlanAddPositionEncoding(
+      {.params = params, .x = x, .positions = kernels::PositionSpec{}});
+  ASSERT_TRUE(plan.ok()) << plan.status();
   kernels::TensorView y;
-  std::string bytes = Allocate(kernels::DType::kFloat32, *shape, &y);
-  ASSERT_TRUE(t.backend->AddPositionEncoding(params, x, *positions, y).ok());
+  std::string bytes = Allocate(plan->y, &y);  // x's dtype: FLOAT32
+  ASSERT_TRUE(kernels::RunAddPositionEncoding(*t.backend, *plan, y).ok());
   EXPECT_EQ(resp.y().data(), bytes);
 }
 
@@ -347,11 +339,12 @@ TEST(HandleAlibiBiasTest, MatchesDirectKernelCall) {
   params.q_len = 4;
   params.k_len = 9;
   params.future = kernels::FutureMode::kLinear;
-  auto shape = kernels::PlanAlibiBias(params);
-  ASSERT_TRUE(shape.ok());
-  kernels::TensorView out;
-  std::string bytes = Allocate(kernels::DType::kFloat32, *shape, &out);
-  ASSERT_TRUE(t.backend->AlibiBias(params, out).ok());
+  auto plan = kernels::PlanAlibiBias({.params = params, .output_dtype = kernels::DType::kFloat32});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  kernels::TensorView out, slopes;
+  std::string bytes = Allocate(plan->bias, &out);
+  std::string slope_bytes = Allocate(plan->slopes, &slopes);
+  ASSERT_TRUE(kernels::RunAlibiBias(*t.backend, *plan, out, slopes).ok());
   EXPECT_EQ(ShapeOf(resp.bias()), (std::vector<int64_t>{6, 4, 9}));
   EXPECT_EQ(resp.bias().data(), bytes);
   EXPECT_EQ(resp.slopes().dtype(), v1::DTYPE_FLOAT64);
@@ -390,11 +383,12 @@ TEST(HandleRelativeBiasTest, BucketsAndNamedTableMatchKernels) {
   params.k_len = 7;
   params.bidirectional = false;
   params.table = View(table, kernels::DType::kFloat32);
-  auto shape = kernels::PlanRelativeBias(params);
-  ASSERT_TRUE(shape.ok());
+  auto plan =
+      kernels::PlanRelativeBias({.params = params, .output_dtype = kernels::DType::kFloat32});
+  ASSERT_TRUE(plan.ok()) << plan.status();
   kernels::TensorView out;
-  std::string bytes = Allocate(kernels::DType::kFloat32, *shape, &out);
-  ASSERT_TRUE(t.backend->RelativeBias(params, out).ok());
+  std::string bytes = Allocate(plan->bias, &out);
+  ASSERT_TRUE(kernels::RunRelativeBias(*t.backend, *plan, out).ok());
   EXPECT_EQ(ShapeOf(resp.bias()), (std::vector<int64_t>{3, 5, 7}));
   EXPECT_EQ(resp.bias().data(), bytes);
 }
@@ -417,11 +411,12 @@ TEST(HandleRelativeEmbeddingTest, MatchesDirectKernelCall) {
   params.max_relative = 2;
   params.key_offset = 1;
   params.table = View(req.table_inline(), kernels::DType::kFloat32);
-  auto shape = kernels::PlanRelativeEmbedding(params);
-  ASSERT_TRUE(shape.ok());
+  auto plan =
+      kernels::PlanRelativeEmbedding({.params = params, .output_dtype = kernels::DType::kFloat64});
+  ASSERT_TRUE(plan.ok()) << plan.status();
   kernels::TensorView out;
-  std::string bytes = Allocate(kernels::DType::kFloat64, *shape, &out);
-  ASSERT_TRUE(t.backend->RelativeEmbedding(params, out).ok());
+  std::string bytes = Allocate(plan->embeddings, &out);
+  ASSERT_TRUE(kernels::RunRelativeEmbedding(*t.backend, *plan, out).ok());
   EXPECT_EQ(ShapeOf(resp.embeddings()), (std::vector<int64_t>{3, 6, 4}));
   EXPECT_EQ(resp.embeddings().data(), bytes);
 }

@@ -1,11 +1,14 @@
-// RoPE configuration: validation, the frequencies of every scaling type, and shape planning.
+// RoPE configuration: validation and the frequencies of every scaling type (config.h).
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "kernels/ops.h"
+#include "kernels/common/positions.h"
+#include "kernels/common/status.h"
+#include "kernels/rope/config.h"
 
 namespace posenc::kernels {
 namespace {
@@ -20,7 +23,7 @@ absl::Status CheckFinite(absl::string_view field, double v) {
 }
 
 absl::Status CheckPositive(absl::string_view field, double v) {
-  if (auto s = CheckFinite(field, v); !s.ok()) return s;
+  POSENC_RETURN_IF_ERROR(CheckFinite(field, v));
   if (!(v > 0)) return Invalid(field, absl::StrCat("expected > 0, got ", v));
   return absl::OkStatus();
 }
@@ -86,7 +89,7 @@ absl::Status ValidateRopeConfig(const RopeConfig& c) {
     return Invalid("config.rotary_dim",
                    absl::StrCat("defaults to head_dim = ", d, ", which is odd; expected even"));
   }
-  if (auto s = CheckPositive("config.base", c.base); !s.ok()) return s;
+  POSENC_RETURN_IF_ERROR(CheckPositive("config.base", c.base));
   if (c.base == 1.0) return Invalid("config.base", "expected a base other than 1, got 1");
   if (c.max_position_embeddings && *c.max_position_embeddings <= 0) {
     return Invalid("config.max_position_embeddings",
@@ -125,30 +128,26 @@ absl::Status ValidateRopeConfig(const RopeConfig& c) {
   }
 
   if (sc.factor) {
-    if (auto s = CheckPositive("config.scaling.factor", *sc.factor); !s.ok()) return s;
+    POSENC_RETURN_IF_ERROR(CheckPositive("config.scaling.factor", *sc.factor));
   }
   if (sc.original_max_position_embeddings && *sc.original_max_position_embeddings <= 0) {
     return Invalid("config.scaling.original_max_position_embeddings",
                    absl::StrCat("expected > 0, got ", *sc.original_max_position_embeddings));
   }
   if (sc.beta_fast) {
-    if (auto s = CheckPositive("config.scaling.beta_fast", *sc.beta_fast); !s.ok()) return s;
+    POSENC_RETURN_IF_ERROR(CheckPositive("config.scaling.beta_fast", *sc.beta_fast));
   }
   if (sc.beta_slow) {
-    if (auto s = CheckPositive("config.scaling.beta_slow", *sc.beta_slow); !s.ok()) return s;
+    POSENC_RETURN_IF_ERROR(CheckPositive("config.scaling.beta_slow", *sc.beta_slow));
   }
   if (sc.mscale) {
-    if (auto s = CheckFinite("config.scaling.mscale", *sc.mscale); !s.ok()) return s;
+    POSENC_RETURN_IF_ERROR(CheckFinite("config.scaling.mscale", *sc.mscale));
   }
   if (sc.mscale_all_dim) {
-    if (auto s = CheckFinite("config.scaling.mscale_all_dim", *sc.mscale_all_dim); !s.ok()) {
-      return s;
-    }
+    POSENC_RETURN_IF_ERROR(CheckFinite("config.scaling.mscale_all_dim", *sc.mscale_all_dim));
   }
   if (sc.attention_factor) {
-    if (auto s = CheckPositive("config.scaling.attention_factor", *sc.attention_factor); !s.ok()) {
-      return s;
-    }
+    POSENC_RETURN_IF_ERROR(CheckPositive("config.scaling.attention_factor", *sc.attention_factor));
   }
 
   switch (sc.type) {
@@ -194,12 +193,8 @@ absl::Status ValidateRopeConfig(const RopeConfig& c) {
         return Invalid("config.scaling.original_max_position_embeddings",
                        "required for rope type 'llama3'");
       }
-      if (auto s = CheckPositive("config.scaling.low_freq_factor", *sc.low_freq_factor); !s.ok()) {
-        return s;
-      }
-      if (auto s = CheckFinite("config.scaling.high_freq_factor", *sc.high_freq_factor); !s.ok()) {
-        return s;
-      }
+      POSENC_RETURN_IF_ERROR(CheckPositive("config.scaling.low_freq_factor", *sc.low_freq_factor));
+      POSENC_RETURN_IF_ERROR(CheckFinite("config.scaling.high_freq_factor", *sc.high_freq_factor));
       if (!(*sc.high_freq_factor > *sc.low_freq_factor)) {
         return Invalid("config.scaling.high_freq_factor",
                        absl::StrCat("expected > low_freq_factor = ", *sc.low_freq_factor, ", got ",
@@ -253,9 +248,13 @@ absl::Status ValidateRopeConfig(const RopeConfig& c) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeConfig& c,
+absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeConfig& config,
                                                        int64_t max_position) {
-  if (auto s = ValidateRopeConfig(c); !s.ok()) return s;
+  POSENC_RETURN_IF_ERROR(ValidateRopeConfig(config));
+  return ComputeValidRopeFrequencies(config, max_position);
+}
+
+RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& c, int64_t max_position) {
   RopeFrequencies f;
   f.head_dim = c.head_dim;
   f.rotary_dim = c.rotary_dim.value_or(c.head_dim);
@@ -390,98 +389,6 @@ int MropeComponent(const RopeConfig& c, int64_t j) {
   if (j % 3 == 1 && j < 3 * sh) return 1;
   if (j % 3 == 2 && j < 3 * sw) return 2;
   return 0;
-}
-
-absl::StatusOr<Shape> PlanRopeCache(const RopeConfig& config, RopeCacheLayout layout,
-                                    const PositionSpec& positions, GridRequest* grid) {
-  if (auto s = ValidateRopeConfig(config); !s.ok()) return s;
-  grid->kind = GridRequest::Kind::kTable;
-  grid->components = config.mrope_section.empty() ? 1 : 3;
-  absl::StatusOr<Shape> shape = PlanPositions(positions, *grid);
-  if (!shape.ok()) return shape.status();
-  const int64_t d = config.rotary_dim.value_or(config.head_dim);
-  shape->push_back(layout == RopeCacheLayout::kCompact ? d / 2 : d);
-  return shape;
-}
-
-absl::StatusOr<ApplyRopeDims> PlanApplyRope(RopeConfig& config, TensorLayout layout,
-                                            DType q_dtype, const Shape& q_shape,
-                                            const DType* k_dtype, const Shape* k_shape,
-                                            const PositionSpec& positions, GridRequest* grid) {
-  const size_t rank = layout == TensorLayout::kTHD ? 3 : 4;
-  const char* layout_name = layout == TensorLayout::kBSHD   ? "BSHD [batch, seq, heads, head_dim]"
-                            : layout == TensorLayout::kBHSD ? "BHSD [batch, heads, seq, head_dim]"
-                                                            : "THD [tokens, heads, head_dim]";
-  auto check = [&](absl::string_view name, DType dtype, const Shape& shape) -> absl::Status {
-    if (!IsFloatDType(dtype)) {
-      return Invalid(name, absl::StrCat("expected dtype FLOAT32, FLOAT16, BFLOAT16 or FLOAT64, got ",
-                                        DTypeName(dtype)));
-    }
-    if (shape.size() != rank) {
-      return Invalid(name, absl::StrCat("expected rank ", rank, " for layout ", layout_name,
-                                        ", got shape ", ShapeString(shape)));
-    }
-    for (int64_t v : shape) {
-      if (v <= 0) {
-        return Invalid(name, absl::StrCat("expected every dimension > 0, got shape ",
-                                          ShapeString(shape)));
-      }
-    }
-    return absl::OkStatus();
-  };
-  if (auto s = check("q", q_dtype, q_shape); !s.ok()) return s;
-  ApplyRopeDims dims;
-  auto split = [&](const Shape& s, int64_t* heads) {
-    if (layout == TensorLayout::kTHD) {
-      *heads = s[1];
-      return std::array<int64_t, 3>{1, s[0], s[2]};  // batch, seq(tokens), head_dim
-    }
-    if (layout == TensorLayout::kBSHD) {
-      *heads = s[2];
-      return std::array<int64_t, 3>{s[0], s[1], s[3]};
-    }
-    *heads = s[1];
-    return std::array<int64_t, 3>{s[0], s[2], s[3]};
-  };
-  const auto qd = split(q_shape, &dims.q_heads);
-  dims.batch = qd[0];
-  dims.seq = qd[1];
-  dims.head_dim = qd[2];
-  if (k_shape != nullptr) {
-    if (auto s = check("k", *k_dtype, *k_shape); !s.ok()) return s;
-    if (*k_dtype != q_dtype) {
-      return Invalid("k", absl::StrCat("expected q's dtype ", DTypeName(q_dtype), ", got ",
-                                       DTypeName(*k_dtype)));
-    }
-    const auto kd = split(*k_shape, &dims.k_heads);
-    if (kd != qd) {
-      return Invalid("k", absl::StrCat("expected the batch, sequence and head_dim of q ",
-                                       ShapeString(q_shape), " (heads may differ), got ",
-                                       ShapeString(*k_shape)));
-    }
-  }
-  if (!CheckedMul(dims.batch, dims.seq, &dims.tokens)) {
-    return Invalid("q", "batch * seq overflows");
-  }
-  if (config.head_dim == 0) {
-    config.head_dim = dims.head_dim;
-  } else if (config.head_dim != dims.head_dim) {
-    return Invalid("config.head_dim", absl::StrCat("expected q's last dimension ", dims.head_dim,
-                                                   ", got ", config.head_dim));
-  }
-  if (auto s = ValidateRopeConfig(config); !s.ok()) return s;
-  grid->components = config.mrope_section.empty() ? 1 : 3;
-  if (layout == TensorLayout::kTHD) {
-    grid->kind = GridRequest::Kind::kPacked;
-    grid->tokens = dims.seq;
-  } else {
-    grid->kind = GridRequest::Kind::kBatchSeq;
-    grid->batch = dims.batch;
-    grid->seq = dims.seq;
-  }
-  absl::StatusOr<Shape> g = PlanPositions(positions, *grid);
-  if (!g.ok()) return g.status();
-  return dims;
 }
 
 }  // namespace posenc::kernels

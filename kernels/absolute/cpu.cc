@@ -1,0 +1,109 @@
+// The CPU implementation of Sinusoidal and AddPositionEncoding (see cpu/cpu.h).
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/cpu.h"
+
+namespace posenc::kernels::cpu {
+namespace {
+
+// Writes one sinusoidal row (layout of sinusoidal.h) from the cos/sin of its frequencies.
+template <typename T>
+void PlaceSinusoidal(const SinusoidalParams& params, int64_t nfreq, const T* c, const T* s,
+                     T* row) {
+  const int64_t dim = params.dim, half = dim / 2;
+  if (params.layout == SinusoidalLayout::kInterleaved) {
+    for (int64_t k = 0; k < half; ++k) {
+      row[2 * k] = s[k];
+      row[2 * k + 1] = c[k];
+    }
+    if (dim % 2) row[dim - 1] = nfreq > half ? s[half] : T(0);
+  } else {
+    for (int64_t k = 0; k < half; ++k) {
+      row[k] = s[k];
+      row[half + k] = c[k];
+    }
+    if (dim % 2) row[dim - 1] = T(0);
+  }
+}
+
+template <typename T>
+absl::Status SinusoidalT(const CpuContext& cpu, const SinusoidalPlan& plan,
+                         const ResolvedPositions& positions, TensorView out) {
+  const SinusoidalParams& params = plan.params;
+  const std::vector<long double> exact = SinusoidalFrequencies(params);
+  const SplitFrequencies w(exact);
+  const int64_t nfreq = static_cast<int64_t>(exact.size());
+  const int64_t dim = params.dim;
+  return cpu.pool.ParallelFor(positions.num_tokens, Grain(dim), [&](int64_t t0, int64_t t1) {
+    std::vector<T> c(static_cast<size_t>(nfreq + 1)), s(c.size()), row(static_cast<size_t>(dim));
+    for (int64_t t = t0; t < t1; ++t) {
+      if (!positions.IsValid(t)) {
+        std::fill(row.begin(), row.end(), T(0));
+      } else {
+        const double p = static_cast<double>(positions.At(t));
+        SinCos<T>(cpu.simd, &p, 0, w, exact, nfreq, 1.0, 1.0, c.data(), s.data());
+        PlaceSinusoidal<T>(params, nfreq, c.data(), s.data(), row.data());
+      }
+      StoreRow<T>(cpu.simd, row.data(), out.data, out.dtype, t * dim, dim);
+    }
+  });
+}
+
+template <typename T>
+absl::Status AddT(const CpuContext& cpu, const AddPositionEncodingPlan& plan,
+                  const ResolvedPositions& positions, TensorView y) {
+  const AddPositionEncodingParams& params = plan.params;
+  const ConstTensorView& x = plan.x;
+  const int64_t dim = plan.dim, out_dim = plan.out_dim, pe_dim = plan.pe_dim;
+  std::vector<long double> exact;
+  if (params.sinusoidal) exact = SinusoidalFrequencies(*params.sinusoidal);
+  const SplitFrequencies w(exact);
+  const int64_t nfreq = static_cast<int64_t>(exact.size());
+  const T scale = static_cast<T>(params.scale);
+  return cpu.pool.ParallelFor(positions.num_tokens, Grain(out_dim), [&](int64_t t0, int64_t t1) {
+    std::vector<T> c(static_cast<size_t>(nfreq + 1)), s(c.size());
+    std::vector<T> pe(static_cast<size_t>(pe_dim)), xs(static_cast<size_t>(dim));
+    for (int64_t t = t0; t < t1; ++t) {
+      if (!positions.IsValid(t)) {
+        std::fill(pe.begin(), pe.end(), T(0));
+      } else if (params.sinusoidal) {
+        const double p = static_cast<double>(positions.At(t) + plan.shift);
+        SinCos<T>(cpu.simd, &p, 0, w, exact, nfreq, 1.0, 1.0, c.data(), s.data());
+        PlaceSinusoidal<T>(*params.sinusoidal, nfreq, c.data(), s.data(), pe.data());
+      } else {
+        LoadRow<T>(cpu.simd, params.learned.data, params.learned.dtype,
+                   (positions.At(t) + params.table_offset) * pe_dim, pe_dim, pe.data());
+      }
+      LoadRow<T>(cpu.simd, x.data, x.dtype, t * dim, dim, xs.data());
+      if (params.combine == Combine::kAdd) {
+        for (int64_t i = 0; i < dim; ++i) xs[i] = xs[i] * scale + pe[i];
+        StoreRow<T>(cpu.simd, xs.data(), y.data, y.dtype, t * dim, dim);
+      } else {
+        for (int64_t i = 0; i < dim; ++i) xs[i] = xs[i] * scale;
+        StoreRow<T>(cpu.simd, xs.data(), y.data, y.dtype, t * out_dim, dim);
+        StoreRow<T>(cpu.simd, pe.data(), y.data, y.dtype, t * out_dim + dim, pe_dim);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+absl::Status Sinusoidal(const CpuContext& cpu, const SinusoidalPlan& plan,
+                        const ResolvedPositions& positions, TensorView table) {
+  // Tables are computed in float for FLOAT32 (and FLOAT16/BFLOAT16, rounding once from the
+  // exact-phase float sin/cos), in double for FLOAT64.
+  if (table.dtype == DType::kFloat64) return SinusoidalT<double>(cpu, plan, positions, table);
+  return SinusoidalT<float>(cpu, plan, positions, table);
+}
+
+absl::Status AddPositionEncoding(const CpuContext& cpu, const AddPositionEncodingPlan& plan,
+                                 const ResolvedPositions& positions, TensorView y) {
+  // x*scale + PE can cancel: only FLOAT32 computes in fp32, the others in double.
+  return WithComputeType(plan.x.dtype, [&]<typename T>() {
+    return AddT<T>(cpu, plan, positions, y);
+  });
+}
+
+}  // namespace posenc::kernels::cpu

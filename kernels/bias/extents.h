@@ -1,0 +1,27 @@
+// Checks shared by the bias plans (alibi.cc, relative.cc): lengths, offsets and tables, each error naming the request field.
+#ifndef POSENC_KERNELS_BIAS_EXTENTS_H_
+#define POSENC_KERNELS_BIAS_EXTENTS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "kernels/common/types.h"
+
+namespace posenc::kernels {
+
+// Offsets and lengths stay within +-2^53 so differences are exact in int64 and in double.
+inline constexpr int64_t kMaxExtent = int64_t{1} << 53;
+
+absl::Status Invalid(absl::string_view field, absl::string_view what);
+// 1 .. 2^53.
+absl::Status CheckLength(absl::string_view field, int64_t v);
+// |v| <= 2^53.
+absl::Status CheckOffset(absl::string_view field, int64_t v);
+// A float table of shape [rows, N >= 1] (INVALID_ARGUMENT when absent).
+absl::Status CheckTable(absl::string_view field, const ConstTensorView& t, int64_t rows,
+                        absl::string_view rows_name);
+
+}  // namespace posenc::kernels
+
+#endif  // POSENC_KERNELS_BIAS_EXTENTS_H_

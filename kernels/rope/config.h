@@ -1,0 +1,96 @@
+// Rotary position embedding: the configuration shared by RopeCache and ApplyRope, every scaling
+// type's frequencies, and their derived values.
+//
+//   omega_j = b^(-2j/d) (then scaled), theta = p * omega_j, j = 0 .. d/2-1, d = rotary_dim.
+//   NEOX pairs (x_j, x_{j+d/2}):  [x0 .. x(d/2-1) | x(d/2) .. x(d-1) | pass-through]
+//   GPTJ pairs (x_{2j}, x_{2j+1}): [x0 x1 | x2 x3 | ... | pass-through]
+//   x'_a = m*(x_a cos - x_b sin),  x'_b = m*(x_b cos + x_a sin)   (m: attention factor)
+//   inverse: rotate by -theta and divide by m.
+//
+// Scaling types (Hugging Face's rope_type): linear, ntk, dynamic, yarn, llama3, longrope; M-RoPE
+// splits the frequencies over (t, h, w) position components.
+#ifndef POSENC_KERNELS_ROPE_CONFIG_H_
+#define POSENC_KERNELS_ROPE_CONFIG_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace posenc::kernels {
+
+enum class RopeStyle { kNeox, kGptj };
+enum class RopeScalingType { kDefault, kLinear, kNtk, kDynamic, kYarn, kLlama3, kLongrope };
+enum class MropeLayout { kContiguous, kInterleaved };
+
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kDefault;
+  std::optional<double> factor;
+  std::optional<int64_t> original_max_position_embeddings;
+  std::optional<double> beta_fast;
+  std::optional<double> beta_slow;
+  std::optional<bool> truncate;
+  std::optional<double> mscale;
+  std::optional<double> mscale_all_dim;
+  std::optional<double> attention_factor;
+  std::optional<double> low_freq_factor;
+  std::optional<double> high_freq_factor;
+  std::vector<double> long_factor;
+  std::vector<double> short_factor;
+};
+
+struct RopeConfig {
+  int64_t head_dim = 0;
+  std::optional<int64_t> rotary_dim;  // default head_dim
+  double base = 10000.0;
+  RopeStyle style = RopeStyle::kNeox;
+  RopeScaling scaling;
+  std::optional<int64_t> max_position_embeddings;
+  std::vector<int64_t> mrope_section;  // empty: no M-RoPE
+  MropeLayout mrope_layout = MropeLayout::kContiguous;
+  bool inverse = false;
+  bool apply_attention_factor = true;
+  std::optional<int64_t> seq_len;
+};
+
+absl::string_view RopeScalingTypeName(RopeScalingType type);  // "default", "linear", ...
+
+// Checks every field (head_dim > 0, even rotary_dim <= head_dim, base finite > 0 != 1, keys
+// valid for the scaling type, required keys present, factor > 0, mrope sections summing to
+// d/2, ...). Field names are prefixed with "config.".
+absl::Status ValidateRopeConfig(const RopeConfig& config);
+
+// The frequencies and derived values of a config.
+struct RopeFrequencies {
+  int64_t head_dim = 0;
+  int64_t rotary_dim = 0;
+  std::vector<long double> inv_freq;  // omega_j, d/2 entries, extended precision
+  double attention_factor = 1.0;      // m of the scaling
+  bool attention_factor_applied = true;
+  double effective_base = 0.0;        // b' (ntk, dynamic) or b
+  double factor = 1.0;                // s after defaults
+  int64_t seq_len = 0;                // used by dynamic/longrope, else 0
+  double yarn_low = 0.0, yarn_high = 0.0;
+  bool longrope_long_factors = false;
+
+  // The multiplier of cos and sin: m when applied, else 1.
+  double CosSinScale() const { return attention_factor_applied ? attention_factor : 1.0; }
+};
+
+// `max_position` is the largest position of the request (-1 if none); seq_len defaults to
+// max_position + 1. Validates the config first.
+absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeConfig& config,
+                                                       int64_t max_position);
+// The same for a config that has passed ValidateRopeConfig (every plan's config has): the plans'
+// runs and the frequency cache call this, so a config is validated once per call.
+RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& config, int64_t max_position);
+
+// M-RoPE: which position component (0=t, 1=h, 2=w) frequency j uses; 0 without M-RoPE.
+int MropeComponent(const RopeConfig& config, int64_t j);
+
+}  // namespace posenc::kernels
+
+#endif  // POSENC_KERNELS_ROPE_CONFIG_H_

@@ -1,0 +1,54 @@
+// RopeCache: the plan (every check of the op) and the run.
+#include "kernels/rope/rope_cache.h"
+
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/backend.h"
+#include "kernels/common/status.h"
+#include "kernels/rope/frequency_cache.h"
+
+namespace posenc::kernels {
+
+absl::StatusOr<RopeCachePlan> PlanRopeCache(RopeCacheArgs args) {
+  POSENC_RETURN_IF_ERROR(ValidateRopeConfig(args.config));
+  POSENC_RETURN_IF_ERROR(CheckFloatOutputDType(args.output_dtype));
+  RopeCachePlan plan;
+  TokenGrid grid;
+  grid.components = args.config.mrope_section.empty() ? 1 : 3;
+  POSENC_ASSIGN_OR_RETURN(plan.positions, PlanPositions(std::move(args.positions), grid));
+  const int64_t d = args.config.rotary_dim.value_or(args.config.head_dim);
+  plan.width = args.layout == RopeCacheLayout::kCompact ? d / 2 : d;
+  plan.layout = args.layout;
+  plan.config = std::move(args.config);
+  plan.cos = {"cos", args.output_dtype, plan.positions.shape};
+  plan.cos.shape.push_back(plan.width);
+  plan.sin = plan.cos;
+  plan.sin.name = "sin";
+  return plan;
+}
+
+absl::StatusOr<RopeRunInfo> RopeFrequenciesFor(const RopeConfig& config, int64_t max_position,
+                                               RopeFrequencyCache* cache) {
+  RopeRunInfo info;
+  if (cache == nullptr) {
+    info.frequencies = std::make_shared<const RopeFrequencies>(
+        ComputeValidRopeFrequencies(config, max_position));
+    return info;
+  }
+  POSENC_ASSIGN_OR_RETURN(info.frequencies, cache->Get(config, max_position, &info.cache_hit));
+  return info;
+}
+
+absl::StatusOr<RopeRunInfo> RunRopeCache(const Backend& backend, const RopeCachePlan& plan,
+                                         RopeFrequencyCache* cache, TensorView cos,
+                                         TensorView sin) {
+  POSENC_ASSIGN_OR_RETURN(ResolvedPositions positions, ResolvePositions(plan.positions));
+  POSENC_ASSIGN_OR_RETURN(RopeRunInfo info,
+                          RopeFrequenciesFor(plan.config, positions.max_position, cache));
+  POSENC_RETURN_IF_ERROR(backend.RopeCache(plan, *info.frequencies, positions, cos, sin));
+  return info;
+}
+
+}  // namespace posenc::kernels

@@ -1,0 +1,62 @@
+// RopeCache: the cos/sin tables of RoPE, cos = m*cos(p*omega_j), sin = m*sin(p*omega_j)
+// (inverse: 1/m and -sin), in one of three column layouts:
+//   COMPACT [grid..., d/2]; NEOX [grid..., d] = cat(f, f); GPTJ [grid..., d], each f twice.
+// Padding tokens (attention_mask 0) get cos = m, sin = 0 (position 0).
+//
+// Use: PlanRopeCache -> allocate plan.cos, plan.sin -> RunRopeCache.
+// Implementations: rope/reference.cc, rope/cpu.cc.
+#ifndef POSENC_KERNELS_ROPE_ROPE_CACHE_H_
+#define POSENC_KERNELS_ROPE_ROPE_CACHE_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/common/positions.h"
+#include "kernels/common/types.h"
+#include "kernels/rope/config.h"
+
+namespace posenc::kernels {
+
+class Backend;
+class RopeFrequencyCache;
+
+enum class RopeCacheLayout { kCompact, kNeox, kGptj };
+
+struct RopeCacheArgs {
+  RopeConfig config;       // head_dim required
+  RopeCacheLayout layout = RopeCacheLayout::kCompact;
+  PositionSpec positions;  // a table: range, ids (M-RoPE: [3, ...]), cu_seqlens, attention_mask
+  DType output_dtype = DType::kFloat32;
+};
+
+struct RopeCachePlan {
+  RopeConfig config;  // validated
+  RopeCacheLayout layout = RopeCacheLayout::kCompact;
+  PositionPlan positions;
+  int64_t width = 0;  // columns: d/2 (COMPACT) or d
+  OutputSpec cos, sin;
+};
+
+absl::StatusOr<RopeCachePlan> PlanRopeCache(RopeCacheArgs args);
+
+// What a RoPE run used: the frequencies (for the response's derived values) and whether they
+// came from the cache.
+struct RopeRunInfo {
+  std::shared_ptr<const RopeFrequencies> frequencies;
+  bool cache_hit = false;
+};
+
+// The frequencies of a validated config for a request whose largest position is
+// `max_position`, from `cache` when given (else computed).
+absl::StatusOr<RopeRunInfo> RopeFrequenciesFor(const RopeConfig& config, int64_t max_position,
+                                               RopeFrequencyCache* cache);
+
+// Resolves the positions, takes the frequencies from `cache` (null: computes them) and fills
+// cos and sin (plan.cos / plan.sin's dtype and shape).
+absl::StatusOr<RopeRunInfo> RunRopeCache(const Backend& backend, const RopeCachePlan& plan,
+                                         RopeFrequencyCache* cache, TensorView cos,
+                                         TensorView sin);
+
+}  // namespace posenc::kernels
+
+#endif  // POSENC_KERNELS_ROPE_ROPE_CACHE_H_
