@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Style gates of CI: clang-format over every C++ file of the repository (Debian 12's
+# clang-format 14, .clang-format), then clang-tidy (.clang-tidy) over kernels/ with the compile
+# commands of a configured build (default build/release). Exits non-zero on any finding.
+#
+#   tests/check_style.sh [BUILD_DIR]        (tests/run_all.sh runs it; POSENC_TIDY=0 skips tidy)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+build=${1:-build/release}
+mapfile -t files < <(git ls-files '*.cc' '*.h' '*.inc' 2>/dev/null ||
+                     find . -path ./build -prune -o \( -name '*.cc' -o -name '*.h' \) -print)
+echo "style: clang-format $(clang-format --version | grep -o '[0-9][0-9.]*' | head -1) over ${#files[@]} files"
+clang-format --dry-run --Werror "${files[@]}"
+if [ "${POSENC_TIDY:-1}" = 1 ]; then
+  mapfile -t kernels < <(printf '%s\n' "${files[@]}" | grep '^kernels/.*\.cc$')
+  echo "style: clang-tidy over ${#kernels[@]} kernel files"
+  run-clang-tidy -quiet -p "$build" -j "$(nproc)" -warnings-as-errors='*' "${kernels[@]/#/$root/}" \
+    >"$build/clang-tidy.log" 2>&1 || { grep -E 'warning:|error:' "$build/clang-tidy.log" | head -50; exit 1; }
+fi
+echo "style: clean"
