@@ -510,13 +510,9 @@ absl::StatusOr<kernels::RopeConfig> ToRopeConfig(const v1::RopeConfig& config) {
   out.apply_attention_factor =
       config.has_apply_attention_factor() ? config.apply_attention_factor() : true;
   if (config.has_seq_len()) out.seq_len = config.seq_len();
-  if (!config.hf_config_json().empty()) {
-    // Report a config the JSON made invalid (a missing llama3 key, say) against the JSON.
-    absl::Status status = kernels::ValidateRopeConfig(out);
-    if (!status.ok() && out.head_dim > 0) {
-      return absl::Status(status.code(), absl::StrCat("config.hf_config_json: ", status.message()));
-    }
-  }
+  // The op's plan validates the config once; a config the JSON made invalid (a missing llama3
+  // key, say) is reported against the JSON.
+  out.from_hf_config_json = !config.hf_config_json().empty() && out.head_dim > 0;
   return out;
 }
 

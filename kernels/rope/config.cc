@@ -75,7 +75,21 @@ absl::string_view RopeScalingTypeName(RopeScalingType type) {
   return "unknown";
 }
 
-absl::Status ValidateRopeConfig(const RopeConfig& c) {
+namespace {
+
+absl::Status ValidateFields(const RopeConfig& c);
+
+}  // namespace
+
+absl::Status ValidateRopeConfig(const RopeConfig& config) {
+  absl::Status status = ValidateFields(config);
+  if (status.ok() || !config.from_hf_config_json) return status;
+  return absl::Status(status.code(), absl::StrCat("config.hf_config_json: ", status.message()));
+}
+
+namespace {
+
+absl::Status ValidateFields(const RopeConfig& c) {
   if (c.head_dim <= 0) {
     return Invalid("config.head_dim", absl::StrCat("expected > 0, got ", c.head_dim));
   }
@@ -247,6 +261,8 @@ absl::Status ValidateRopeConfig(const RopeConfig& c) {
   }
   return absl::OkStatus();
 }
+
+}  // namespace
 
 absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeConfig& config,
                                                        int64_t max_position) {

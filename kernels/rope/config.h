@@ -54,6 +54,9 @@ struct RopeConfig {
   bool inverse = false;
   bool apply_attention_factor = true;
   std::optional<int64_t> seq_len;
+  // Set when the config was read from a Hugging Face config.json that gives the head dim: its
+  // validation errors are then reported against the JSON ("config.hf_config_json: ...").
+  bool from_hf_config_json = false;
 };
 
 absl::string_view RopeScalingTypeName(RopeScalingType type);  // "default", "linear", ...
