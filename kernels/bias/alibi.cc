@@ -77,9 +77,7 @@ absl::StatusOr<AlibiBiasPlan> PlanAlibiBias(AlibiBiasArgs args) {
   if (p.num_heads <= 0 || p.num_heads > (int64_t{1} << 24)) {
     return Invalid("num_heads", absl::StrCat("expected 1 .. 2^24, got ", p.num_heads));
   }
-  POSENC_RETURN_IF_ERROR(CheckLength("q_len", p.q_len));
-  POSENC_RETURN_IF_ERROR(CheckLength("k_len", p.k_len));
-  if (p.query_offset) POSENC_RETURN_IF_ERROR(CheckOffset("query_offset", *p.query_offset));
+  POSENC_RETURN_IF_ERROR(CheckWindow(p.q_len, p.k_len, p.query_offset));
   if (!std::isfinite(p.max_bias) || !(p.max_bias > 0)) {
     return Invalid("max_bias", absl::StrCat("expected a finite number > 0, got ", p.max_bias));
   }

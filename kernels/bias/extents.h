@@ -3,6 +3,7 @@
 #define POSENC_KERNELS_BIAS_EXTENTS_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -18,6 +19,9 @@ absl::Status Invalid(absl::string_view field, absl::string_view what);
 absl::Status CheckLength(absl::string_view field, int64_t v);
 // |v| <= 2^53.
 absl::Status CheckOffset(absl::string_view field, int64_t v);
+// The query/key window of a bias: both lengths, the query offset when given, the key offset.
+absl::Status CheckWindow(int64_t q_len, int64_t k_len, std::optional<int64_t> query_offset,
+                         int64_t key_offset = 0);
 // A float table of shape [rows, N >= 1] (INVALID_ARGUMENT when absent).
 absl::Status CheckTable(absl::string_view field, const ConstTensorView& t, int64_t rows,
                         absl::string_view rows_name);

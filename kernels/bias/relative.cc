@@ -29,6 +29,14 @@ absl::Status CheckOffset(absl::string_view field, int64_t v) {
   return absl::OkStatus();
 }
 
+absl::Status CheckWindow(int64_t q_len, int64_t k_len, std::optional<int64_t> query_offset,
+                         int64_t key_offset) {
+  POSENC_RETURN_IF_ERROR(CheckLength("q_len", q_len));
+  POSENC_RETURN_IF_ERROR(CheckLength("k_len", k_len));
+  if (query_offset) POSENC_RETURN_IF_ERROR(CheckOffset("query_offset", *query_offset));
+  return CheckOffset("key_offset", key_offset);
+}
+
 absl::Status CheckTable(absl::string_view field, const ConstTensorView& t, int64_t rows,
                         absl::string_view rows_name) {
   if (t.data == nullptr) return Invalid(field, "required: an inline table or a table name");
@@ -65,10 +73,7 @@ int64_t T5Bucket(int64_t rp, bool bidirectional, int64_t num_buckets, int64_t ma
 
 absl::StatusOr<RelativeBiasPlan> PlanRelativeBias(RelativeBiasArgs args) {
   const RelativeBiasParams& p = args.params;
-  POSENC_RETURN_IF_ERROR(CheckLength("q_len", p.q_len));
-  POSENC_RETURN_IF_ERROR(CheckLength("k_len", p.k_len));
-  if (p.query_offset) POSENC_RETURN_IF_ERROR(CheckOffset("query_offset", *p.query_offset));
-  POSENC_RETURN_IF_ERROR(CheckOffset("key_offset", p.key_offset));
+  POSENC_RETURN_IF_ERROR(CheckWindow(p.q_len, p.k_len, p.query_offset, p.key_offset));
   const int64_t min_buckets = p.bidirectional ? 4 : 2;
   const char* direction = p.bidirectional ? "bidirectional" : "unidirectional";
   if (p.num_buckets < min_buckets || p.num_buckets > (int64_t{1} << 24)) {
@@ -116,10 +121,7 @@ int64_t RelativeEmbeddingPlan::Row(int64_t i, int64_t j) const {
 
 absl::StatusOr<RelativeEmbeddingPlan> PlanRelativeEmbedding(RelativeEmbeddingArgs args) {
   const RelativeEmbeddingParams& p = args.params;
-  POSENC_RETURN_IF_ERROR(CheckLength("q_len", p.q_len));
-  POSENC_RETURN_IF_ERROR(CheckLength("k_len", p.k_len));
-  if (p.query_offset) POSENC_RETURN_IF_ERROR(CheckOffset("query_offset", *p.query_offset));
-  POSENC_RETURN_IF_ERROR(CheckOffset("key_offset", p.key_offset));
+  POSENC_RETURN_IF_ERROR(CheckWindow(p.q_len, p.k_len, p.query_offset, p.key_offset));
   if (p.max_relative < 0 || p.max_relative > (int64_t{1} << 30)) {
     return Invalid("max_relative", absl::StrCat("expected 0 .. 2^30, got ", p.max_relative));
   }

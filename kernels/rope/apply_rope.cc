@@ -130,11 +130,9 @@ absl::StatusOr<ApplyRopePlan> PlanApplyRope(ApplyRopeArgs args) {
 
 absl::StatusOr<RopeRunInfo> RunApplyRope(const Backend& backend, const ApplyRopePlan& plan,
                                          RopeFrequencyCache* cache, TensorView q, TensorView k) {
-  POSENC_ASSIGN_OR_RETURN(ResolvedPositions positions, ResolvePositions(plan.positions));
-  POSENC_ASSIGN_OR_RETURN(RopeRunInfo info,
-                          RopeFrequenciesFor(plan.config, positions.max_position, cache));
-  POSENC_RETURN_IF_ERROR(backend.ApplyRope(plan, *info.frequencies, positions, q, k));
-  return info;
+  POSENC_ASSIGN_OR_RETURN(RopeRunInputs in, PrepareRopeRun(plan.positions, plan.config, cache));
+  POSENC_RETURN_IF_ERROR(backend.ApplyRope(plan, *in.info.frequencies, in.positions, q, k));
+  return in.info;
 }
 
 }  // namespace posenc::kernels

@@ -29,26 +29,27 @@ absl::StatusOr<RopeCachePlan> PlanRopeCache(RopeCacheArgs args) {
   return plan;
 }
 
-absl::StatusOr<RopeRunInfo> RopeFrequenciesFor(const RopeConfig& config, int64_t max_position,
-                                               RopeFrequencyCache* cache) {
-  RopeRunInfo info;
+absl::StatusOr<RopeRunInputs> PrepareRopeRun(const PositionPlan& positions,
+                                             const RopeConfig& config, RopeFrequencyCache* cache) {
+  RopeRunInputs in;
+  POSENC_ASSIGN_OR_RETURN(in.positions, ResolvePositions(positions));
+  const int64_t max_position = in.positions.max_position;
   if (cache == nullptr) {
-    info.frequencies = std::make_shared<const RopeFrequencies>(
-        ComputeValidRopeFrequencies(config, max_position));
-    return info;
+    in.info.frequencies =
+        std::make_shared<const RopeFrequencies>(ComputeValidRopeFrequencies(config, max_position));
+  } else {
+    POSENC_ASSIGN_OR_RETURN(in.info.frequencies,
+                            cache->Get(config, max_position, &in.info.cache_hit));
   }
-  POSENC_ASSIGN_OR_RETURN(info.frequencies, cache->Get(config, max_position, &info.cache_hit));
-  return info;
+  return in;
 }
 
 absl::StatusOr<RopeRunInfo> RunRopeCache(const Backend& backend, const RopeCachePlan& plan,
                                          RopeFrequencyCache* cache, TensorView cos,
                                          TensorView sin) {
-  POSENC_ASSIGN_OR_RETURN(ResolvedPositions positions, ResolvePositions(plan.positions));
-  POSENC_ASSIGN_OR_RETURN(RopeRunInfo info,
-                          RopeFrequenciesFor(plan.config, positions.max_position, cache));
-  POSENC_RETURN_IF_ERROR(backend.RopeCache(plan, *info.frequencies, positions, cos, sin));
-  return info;
+  POSENC_ASSIGN_OR_RETURN(RopeRunInputs in, PrepareRopeRun(plan.positions, plan.config, cache));
+  POSENC_RETURN_IF_ERROR(backend.RopeCache(plan, *in.info.frequencies, in.positions, cos, sin));
+  return in.info;
 }
 
 }  // namespace posenc::kernels

@@ -46,10 +46,16 @@ struct RopeRunInfo {
   bool cache_hit = false;
 };
 
-// The frequencies of a validated config for a request whose largest position is
-// `max_position`, from `cache` when given (else computed).
-absl::StatusOr<RopeRunInfo> RopeFrequenciesFor(const RopeConfig& config, int64_t max_position,
-                                               RopeFrequencyCache* cache);
+// What a RoPE op's run needs before it calls the backend: the resolved positions and the
+// frequencies of the plan's (validated) config for them, from `cache` when given (else
+// computed). RunRopeCache and RunApplyRope start with it; so does a benchmark that times the
+// backend alone.
+struct RopeRunInputs {
+  ResolvedPositions positions;
+  RopeRunInfo info;
+};
+absl::StatusOr<RopeRunInputs> PrepareRopeRun(const PositionPlan& positions,
+                                             const RopeConfig& config, RopeFrequencyCache* cache);
 
 // Resolves the positions, takes the frequencies from `cache` (null: computes them) and fills
 // cos and sin (plan.cos / plan.sin's dtype and shape).

@@ -151,9 +151,10 @@ void BM_ApplyRope(benchmark::State& state) {
                              .k = k.view,
                              .positions = spec});
   if (!Ready(state, plan)) return;
-  auto rp = ResolvePositions(plan->positions);
-  if (!Ready(state, rp)) return;
-  const RopeFrequencies f = ComputeValidRopeFrequencies(plan->config, rp->max_position);
+  auto in = PrepareRopeRun(plan->positions, plan->config, /*cache=*/nullptr);
+  if (!Ready(state, in)) return;
+  const RopeFrequencies& f = *in->info.frequencies;
+  const ResolvedPositions* rp = &in->positions;
   const Backend& backend = Cpu(threads);
   for (auto _ : state) {
     auto st = backend.ApplyRope(*plan, f, *rp, q.view, k.view);
@@ -198,9 +199,10 @@ void BM_RopeCache(benchmark::State& state) {
                              .positions = spec,
                              .output_dtype = DType::kFloat32});
   if (!Ready(state, plan)) return;
-  auto rp = ResolvePositions(plan->positions);
-  if (!Ready(state, rp)) return;
-  const RopeFrequencies f = ComputeValidRopeFrequencies(plan->config, rp->max_position);
+  auto in = PrepareRopeRun(plan->positions, plan->config, /*cache=*/nullptr);
+  if (!Ready(state, in)) return;
+  const RopeFrequencies& f = *in->info.frequencies;
+  const ResolvedPositions* rp = &in->positions;
   Buffer cos(plan->cos), sin(plan->sin);
   const Backend& backend = Cpu(threads);
   for (auto _ : state) {
