@@ -32,23 +32,23 @@ class Backend {
   virtual std::string detail() const = 0;      // ISA, device
 
   virtual absl::Status Sinusoidal(const SinusoidalPlan& plan, const ResolvedPositions& positions,
-                                  TensorView table) const = 0;
+                                  const TensorView& table) const = 0;
   // All learned-table rows exist (RunAddPositionEncoding checked). y may alias plan.x.
   virtual absl::Status AddPositionEncoding(const AddPositionEncodingPlan& plan,
                                            const ResolvedPositions& positions,
-                                           TensorView y) const = 0;
+                                           const TensorView& y) const = 0;
   virtual absl::Status RopeCache(const RopeCachePlan& plan, const RopeFrequencies& freqs,
-                                 const ResolvedPositions& positions, TensorView cos,
-                                 TensorView sin) const = 0;
+                                 const ResolvedPositions& positions, const TensorView& cos,
+                                 const TensorView& sin) const = 0;
   // Rotates q and (if k.data) k in place.
   virtual absl::Status ApplyRope(const ApplyRopePlan& plan, const RopeFrequencies& freqs,
-                                 const ResolvedPositions& positions, TensorView q,
-                                 TensorView k) const = 0;
+                                 const ResolvedPositions& positions, const TensorView& q,
+                                 const TensorView& k) const = 0;
   virtual absl::Status AlibiBias(const AlibiBiasPlan& plan, absl::Span<const double> slopes,
-                                 TensorView bias) const = 0;
-  virtual absl::Status RelativeBias(const RelativeBiasPlan& plan, TensorView bias) const = 0;
+                                 const TensorView& bias) const = 0;
+  virtual absl::Status RelativeBias(const RelativeBiasPlan& plan, const TensorView& bias) const = 0;
   virtual absl::Status RelativeEmbedding(const RelativeEmbeddingPlan& plan,
-                                         TensorView embeddings) const = 0;
+                                         const TensorView& embeddings) const = 0;
 };
 
 // The float64 / extended-precision oracle: clarity over speed.

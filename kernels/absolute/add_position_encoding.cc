@@ -97,7 +97,7 @@ absl::StatusOr<AddPositionEncodingPlan> PlanAddPositionEncoding(AddPositionEncod
 }
 
 absl::Status RunAddPositionEncoding(const Backend& backend, const AddPositionEncodingPlan& plan,
-                                    TensorView y) {
+                                    const TensorView& y) {
   POSENC_ASSIGN_OR_RETURN(ResolvedPositions positions, ResolvePositions(plan.positions));
   // Every learned row must exist before anything is written (y may alias x).
   if (!plan.params.sinusoidal) {

@@ -54,7 +54,7 @@ absl::StatusOr<AddPositionEncodingPlan> PlanAddPositionEncoding(AddPositionEncod
 // y: plan.y's dtype and shape; may alias plan.x for ADD. OUT_OF_RANGE (nothing written) when a
 // position reads past a learned table.
 absl::Status RunAddPositionEncoding(const Backend& backend, const AddPositionEncodingPlan& plan,
-                                    TensorView y);
+                                    const TensorView& y);
 
 }  // namespace posenc::kernels
 

@@ -29,7 +29,7 @@ void PlaceSinusoidal(const SinusoidalParams& params, int64_t nfreq, const T* c, 
 
 template <typename T>
 absl::Status SinusoidalT(const CpuContext& cpu, const SinusoidalPlan& plan,
-                         const ResolvedPositions& positions, TensorView out) {
+                         const ResolvedPositions& positions, const TensorView& out) {
   const SinusoidalParams& params = plan.params;
   const std::vector<long double> exact = SinusoidalFrequencies(params);
   const SplitFrequencies w(exact);
@@ -52,7 +52,7 @@ absl::Status SinusoidalT(const CpuContext& cpu, const SinusoidalPlan& plan,
 
 template <typename T>
 absl::Status AddT(const CpuContext& cpu, const AddPositionEncodingPlan& plan,
-                  const ResolvedPositions& positions, TensorView y) {
+                  const ResolvedPositions& positions, const TensorView& y) {
   const AddPositionEncodingParams& params = plan.params;
   const ConstTensorView& x = plan.x;
   const int64_t dim = plan.dim, out_dim = plan.out_dim, pe_dim = plan.pe_dim;
@@ -91,7 +91,7 @@ absl::Status AddT(const CpuContext& cpu, const AddPositionEncodingPlan& plan,
 }  // namespace
 
 absl::Status Sinusoidal(const CpuContext& cpu, const SinusoidalPlan& plan,
-                        const ResolvedPositions& positions, TensorView table) {
+                        const ResolvedPositions& positions, const TensorView& table) {
   // Tables are computed in float for FLOAT32 (and FLOAT16/BFLOAT16, rounding once from the
   // exact-phase float sin/cos), in double for FLOAT64.
   if (table.dtype == DType::kFloat64) return SinusoidalT<double>(cpu, plan, positions, table);
@@ -99,7 +99,7 @@ absl::Status Sinusoidal(const CpuContext& cpu, const SinusoidalPlan& plan,
 }
 
 absl::Status AddPositionEncoding(const CpuContext& cpu, const AddPositionEncodingPlan& plan,
-                                 const ResolvedPositions& positions, TensorView y) {
+                                 const ResolvedPositions& positions, const TensorView& y) {
   // x*scale + PE can cancel: only FLOAT32 computes in fp32, the others in double.
   return WithComputeType(plan.x.dtype, [&]<typename T>() {
     return AddT<T>(cpu, plan, positions, y);

@@ -38,7 +38,7 @@ void SinusoidalRow(const SinusoidalParams& params, const std::vector<long double
 }  // namespace
 
 absl::Status Sinusoidal(const SinusoidalPlan& plan, const ResolvedPositions& positions,
-                        TensorView table) {
+                        const TensorView& table) {
   const SinusoidalParams& params = plan.params;
   const std::vector<long double> omega = SinusoidalFrequencies(params);
   std::vector<double> row(static_cast<size_t>(params.dim));
@@ -56,7 +56,7 @@ absl::Status Sinusoidal(const SinusoidalPlan& plan, const ResolvedPositions& pos
 }
 
 absl::Status AddPositionEncoding(const AddPositionEncodingPlan& plan,
-                                 const ResolvedPositions& positions, TensorView y) {
+                                 const ResolvedPositions& positions, const TensorView& y) {
   const AddPositionEncodingParams& params = plan.params;
   const ConstTensorView& x = plan.x;
   const int64_t dim = plan.dim, out_dim = plan.out_dim, pe_dim = plan.pe_dim;

@@ -60,7 +60,7 @@ absl::StatusOr<SinusoidalPlan> PlanSinusoidal(SinusoidalArgs args) {
   return plan;
 }
 
-absl::Status RunSinusoidal(const Backend& backend, const SinusoidalPlan& plan, TensorView table) {
+absl::Status RunSinusoidal(const Backend& backend, const SinusoidalPlan& plan, const TensorView& table) {
   POSENC_ASSIGN_OR_RETURN(ResolvedPositions positions, ResolvePositions(plan.positions));
   return backend.Sinusoidal(plan, positions, table);
 }

@@ -58,7 +58,7 @@ struct SinusoidalPlan {
 
 absl::StatusOr<SinusoidalPlan> PlanSinusoidal(SinusoidalArgs args);
 // table: plan.table's dtype and shape.
-absl::Status RunSinusoidal(const Backend& backend, const SinusoidalPlan& plan, TensorView table);
+absl::Status RunSinusoidal(const Backend& backend, const SinusoidalPlan& plan, const TensorView& table);
 
 }  // namespace posenc::kernels
 

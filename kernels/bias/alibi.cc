@@ -50,7 +50,7 @@ absl::StatusOr<AlibiSlopesPlan> PlanAlibiSlopes(const AlibiSlopesArgs& args) {
                          {"slopes", args.output_dtype, {args.num_heads}}};
 }
 
-absl::Status RunAlibiSlopes(const AlibiSlopesPlan& plan, TensorView slopes) {
+absl::Status RunAlibiSlopes(const AlibiSlopesPlan& plan, const TensorView& slopes) {
   POSENC_ASSIGN_OR_RETURN(std::vector<double> values, AlibiSlopes(plan.num_heads, plan.max_bias));
   for (int64_t h = 0; h < plan.num_heads; ++h) {
     StoreFromDouble(slopes.data, slopes.dtype, h, values[h]);
@@ -124,8 +124,8 @@ absl::StatusOr<AlibiBiasPlan> PlanAlibiBias(AlibiBiasArgs args) {
   return plan;
 }
 
-absl::Status RunAlibiBias(const Backend& backend, const AlibiBiasPlan& plan, TensorView bias,
-                          TensorView slopes) {
+absl::Status RunAlibiBias(const Backend& backend, const AlibiBiasPlan& plan, const TensorView& bias,
+                          const TensorView& slopes) {
   POSENC_ASSIGN_OR_RETURN(std::vector<double> values,
                           AlibiSlopes(plan.params.num_heads, plan.params.max_bias));
   for (int64_t h = 0; h < plan.params.num_heads; ++h) {

@@ -44,7 +44,7 @@ struct AlibiSlopesPlan {
 
 absl::StatusOr<AlibiSlopesPlan> PlanAlibiSlopes(const AlibiSlopesArgs& args);
 // Writes the slopes (plan.slopes' dtype and shape): scalar math, the same on every backend.
-absl::Status RunAlibiSlopes(const AlibiSlopesPlan& plan, TensorView slopes);
+absl::Status RunAlibiSlopes(const AlibiSlopesPlan& plan, const TensorView& slopes);
 
 enum class AlibiMode { kCausal, kSymmetric, kBloom };
 enum class FutureMode { kMask, kZero, kLinear };
@@ -81,8 +81,8 @@ struct AlibiBiasPlan {
 
 // Checks every field and the mask's values (0/1) once.
 absl::StatusOr<AlibiBiasPlan> PlanAlibiBias(AlibiBiasArgs args);
-absl::Status RunAlibiBias(const Backend& backend, const AlibiBiasPlan& plan, TensorView bias,
-                          TensorView slopes);
+absl::Status RunAlibiBias(const Backend& backend, const AlibiBiasPlan& plan, const TensorView& bias,
+                          const TensorView& slopes);
 
 }  // namespace posenc::kernels
 

@@ -12,7 +12,7 @@
 namespace posenc::kernels::cpu {
 
 absl::Status AlibiBias(const CpuContext& cpu, const AlibiBiasPlan& plan,
-                       absl::Span<const double> slopes, TensorView out) {
+                       absl::Span<const double> slopes, const TensorView& out) {
   const AlibiBiasParams& p = plan.params;
   const double inf = std::numeric_limits<double>::infinity();
   const int64_t esize = DTypeSize(out.dtype);
@@ -79,7 +79,7 @@ absl::Status AlibiBias(const CpuContext& cpu, const AlibiBiasPlan& plan,
   });
 }
 
-absl::Status RelativeBias(const CpuContext& cpu, const RelativeBiasPlan& plan, TensorView out) {
+absl::Status RelativeBias(const CpuContext& cpu, const RelativeBiasPlan& plan, const TensorView& out) {
   const RelativeBiasParams& p = plan.params;
   const int64_t gen_len = p.q_len + p.k_len - 1;
   std::vector<int32_t> buckets(static_cast<size_t>(gen_len));
@@ -110,7 +110,7 @@ absl::Status RelativeBias(const CpuContext& cpu, const RelativeBiasPlan& plan, T
 }
 
 absl::Status RelativeEmbedding(const CpuContext& cpu, const RelativeEmbeddingPlan& plan,
-                               TensorView out) {
+                               const TensorView& out) {
   const RelativeEmbeddingParams& p = plan.params;
   const int64_t dim = plan.dim;
   const int64_t rows = 2 * p.max_relative + 1;

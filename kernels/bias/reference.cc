@@ -9,7 +9,7 @@
 namespace posenc::kernels::reference {
 
 absl::Status AlibiBias(const AlibiBiasPlan& plan, absl::Span<const double> slopes,
-                       TensorView out) {
+                       const TensorView& out) {
   const AlibiBiasParams& p = plan.params;
   const int64_t qoff = plan.query_offset;
   std::vector<double> kpos(static_cast<size_t>(p.k_len));
@@ -53,7 +53,7 @@ absl::Status AlibiBias(const AlibiBiasPlan& plan, absl::Span<const double> slope
   return absl::OkStatus();
 }
 
-absl::Status RelativeBias(const RelativeBiasPlan& plan, TensorView out) {
+absl::Status RelativeBias(const RelativeBiasPlan& plan, const TensorView& out) {
   const RelativeBiasParams& p = plan.params;
   if (p.form == BiasForm::kBuckets) {
     for (int64_t i = 0; i < p.q_len; ++i) {
@@ -86,7 +86,7 @@ absl::Status RelativeBias(const RelativeBiasPlan& plan, TensorView out) {
   return absl::OkStatus();
 }
 
-absl::Status RelativeEmbedding(const RelativeEmbeddingPlan& plan, TensorView out) {
+absl::Status RelativeEmbedding(const RelativeEmbeddingPlan& plan, const TensorView& out) {
   const RelativeEmbeddingParams& p = plan.params;
   const int64_t dim = plan.dim;
   int64_t idx = 0;

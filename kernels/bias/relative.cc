@@ -110,7 +110,7 @@ absl::StatusOr<RelativeBiasPlan> PlanRelativeBias(RelativeBiasArgs args) {
 }
 
 absl::Status RunRelativeBias(const Backend& backend, const RelativeBiasPlan& plan,
-                             TensorView bias) {
+                             const TensorView& bias) {
   return backend.RelativeBias(plan, bias);
 }
 
@@ -137,7 +137,7 @@ absl::StatusOr<RelativeEmbeddingPlan> PlanRelativeEmbedding(RelativeEmbeddingArg
 }
 
 absl::Status RunRelativeEmbedding(const Backend& backend, const RelativeEmbeddingPlan& plan,
-                                  TensorView embeddings) {
+                                  const TensorView& embeddings) {
   return backend.RelativeEmbedding(plan, embeddings);
 }
 

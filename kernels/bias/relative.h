@@ -60,7 +60,7 @@ struct RelativeBiasPlan {
 };
 
 absl::StatusOr<RelativeBiasPlan> PlanRelativeBias(RelativeBiasArgs args);
-absl::Status RunRelativeBias(const Backend& backend, const RelativeBiasPlan& plan, TensorView bias);
+absl::Status RunRelativeBias(const Backend& backend, const RelativeBiasPlan& plan, const TensorView& bias);
 
 struct RelativeEmbeddingParams {
   int64_t q_len = 0, k_len = 0, max_relative = 0;
@@ -86,7 +86,7 @@ struct RelativeEmbeddingPlan {
 
 absl::StatusOr<RelativeEmbeddingPlan> PlanRelativeEmbedding(RelativeEmbeddingArgs args);
 absl::Status RunRelativeEmbedding(const Backend& backend, const RelativeEmbeddingPlan& plan,
-                                  TensorView embeddings);
+                                  const TensorView& embeddings);
 
 }  // namespace posenc::kernels
 

@@ -51,33 +51,33 @@ class CpuBackend final : public Backend {
                         pool_.parallelism() == 1 ? "" : "s");
   }
   absl::Status Sinusoidal(const SinusoidalPlan& plan, const ResolvedPositions& positions,
-                          TensorView table) const override {
+                          const TensorView& table) const override {
     return cpu::Sinusoidal(cpu_, plan, positions, table);
   }
   absl::Status AddPositionEncoding(const AddPositionEncodingPlan& plan,
                                    const ResolvedPositions& positions,
-                                   TensorView y) const override {
+                                   const TensorView& y) const override {
     return cpu::AddPositionEncoding(cpu_, plan, positions, y);
   }
   absl::Status RopeCache(const RopeCachePlan& plan, const RopeFrequencies& freqs,
-                         const ResolvedPositions& positions, TensorView cos,
-                         TensorView sin) const override {
+                         const ResolvedPositions& positions, const TensorView& cos,
+                         const TensorView& sin) const override {
     return cpu::RopeCache(cpu_, plan, freqs, positions, cos, sin);
   }
   absl::Status ApplyRope(const ApplyRopePlan& plan, const RopeFrequencies& freqs,
-                         const ResolvedPositions& positions, TensorView q,
-                         TensorView k) const override {
+                         const ResolvedPositions& positions, const TensorView& q,
+                         const TensorView& k) const override {
     return cpu::ApplyRope(cpu_, plan, freqs, positions, q, k);
   }
   absl::Status AlibiBias(const AlibiBiasPlan& plan, absl::Span<const double> slopes,
-                         TensorView bias) const override {
+                         const TensorView& bias) const override {
     return cpu::AlibiBias(cpu_, plan, slopes, bias);
   }
-  absl::Status RelativeBias(const RelativeBiasPlan& plan, TensorView bias) const override {
+  absl::Status RelativeBias(const RelativeBiasPlan& plan, const TensorView& bias) const override {
     return cpu::RelativeBias(cpu_, plan, bias);
   }
   absl::Status RelativeEmbedding(const RelativeEmbeddingPlan& plan,
-                                 TensorView embeddings) const override {
+                                 const TensorView& embeddings) const override {
     return cpu::RelativeEmbedding(cpu_, plan, embeddings);
   }
 

@@ -127,20 +127,20 @@ absl::Status ExpandToeplitzRows(const CpuContext& cpu, const unsigned char* gene
 
 // --- The ops (see each op's header; arguments as on Backend). ---
 absl::Status Sinusoidal(const CpuContext& cpu, const SinusoidalPlan& plan,
-                        const ResolvedPositions& positions, TensorView table);
+                        const ResolvedPositions& positions, const TensorView& table);
 absl::Status AddPositionEncoding(const CpuContext& cpu, const AddPositionEncodingPlan& plan,
-                                 const ResolvedPositions& positions, TensorView y);
+                                 const ResolvedPositions& positions, const TensorView& y);
 absl::Status RopeCache(const CpuContext& cpu, const RopeCachePlan& plan,
                        const RopeFrequencies& freqs, const ResolvedPositions& positions,
-                       TensorView cos, TensorView sin);
+                       const TensorView& cos, const TensorView& sin);
 absl::Status ApplyRope(const CpuContext& cpu, const ApplyRopePlan& plan,
                        const RopeFrequencies& freqs, const ResolvedPositions& positions,
-                       TensorView q, TensorView k);
+                       const TensorView& q, const TensorView& k);
 absl::Status AlibiBias(const CpuContext& cpu, const AlibiBiasPlan& plan,
-                       absl::Span<const double> slopes, TensorView bias);
-absl::Status RelativeBias(const CpuContext& cpu, const RelativeBiasPlan& plan, TensorView bias);
+                       absl::Span<const double> slopes, const TensorView& bias);
+absl::Status RelativeBias(const CpuContext& cpu, const RelativeBiasPlan& plan, const TensorView& bias);
 absl::Status RelativeEmbedding(const CpuContext& cpu, const RelativeEmbeddingPlan& plan,
-                               TensorView embeddings);
+                               const TensorView& embeddings);
 
 }  // namespace posenc::kernels::cpu
 

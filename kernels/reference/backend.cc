@@ -19,33 +19,33 @@ class ReferenceBackend final : public Backend {
     return "scalar float64 oracle, phases in 80-bit extended precision";
   }
   absl::Status Sinusoidal(const SinusoidalPlan& plan, const ResolvedPositions& positions,
-                          TensorView table) const override {
+                          const TensorView& table) const override {
     return reference::Sinusoidal(plan, positions, table);
   }
   absl::Status AddPositionEncoding(const AddPositionEncodingPlan& plan,
                                    const ResolvedPositions& positions,
-                                   TensorView y) const override {
+                                   const TensorView& y) const override {
     return reference::AddPositionEncoding(plan, positions, y);
   }
   absl::Status RopeCache(const RopeCachePlan& plan, const RopeFrequencies& freqs,
-                         const ResolvedPositions& positions, TensorView cos,
-                         TensorView sin) const override {
+                         const ResolvedPositions& positions, const TensorView& cos,
+                         const TensorView& sin) const override {
     return reference::RopeCache(plan, freqs, positions, cos, sin);
   }
   absl::Status ApplyRope(const ApplyRopePlan& plan, const RopeFrequencies& freqs,
-                         const ResolvedPositions& positions, TensorView q,
-                         TensorView k) const override {
+                         const ResolvedPositions& positions, const TensorView& q,
+                         const TensorView& k) const override {
     return reference::ApplyRope(plan, freqs, positions, q, k);
   }
   absl::Status AlibiBias(const AlibiBiasPlan& plan, absl::Span<const double> slopes,
-                         TensorView bias) const override {
+                         const TensorView& bias) const override {
     return reference::AlibiBias(plan, slopes, bias);
   }
-  absl::Status RelativeBias(const RelativeBiasPlan& plan, TensorView bias) const override {
+  absl::Status RelativeBias(const RelativeBiasPlan& plan, const TensorView& bias) const override {
     return reference::RelativeBias(plan, bias);
   }
   absl::Status RelativeEmbedding(const RelativeEmbeddingPlan& plan,
-                                 TensorView embeddings) const override {
+                                 const TensorView& embeddings) const override {
     return reference::RelativeEmbedding(plan, embeddings);
   }
 };

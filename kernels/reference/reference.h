@@ -17,17 +17,17 @@
 namespace posenc::kernels::reference {
 
 absl::Status Sinusoidal(const SinusoidalPlan& plan, const ResolvedPositions& positions,
-                        TensorView table);
+                        const TensorView& table);
 absl::Status AddPositionEncoding(const AddPositionEncodingPlan& plan,
-                                 const ResolvedPositions& positions, TensorView y);
+                                 const ResolvedPositions& positions, const TensorView& y);
 absl::Status RopeCache(const RopeCachePlan& plan, const RopeFrequencies& freqs,
-                       const ResolvedPositions& positions, TensorView cos, TensorView sin);
+                       const ResolvedPositions& positions, const TensorView& cos, const TensorView& sin);
 absl::Status ApplyRope(const ApplyRopePlan& plan, const RopeFrequencies& freqs,
-                       const ResolvedPositions& positions, TensorView q, TensorView k);
+                       const ResolvedPositions& positions, const TensorView& q, const TensorView& k);
 absl::Status AlibiBias(const AlibiBiasPlan& plan, absl::Span<const double> slopes,
-                       TensorView bias);
-absl::Status RelativeBias(const RelativeBiasPlan& plan, TensorView bias);
-absl::Status RelativeEmbedding(const RelativeEmbeddingPlan& plan, TensorView embeddings);
+                       const TensorView& bias);
+absl::Status RelativeBias(const RelativeBiasPlan& plan, const TensorView& bias);
+absl::Status RelativeEmbedding(const RelativeEmbeddingPlan& plan, const TensorView& embeddings);
 
 }  // namespace posenc::kernels::reference
 

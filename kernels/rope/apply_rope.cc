@@ -129,7 +129,7 @@ absl::StatusOr<ApplyRopePlan> PlanApplyRope(ApplyRopeArgs args) {
 }
 
 absl::StatusOr<RopeRunInfo> RunApplyRope(const Backend& backend, const ApplyRopePlan& plan,
-                                         RopeFrequencyCache* cache, TensorView q, TensorView k) {
+                                         RopeFrequencyCache* cache, const TensorView& q, const TensorView& k) {
   POSENC_ASSIGN_OR_RETURN(RopeRunInputs in, PrepareRopeRun(plan.positions, plan.config, cache));
   POSENC_RETURN_IF_ERROR(backend.ApplyRope(plan, *in.info.frequencies, in.positions, q, k));
   return in.info;

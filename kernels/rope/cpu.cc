@@ -41,7 +41,7 @@ struct CosSinFactors {
 template <typename T>
 absl::Status RopeCacheT(const CpuContext& cpu, const RopeCachePlan& plan,
                         const RopeFrequencies& freqs, const ResolvedPositions& positions,
-                        TensorView cos, TensorView sin) {
+                        const TensorView& cos, const TensorView& sin) {
   const int64_t half = freqs.rotary_dim / 2;
   const int64_t width = plan.width;
   const RopeCacheLayout layout = plan.layout;
@@ -93,7 +93,7 @@ absl::Status RopeCacheT(const CpuContext& cpu, const RopeCachePlan& plan,
 
 // Rotates the `heads` head rows of one token starting at element `base` of x.
 template <typename T>
-void RotateToken(const SimdKernels& simd, TensorView x, int64_t base, int64_t heads,
+void RotateToken(const SimdKernels& simd, const TensorView& x, int64_t base, int64_t heads,
                  int64_t head_stride, const T* c, const T* s, int64_t half, bool gptj) {
   if constexpr (std::is_same_v<T, float>) {
     simd.apply_rope_f32(static_cast<float*>(x.data) + base, heads, head_stride, c, s, half, gptj);
@@ -119,7 +119,7 @@ void RotateToken(const SimdKernels& simd, TensorView x, int64_t base, int64_t he
 template <typename T>
 absl::Status ApplyRopeT(const CpuContext& cpu, const ApplyRopePlan& plan,
                         const RopeFrequencies& freqs, const ResolvedPositions& positions,
-                        TensorView q, TensorView k) {
+                        const TensorView& q, const TensorView& k) {
   const int64_t half = freqs.rotary_dim / 2;
   const SplitFrequencies w(freqs.inv_freq);
   const CosSinFactors f(plan.config, freqs);
@@ -148,7 +148,7 @@ absl::Status ApplyRopeT(const CpuContext& cpu, const ApplyRopePlan& plan,
 
 absl::Status RopeCache(const CpuContext& cpu, const RopeCachePlan& plan,
                        const RopeFrequencies& freqs, const ResolvedPositions& positions,
-                       TensorView cos, TensorView sin) {
+                       const TensorView& cos, const TensorView& sin) {
   // Tables: float for FLOAT32/FLOAT16/BFLOAT16 (rounding once from exact-phase floats).
   if (cos.dtype == DType::kFloat64) {
     return RopeCacheT<double>(cpu, plan, freqs, positions, cos, sin);
@@ -158,7 +158,7 @@ absl::Status RopeCache(const CpuContext& cpu, const RopeCachePlan& plan,
 
 absl::Status ApplyRope(const CpuContext& cpu, const ApplyRopePlan& plan,
                        const RopeFrequencies& freqs, const ResolvedPositions& positions,
-                       TensorView q, TensorView k) {
+                       const TensorView& q, const TensorView& k) {
   // FLOAT32 rotates in fp32; FLOAT64, FLOAT16 and BFLOAT16 in double (see simd_kernels.h).
   return WithComputeType(plan.dtype, [&]<typename T>() {
     return ApplyRopeT<T>(cpu, plan, freqs, positions, q, k);

@@ -25,7 +25,7 @@ void RowCosSin(const RopeConfig& config, const RopeFrequencies& freqs,
 
 // Rotates the `heads` head rows of one token, head h at x[base + h * head_stride].
 void RotateToken(RopeStyle style, int64_t base, int64_t heads, int64_t head_stride, int64_t half,
-                 const long double* c, const long double* sn, TensorView x) {
+                 const long double* c, const long double* sn, const TensorView& x) {
   for (int64_t h = 0; h < heads; ++h) {
     const int64_t row = base + h * head_stride;
     for (int64_t j = 0; j < half; ++j) {
@@ -42,7 +42,7 @@ void RotateToken(RopeStyle style, int64_t base, int64_t heads, int64_t head_stri
 }  // namespace
 
 absl::Status RopeCache(const RopeCachePlan& plan, const RopeFrequencies& freqs,
-                       const ResolvedPositions& positions, TensorView cos, TensorView sin) {
+                       const ResolvedPositions& positions, const TensorView& cos, const TensorView& sin) {
   const int64_t half = freqs.rotary_dim / 2;
   const int64_t width = plan.width;
   std::vector<long double> c(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
@@ -74,7 +74,7 @@ absl::Status RopeCache(const RopeCachePlan& plan, const RopeFrequencies& freqs,
 }
 
 absl::Status ApplyRope(const ApplyRopePlan& plan, const RopeFrequencies& freqs,
-                       const ResolvedPositions& positions, TensorView q, TensorView k) {
+                       const ResolvedPositions& positions, const TensorView& q, const TensorView& k) {
   const int64_t half = freqs.rotary_dim / 2;
   std::vector<long double> c(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
   for (int64_t t = 0; t < plan.tokens; ++t) {

@@ -45,8 +45,8 @@ absl::StatusOr<RopeRunInputs> PrepareRopeRun(const PositionPlan& positions,
 }
 
 absl::StatusOr<RopeRunInfo> RunRopeCache(const Backend& backend, const RopeCachePlan& plan,
-                                         RopeFrequencyCache* cache, TensorView cos,
-                                         TensorView sin) {
+                                         RopeFrequencyCache* cache, const TensorView& cos,
+                                         const TensorView& sin) {
   POSENC_ASSIGN_OR_RETURN(RopeRunInputs in, PrepareRopeRun(plan.positions, plan.config, cache));
   POSENC_RETURN_IF_ERROR(backend.RopeCache(plan, *in.info.frequencies, in.positions, cos, sin));
   return in.info;

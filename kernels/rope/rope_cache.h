@@ -60,8 +60,8 @@ absl::StatusOr<RopeRunInputs> PrepareRopeRun(const PositionPlan& positions,
 // Resolves the positions, takes the frequencies from `cache` (null: computes them) and fills
 // cos and sin (plan.cos / plan.sin's dtype and shape).
 absl::StatusOr<RopeRunInfo> RunRopeCache(const Backend& backend, const RopeCachePlan& plan,
-                                         RopeFrequencyCache* cache, TensorView cos,
-                                         TensorView sin);
+                                         RopeFrequencyCache* cache, const TensorView& cos,
+                                         const TensorView& sin);
 
 }  // namespace posenc::kernels
 
