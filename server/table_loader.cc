@@ -1,11 +1,6 @@
 #include "server/table_loader.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
 #include <filesystem>
 #include <limits>
@@ -17,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
+#include "kernels/common/file.h"
 #include "nlohmann/json.hpp"
 #include "server/status.h"
 #include "spdlog/spdlog.h"
@@ -326,39 +322,6 @@ absl::StatusOr<LoadedTable> ParseSafetensorsEntry(const std::string& tensor, con
   return table;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Files
-// ---------------------------------------------------------------------------------------------
-
-std::string ErrnoText(int error) {
-  return std::error_code(error, std::generic_category()).message();
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Invalid(absl::StrCat(path, ": cannot open: ", ErrnoText(errno)));
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return Invalid(absl::StrCat(path, ": ", ErrnoText(errno)));
-  if (!S_ISREG(st.st_mode)) return Invalid(absl::StrCat(path, ": not a regular file"));
-  std::string contents(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  while (done < contents.size()) {
-    const ssize_t n = ::read(fd, contents.data() + done, contents.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Invalid(absl::StrCat(path, ": read failed: ", ErrnoText(errno)));
-    }
-    if (n == 0) break;  // the file shrank while we read it
-    done += static_cast<size_t>(n);
-  }
-  contents.resize(done);
-  return contents;
-}
-
 }  // namespace
 
 absl::StatusOr<LoadedTable> ParseNpy(absl::string_view contents, absl::string_view stem) {
@@ -483,7 +446,7 @@ absl::StatusOr<std::vector<LoadedTable>> LoadTableFile(const std::string& path) 
   if (extension != ".npy" && extension != ".safetensors") {
     return Invalid(absl::StrCat(path, ": expected a .npy or .safetensors file"));
   }
-  POSENC_ASSIGN_OR_RETURN(const std::string contents, ReadFile(path));
+  POSENC_ASSIGN_OR_RETURN(const std::string contents, kernels::ReadFileToString(path));
   std::vector<LoadedTable> tables;
   absl::Status status;
   if (extension == ".npy") {

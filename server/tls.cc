@@ -2,34 +2,22 @@
 
 #include <grpcpp/security/server_credentials.h>
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/common/file.h"
 
 namespace posenc::server {
 
 absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::string& path,
                                         const std::string& what) {
-  errno = 0;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int error = errno;
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, ": cannot read \"", path,
-                     "\": ", error != 0 ? std::strerror(error) : "open failed"));
+  absl::StatusOr<std::string> contents = kernels::ReadFileToString(path);
+  if (!contents.ok()) {
+    // "--tls_cert: /etc/posenc/server.pem: cannot open: No such file or directory": a bad flag.
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", contents.status().message()));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, ": cannot read \"", path, "\": read error"));
-  }
-  std::string pem = std::move(text).str();
+  std::string pem = std::move(contents).value();
   // "-----BEGIN CERTIFICATE-----", "-----BEGIN PRIVATE KEY-----", "-----BEGIN EC PRIVATE KEY-----".
   const size_t begin = pem.find("-----BEGIN ");
   const size_t kind = begin == std::string::npos ? begin : pem.find(what, begin);

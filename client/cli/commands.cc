@@ -1,10 +1,8 @@
 #include "client/cli/commands.h"
 
 #include <cstdint>
-#include <fstream>
 #include <initializer_list>
 #include <iostream>
-#include <iterator>
 #include <optional>
 #include <random>
 #include <string>
@@ -18,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "client/cli/npy.h"
+#include "kernels/common/file.h"
 
 namespace posenc::cli {
 namespace {
@@ -231,12 +230,6 @@ std::optional<DType> DTypeFlag(const ParsedFlags& flags) {
   return value.has_value() ? client::ParseDType(*value) : std::nullopt;
 }
 
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // Writes `tensor` as .npy (BFLOAT16 widened to FLOAT32, exactly: NumPy has no bfloat16) and
 // says so on stderr.
 absl::Status WriteNpyFile(const std::string& path, const Tensor& tensor) {
@@ -330,7 +323,7 @@ absl::StatusOr<client::RopeConfig> RopeConfigFromFlags(const ParsedFlags& flags)
   using client::RopeScalingType;
   client::RopeConfig config;
   if (std::optional<std::string> path = flags.String("hf-config")) {
-    POSENC_CLI_ASSIGN_OR_RETURN(config.hf_config_json, ReadTextFile(*path));
+    POSENC_CLI_ASSIGN_OR_RETURN(config.hf_config_json, kernels::ReadFileToString(*path));
   }
   config.layer_type = flags.String("layer-type").value_or("");
   config.head_dim = flags.Int("head-dim").value_or(0);
