@@ -23,6 +23,7 @@
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "server/server.h"
 #include "server/tables.h"
+#include "tests/common/npy.h"
 #include "tests/server/server_test_util.h"
 
 namespace posenc::server {
@@ -30,6 +31,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using kernels::DType;
+using posenc::testing::NpyDict;
 using testing::Bytes;
 using ::testing::HasSubstr;
 
@@ -43,24 +45,9 @@ std::string LittleEndian(uint64_t value, int bytes) {
   return out;
 }
 
-// A .npy file: magic, version, header length, the dict text padded with spaces to a multiple
-// of 64 bytes and ending in '\n', then `data`.
+// A .npy file by hand (tests/common/npy.h).
 std::string Npy(const std::string& dict, const std::string& data, int major = 1) {
-  const int length_bytes = major == 1 ? 2 : 4;
-  const size_t preamble = 8 + static_cast<size_t>(length_bytes);
-  std::string header = dict;
-  while ((preamble + header.size() + 1) % 64 != 0) header.push_back(' ');
-  header.push_back('\n');
-  std::string out("\x93NUMPY", 6);
-  out.push_back(static_cast<char>(major));
-  out.push_back('\0');
-  out += LittleEndian(header.size(), length_bytes);
-  return out + header + data;
-}
-
-std::string NpyDict(const std::string& descr, const std::string& shape, bool fortran = false) {
-  return absl::StrCat("{'descr': '", descr, "', 'fortran_order': ", fortran ? "True" : "False",
-                      ", 'shape': ", shape, ", }");
+  return posenc::testing::NpyFileBytes(dict, data, major);
 }
 
 // A .safetensors file: 8-byte little-endian header length, the JSON header, the data section.
@@ -261,6 +248,28 @@ TEST_F(TableLoaderTest, AcceptsHeaderVariantsNumpyWrites) {
   auto none = ParseSafetensors(Safetensors(R"({"__metadata__": {}})", ""), "m");
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_TRUE(none->empty());
+}
+
+TEST_F(TableLoaderTest, BigEndianNpyLoadsByteSwapped) {
+  // The same float32 and float64 tables written big-endian ('>f4', '>f8') load as the
+  // little-endian ones.
+  const std::string f32 = F32Bytes(6, 1.0f);
+  const std::string f64 = F64Bytes(6, -2.0);
+  const auto swapped = [](const std::string& little, size_t item) {
+    std::string big = little;
+    for (size_t i = 0; i < big.size(); i += item)
+      std::reverse(big.begin() + i, big.begin() + i + item);
+    return big;
+  };
+  auto table32 = ParseNpy(Npy(NpyDict(">f4", "(2, 3)"), swapped(f32, 4)), "be32");
+  ASSERT_TRUE(table32.ok()) << table32.status();
+  EXPECT_EQ(table32->dtype, DType::kFloat32);
+  EXPECT_EQ(table32->shape, (kernels::Shape{2, 3}));
+  EXPECT_EQ(table32->bytes, f32);
+  auto table64 = ParseNpy(Npy(NpyDict(">f8", "(3, 2)"), swapped(f64, 8), /*major=*/2), "be64");
+  ASSERT_TRUE(table64.ok()) << table64.status();
+  EXPECT_EQ(table64->dtype, DType::kFloat64);
+  EXPECT_EQ(table64->bytes, f64);
 }
 
 TEST_F(TableLoaderTest, EmptyDirectoryLoadsNothingMissingDirectoryIsAnError) {
@@ -514,10 +523,13 @@ std::vector<BadFile> BadFiles() {
        "expected the keys descr, fortran_order and shape"},
       {"fortran.npy", Npy(NpyDict("<f4", "(2, 3)", /*fortran=*/true), f32x6),
        "fortran_order is True"},
-      {"bigendian.npy", Npy(NpyDict(">f4", "(2, 3)"), f32x6), "dtype '>f4' is big-endian"},
       {"int.npy", Npy(NpyDict("<i4", "(2, 3)"), f32x6), "dtype '<i4' is not a float dtype"},
       {"int64.npy", Npy(NpyDict("<i8", "(2, 3)"), f32x6 + f32x6),
        "dtype '<i8' is not a float dtype"},
+      {"bool.npy", Npy(NpyDict("|b1", "(2, 3)"), std::string(6, '\1')),
+       "dtype '|b1' is not a float dtype"},
+      {"complex.npy", Npy(NpyDict("<c8", "(2, 3)"), f32x6 + f32x6),
+       "npy dtype '<c8' is not supported"},
       {"bf16.npy", Npy(NpyDict("<V2", "(2, 3)"), std::string(12, '\0')),
        "bfloat16 has no .npy dtype code"},
       {"structured.npy",
