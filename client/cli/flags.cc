@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "kernels/common/status.h"
 
 namespace posenc::cli {
 namespace {
@@ -57,18 +58,16 @@ absl::StatusOr<ParsedFlags::Value> ParseValue(const FlagSpec& spec, std::string_
     }
     case FlagType::kIntList: {
       std::vector<int64_t> v;
-      absl::Status s = ParseList<int64_t>(
+      POSENC_RETURN_IF_ERROR(ParseList<int64_t>(
           spec, text, "comma-separated integers",
-          [](absl::string_view t, int64_t* x) { return absl::SimpleAtoi(t, x); }, &v);
-      if (!s.ok()) return s;
+          [](absl::string_view t, int64_t* x) { return absl::SimpleAtoi(t, x); }, &v));
       return ParsedFlags::Value(std::move(v));
     }
     case FlagType::kDoubleList: {
       std::vector<double> v;
-      absl::Status s = ParseList<double>(
+      POSENC_RETURN_IF_ERROR(ParseList<double>(
           spec, text, "comma-separated numbers",
-          [](absl::string_view t, double* x) { return absl::SimpleAtod(t, x); }, &v);
-      if (!s.ok()) return s;
+          [](absl::string_view t, double* x) { return absl::SimpleAtod(t, x); }, &v));
       return ParsedFlags::Value(std::move(v));
     }
     case FlagType::kChoice:
@@ -151,9 +150,8 @@ absl::Status ParseFlags(std::span<const std::string> args, size_t start,
           "--", AbslView(body), " needs a value (",
           AbslView(spec->type == FlagType::kChoice ? spec->choices : spec->value_name), ")"));
     }
-    absl::StatusOr<ParsedFlags::Value> value = ParseValue(*spec, text);
-    if (!value.ok()) return value.status();
-    out->Set(std::string(spec->name), *std::move(value));
+    POSENC_ASSIGN_OR_RETURN(ParsedFlags::Value value, ParseValue(*spec, text));
+    out->Set(std::string(spec->name), std::move(value));
   }
   if (next != nullptr) *next = i;
   return absl::OkStatus();
