@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/common/status.h"
 
 namespace posenc::client {
 namespace {
@@ -163,11 +164,10 @@ absl::Status CheckExpandedSize(const Tensor& t) {
 template <typename Fill>
 absl::StatusOr<Tensor> MakeTensor(size_t num_values, std::vector<int64_t> shape, DType dtype,
                                   Fill fill) {
-  absl::StatusOr<int64_t> n = CheckedNumElements(shape);
-  if (!n.ok()) return n.status();
-  if (static_cast<size_t>(*n) != num_values) {
+  POSENC_ASSIGN_OR_RETURN(const int64_t n, CheckedNumElements(shape));
+  if (static_cast<size_t>(n) != num_values) {
     return absl::InvalidArgumentError(absl::StrCat("tensor of shape [", absl::StrJoin(shape, ", "),
-                                                   "] needs ", *n, " values, got ", num_values));
+                                                   "] needs ", n, " values, got ", num_values));
   }
   Tensor t;
   t.dtype = dtype;
@@ -274,14 +274,13 @@ int64_t Tensor::NumElements() const {
 }
 
 absl::Status Tensor::Validate() const {
-  absl::StatusOr<int64_t> n = CheckedNumElements(shape);
-  if (!n.ok()) return n.status();
+  POSENC_ASSIGN_OR_RETURN(const int64_t n, CheckedNumElements(shape));
   const int64_t size = DTypeSize(dtype);
-  if (*n > std::numeric_limits<int64_t>::max() / size ||
-      static_cast<int64_t>(data.size()) != *n * size) {
+  if (n > std::numeric_limits<int64_t>::max() / size ||
+      static_cast<int64_t>(data.size()) != n * size) {
     return absl::InvalidArgumentError(absl::StrCat("tensor data of ", std::string(DTypeName(dtype)),
                                                    " [", absl::StrJoin(shape, ", "), "] must hold ",
-                                                   *n, " * ", size, " bytes, got ", data.size()));
+                                                   n, " * ", size, " bytes, got ", data.size()));
   }
   return absl::OkStatus();
 }
@@ -321,7 +320,7 @@ std::vector<int64_t> Tensor::ToInt64s() const {
 double Tensor::At(int64_t index) const { return LoadDouble(data.data(), dtype, index); }
 
 absl::StatusOr<Tensor> ConvertTensor(const Tensor& tensor, DType dtype) {
-  if (absl::Status s = tensor.Validate(); !s.ok()) return s;
+  POSENC_RETURN_IF_ERROR(tensor.Validate());
   if (tensor.dtype == dtype) return tensor;
   if (!IsFloatDType(dtype) && !IsFloatDType(tensor.dtype)) {
     return Tensor::FromInt64s(tensor.ToInt64s(), tensor.shape, dtype);
@@ -330,7 +329,7 @@ absl::StatusOr<Tensor> ConvertTensor(const Tensor& tensor, DType dtype) {
 }
 
 absl::StatusOr<Tensor> ExpandToeplitz(const Tensor& compact, int64_t q_len, int64_t k_len) {
-  if (absl::Status s = compact.Validate(); !s.ok()) return s;
+  POSENC_RETURN_IF_ERROR(compact.Validate());
   if (q_len <= 0 || k_len <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("q_len and k_len must be positive, got ", q_len, " and ", k_len));
@@ -348,7 +347,7 @@ absl::StatusOr<Tensor> ExpandToeplitz(const Tensor& compact, int64_t q_len, int6
   full.shape.assign(compact.shape.begin(), compact.shape.end() - 1);
   full.shape.push_back(q_len);
   full.shape.push_back(k_len);
-  if (absl::Status s = CheckExpandedSize(full); !s.ok()) return s;
+  POSENC_RETURN_IF_ERROR(CheckExpandedSize(full));
   full.data.resize(static_cast<size_t>(rows * q_len * k_len) * esize);
   const size_t row_bytes = static_cast<size_t>(k_len) * esize;
   char* out = full.data.data();
@@ -363,7 +362,7 @@ absl::StatusOr<Tensor> ExpandToeplitz(const Tensor& compact, int64_t q_len, int6
 
 absl::StatusOr<Tensor> ExpandBloomRows(const Tensor& rows, int64_t q_len,
                                        std::optional<int64_t> query_offset, FutureRule future) {
-  if (absl::Status s = rows.Validate(); !s.ok()) return s;
+  POSENC_RETURN_IF_ERROR(rows.Validate());
   if (!IsFloatDType(rows.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat("BLOOM rows must have a float dtype, got ",
                                                    std::string(DTypeName(rows.dtype))));
@@ -387,7 +386,7 @@ absl::StatusOr<Tensor> ExpandBloomRows(const Tensor& rows, int64_t q_len,
   full.shape.assign(rows.shape.begin(), rows.shape.end() - 1);
   full.shape.push_back(q_len);
   full.shape.push_back(k_len);
-  if (absl::Status s = CheckExpandedSize(full); !s.ok()) return s;
+  POSENC_RETURN_IF_ERROR(CheckExpandedSize(full));
   full.data.resize(static_cast<size_t>(num_rows * q_len * k_len) * esize);
   char* out = full.data.data();
   for (int64_t r = 0; r < num_rows; ++r) {
