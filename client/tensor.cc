@@ -1,4 +1,5 @@
-// Tensor helpers: dtype conversions (incl. FLOAT16/BFLOAT16) and compact-bias expansion.
+// Tensor helpers: dtype conversions and compact-bias expansion. FLOAT16/BFLOAT16 rounding is the
+// kernels' own (kernels/common/types.h): one implementation in the tree.
 #include "posenc/tensor.h"
 
 #include <algorithm>
@@ -12,63 +13,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/common/status.h"
+#include "kernels/common/types.h"
 
 namespace posenc::client {
 namespace {
 
 static_assert(std::endian::native == std::endian::little,
               "posenc tensors are little-endian; a big-endian host needs byte swaps here");
-
-// A binary floating-point format of 16 bits: 1 sign bit, `kExpBits` exponent bits (bias
-// 2^(kExpBits-1) - 1) and `kMantBits` stored mantissa bits. FLOAT16 is <5, 10>, BFLOAT16 <8, 7>.
-template <int kExpBits, int kMantBits>
-struct Binary16Format {
-  static_assert(1 + kExpBits + kMantBits == 16);
-  static constexpr int kBias = (1 << (kExpBits - 1)) - 1;
-  static constexpr int kMaxExpField = (1 << kExpBits) - 1;
-  static constexpr uint16_t kInf = uint16_t{kMaxExpField} << kMantBits;
-  static constexpr uint16_t kSign = uint16_t{1} << 15;
-
-  // Correctly rounded (to nearest even) from double; overflow gives inf, NaN stays NaN.
-  static uint16_t FromDouble(double v) {
-    const uint16_t sign = std::signbit(v) ? kSign : 0;
-    if (std::isnan(v)) return sign | kInf | (uint16_t{1} << (kMantBits - 1));
-    const double a = std::fabs(v);
-    if (std::isinf(a)) return sign | kInf;
-    constexpr int kMinNormalExp = 1 - kBias;
-    if (a < std::ldexp(1.0, kMinNormalExp)) {
-      // Subnormal (or zero): multiples of 2^(kMinNormalExp - kMantBits). Rounding up to
-      // 2^kMantBits yields the smallest normal's bit pattern, as it should.
-      const double q = std::nearbyint(std::ldexp(a, kMantBits - kMinNormalExp));
-      return sign | static_cast<uint16_t>(q);
-    }
-    const int e = std::ilogb(a);
-    if (e + kBias >= kMaxExpField) return sign | kInf;
-    // m in [2^kMantBits, 2^(kMantBits+1)]; the scaling is exact, so rint rounds once. A carry
-    // to 2^(kMantBits+1) lands on the next exponent (or inf) through the addition.
-    const double m = std::nearbyint(std::ldexp(a, kMantBits - e));
-    const uint32_t bits = (static_cast<uint32_t>(e + kBias) << kMantBits) +
-                          (static_cast<uint32_t>(m) - (uint32_t{1} << kMantBits));
-    return sign | static_cast<uint16_t>(std::min<uint32_t>(bits, kInf));
-  }
-
-  // Exact.
-  static double ToDouble(uint16_t h) {
-    const double sign = (h & kSign) ? -1.0 : 1.0;
-    const int exp_field = (h >> kMantBits) & kMaxExpField;
-    const uint32_t mant = h & ((uint32_t{1} << kMantBits) - 1);
-    if (exp_field == kMaxExpField) {
-      return mant == 0 ? sign * std::numeric_limits<double>::infinity()
-                       : std::numeric_limits<double>::quiet_NaN();
-    }
-    if (exp_field == 0) return sign * std::ldexp(static_cast<double>(mant), 1 - kBias - kMantBits);
-    return sign * std::ldexp(static_cast<double>(mant | (uint32_t{1} << kMantBits)),
-                             exp_field - kBias - kMantBits);
-  }
-};
-
-using Half = Binary16Format<5, 10>;
-using BFloat16 = Binary16Format<8, 7>;
 
 template <typename T>
 T LoadRaw(const char* base, int64_t index) {
@@ -87,9 +38,9 @@ double LoadDouble(const char* base, DType dtype, int64_t i) {
     case DType::kFloat32:
       return LoadRaw<float>(base, i);
     case DType::kFloat16:
-      return Half::ToDouble(LoadRaw<uint16_t>(base, i));
+      return kernels::HalfToFloat(LoadRaw<uint16_t>(base, i));
     case DType::kBFloat16:
-      return BFloat16::ToDouble(LoadRaw<uint16_t>(base, i));
+      return kernels::BFloat16ToFloat(LoadRaw<uint16_t>(base, i));
     case DType::kFloat64:
       return LoadRaw<double>(base, i);
     case DType::kInt32:
@@ -120,10 +71,10 @@ void StoreDouble(char* base, DType dtype, int64_t i, double v) {
       StoreRaw<float>(base, i, static_cast<float>(v));
       return;
     case DType::kFloat16:
-      StoreRaw<uint16_t>(base, i, Half::FromDouble(v));
+      StoreRaw<uint16_t>(base, i, kernels::DoubleToHalf(v));
       return;
     case DType::kBFloat16:
-      StoreRaw<uint16_t>(base, i, BFloat16::FromDouble(v));
+      StoreRaw<uint16_t>(base, i, kernels::DoubleToBFloat16(v));
       return;
     case DType::kFloat64:
       StoreRaw<double>(base, i, v);
