@@ -1,5 +1,6 @@
-// Tensor helpers: dtype conversions and compact-bias expansion. FLOAT16/BFLOAT16 rounding is the
-// kernels' own (kernels/common/types.h): one implementation in the tree.
+// Tensor helpers: dtype conversions and compact-bias expansion. FLOAT16/BFLOAT16 rounding and the
+// Toeplitz expansion are the kernels' own (kernels/common/types.h, toeplitz.h): one
+// implementation of each in the tree.
 #include "posenc/tensor.h"
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/common/status.h"
+#include "kernels/common/toeplitz.h"
 #include "kernels/common/types.h"
 
 namespace posenc::client {
@@ -101,14 +103,21 @@ absl::StatusOr<int64_t> CheckedNumElements(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// RESOURCE_EXHAUSTED when the bytes of `t` (shape and dtype set, no data yet) overflow.
-absl::Status CheckExpandedSize(const Tensor& t) {
-  absl::StatusOr<int64_t> n = CheckedNumElements(t.shape);
-  if (!n.ok() || *n > std::numeric_limits<int64_t>::max() / DTypeSize(t.dtype)) {
+// The full form [..., H, q_len, k_len] of a compact bias [..., H, X] in its dtype, with room for
+// its bytes (not yet written); RESOURCE_EXHAUSTED when those cannot be sized.
+absl::StatusOr<Tensor> SizedExpansion(const Tensor& compact, int64_t q_len, int64_t k_len) {
+  Tensor full;
+  full.dtype = compact.dtype;
+  full.shape.assign(compact.shape.begin(), compact.shape.end() - 1);
+  full.shape.push_back(q_len);
+  full.shape.push_back(k_len);
+  absl::StatusOr<int64_t> n = CheckedNumElements(full.shape);
+  if (!n.ok() || *n > std::numeric_limits<int64_t>::max() / DTypeSize(full.dtype)) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "expanded bias [", absl::StrJoin(t.shape, ", "), "] is too large to allocate"));
+        "expanded bias [", absl::StrJoin(full.shape, ", "), "] is too large to allocate"));
   }
-  return absl::OkStatus();
+  full.data.resize(static_cast<size_t>(*n * DTypeSize(full.dtype)));
+  return full;
 }
 
 // A tensor of `shape` and `dtype` whose element i is fill(i).
@@ -290,24 +299,10 @@ absl::StatusOr<Tensor> ExpandToeplitz(const Tensor& compact, int64_t q_len, int6
         absl::StrCat("compact bias must be [..., H, q_len + k_len - 1] = [..., ", q_len + k_len - 1,
                      "], got [", absl::StrJoin(compact.shape, ", "), "]"));
   }
-  const int64_t width = q_len + k_len - 1;
-  const int64_t rows = compact.NumElements() / width;  // heads (times batch)
-  const size_t esize = static_cast<size_t>(DTypeSize(compact.dtype));
-  Tensor full;
-  full.dtype = compact.dtype;
-  full.shape.assign(compact.shape.begin(), compact.shape.end() - 1);
-  full.shape.push_back(q_len);
-  full.shape.push_back(k_len);
-  POSENC_RETURN_IF_ERROR(CheckExpandedSize(full));
-  full.data.resize(static_cast<size_t>(rows * q_len * k_len) * esize);
-  const size_t row_bytes = static_cast<size_t>(k_len) * esize;
-  char* out = full.data.data();
-  for (int64_t h = 0; h < rows; ++h) {
-    const char* v = compact.data.data() + static_cast<size_t>(h * width) * esize;
-    for (int64_t i = 0; i < q_len; ++i, out += row_bytes) {
-      std::memcpy(out, v + static_cast<size_t>(q_len - 1 - i) * esize, row_bytes);
-    }
-  }
+  const int64_t heads = compact.NumElements() / (q_len + k_len - 1);  // heads (times batch)
+  POSENC_ASSIGN_OR_RETURN(Tensor full, SizedExpansion(compact, q_len, k_len));
+  kernels::ExpandToeplitzRows(compact.data.data(), heads, q_len, k_len, DTypeSize(compact.dtype),
+                              /*row_begin=*/0, /*row_end=*/heads * q_len, full.data.data());
   return full;
 }
 
@@ -331,14 +326,7 @@ absl::StatusOr<Tensor> ExpandBloomRows(const Tensor& rows, int64_t q_len,
   std::string fill(esize, '\0');
   StoreDouble(fill.data(), rows.dtype, 0,
               future == FutureRule::kMask ? -std::numeric_limits<double>::infinity() : 0.0);
-
-  Tensor full;
-  full.dtype = rows.dtype;
-  full.shape.assign(rows.shape.begin(), rows.shape.end() - 1);
-  full.shape.push_back(q_len);
-  full.shape.push_back(k_len);
-  POSENC_RETURN_IF_ERROR(CheckExpandedSize(full));
-  full.data.resize(static_cast<size_t>(num_rows * q_len * k_len) * esize);
+  POSENC_ASSIGN_OR_RETURN(Tensor full, SizedExpansion(rows, q_len, k_len));
   char* out = full.data.data();
   for (int64_t r = 0; r < num_rows; ++r) {
     const char* row = rows.data.data() + static_cast<size_t>(r * k_len) * esize;
