@@ -19,6 +19,7 @@
 #include "server/handlers.h"
 #include "server/server.h"
 #include "server/tables.h"
+#include "tests/server/server_test_util.h"
 
 namespace posenc::server {
 namespace {
@@ -115,9 +116,7 @@ TEST(CallCancellationTest, CpuHandlerStopsWithDeadlineExceeded) {
 class DeadlineServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ServerOptions options;
-    options.listen_address = "127.0.0.1:0";
-    options.backend = "cpu";
+    ServerOptions options = testing::LocalServerOptions("cpu");
     options.max_output_elements = kBigElements;
     options.max_message_bytes = kBigLimitBytes;
     auto server = PosencServer::Start(options);

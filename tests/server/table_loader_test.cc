@@ -183,9 +183,7 @@ class TableLoaderTest : public ::testing::Test {
   }
 
   std::unique_ptr<PosencServer> StartWithTables() {
-    ServerOptions options;
-    options.listen_address = "127.0.0.1:0";
-    options.backend = "reference";
+    ServerOptions options = testing::LocalServerOptions("reference");
     options.tables_dir = dir_.string();
     auto server = PosencServer::Start(options);
     EXPECT_TRUE(server.ok()) << server.status();
@@ -285,8 +283,7 @@ TEST_F(TableLoaderTest, EmptyDirectoryLoadsNothingMissingDirectoryIsAnError) {
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(status.message(), HasSubstr(missing + ": no such directory"));
 
-  ServerOptions options;
-  options.listen_address = "127.0.0.1:0";
+  ServerOptions options = testing::LocalServerOptions();
   options.tables_dir = missing;
   auto server = PosencServer::Start(options);
   ASSERT_FALSE(server.ok());
@@ -638,8 +635,7 @@ TEST_F(TableLoaderTest, MalformedFileStopsStartNamingTheFileAndTheProblem) {
     } else {
       Write(bad, c.bytes);
     }
-    ServerOptions options;
-    options.listen_address = "127.0.0.1:0";
+    ServerOptions options = testing::LocalServerOptions();
     options.tables_dir = dir.string();
     auto server = PosencServer::Start(options);
     ASSERT_FALSE(server.ok());
