@@ -328,6 +328,25 @@ class TableServerTest : public TableLoaderTest {
     return (stub_.get()->*method)(&context, request, response);
   }
 
+  // Calls `method` with `request`, whose table is given by name, then again with `inline_table`
+  // where `inline_slot(&request)` points (which clears the name); expects both calls to succeed
+  // with byte-identical responses and returns the response.
+  template <typename Request, typename Response, typename InlineSlot>
+  Response ByNameEqualsInline(grpc::Status (v1::PositionEncoding::Stub::*method)(
+                                  grpc::ClientContext*, const Request&, Response*),
+                              Request request, const v1::Tensor& inline_table,
+                              InlineSlot inline_slot) {
+    Response by_name;
+    grpc::Status status = Call(method, request, &by_name);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    *inline_slot(&request) = inline_table;
+    Response inline_response;
+    status = Call(method, request, &inline_response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(by_name.SerializeAsString(), inline_response.SerializeAsString());
+    return by_name;
+  }
+
   std::unique_ptr<PosencServer> server_;
   std::unique_ptr<v1::PositionEncoding::Stub> stub_;
 };
@@ -367,16 +386,12 @@ TEST_F(TableServerTest, AddPositionEncodingByNameEqualsInline) {
     request.set_scale(2.0);
     request.mutable_learned()->set_table_offset(2);
     request.mutable_learned()->set_table_name(c.name);
-    v1::AddPositionEncodingResponse by_name;
-    grpc::Status status = Call(&v1::PositionEncoding::Stub::AddPositionEncoding, request, &by_name);
-    ASSERT_TRUE(status.ok()) << status.error_message();
-
-    *request.mutable_learned()->mutable_table_inline() = c.inline_table;
-    v1::AddPositionEncodingResponse inline_response;
-    status = Call(&v1::PositionEncoding::Stub::AddPositionEncoding, request, &inline_response);
-    ASSERT_TRUE(status.ok()) << status.error_message();
-    EXPECT_EQ(by_name.SerializeAsString(), inline_response.SerializeAsString());
-    EXPECT_EQ(by_name.y().shape_size(), 3);
+    const v1::AddPositionEncodingResponse response =
+        ByNameEqualsInline(&v1::PositionEncoding::Stub::AddPositionEncoding, request,
+                           c.inline_table, [](v1::AddPositionEncodingRequest* r) {
+                             return r->mutable_learned()->mutable_table_inline();
+                           });
+    EXPECT_EQ(response.y().shape_size(), 3);
   }
 }
 
@@ -397,16 +412,10 @@ TEST_F(TableServerTest, RelativeBiasByNameEqualsInline) {
     request.set_k_len(9);
     request.set_form(c.form);
     request.set_table_name(c.name);
-    v1::RelativeBiasResponse by_name;
-    grpc::Status status = Call(&v1::PositionEncoding::Stub::RelativeBias, request, &by_name);
-    ASSERT_TRUE(status.ok()) << status.error_message();
-
-    *request.mutable_table_inline() = c.inline_table;
-    v1::RelativeBiasResponse inline_response;
-    status = Call(&v1::PositionEncoding::Stub::RelativeBias, request, &inline_response);
-    ASSERT_TRUE(status.ok()) << status.error_message();
-    EXPECT_EQ(by_name.SerializeAsString(), inline_response.SerializeAsString());
-    EXPECT_GT(by_name.bias().data().size(), 0u);
+    const v1::RelativeBiasResponse response =
+        ByNameEqualsInline(&v1::PositionEncoding::Stub::RelativeBias, request, c.inline_table,
+                           [](v1::RelativeBiasRequest* r) { return r->mutable_table_inline(); });
+    EXPECT_GT(response.bias().data().size(), 0u);
   }
 }
 
@@ -427,16 +436,10 @@ TEST_F(TableServerTest, RelativeEmbeddingByNameEqualsInline) {
     request.set_max_relative(c.max_relative);
     request.set_output_dtype(v1::DTYPE_FLOAT64);
     request.set_table_name(c.name);
-    v1::RelativeEmbeddingResponse by_name;
-    grpc::Status status = Call(&v1::PositionEncoding::Stub::RelativeEmbedding, request, &by_name);
-    ASSERT_TRUE(status.ok()) << status.error_message();
-
-    *request.mutable_table_inline() = c.inline_table;
-    v1::RelativeEmbeddingResponse inline_response;
-    status = Call(&v1::PositionEncoding::Stub::RelativeEmbedding, request, &inline_response);
-    ASSERT_TRUE(status.ok()) << status.error_message();
-    EXPECT_EQ(by_name.SerializeAsString(), inline_response.SerializeAsString());
-    EXPECT_EQ(by_name.embeddings().shape_size(), 3);
+    const v1::RelativeEmbeddingResponse response = ByNameEqualsInline(
+        &v1::PositionEncoding::Stub::RelativeEmbedding, request, c.inline_table,
+        [](v1::RelativeEmbeddingRequest* r) { return r->mutable_table_inline(); });
+    EXPECT_EQ(response.embeddings().shape_size(), 3);
   }
 }
 
