@@ -29,15 +29,17 @@ absl::Status BadValue(const FlagSpec& spec, std::string_view expected, std::stri
       "--", AbslView(spec.name), " expects ", AbslView(expected), ", got '", AbslView(value), "'"));
 }
 
+// The comma-separated list `text`, each item read by parse(item, &value) -> bool.
 template <typename T, typename Parse>
-absl::Status ParseList(const FlagSpec& spec, std::string_view text, std::string_view expected,
-                       Parse parse, std::vector<T>* out) {
+absl::StatusOr<ParsedFlags::Value> ParseList(const FlagSpec& spec, std::string_view text,
+                                             std::string_view expected, Parse parse) {
+  std::vector<T> values;
   for (absl::string_view item : absl::StrSplit(AbslView(text), ',')) {
     T v;
     if (!parse(absl::StripAsciiWhitespace(item), &v)) return BadValue(spec, expected, text);
-    out->push_back(v);
+    values.push_back(v);
   }
-  return absl::OkStatus();
+  return ParsedFlags::Value(std::move(values));
 }
 
 absl::StatusOr<ParsedFlags::Value> ParseValue(const FlagSpec& spec, std::string_view text) {
@@ -56,20 +58,14 @@ absl::StatusOr<ParsedFlags::Value> ParseValue(const FlagSpec& spec, std::string_
       if (!absl::SimpleAtod(AbslView(text), &v)) return BadValue(spec, "a number", text);
       return ParsedFlags::Value(v);
     }
-    case FlagType::kIntList: {
-      std::vector<int64_t> v;
-      POSENC_RETURN_IF_ERROR(ParseList<int64_t>(
+    case FlagType::kIntList:
+      return ParseList<int64_t>(
           spec, text, "comma-separated integers",
-          [](absl::string_view t, int64_t* x) { return absl::SimpleAtoi(t, x); }, &v));
-      return ParsedFlags::Value(std::move(v));
-    }
-    case FlagType::kDoubleList: {
-      std::vector<double> v;
-      POSENC_RETURN_IF_ERROR(ParseList<double>(
+          [](absl::string_view t, int64_t* x) { return absl::SimpleAtoi(t, x); });
+    case FlagType::kDoubleList:
+      return ParseList<double>(
           spec, text, "comma-separated numbers",
-          [](absl::string_view t, double* x) { return absl::SimpleAtod(t, x); }, &v));
-      return ParsedFlags::Value(std::move(v));
-    }
+          [](absl::string_view t, double* x) { return absl::SimpleAtod(t, x); });
     case FlagType::kChoice:
       for (absl::string_view choice : absl::StrSplit(AbslView(spec.choices), '|')) {
         if (choice == AbslView(text)) return ParsedFlags::Value(std::string(text));
