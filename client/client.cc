@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "client/convert.h"
+#include "kernels/common/status.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 
 namespace posenc::client {
@@ -179,6 +180,17 @@ struct Client::Impl {
     PrepareContext(&context);
     return ToAbsl((stub.get()->*method)(&context, request, response));
   }
+
+  // The request of `options` (internal::ToRequest) sent with Call; the response.
+  template <typename Options, typename Request, typename Response>
+  absl::StatusOr<Response> Send(grpc::Status (v1::PositionEncoding::Stub::*method)(
+                                    grpc::ClientContext*, const Request&, Response*),
+                                const Options& options) const {
+    POSENC_ASSIGN_OR_RETURN(const Request request, internal::ToRequest(options));
+    Response response;
+    POSENC_RETURN_IF_ERROR(Call(method, request, &response));
+    return response;
+  }
 };
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -221,110 +233,75 @@ std::unique_ptr<Client> Client::FromChannel(std::shared_ptr<grpc::Channel> chann
 std::shared_ptr<grpc::Channel> Client::channel() const { return impl_->channel; }
 
 absl::StatusOr<Tensor> Client::Sinusoidal(const SinusoidalOptions& options) const {
-  absl::StatusOr<v1::SinusoidalRequest> request = internal::ToRequest(options);
-  if (!request.ok()) return request.status();
-  v1::SinusoidalResponse response;
-  absl::Status s = impl_->Call(&v1::PositionEncoding::Stub::Sinusoidal, *request, &response);
-  if (!s.ok()) return s;
+  POSENC_ASSIGN_OR_RETURN(v1::SinusoidalResponse response,
+                          impl_->Send(&v1::PositionEncoding::Stub::Sinusoidal, options));
   return internal::FromProto(std::move(*response.mutable_table()), "table");
 }
 
 absl::StatusOr<Tensor> Client::AddPositionEncoding(
     const AddPositionEncodingOptions& options) const {
-  absl::StatusOr<v1::AddPositionEncodingRequest> request = internal::ToRequest(options);
-  if (!request.ok()) return request.status();
-  v1::AddPositionEncodingResponse response;
-  absl::Status s =
-      impl_->Call(&v1::PositionEncoding::Stub::AddPositionEncoding, *request, &response);
-  if (!s.ok()) return s;
+  POSENC_ASSIGN_OR_RETURN(v1::AddPositionEncodingResponse response,
+                          impl_->Send(&v1::PositionEncoding::Stub::AddPositionEncoding, options));
   return internal::FromProto(std::move(*response.mutable_y()), "y");
 }
 
 absl::StatusOr<RopeCacheResult> Client::RopeCache(const RopeCacheOptions& options) const {
-  absl::StatusOr<v1::RopeCacheRequest> request = internal::ToRequest(options);
-  if (!request.ok()) return request.status();
-  v1::RopeCacheResponse response;
-  absl::Status s = impl_->Call(&v1::PositionEncoding::Stub::RopeCache, *request, &response);
-  if (!s.ok()) return s;
+  POSENC_ASSIGN_OR_RETURN(v1::RopeCacheResponse response,
+                          impl_->Send(&v1::PositionEncoding::Stub::RopeCache, options));
   RopeCacheResult result;
-  absl::StatusOr<Tensor> cos = internal::FromProto(std::move(*response.mutable_cos()), "cos");
-  if (!cos.ok()) return cos.status();
-  absl::StatusOr<Tensor> sin = internal::FromProto(std::move(*response.mutable_sin()), "sin");
-  if (!sin.ok()) return sin.status();
-  result.cos = *std::move(cos);
-  result.sin = *std::move(sin);
+  POSENC_ASSIGN_OR_RETURN(result.cos,
+                          internal::FromProto(std::move(*response.mutable_cos()), "cos"));
+  POSENC_ASSIGN_OR_RETURN(result.sin,
+                          internal::FromProto(std::move(*response.mutable_sin()), "sin"));
   result.derived = internal::FromProto(response.derived());
   return result;
 }
 
 absl::StatusOr<ApplyRopeResult> Client::ApplyRope(const ApplyRopeOptions& options) const {
-  absl::StatusOr<v1::ApplyRopeRequest> request = internal::ToRequest(options);
-  if (!request.ok()) return request.status();
-  v1::ApplyRopeResponse response;
-  absl::Status s = impl_->Call(&v1::PositionEncoding::Stub::ApplyRope, *request, &response);
-  if (!s.ok()) return s;
+  POSENC_ASSIGN_OR_RETURN(v1::ApplyRopeResponse response,
+                          impl_->Send(&v1::PositionEncoding::Stub::ApplyRope, options));
   ApplyRopeResult result;
-  absl::StatusOr<Tensor> q = internal::FromProto(std::move(*response.mutable_q()), "q");
-  if (!q.ok()) return q.status();
-  result.q = *std::move(q);
+  POSENC_ASSIGN_OR_RETURN(result.q, internal::FromProto(std::move(*response.mutable_q()), "q"));
   if (response.has_k()) {
-    absl::StatusOr<Tensor> k = internal::FromProto(std::move(*response.mutable_k()), "k");
-    if (!k.ok()) return k.status();
-    result.k = *std::move(k);
+    POSENC_ASSIGN_OR_RETURN(result.k, internal::FromProto(std::move(*response.mutable_k()), "k"));
   }
   result.derived = internal::FromProto(response.derived());
   return result;
 }
 
 absl::StatusOr<Tensor> Client::AlibiSlopes(const AlibiSlopesOptions& options) const {
-  absl::StatusOr<v1::AlibiSlopesRequest> request = internal::ToRequest(options);
-  if (!request.ok()) return request.status();
-  v1::AlibiSlopesResponse response;
-  absl::Status s = impl_->Call(&v1::PositionEncoding::Stub::AlibiSlopes, *request, &response);
-  if (!s.ok()) return s;
+  POSENC_ASSIGN_OR_RETURN(v1::AlibiSlopesResponse response,
+                          impl_->Send(&v1::PositionEncoding::Stub::AlibiSlopes, options));
   return internal::FromProto(std::move(*response.mutable_slopes()), "slopes");
 }
 
 absl::StatusOr<AlibiBiasResult> Client::AlibiBias(const AlibiBiasOptions& options) const {
-  absl::StatusOr<v1::AlibiBiasRequest> request = internal::ToRequest(options);
-  if (!request.ok()) return request.status();
-  v1::AlibiBiasResponse response;
-  absl::Status s = impl_->Call(&v1::PositionEncoding::Stub::AlibiBias, *request, &response);
-  if (!s.ok()) return s;
+  POSENC_ASSIGN_OR_RETURN(v1::AlibiBiasResponse response,
+                          impl_->Send(&v1::PositionEncoding::Stub::AlibiBias, options));
   AlibiBiasResult result;
-  absl::StatusOr<Tensor> bias = internal::FromProto(std::move(*response.mutable_bias()), "bias");
-  if (!bias.ok()) return bias.status();
-  absl::StatusOr<Tensor> slopes =
-      internal::FromProto(std::move(*response.mutable_slopes()), "slopes");
-  if (!slopes.ok()) return slopes.status();
-  result.bias = *std::move(bias);
-  result.slopes = *std::move(slopes);
+  POSENC_ASSIGN_OR_RETURN(result.bias,
+                          internal::FromProto(std::move(*response.mutable_bias()), "bias"));
+  POSENC_ASSIGN_OR_RETURN(result.slopes,
+                          internal::FromProto(std::move(*response.mutable_slopes()), "slopes"));
   return result;
 }
 
 absl::StatusOr<Tensor> Client::RelativeBias(const RelativeBiasOptions& options) const {
-  absl::StatusOr<v1::RelativeBiasRequest> request = internal::ToRequest(options);
-  if (!request.ok()) return request.status();
-  v1::RelativeBiasResponse response;
-  absl::Status s = impl_->Call(&v1::PositionEncoding::Stub::RelativeBias, *request, &response);
-  if (!s.ok()) return s;
+  POSENC_ASSIGN_OR_RETURN(v1::RelativeBiasResponse response,
+                          impl_->Send(&v1::PositionEncoding::Stub::RelativeBias, options));
   return internal::FromProto(std::move(*response.mutable_bias()), "bias");
 }
 
 absl::StatusOr<Tensor> Client::RelativeEmbedding(const RelativeEmbeddingOptions& options) const {
-  absl::StatusOr<v1::RelativeEmbeddingRequest> request = internal::ToRequest(options);
-  if (!request.ok()) return request.status();
-  v1::RelativeEmbeddingResponse response;
-  absl::Status s = impl_->Call(&v1::PositionEncoding::Stub::RelativeEmbedding, *request, &response);
-  if (!s.ok()) return s;
+  POSENC_ASSIGN_OR_RETURN(v1::RelativeEmbeddingResponse response,
+                          impl_->Send(&v1::PositionEncoding::Stub::RelativeEmbedding, options));
   return internal::FromProto(std::move(*response.mutable_embeddings()), "embeddings");
 }
 
 absl::StatusOr<ServerInfo> Client::GetServerInfo() const {
   v1::GetServerInfoResponse response;
-  absl::Status s = impl_->Call(&v1::PositionEncoding::Stub::GetServerInfo,
-                               v1::GetServerInfoRequest(), &response);
-  if (!s.ok()) return s;
+  POSENC_RETURN_IF_ERROR(impl_->Call(&v1::PositionEncoding::Stub::GetServerInfo,
+                                     v1::GetServerInfoRequest(), &response));
   return internal::FromProto(response);
 }
 

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/status.h"
 
 namespace posenc::client::internal {
 namespace {
@@ -26,6 +27,20 @@ static_assert(static_cast<int>(BiasForm::kBuckets) == v1::BIAS_FORM_BUCKETS);
 template <typename Message, typename Arg, typename T>
 void SetIf(Message* message, void (Message::*setter)(Arg), const std::optional<T>& value) {
   if (value.has_value()) (message->*setter)(*value);
+}
+
+// The table of a RelativeBias or RelativeEmbedding request: inline, by name, or neither.
+template <typename Request>
+absl::Status SetTable(const std::optional<Tensor>& table_inline, const std::string& table_name,
+                      Request* request) {
+  if (table_inline.has_value() && !table_name.empty()) {
+    return absl::InvalidArgumentError("table: set either table_inline or table_name, not both");
+  }
+  if (table_inline.has_value()) {
+    return ToProto(*table_inline, "table_inline", request->mutable_table_inline());
+  }
+  if (!table_name.empty()) request->set_table_name(table_name);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -80,10 +95,8 @@ absl::Status ToProto(const Tensor& tensor, absl::string_view field, v1::Tensor* 
 }
 
 absl::StatusOr<Tensor> FromProto(v1::Tensor&& tensor, absl::string_view field) {
-  absl::StatusOr<DType> dtype = FromProto(tensor.dtype(), field);
-  if (!dtype.ok()) return dtype.status();
   Tensor out;
-  out.dtype = *dtype;
+  POSENC_ASSIGN_OR_RETURN(out.dtype, FromProto(tensor.dtype(), field));
   out.shape.assign(tensor.shape().begin(), tensor.shape().end());
   out.data = std::move(*tensor.mutable_data());
   if (absl::Status s = out.Validate(); !s.ok()) {
@@ -185,7 +198,7 @@ RopeDerived FromProto(const v1::RopeDerived& derived) {
 
 absl::StatusOr<v1::SinusoidalRequest> ToRequest(const SinusoidalOptions& options) {
   v1::SinusoidalRequest request;
-  if (absl::Status s = ToProto(options.positions, request.mutable_positions()); !s.ok()) return s;
+  POSENC_RETURN_IF_ERROR(ToProto(options.positions, request.mutable_positions()));
   ToProto(options.params, request.mutable_params());
   if (options.output_dtype.has_value()) request.set_output_dtype(ToProto(*options.output_dtype));
   return request;
@@ -194,8 +207,8 @@ absl::StatusOr<v1::SinusoidalRequest> ToRequest(const SinusoidalOptions& options
 absl::StatusOr<v1::AddPositionEncodingRequest> ToRequest(
     const AddPositionEncodingOptions& options) {
   v1::AddPositionEncodingRequest request;
-  if (absl::Status s = ToProto(options.x, "x", request.mutable_x()); !s.ok()) return s;
-  if (absl::Status s = ToProto(options.positions, request.mutable_positions()); !s.ok()) return s;
+  POSENC_RETURN_IF_ERROR(ToProto(options.x, "x", request.mutable_x()));
+  POSENC_RETURN_IF_ERROR(ToProto(options.positions, request.mutable_positions()));
   if (options.sinusoidal.has_value() && options.learned.has_value()) {
     return absl::InvalidArgumentError("source: set either sinusoidal or learned, not both");
   }
@@ -208,9 +221,8 @@ absl::StatusOr<v1::AddPositionEncodingRequest> ToRequest(
       return absl::InvalidArgumentError("learned: set either table_inline or table_name, not both");
     }
     if (table.table_inline.has_value()) {
-      absl::Status s =
-          ToProto(*table.table_inline, "learned.table_inline", learned->mutable_table_inline());
-      if (!s.ok()) return s;
+      POSENC_RETURN_IF_ERROR(
+          ToProto(*table.table_inline, "learned.table_inline", learned->mutable_table_inline()));
     } else {
       learned->set_table_name(table.table_name);
     }
@@ -224,7 +236,7 @@ absl::StatusOr<v1::AddPositionEncodingRequest> ToRequest(
 
 absl::StatusOr<v1::RopeCacheRequest> ToRequest(const RopeCacheOptions& options) {
   v1::RopeCacheRequest request;
-  if (absl::Status s = ToProto(options.positions, request.mutable_positions()); !s.ok()) return s;
+  POSENC_RETURN_IF_ERROR(ToProto(options.positions, request.mutable_positions()));
   ToProto(options.config, request.mutable_config());
   if (options.output_dtype.has_value()) request.set_output_dtype(ToProto(*options.output_dtype));
   request.set_layout(static_cast<v1::RopeCacheLayout>(options.layout));
@@ -233,11 +245,11 @@ absl::StatusOr<v1::RopeCacheRequest> ToRequest(const RopeCacheOptions& options) 
 
 absl::StatusOr<v1::ApplyRopeRequest> ToRequest(const ApplyRopeOptions& options) {
   v1::ApplyRopeRequest request;
-  if (absl::Status s = ToProto(options.q, "q", request.mutable_q()); !s.ok()) return s;
+  POSENC_RETURN_IF_ERROR(ToProto(options.q, "q", request.mutable_q()));
   if (options.k.has_value()) {
-    if (absl::Status s = ToProto(*options.k, "k", request.mutable_k()); !s.ok()) return s;
+    POSENC_RETURN_IF_ERROR(ToProto(*options.k, "k", request.mutable_k()));
   }
-  if (absl::Status s = ToProto(options.positions, request.mutable_positions()); !s.ok()) return s;
+  POSENC_RETURN_IF_ERROR(ToProto(options.positions, request.mutable_positions()));
   ToProto(options.config, request.mutable_config());
   request.set_layout(static_cast<v1::TensorLayout>(options.layout));
   return request;
@@ -262,9 +274,8 @@ absl::StatusOr<v1::AlibiBiasRequest> ToRequest(const AlibiBiasOptions& options) 
   SetIf(&request, &v1::AlibiBiasRequest::set_max_bias, options.max_bias);
   request.set_form(static_cast<v1::BiasForm>(options.form));
   if (options.attention_mask.has_value()) {
-    absl::Status s =
-        ToProto(*options.attention_mask, "attention_mask", request.mutable_attention_mask());
-    if (!s.ok()) return s;
+    POSENC_RETURN_IF_ERROR(
+        ToProto(*options.attention_mask, "attention_mask", request.mutable_attention_mask()));
   }
   if (options.output_dtype.has_value()) request.set_output_dtype(ToProto(*options.output_dtype));
   return request;
@@ -279,15 +290,7 @@ absl::StatusOr<v1::RelativeBiasRequest> ToRequest(const RelativeBiasOptions& opt
   SetIf(&request, &v1::RelativeBiasRequest::set_bidirectional, options.bidirectional);
   SetIf(&request, &v1::RelativeBiasRequest::set_num_buckets, options.num_buckets);
   SetIf(&request, &v1::RelativeBiasRequest::set_max_distance, options.max_distance);
-  if (options.table_inline.has_value() && !options.table_name.empty()) {
-    return absl::InvalidArgumentError("table: set either table_inline or table_name, not both");
-  }
-  if (options.table_inline.has_value()) {
-    absl::Status s = ToProto(*options.table_inline, "table_inline", request.mutable_table_inline());
-    if (!s.ok()) return s;
-  } else if (!options.table_name.empty()) {
-    request.set_table_name(options.table_name);
-  }
+  POSENC_RETURN_IF_ERROR(SetTable(options.table_inline, options.table_name, &request));
   request.set_form(static_cast<v1::BiasForm>(options.form));
   if (options.output_dtype.has_value()) request.set_output_dtype(ToProto(*options.output_dtype));
   return request;
@@ -298,15 +301,7 @@ absl::StatusOr<v1::RelativeEmbeddingRequest> ToRequest(const RelativeEmbeddingOp
   request.set_q_len(options.q_len);
   request.set_k_len(options.k_len);
   request.set_max_relative(options.max_relative);
-  if (options.table_inline.has_value() && !options.table_name.empty()) {
-    return absl::InvalidArgumentError("table: set either table_inline or table_name, not both");
-  }
-  if (options.table_inline.has_value()) {
-    absl::Status s = ToProto(*options.table_inline, "table_inline", request.mutable_table_inline());
-    if (!s.ok()) return s;
-  } else if (!options.table_name.empty()) {
-    request.set_table_name(options.table_name);
-  }
+  POSENC_RETURN_IF_ERROR(SetTable(options.table_inline, options.table_name, &request));
   SetIf(&request, &v1::RelativeEmbeddingRequest::set_query_offset, options.query_offset);
   SetIf(&request, &v1::RelativeEmbeddingRequest::set_key_offset, options.key_offset);
   if (options.output_dtype.has_value()) request.set_output_dtype(ToProto(*options.output_dtype));
@@ -323,9 +318,9 @@ absl::StatusOr<ServerInfo> FromProto(const v1::GetServerInfoResponse& response) 
   info.max_message_bytes = response.limits().max_message_bytes();
   info.max_output_elements = response.limits().max_output_elements();
   for (const v1::TableInfo& t : response.tables()) {
-    absl::StatusOr<DType> dtype = FromProto(t.dtype(), absl::StrCat("table ", t.name()));
-    if (!dtype.ok()) return dtype.status();
-    info.tables.push_back({t.name(), *dtype, {t.shape().begin(), t.shape().end()}});
+    POSENC_ASSIGN_OR_RETURN(const DType dtype,
+                            FromProto(t.dtype(), absl::StrCat("table ", t.name())));
+    info.tables.push_back({t.name(), dtype, {t.shape().begin(), t.shape().end()}});
   }
   return info;
 }

@@ -1,4 +1,6 @@
-// Tensor helpers: dtype conversions (incl. FLOAT16/BFLOAT16) and compact-bias expansion.
+// Tensor helpers: dtype conversions and compact-bias expansion. FLOAT16/BFLOAT16 rounding and the
+// Toeplitz expansion are the kernels' own (kernels/common/types.h, toeplitz.h): one
+// implementation of each in the tree.
 #include "posenc/tensor.h"
 
 #include <algorithm>
@@ -11,63 +13,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/common/status.h"
+#include "kernels/common/toeplitz.h"
+#include "kernels/common/types.h"
 
 namespace posenc::client {
 namespace {
 
 static_assert(std::endian::native == std::endian::little,
               "posenc tensors are little-endian; a big-endian host needs byte swaps here");
-
-// A binary floating-point format of 16 bits: 1 sign bit, `kExpBits` exponent bits (bias
-// 2^(kExpBits-1) - 1) and `kMantBits` stored mantissa bits. FLOAT16 is <5, 10>, BFLOAT16 <8, 7>.
-template <int kExpBits, int kMantBits>
-struct Binary16Format {
-  static_assert(1 + kExpBits + kMantBits == 16);
-  static constexpr int kBias = (1 << (kExpBits - 1)) - 1;
-  static constexpr int kMaxExpField = (1 << kExpBits) - 1;
-  static constexpr uint16_t kInf = uint16_t{kMaxExpField} << kMantBits;
-  static constexpr uint16_t kSign = uint16_t{1} << 15;
-
-  // Correctly rounded (to nearest even) from double; overflow gives inf, NaN stays NaN.
-  static uint16_t FromDouble(double v) {
-    const uint16_t sign = std::signbit(v) ? kSign : 0;
-    if (std::isnan(v)) return sign | kInf | (uint16_t{1} << (kMantBits - 1));
-    const double a = std::fabs(v);
-    if (std::isinf(a)) return sign | kInf;
-    constexpr int kMinNormalExp = 1 - kBias;
-    if (a < std::ldexp(1.0, kMinNormalExp)) {
-      // Subnormal (or zero): multiples of 2^(kMinNormalExp - kMantBits). Rounding up to
-      // 2^kMantBits yields the smallest normal's bit pattern, as it should.
-      const double q = std::nearbyint(std::ldexp(a, kMantBits - kMinNormalExp));
-      return sign | static_cast<uint16_t>(q);
-    }
-    const int e = std::ilogb(a);
-    if (e + kBias >= kMaxExpField) return sign | kInf;
-    // m in [2^kMantBits, 2^(kMantBits+1)]; the scaling is exact, so rint rounds once. A carry
-    // to 2^(kMantBits+1) lands on the next exponent (or inf) through the addition.
-    const double m = std::nearbyint(std::ldexp(a, kMantBits - e));
-    const uint32_t bits = (static_cast<uint32_t>(e + kBias) << kMantBits) +
-                          (static_cast<uint32_t>(m) - (uint32_t{1} << kMantBits));
-    return sign | static_cast<uint16_t>(std::min<uint32_t>(bits, kInf));
-  }
-
-  // Exact.
-  static double ToDouble(uint16_t h) {
-    const double sign = (h & kSign) ? -1.0 : 1.0;
-    const int exp_field = (h >> kMantBits) & kMaxExpField;
-    const uint32_t mant = h & ((uint32_t{1} << kMantBits) - 1);
-    if (exp_field == kMaxExpField) {
-      return mant == 0 ? sign * std::numeric_limits<double>::infinity()
-                       : std::numeric_limits<double>::quiet_NaN();
-    }
-    if (exp_field == 0) return sign * std::ldexp(static_cast<double>(mant), 1 - kBias - kMantBits);
-    return sign * std::ldexp(static_cast<double>(mant | (uint32_t{1} << kMantBits)),
-                             exp_field - kBias - kMantBits);
-  }
-};
-
-using Half = Binary16Format<5, 10>;
-using BFloat16 = Binary16Format<8, 7>;
 
 template <typename T>
 T LoadRaw(const char* base, int64_t index) {
@@ -86,9 +40,9 @@ double LoadDouble(const char* base, DType dtype, int64_t i) {
     case DType::kFloat32:
       return LoadRaw<float>(base, i);
     case DType::kFloat16:
-      return Half::ToDouble(LoadRaw<uint16_t>(base, i));
+      return kernels::HalfToFloat(LoadRaw<uint16_t>(base, i));
     case DType::kBFloat16:
-      return BFloat16::ToDouble(LoadRaw<uint16_t>(base, i));
+      return kernels::BFloat16ToFloat(LoadRaw<uint16_t>(base, i));
     case DType::kFloat64:
       return LoadRaw<double>(base, i);
     case DType::kInt32:
@@ -119,10 +73,10 @@ void StoreDouble(char* base, DType dtype, int64_t i, double v) {
       StoreRaw<float>(base, i, static_cast<float>(v));
       return;
     case DType::kFloat16:
-      StoreRaw<uint16_t>(base, i, Half::FromDouble(v));
+      StoreRaw<uint16_t>(base, i, kernels::DoubleToHalf(v));
       return;
     case DType::kBFloat16:
-      StoreRaw<uint16_t>(base, i, BFloat16::FromDouble(v));
+      StoreRaw<uint16_t>(base, i, kernels::DoubleToBFloat16(v));
       return;
     case DType::kFloat64:
       StoreRaw<double>(base, i, v);
@@ -149,25 +103,31 @@ absl::StatusOr<int64_t> CheckedNumElements(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// RESOURCE_EXHAUSTED when the bytes of `t` (shape and dtype set, no data yet) overflow.
-absl::Status CheckExpandedSize(const Tensor& t) {
-  absl::StatusOr<int64_t> n = CheckedNumElements(t.shape);
-  if (!n.ok() || *n > std::numeric_limits<int64_t>::max() / DTypeSize(t.dtype)) {
+// The full form [..., H, q_len, k_len] of a compact bias [..., H, X] in its dtype, with room for
+// its bytes (not yet written); RESOURCE_EXHAUSTED when those cannot be sized.
+absl::StatusOr<Tensor> SizedExpansion(const Tensor& compact, int64_t q_len, int64_t k_len) {
+  Tensor full;
+  full.dtype = compact.dtype;
+  full.shape.assign(compact.shape.begin(), compact.shape.end() - 1);
+  full.shape.push_back(q_len);
+  full.shape.push_back(k_len);
+  absl::StatusOr<int64_t> n = CheckedNumElements(full.shape);
+  if (!n.ok() || *n > std::numeric_limits<int64_t>::max() / DTypeSize(full.dtype)) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "expanded bias [", absl::StrJoin(t.shape, ", "), "] is too large to allocate"));
+        "expanded bias [", absl::StrJoin(full.shape, ", "), "] is too large to allocate"));
   }
-  return absl::OkStatus();
+  full.data.resize(static_cast<size_t>(*n * DTypeSize(full.dtype)));
+  return full;
 }
 
 // A tensor of `shape` and `dtype` whose element i is fill(i).
 template <typename Fill>
 absl::StatusOr<Tensor> MakeTensor(size_t num_values, std::vector<int64_t> shape, DType dtype,
                                   Fill fill) {
-  absl::StatusOr<int64_t> n = CheckedNumElements(shape);
-  if (!n.ok()) return n.status();
-  if (static_cast<size_t>(*n) != num_values) {
+  POSENC_ASSIGN_OR_RETURN(const int64_t n, CheckedNumElements(shape));
+  if (static_cast<size_t>(n) != num_values) {
     return absl::InvalidArgumentError(absl::StrCat("tensor of shape [", absl::StrJoin(shape, ", "),
-                                                   "] needs ", *n, " values, got ", num_values));
+                                                   "] needs ", n, " values, got ", num_values));
   }
   Tensor t;
   t.dtype = dtype;
@@ -274,14 +234,13 @@ int64_t Tensor::NumElements() const {
 }
 
 absl::Status Tensor::Validate() const {
-  absl::StatusOr<int64_t> n = CheckedNumElements(shape);
-  if (!n.ok()) return n.status();
+  POSENC_ASSIGN_OR_RETURN(const int64_t n, CheckedNumElements(shape));
   const int64_t size = DTypeSize(dtype);
-  if (*n > std::numeric_limits<int64_t>::max() / size ||
-      static_cast<int64_t>(data.size()) != *n * size) {
+  if (n > std::numeric_limits<int64_t>::max() / size ||
+      static_cast<int64_t>(data.size()) != n * size) {
     return absl::InvalidArgumentError(absl::StrCat("tensor data of ", std::string(DTypeName(dtype)),
                                                    " [", absl::StrJoin(shape, ", "), "] must hold ",
-                                                   *n, " * ", size, " bytes, got ", data.size()));
+                                                   n, " * ", size, " bytes, got ", data.size()));
   }
   return absl::OkStatus();
 }
@@ -321,7 +280,7 @@ std::vector<int64_t> Tensor::ToInt64s() const {
 double Tensor::At(int64_t index) const { return LoadDouble(data.data(), dtype, index); }
 
 absl::StatusOr<Tensor> ConvertTensor(const Tensor& tensor, DType dtype) {
-  if (absl::Status s = tensor.Validate(); !s.ok()) return s;
+  POSENC_RETURN_IF_ERROR(tensor.Validate());
   if (tensor.dtype == dtype) return tensor;
   if (!IsFloatDType(dtype) && !IsFloatDType(tensor.dtype)) {
     return Tensor::FromInt64s(tensor.ToInt64s(), tensor.shape, dtype);
@@ -330,7 +289,7 @@ absl::StatusOr<Tensor> ConvertTensor(const Tensor& tensor, DType dtype) {
 }
 
 absl::StatusOr<Tensor> ExpandToeplitz(const Tensor& compact, int64_t q_len, int64_t k_len) {
-  if (absl::Status s = compact.Validate(); !s.ok()) return s;
+  POSENC_RETURN_IF_ERROR(compact.Validate());
   if (q_len <= 0 || k_len <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("q_len and k_len must be positive, got ", q_len, " and ", k_len));
@@ -340,30 +299,16 @@ absl::StatusOr<Tensor> ExpandToeplitz(const Tensor& compact, int64_t q_len, int6
         absl::StrCat("compact bias must be [..., H, q_len + k_len - 1] = [..., ", q_len + k_len - 1,
                      "], got [", absl::StrJoin(compact.shape, ", "), "]"));
   }
-  const int64_t width = q_len + k_len - 1;
-  const int64_t rows = compact.NumElements() / width;  // heads (times batch)
-  const size_t esize = static_cast<size_t>(DTypeSize(compact.dtype));
-  Tensor full;
-  full.dtype = compact.dtype;
-  full.shape.assign(compact.shape.begin(), compact.shape.end() - 1);
-  full.shape.push_back(q_len);
-  full.shape.push_back(k_len);
-  if (absl::Status s = CheckExpandedSize(full); !s.ok()) return s;
-  full.data.resize(static_cast<size_t>(rows * q_len * k_len) * esize);
-  const size_t row_bytes = static_cast<size_t>(k_len) * esize;
-  char* out = full.data.data();
-  for (int64_t h = 0; h < rows; ++h) {
-    const char* v = compact.data.data() + static_cast<size_t>(h * width) * esize;
-    for (int64_t i = 0; i < q_len; ++i, out += row_bytes) {
-      std::memcpy(out, v + static_cast<size_t>(q_len - 1 - i) * esize, row_bytes);
-    }
-  }
+  const int64_t heads = compact.NumElements() / (q_len + k_len - 1);  // heads (times batch)
+  POSENC_ASSIGN_OR_RETURN(Tensor full, SizedExpansion(compact, q_len, k_len));
+  kernels::ExpandToeplitzRows(compact.data.data(), heads, q_len, k_len, DTypeSize(compact.dtype),
+                              /*row_begin=*/0, /*row_end=*/heads * q_len, full.data.data());
   return full;
 }
 
 absl::StatusOr<Tensor> ExpandBloomRows(const Tensor& rows, int64_t q_len,
                                        std::optional<int64_t> query_offset, FutureRule future) {
-  if (absl::Status s = rows.Validate(); !s.ok()) return s;
+  POSENC_RETURN_IF_ERROR(rows.Validate());
   if (!IsFloatDType(rows.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat("BLOOM rows must have a float dtype, got ",
                                                    std::string(DTypeName(rows.dtype))));
@@ -381,14 +326,7 @@ absl::StatusOr<Tensor> ExpandBloomRows(const Tensor& rows, int64_t q_len,
   std::string fill(esize, '\0');
   StoreDouble(fill.data(), rows.dtype, 0,
               future == FutureRule::kMask ? -std::numeric_limits<double>::infinity() : 0.0);
-
-  Tensor full;
-  full.dtype = rows.dtype;
-  full.shape.assign(rows.shape.begin(), rows.shape.end() - 1);
-  full.shape.push_back(q_len);
-  full.shape.push_back(k_len);
-  if (absl::Status s = CheckExpandedSize(full); !s.ok()) return s;
-  full.data.resize(static_cast<size_t>(num_rows * q_len * k_len) * esize);
+  POSENC_ASSIGN_OR_RETURN(Tensor full, SizedExpansion(rows, q_len, k_len));
   char* out = full.data.data();
   for (int64_t r = 0; r < num_rows; ++r) {
     const char* row = rows.data.data() + static_cast<size_t>(r * k_len) * esize;

@@ -83,40 +83,43 @@ absl::StatusOr<std::optional<bool>> GetBool(const Json& object, absl::string_vie
   return value->get<bool>();
 }
 
-absl::StatusOr<std::vector<double>> GetDoubleArray(const Json& object, absl::string_view key,
-                                                   absl::string_view path) {
-  std::vector<double> out;
+absl::StatusOr<double> ToFiniteDouble(const Json& value, absl::string_view path) {
+  if (!value.is_number() || !std::isfinite(value.get<double>())) {
+    return Invalid(absl::StrCat(path, " must be a finite number, got ",
+                                value.is_number() ? value.dump() : TypeName(value)));
+  }
+  return value.get<double>();
+}
+
+// The array at `key` of `object` (empty when absent), element i read by
+// element(value, "PATH[i]"); `elements` names them in the error for something else than an array.
+template <typename T, typename Element>
+absl::StatusOr<std::vector<T>> GetArray(const Json& object, absl::string_view key,
+                                        absl::string_view path, absl::string_view elements,
+                                        Element element) {
+  std::vector<T> out;
   const Json* value = Find(object, key);
   if (value == nullptr) return out;
   if (!value->is_array()) {
-    return Invalid(absl::StrCat(path, " must be an array of numbers, got ", TypeName(*value)));
+    return Invalid(
+        absl::StrCat(path, " must be an array of ", elements, ", got ", TypeName(*value)));
   }
   out.reserve(value->size());
   for (size_t i = 0; i < value->size(); ++i) {
-    const Json& e = (*value)[i];
-    if (!e.is_number() || !std::isfinite(e.get<double>())) {
-      return Invalid(absl::StrCat(path, "[", i, "] must be a finite number, got ",
-                                  e.is_number() ? e.dump() : TypeName(e)));
-    }
-    out.push_back(e.get<double>());
+    POSENC_ASSIGN_OR_RETURN(T v, element((*value)[i], absl::StrCat(path, "[", i, "]")));
+    out.push_back(v);
   }
   return out;
 }
 
+absl::StatusOr<std::vector<double>> GetDoubleArray(const Json& object, absl::string_view key,
+                                                   absl::string_view path) {
+  return GetArray<double>(object, key, path, "numbers", ToFiniteDouble);
+}
+
 absl::StatusOr<std::vector<int64_t>> GetIntArray(const Json& object, absl::string_view key,
                                                  absl::string_view path) {
-  std::vector<int64_t> out;
-  const Json* value = Find(object, key);
-  if (value == nullptr) return out;
-  if (!value->is_array()) {
-    return Invalid(absl::StrCat(path, " must be an array of integers, got ", TypeName(*value)));
-  }
-  out.reserve(value->size());
-  for (size_t i = 0; i < value->size(); ++i) {
-    POSENC_ASSIGN_OR_RETURN(int64_t v, ToInt((*value)[i], absl::StrCat(path, "[", i, "]")));
-    out.push_back(v);
-  }
-  return out;
+  return GetArray<int64_t>(object, key, path, "integers", ToInt);
 }
 
 struct TypeInfo {

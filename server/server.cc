@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
+#include "kernels/common/status.h"
 #include "server/handlers.h"
 #include "server/metrics.h"
 #include "server/service.h"
@@ -56,24 +57,23 @@ class PosencServerImpl final : public PosencServer {
   }
 
   absl::Status Init() {
-    auto credentials = MakeServerCredentials(
-        TlsFiles{options_.tls_cert_file, options_.tls_key_file, options_.tls_client_ca_file});
-    if (!credentials.ok()) return credentials.status();
+    POSENC_ASSIGN_OR_RETURN(
+        const std::shared_ptr<grpc::ServerCredentials> credentials,
+        MakeServerCredentials(
+            TlsFiles{options_.tls_cert_file, options_.tls_key_file, options_.tls_client_ca_file}));
     if (!options_.tables_dir.empty()) {
       if (absl::Status status = LoadTableDirectory(options_.tables_dir, &tables_); !status.ok()) {
         return absl::Status(status.code(), absl::StrCat("--tables: ", status.message()));
       }
     }
     if (!options_.metrics_address.empty()) {
-      if (absl::Status status = metrics_.Serve(options_.metrics_address); !status.ok()) {
-        return status;
-      }
+      POSENC_RETURN_IF_ERROR(metrics_.Serve(options_.metrics_address));
     }
     service_.set_metrics(&metrics_);
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     grpc::ServerBuilder builder;
-    builder.AddListeningPort(options_.listen_address, *credentials, &port_);
+    builder.AddListeningPort(options_.listen_address, credentials, &port_);
     const int max_bytes = static_cast<int>(options_.max_message_bytes);
     builder.SetMaxReceiveMessageSize(max_bytes);
     builder.SetMaxSendMessageSize(max_bytes);
@@ -152,10 +152,9 @@ absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOp
     return absl::InvalidArgumentError(
         absl::StrCat("max_output_elements: expected >= 1, got ", options.max_output_elements));
   }
-  auto backend = MakeBackend(options);
-  if (!backend.ok()) return backend.status();
-  auto server = std::make_unique<PosencServerImpl>(options, std::move(backend).value());
-  if (absl::Status status = server->Init(); !status.ok()) return status;
+  POSENC_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend, MakeBackend(options));
+  auto server = std::make_unique<PosencServerImpl>(options, std::move(backend));
+  POSENC_RETURN_IF_ERROR(server->Init());
   return std::unique_ptr<PosencServer>(std::move(server));
 }
 

@@ -1,5 +1,6 @@
 #include "server/summary.h"
 
+#include <cstdint>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -15,8 +16,19 @@ void Add(std::string* out, absl::string_view name, absl::string_view value) {
   absl::StrAppend(out, out->empty() ? "" : " ", name, "=", value);
 }
 
+void Add(std::string* out, absl::string_view name, int64_t value) {
+  Add(out, name, absl::StrCat(value));
+}
+
 void AddTensor(std::string* out, absl::string_view name, const v1::Tensor& tensor) {
   Add(out, name, TensorSummary(tensor));
+}
+
+// "name=DTYPE[shape]": the summary of a response of one tensor.
+std::string OneTensor(absl::string_view name, const v1::Tensor& tensor) {
+  std::string out;
+  AddTensor(&out, name, tensor);
+  return out;
 }
 
 void AddPositions(std::string* out, const v1::Positions& positions) {
@@ -60,6 +72,17 @@ void AddTable(std::string* out, const Request& request) {
     Add(out, "table", absl::StrCat("\"", request.table_name(), "\""));
 }
 
+// RelativeBias and RelativeEmbedding requests: the lengths, the table and the output dtype.
+template <typename Request>
+std::string SummarizeRelative(const Request& request) {
+  std::string out;
+  Add(&out, "q_len", request.q_len());
+  Add(&out, "k_len", request.k_len());
+  AddTable(&out, request);
+  AddOutputDType(&out, request.output_dtype());
+  return out;
+}
+
 }  // namespace
 
 std::string TensorSummary(const v1::Tensor& tensor) {
@@ -69,7 +92,7 @@ std::string TensorSummary(const v1::Tensor& tensor) {
 std::string SummarizeRequest(const v1::SinusoidalRequest& request) {
   std::string out;
   AddPositions(&out, request.positions());
-  Add(&out, "dim", absl::StrCat(request.params().dim()));
+  Add(&out, "dim", request.params().dim());
   AddOutputDType(&out, request.output_dtype());
   return out;
 }
@@ -81,7 +104,7 @@ std::string SummarizeRequest(const v1::AddPositionEncodingRequest& request) {
   if (request.has_learned()) {
     AddTable(&out, request.learned());
   } else if (request.has_sinusoidal()) {
-    Add(&out, "sinusoidal_dim", absl::StrCat(request.sinusoidal().dim()));
+    Add(&out, "sinusoidal_dim", request.sinusoidal().dim());
   }
   return out;
 }
@@ -89,7 +112,7 @@ std::string SummarizeRequest(const v1::AddPositionEncodingRequest& request) {
 std::string SummarizeRequest(const v1::RopeCacheRequest& request) {
   std::string out;
   AddPositions(&out, request.positions());
-  Add(&out, "head_dim", absl::StrCat(request.config().head_dim()));
+  Add(&out, "head_dim", request.config().head_dim());
   AddOutputDType(&out, request.output_dtype());
   return out;
 }
@@ -104,51 +127,37 @@ std::string SummarizeRequest(const v1::ApplyRopeRequest& request) {
 
 std::string SummarizeRequest(const v1::AlibiSlopesRequest& request) {
   std::string out;
-  Add(&out, "heads", absl::StrCat(request.num_heads()));
+  Add(&out, "heads", request.num_heads());
   AddOutputDType(&out, request.output_dtype());
   return out;
 }
 
 std::string SummarizeRequest(const v1::AlibiBiasRequest& request) {
   std::string out;
-  Add(&out, "heads", absl::StrCat(request.num_heads()));
-  Add(&out, "q_len", absl::StrCat(request.q_len()));
-  Add(&out, "k_len", absl::StrCat(request.k_len()));
+  Add(&out, "heads", request.num_heads());
+  Add(&out, "q_len", request.q_len());
+  Add(&out, "k_len", request.k_len());
   if (request.has_attention_mask()) AddTensor(&out, "mask", request.attention_mask());
   AddOutputDType(&out, request.output_dtype());
   return out;
 }
 
 std::string SummarizeRequest(const v1::RelativeBiasRequest& request) {
-  std::string out;
-  Add(&out, "q_len", absl::StrCat(request.q_len()));
-  Add(&out, "k_len", absl::StrCat(request.k_len()));
-  AddTable(&out, request);
-  AddOutputDType(&out, request.output_dtype());
-  return out;
+  return SummarizeRelative(request);
 }
 
 std::string SummarizeRequest(const v1::RelativeEmbeddingRequest& request) {
-  std::string out;
-  Add(&out, "q_len", absl::StrCat(request.q_len()));
-  Add(&out, "k_len", absl::StrCat(request.k_len()));
-  AddTable(&out, request);
-  AddOutputDType(&out, request.output_dtype());
-  return out;
+  return SummarizeRelative(request);
 }
 
 std::string SummarizeRequest(const v1::GetServerInfoRequest& /*request*/) { return ""; }
 
 std::string SummarizeResponse(const v1::SinusoidalResponse& response) {
-  std::string out;
-  AddTensor(&out, "table", response.table());
-  return out;
+  return OneTensor("table", response.table());
 }
 
 std::string SummarizeResponse(const v1::AddPositionEncodingResponse& response) {
-  std::string out;
-  AddTensor(&out, "y", response.y());
-  return out;
+  return OneTensor("y", response.y());
 }
 
 std::string SummarizeResponse(const v1::RopeCacheResponse& response) {
@@ -166,27 +175,19 @@ std::string SummarizeResponse(const v1::ApplyRopeResponse& response) {
 }
 
 std::string SummarizeResponse(const v1::AlibiSlopesResponse& response) {
-  std::string out;
-  AddTensor(&out, "slopes", response.slopes());
-  return out;
+  return OneTensor("slopes", response.slopes());
 }
 
 std::string SummarizeResponse(const v1::AlibiBiasResponse& response) {
-  std::string out;
-  AddTensor(&out, "bias", response.bias());
-  return out;
+  return OneTensor("bias", response.bias());
 }
 
 std::string SummarizeResponse(const v1::RelativeBiasResponse& response) {
-  std::string out;
-  AddTensor(&out, "bias", response.bias());
-  return out;
+  return OneTensor("bias", response.bias());
 }
 
 std::string SummarizeResponse(const v1::RelativeEmbeddingResponse& response) {
-  std::string out;
-  AddTensor(&out, "embeddings", response.embeddings());
-  return out;
+  return OneTensor("embeddings", response.embeddings());
 }
 
 std::string SummarizeResponse(const v1::GetServerInfoResponse& /*response*/) { return ""; }

@@ -1,11 +1,6 @@
 #include "server/table_loader.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
 #include <filesystem>
 #include <limits>
@@ -13,10 +8,10 @@
 #include <system_error>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/types/span.h"
+#include "kernels/common/file.h"
+#include "kernels/common/npy.h"
 #include "nlohmann/json.hpp"
 #include "server/status.h"
 #include "spdlog/spdlog.h"
@@ -49,173 +44,6 @@ bool TableBytes(absl::Span<const int64_t> shape, int64_t item_size, int64_t* byt
   }
   *bytes = total;
   return true;
-}
-
-// ---------------------------------------------------------------------------------------------
-// .npy
-// ---------------------------------------------------------------------------------------------
-
-// "(4, 8)", "(4,)", "()": a shape as the .npy header writes it.
-std::string PyShape(absl::Span<const int64_t> shape) {
-  if (shape.size() == 1) return absl::StrCat("(", shape[0], ",)");
-  return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
-}
-
-struct NpyHeader {
-  std::string descr;
-  bool fortran_order = false;
-  std::vector<int64_t> shape;
-};
-
-// The header of a .npy file: the repr of a Python dict such as
-//   {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
-// padded with spaces and ending in '\n'. Accepts exactly that subset of Python literals
-// (strings without escapes, True/False, tuples of non-negative integers) and the keys descr,
-// fortran_order and shape, each once, as numpy's own reader does.
-class NpyHeaderParser {
- public:
-  explicit NpyHeaderParser(absl::string_view text) : text_(text) {}
-
-  absl::StatusOr<NpyHeader> Parse() {
-    NpyHeader header;
-    bool has_descr = false;
-    bool has_fortran = false;
-    bool has_shape = false;
-    SkipSpace();
-    if (!Consume('{')) return Error("expected '{'");
-    SkipSpace();
-    while (!Consume('}')) {
-      POSENC_ASSIGN_OR_RETURN(const std::string key, ParseString());
-      SkipSpace();
-      if (!Consume(':')) return Error(absl::StrCat("expected ':' after '", key, "'"));
-      SkipSpace();
-      if (key == "descr") {
-        if (has_descr) return Error("key 'descr' given twice");
-        has_descr = true;
-        if (Peek() == '[') {
-          return Error("descr: structured (record) dtypes are not supported, expected '<f4'");
-        }
-        POSENC_ASSIGN_OR_RETURN(header.descr, ParseString());
-      } else if (key == "fortran_order") {
-        if (has_fortran) return Error("key 'fortran_order' given twice");
-        has_fortran = true;
-        POSENC_ASSIGN_OR_RETURN(header.fortran_order, ParseBool());
-      } else if (key == "shape") {
-        if (has_shape) return Error("key 'shape' given twice");
-        has_shape = true;
-        POSENC_ASSIGN_OR_RETURN(header.shape, ParseTuple());
-      } else {
-        return Error(
-            absl::StrCat("unexpected key '", key, "' (expected descr, fortran_order and shape)"));
-      }
-      SkipSpace();
-      if (Consume(',')) {
-        SkipSpace();
-      } else if (Peek() != '}') {
-        return Error("expected ',' or '}'");
-      }
-    }
-    SkipSpace();
-    if (pos_ != text_.size()) return Error("unexpected text after '}'");
-    if (!has_descr || !has_fortran || !has_shape) {
-      return Invalid(".npy header: expected the keys descr, fortran_order and shape");
-    }
-    return header;
-  }
-
- private:
-  absl::Status Error(absl::string_view what) const {
-    return Invalid(absl::StrCat(".npy header: ", what, " at offset ", pos_));
-  }
-  char Peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
-  bool Consume(char c) {
-    if (pos_ >= text_.size() || text_[pos_] != c) return false;
-    ++pos_;
-    return true;
-  }
-  void SkipSpace() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n' ||
-                                   text_[pos_] == '\t' || text_[pos_] == '\r')) {
-      ++pos_;
-    }
-  }
-
-  absl::StatusOr<std::string> ParseString() {
-    const char quote = Peek();
-    if (quote != '\'' && quote != '"') return Error("expected a quoted string");
-    ++pos_;
-    const size_t begin = pos_;
-    while (pos_ < text_.size() && text_[pos_] != quote) {
-      if (text_[pos_] == '\\' || text_[pos_] == '\n') return Error("unsupported string");
-      ++pos_;
-    }
-    if (pos_ >= text_.size()) return Error("unterminated string");
-    std::string out(text_.substr(begin, pos_ - begin));
-    ++pos_;
-    return out;
-  }
-
-  absl::StatusOr<bool> ParseBool() {
-    if (absl::StartsWith(text_.substr(pos_), "True")) {
-      pos_ += 4;
-      return true;
-    }
-    if (absl::StartsWith(text_.substr(pos_), "False")) {
-      pos_ += 5;
-      return false;
-    }
-    return Error("fortran_order: expected True or False");
-  }
-
-  absl::StatusOr<std::vector<int64_t>> ParseTuple() {
-    if (!Consume('(')) return Error("shape: expected a tuple such as (1024, 768)");
-    std::vector<int64_t> dims;
-    SkipSpace();
-    while (!Consume(')')) {
-      if (Peek() < '0' || Peek() > '9') {
-        return Error("shape: expected a non-negative integer");
-      }
-      int64_t value = 0;
-      while (Peek() >= '0' && Peek() <= '9') {
-        const int digit = Peek() - '0';
-        if (value > (std::numeric_limits<int64_t>::max() - digit) / 10) {
-          return Error("shape: dimension too large");
-        }
-        value = value * 10 + digit;
-        ++pos_;
-      }
-      Consume('L');  // Python 2 longs: (3L, 4L)
-      dims.push_back(value);
-      SkipSpace();
-      if (Consume(',')) {
-        SkipSpace();
-      } else if (Peek() != ')') {
-        return Error("shape: expected ',' or ')'");
-      }
-    }
-    return dims;
-  }
-
-  absl::string_view text_;
-  size_t pos_ = 0;
-};
-
-// The table dtype of a .npy descr.
-absl::StatusOr<DType> NpyDType(absl::string_view descr) {
-  if (descr == "<f4") return DType::kFloat32;
-  if (descr == "<f2") return DType::kFloat16;
-  if (descr == "<f8") return DType::kFloat64;
-  const absl::string_view expected = "expected '<f2', '<f4' or '<f8'";
-  if (!descr.empty() && descr[0] == '>') {
-    return Invalid(absl::StrCat("dtype '", descr, "' is big-endian: ", expected,
-                                " (numpy: arr.astype(arr.dtype.newbyteorder('<')))"));
-  }
-  if (descr.size() >= 2 && (descr[1] == 'i' || descr[1] == 'u' || descr[1] == 'b')) {
-    return Invalid(
-        absl::StrCat("dtype '", descr, "' is not a float dtype: tables are float, ", expected));
-  }
-  return Invalid(absl::StrCat("unsupported dtype '", descr, "': ", expected,
-                              " (bfloat16 has no .npy dtype code: use .safetensors)"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -326,100 +154,28 @@ absl::StatusOr<LoadedTable> ParseSafetensorsEntry(const std::string& tensor, con
   return table;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Files
-// ---------------------------------------------------------------------------------------------
-
-std::string ErrnoText(int error) {
-  return std::error_code(error, std::generic_category()).message();
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Invalid(absl::StrCat(path, ": cannot open: ", ErrnoText(errno)));
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return Invalid(absl::StrCat(path, ": ", ErrnoText(errno)));
-  if (!S_ISREG(st.st_mode)) return Invalid(absl::StrCat(path, ": not a regular file"));
-  std::string contents(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  while (done < contents.size()) {
-    const ssize_t n = ::read(fd, contents.data() + done, contents.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Invalid(absl::StrCat(path, ": read failed: ", ErrnoText(errno)));
-    }
-    if (n == 0) break;  // the file shrank while we read it
-    done += static_cast<size_t>(n);
-  }
-  contents.resize(done);
-  return contents;
-}
-
 }  // namespace
 
 absl::StatusOr<LoadedTable> ParseNpy(absl::string_view contents, absl::string_view stem) {
-  static constexpr absl::string_view kMagic("\x93NUMPY", 6);
-  if (contents.substr(0, kMagic.size()) != kMagic) {
-    return Invalid("not a .npy file: bad magic (expected \\x93NUMPY)");
+  POSENC_ASSIGN_OR_RETURN(kernels::NpyArray array, kernels::ParseNpy(contents));
+  if (!kernels::IsFloatDType(array.dtype)) {
+    return Invalid(absl::StrCat("dtype '", array.descr,
+                                "' is not a float dtype: tables are float, expected 'f2', 'f4' or "
+                                "'f8' (either byte order)"));
   }
-  if (contents.size() < 10) {
-    return Invalid(
-        absl::StrCat("truncated: ", contents.size(), " bytes, shorter than the .npy preamble"));
-  }
-  const int major = static_cast<unsigned char>(contents[6]);
-  const int minor = static_cast<unsigned char>(contents[7]);
-  int length_bytes = 0;
-  if (major == 1 && minor == 0) {
-    length_bytes = 2;
-  } else if ((major == 2 || major == 3) && minor == 0) {
-    length_bytes = 4;
-  } else {
-    return Invalid(absl::StrCat("unsupported .npy format version ", major, ".", minor,
-                                " (1.0, 2.0 and 3.0 are)"));
-  }
-  const size_t preamble = 8 + static_cast<size_t>(length_bytes);
-  if (contents.size() < preamble) {
-    return Invalid(
-        absl::StrCat("truncated: ", contents.size(), " bytes, shorter than the .npy preamble"));
-  }
-  const uint64_t header_length = ReadLittleEndian(contents.data() + 8, length_bytes);
-  if (header_length > contents.size() - preamble) {
-    return Invalid(absl::StrCat("header length ", header_length, " runs past the end of the file (",
-                                contents.size() - preamble, " bytes follow the preamble)"));
-  }
-  POSENC_ASSIGN_OR_RETURN(
-      NpyHeader header,
-      NpyHeaderParser(contents.substr(preamble, static_cast<size_t>(header_length))).Parse());
-  POSENC_ASSIGN_OR_RETURN(const DType dtype, NpyDType(header.descr));
-  if (header.fortran_order) {
-    return Invalid(
-        "fortran_order is True: tables must be in C order (numpy: np.ascontiguousarray)");
-  }
-  const std::string shape_text = PyShape(header.shape);
-  if (header.shape.size() != 2) {
+  const std::string shape_text = kernels::NpyShapeString(array.shape);
+  if (array.shape.size() != 2) {
     return Invalid(absl::StrCat("shape ", shape_text, ": expected rank 2 ([rows, cols]), got rank ",
-                                header.shape.size()));
+                                array.shape.size()));
   }
-  int64_t expected = 0;
-  if (!TableBytes(header.shape, kernels::DTypeSize(dtype), &expected)) {
-    return Invalid(absl::StrCat("shape ", shape_text,
-                                ": every dimension must be >= 1 and the table smaller than "
-                                "2^63 bytes"));
-  }
-  const absl::string_view data = contents.substr(preamble + static_cast<size_t>(header_length));
-  if (static_cast<uint64_t>(data.size()) != static_cast<uint64_t>(expected)) {
-    return Invalid(absl::StrCat("data holds ", data.size(), " bytes, expected ", expected, " ('",
-                                header.descr, "' ", shape_text, ")"));
+  if (array.shape[0] < 1 || array.shape[1] < 1) {
+    return Invalid(absl::StrCat("shape ", shape_text, ": every dimension must be >= 1"));
   }
   LoadedTable table;
   table.name = std::string(stem);
-  table.dtype = dtype;
-  table.shape.assign(header.shape.begin(), header.shape.end());
-  table.bytes.assign(data.data(), data.size());
+  table.dtype = array.dtype;
+  table.shape = std::move(array.shape);
+  table.bytes = std::move(array.bytes);
   return table;
 }
 
@@ -483,7 +239,7 @@ absl::StatusOr<std::vector<LoadedTable>> LoadTableFile(const std::string& path) 
   if (extension != ".npy" && extension != ".safetensors") {
     return Invalid(absl::StrCat(path, ": expected a .npy or .safetensors file"));
   }
-  POSENC_ASSIGN_OR_RETURN(const std::string contents, ReadFile(path));
+  POSENC_ASSIGN_OR_RETURN(const std::string contents, kernels::ReadFileToString(path));
   std::vector<LoadedTable> tables;
   absl::Status status;
   if (extension == ".npy") {

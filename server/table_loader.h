@@ -8,9 +8,10 @@
 //   Other files in DIR are ignored (logged at debug); subdirectories are not searched.
 //
 // Accepted contents (anything else is INVALID_ARGUMENT naming the file and the problem):
-//   - .npy format 1.0, 2.0 or 3.0, descr '<f2', '<f4' or '<f8' (float16/32/64, little-endian;
-//     bfloat16 has no .npy dtype code, use .safetensors), fortran_order False, a rank-2 shape
-//     with every dimension >= 1, and exactly prod(shape) * itemsize data bytes after the header.
+//   - .npy (read by the one codec, kernels/common/npy.h: format 1.0, 2.0 or 3.0, C order,
+//     exactly prod(shape) * itemsize data bytes after the header) holding a float array, descr
+//     'f2', 'f4' or 'f8' in either byte order (big-endian data is byte-swapped; bfloat16 has no
+//     .npy dtype code, use .safetensors), of rank 2 with every dimension >= 1.
 //   - .safetensors: an 8-byte little-endian header length N (at most 100 MiB and at most the
 //     file size - 8), N bytes of a JSON object {"TENSOR": {"dtype": "F32" | "F16" | "BF16" |
 //     "F64", "shape": [rows, cols], "data_offsets": [begin, end]}, ..., "__metadata__": {...}}

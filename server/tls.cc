@@ -2,34 +2,23 @@
 
 #include <grpcpp/security/server_credentials.h>
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/common/file.h"
+#include "kernels/common/status.h"
 
 namespace posenc::server {
 
 absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::string& path,
                                         const std::string& what) {
-  errno = 0;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int error = errno;
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, ": cannot read \"", path,
-                     "\": ", error != 0 ? std::strerror(error) : "open failed"));
+  absl::StatusOr<std::string> contents = kernels::ReadFileToString(path);
+  if (!contents.ok()) {
+    // "--tls_cert: /etc/posenc/server.pem: cannot open: No such file or directory": a bad flag.
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", contents.status().message()));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, ": cannot read \"", path, "\": read error"));
-  }
-  std::string pem = std::move(text).str();
+  std::string pem = std::move(contents).value();
   // "-----BEGIN CERTIFICATE-----", "-----BEGIN PRIVATE KEY-----", "-----BEGIN EC PRIVATE KEY-----".
   const size_t begin = pem.find("-----BEGIN ");
   const size_t kind = begin == std::string::npos ? begin : pem.find(what, begin);
@@ -60,17 +49,15 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     return absl::InvalidArgumentError(absl::StrCat(
         "--tls_cert: missing; --tls_key=\"", files.key_file, "\" needs its certificate file"));
   }
-  auto cert = ReadPemFile("tls_cert", files.cert_file, "CERTIFICATE");
-  if (!cert.ok()) return cert.status();
-  auto key = ReadPemFile("tls_key", files.key_file, "PRIVATE KEY");
-  if (!key.ok()) return key.status();
+  POSENC_ASSIGN_OR_RETURN(std::string cert,
+                          ReadPemFile("tls_cert", files.cert_file, "CERTIFICATE"));
+  POSENC_ASSIGN_OR_RETURN(std::string key, ReadPemFile("tls_key", files.key_file, "PRIVATE KEY"));
 
   grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-  ssl.pem_key_cert_pairs.push_back({std::move(key).value(), std::move(cert).value()});
+  ssl.pem_key_cert_pairs.push_back({std::move(key), std::move(cert)});
   if (!files.client_ca_file.empty()) {
-    auto ca = ReadPemFile("tls_client_ca", files.client_ca_file, "CERTIFICATE");
-    if (!ca.ok()) return ca.status();
-    ssl.pem_root_certs = std::move(ca).value();
+    POSENC_ASSIGN_OR_RETURN(ssl.pem_root_certs,
+                            ReadPemFile("tls_client_ca", files.client_ca_file, "CERTIFICATE"));
     ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(ssl);

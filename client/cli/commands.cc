@@ -1,10 +1,8 @@
 #include "client/cli/commands.h"
 
 #include <cstdint>
-#include <fstream>
 #include <initializer_list>
 #include <iostream>
-#include <iterator>
 #include <optional>
 #include <random>
 #include <string>
@@ -18,6 +16,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "client/cli/npy.h"
+#include "kernels/common/file.h"
+#include "kernels/common/status.h"
 
 namespace posenc::cli {
 namespace {
@@ -30,23 +30,6 @@ using Json = nlohmann::ordered_json;
 constexpr char kUsagePayloadUrl[] = "type.posenc.dev/cli.usage";
 
 absl::string_view AbslView(std::string_view s) { return {s.data(), s.size()}; }
-
-// Early return for absl::Status and absl::StatusOr expressions.
-#define POSENC_CLI_RETURN_IF_ERROR(expr)      \
-  do {                                        \
-    if (absl::Status _s = (expr); !_s.ok()) { \
-      return _s;                              \
-    }                                         \
-  } while (false)
-
-#define POSENC_CLI_CONCAT_INNER(a, b) a##b
-#define POSENC_CLI_CONCAT(a, b) POSENC_CLI_CONCAT_INNER(a, b)
-#define POSENC_CLI_ASSIGN_OR_RETURN(lhs, expr) \
-  POSENC_CLI_ASSIGN_OR_RETURN_IMPL(POSENC_CLI_CONCAT(_status_or_, __LINE__), lhs, expr)
-#define POSENC_CLI_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
-  auto tmp = (expr);                                     \
-  if (!tmp.ok()) return tmp.status();                    \
-  lhs = *std::move(tmp)
 
 // ---------------------------------------------------------------------------------------------
 // Flag tables.
@@ -231,23 +214,17 @@ std::optional<DType> DTypeFlag(const ParsedFlags& flags) {
   return value.has_value() ? client::ParseDType(*value) : std::nullopt;
 }
 
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // Writes `tensor` as .npy (BFLOAT16 widened to FLOAT32, exactly: NumPy has no bfloat16) and
 // says so on stderr.
 absl::Status WriteNpyFile(const std::string& path, const Tensor& tensor) {
   if (tensor.dtype == DType::kBFloat16) {
-    POSENC_CLI_ASSIGN_OR_RETURN(Tensor wide, client::ConvertTensor(tensor, DType::kFloat32));
-    POSENC_CLI_RETURN_IF_ERROR(WriteNpy(path, wide));
+    POSENC_ASSIGN_OR_RETURN(Tensor wide, client::ConvertTensor(tensor, DType::kFloat32));
+    POSENC_RETURN_IF_ERROR(WriteNpy(path, wide));
     std::cerr << "wrote " << path << " (BFLOAT16 widened to FLOAT32 ["
               << absl::StrJoin(tensor.shape, ", ") << "])\n";
     return absl::OkStatus();
   }
-  POSENC_CLI_RETURN_IF_ERROR(WriteNpy(path, tensor));
+  POSENC_RETURN_IF_ERROR(WriteNpy(path, tensor));
   std::cerr << "wrote " << path << " (" << client::DTypeName(tensor.dtype) << " ["
             << absl::StrJoin(tensor.shape, ", ") << "])\n";
   return absl::OkStatus();
@@ -262,7 +239,7 @@ absl::Status MaybeWriteNpy(const ParsedFlags& flags, std::string_view flag, cons
 absl::StatusOr<Tensor> IntTensorFromText(std::string_view flag, const std::string& text,
                                          bool as_row) {
   if (absl::EndsWith(text, ".npy")) {
-    POSENC_CLI_ASSIGN_OR_RETURN(Tensor t, ReadNpy(text));
+    POSENC_ASSIGN_OR_RETURN(Tensor t, ReadNpy(text));
     if (client::IsFloatDType(t.dtype)) {
       return absl::InvalidArgumentError(absl::StrCat(text, ": --", AbslView(flag),
                                                      " needs an INT32 or INT64 array, got ",
@@ -299,7 +276,7 @@ absl::StatusOr<Positions> PositionsFromFlags(const ParsedFlags& flags,
   }
   if (flags.Has("offsets")) return Positions::Offsets(flags.IntList("offsets"));
   if (std::optional<std::string> mask = flags.String("mask")) {
-    POSENC_CLI_ASSIGN_OR_RETURN(Tensor t, IntTensorFromText("mask", *mask, /*as_row=*/true));
+    POSENC_ASSIGN_OR_RETURN(Tensor t, IntTensorFromText("mask", *mask, /*as_row=*/true));
     Positions p;
     p.kind = Positions::Kind::kAttentionMask;
     p.tensor = std::move(t);
@@ -321,7 +298,7 @@ absl::StatusOr<Positions> PositionsFromFlags(const ParsedFlags& flags,
     }
     return Positions::Range(start, end - start);
   }
-  POSENC_CLI_ASSIGN_OR_RETURN(Tensor ids, IntTensorFromText("positions", *spec, false));
+  POSENC_ASSIGN_OR_RETURN(Tensor ids, IntTensorFromText("positions", *spec, false));
   if (ids.shape.size() == 1) *labels = ids.ToInt64s();
   return Positions::Ids(std::move(ids));
 }
@@ -330,7 +307,7 @@ absl::StatusOr<client::RopeConfig> RopeConfigFromFlags(const ParsedFlags& flags)
   using client::RopeScalingType;
   client::RopeConfig config;
   if (std::optional<std::string> path = flags.String("hf-config")) {
-    POSENC_CLI_ASSIGN_OR_RETURN(config.hf_config_json, ReadTextFile(*path));
+    POSENC_ASSIGN_OR_RETURN(config.hf_config_json, kernels::ReadFileToString(*path));
   }
   config.layer_type = flags.String("layer-type").value_or("");
   config.head_dim = flags.Int("head-dim").value_or(0);
@@ -426,7 +403,7 @@ absl::StatusOr<Tensor> GeneratedTensor(const ParsedFlags& flags, std::vector<int
 
 // A float input tensor from --<file_flag> (converted to --dtype when given).
 absl::StatusOr<Tensor> FloatTensorFromFile(const ParsedFlags& flags, const std::string& path) {
-  POSENC_CLI_ASSIGN_OR_RETURN(Tensor t, ReadNpy(path));
+  POSENC_ASSIGN_OR_RETURN(Tensor t, ReadNpy(path));
   if (!client::IsFloatDType(t.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": expected a float array, got ",
                                                    std::string(client::DTypeName(t.dtype))));
@@ -442,7 +419,7 @@ absl::Status TableFromFlags(const ParsedFlags& flags, std::vector<int64_t> rando
     return UsageError("give one of --table, --table-name and --random-table");
   }
   if (std::optional<std::string> path = flags.String("table")) {
-    POSENC_CLI_ASSIGN_OR_RETURN(*table_inline, ReadNpy(*path));
+    POSENC_ASSIGN_OR_RETURN(*table_inline, ReadNpy(*path));
   } else if (std::optional<std::string> name = flags.String("table-name")) {
     *table_name = *name;
   } else if (std::optional<int64_t> seed = flags.Int("random-table")) {
@@ -458,8 +435,8 @@ absl::Status TableFromFlags(const ParsedFlags& flags, std::vector<int64_t> rando
     }
     std::vector<double> values(static_cast<size_t>(n));
     for (double& v : values) v = uniform(rng);
-    POSENC_CLI_ASSIGN_OR_RETURN(
-        *table_inline, Tensor::FromDoubles(values, std::move(random_shape), DType::kFloat32));
+    POSENC_ASSIGN_OR_RETURN(*table_inline,
+                            Tensor::FromDoubles(values, std::move(random_shape), DType::kFloat32));
   }
   return absl::OkStatus();
 }
@@ -477,8 +454,8 @@ absl::StatusOr<CommandOutput> RunSinusoidal(const ParsedFlags& flags,
                                             const client::Client& client) {
   client::SinusoidalOptions options;
   std::vector<int64_t> labels;
-  POSENC_CLI_ASSIGN_OR_RETURN(options.positions, PositionsFromFlags(flags, &labels));
-  POSENC_CLI_ASSIGN_OR_RETURN(options.params.dim, RequiredInt(flags, "dim"));
+  POSENC_ASSIGN_OR_RETURN(options.positions, PositionsFromFlags(flags, &labels));
+  POSENC_ASSIGN_OR_RETURN(options.params.dim, RequiredInt(flags, "dim"));
   options.params.base = flags.Double("base");
   options.params.layout = ChoiceFlag(flags, "layout",
                                      {{"interleaved", client::SinusoidalLayout::kInterleaved},
@@ -488,8 +465,8 @@ absl::StatusOr<CommandOutput> RunSinusoidal(const ParsedFlags& flags,
       flags, "freq", {{"vaswani", client::FreqScheme::kVaswani}, {"t2t", client::FreqScheme::kT2t}},
       client::FreqScheme::kUnspecified);
   options.output_dtype = DTypeFlag(flags);
-  POSENC_CLI_ASSIGN_OR_RETURN(Tensor table, client.Sinusoidal(options));
-  POSENC_CLI_RETURN_IF_ERROR(MaybeWriteNpy(flags, "npy", table));
+  POSENC_ASSIGN_OR_RETURN(Tensor table, client.Sinusoidal(options));
+  POSENC_RETURN_IF_ERROR(MaybeWriteNpy(flags, "npy", table));
   CommandOutput out;
   if (table.shape.size() != 2) labels.clear();
   out.tensors.push_back({"table", std::move(table), std::move(labels), "pos"});
@@ -499,21 +476,20 @@ absl::StatusOr<CommandOutput> RunSinusoidal(const ParsedFlags& flags,
 absl::StatusOr<CommandOutput> RunAdd(const ParsedFlags& flags, const client::Client& client) {
   client::AddPositionEncodingOptions options;
   std::vector<int64_t> labels;
-  POSENC_CLI_ASSIGN_OR_RETURN(options.positions, PositionsFromFlags(flags, &labels));
+  POSENC_ASSIGN_OR_RETURN(options.positions, PositionsFromFlags(flags, &labels));
   if (flags.Has("x") == flags.Has("shape")) {
     return UsageError("give x as --x FILE.npy or generate it with --shape B,T,D");
   }
   if (std::optional<std::string> path = flags.String("x")) {
-    POSENC_CLI_ASSIGN_OR_RETURN(options.x, FloatTensorFromFile(flags, *path));
+    POSENC_ASSIGN_OR_RETURN(options.x, FloatTensorFromFile(flags, *path));
   } else {
-    POSENC_CLI_ASSIGN_OR_RETURN(options.x,
-                                GeneratedTensor(flags, flags.IntList("shape"),
-                                                DTypeFlag(flags).value_or(DType::kFloat32), 0));
+    POSENC_ASSIGN_OR_RETURN(options.x,
+                            GeneratedTensor(flags, flags.IntList("shape"),
+                                            DTypeFlag(flags).value_or(DType::kFloat32), 0));
   }
   if (flags.Has("table") || flags.Has("table-name")) {
     client::LearnedTable learned;
-    POSENC_CLI_RETURN_IF_ERROR(
-        TableFromFlags(flags, {}, &learned.table_inline, &learned.table_name));
+    POSENC_RETURN_IF_ERROR(TableFromFlags(flags, {}, &learned.table_inline, &learned.table_name));
     learned.table_offset = flags.Int("table-offset").value_or(0);
     options.learned = std::move(learned);
   } else {
@@ -535,8 +511,8 @@ absl::StatusOr<CommandOutput> RunAdd(const ParsedFlags& flags, const client::Cli
       client::Combine::kUnspecified);
   options.scale = flags.Double("scale");
   options.padding_idx = flags.Int("padding-idx");
-  POSENC_CLI_ASSIGN_OR_RETURN(Tensor y, client.AddPositionEncoding(options));
-  POSENC_CLI_RETURN_IF_ERROR(MaybeWriteNpy(flags, "npy", y));
+  POSENC_ASSIGN_OR_RETURN(Tensor y, client.AddPositionEncoding(options));
+  POSENC_RETURN_IF_ERROR(MaybeWriteNpy(flags, "npy", y));
   CommandOutput out;
   out.tensors.push_back({"y", std::move(y), {}, "token"});
   return out;
@@ -545,17 +521,17 @@ absl::StatusOr<CommandOutput> RunAdd(const ParsedFlags& flags, const client::Cli
 absl::StatusOr<CommandOutput> RunRopeCache(const ParsedFlags& flags, const client::Client& client) {
   client::RopeCacheOptions options;
   std::vector<int64_t> labels;
-  POSENC_CLI_ASSIGN_OR_RETURN(options.positions, PositionsFromFlags(flags, &labels));
-  POSENC_CLI_ASSIGN_OR_RETURN(options.config, RopeConfigFromFlags(flags));
+  POSENC_ASSIGN_OR_RETURN(options.positions, PositionsFromFlags(flags, &labels));
+  POSENC_ASSIGN_OR_RETURN(options.config, RopeConfigFromFlags(flags));
   options.output_dtype = DTypeFlag(flags);
   options.layout = ChoiceFlag(flags, "layout",
                               {{"compact", client::RopeCacheLayout::kCompact},
                                {"neox", client::RopeCacheLayout::kNeox},
                                {"gptj", client::RopeCacheLayout::kGptj}},
                               client::RopeCacheLayout::kUnspecified);
-  POSENC_CLI_ASSIGN_OR_RETURN(client::RopeCacheResult result, client.RopeCache(options));
-  POSENC_CLI_RETURN_IF_ERROR(MaybeWriteNpy(flags, "out-cos", result.cos));
-  POSENC_CLI_RETURN_IF_ERROR(MaybeWriteNpy(flags, "out-sin", result.sin));
+  POSENC_ASSIGN_OR_RETURN(client::RopeCacheResult result, client.RopeCache(options));
+  POSENC_RETURN_IF_ERROR(MaybeWriteNpy(flags, "out-cos", result.cos));
+  POSENC_RETURN_IF_ERROR(MaybeWriteNpy(flags, "out-sin", result.sin));
   CommandOutput out;
   out.extras["derived"] = DerivedToJson(result.derived);
   if (result.cos.shape.size() != 2) labels.clear();
@@ -577,8 +553,8 @@ std::vector<int64_t> KShape(std::vector<int64_t> q_shape, client::TensorLayout l
 absl::StatusOr<CommandOutput> RunApplyRope(const ParsedFlags& flags, const client::Client& client) {
   client::ApplyRopeOptions options;
   std::vector<int64_t> labels;
-  POSENC_CLI_ASSIGN_OR_RETURN(options.positions, PositionsFromFlags(flags, &labels));
-  POSENC_CLI_ASSIGN_OR_RETURN(options.config, RopeConfigFromFlags(flags));
+  POSENC_ASSIGN_OR_RETURN(options.positions, PositionsFromFlags(flags, &labels));
+  POSENC_ASSIGN_OR_RETURN(options.config, RopeConfigFromFlags(flags));
   options.layout = ChoiceFlag(flags, "layout",
                               {{"bshd", client::TensorLayout::kBSHD},
                                {"bhsd", client::TensorLayout::kBHSD},
@@ -593,23 +569,22 @@ absl::StatusOr<CommandOutput> RunApplyRope(const ParsedFlags& flags, const clien
   }
   if (flags.Has("npy") && flags.Has("out-q")) return UsageError("--npy is --out-q: give one");
   if (std::optional<std::string> path = flags.String("q")) {
-    POSENC_CLI_ASSIGN_OR_RETURN(options.q, FloatTensorFromFile(flags, *path));
+    POSENC_ASSIGN_OR_RETURN(options.q, FloatTensorFromFile(flags, *path));
   } else {
-    POSENC_CLI_ASSIGN_OR_RETURN(
-        options.q,
-        GeneratedTensor(flags, flags.IntList("shape"), DTypeFlag(flags).value_or(DType::kFloat32),
-                        /*seed_salt=*/0));
+    POSENC_ASSIGN_OR_RETURN(options.q, GeneratedTensor(flags, flags.IntList("shape"),
+                                                       DTypeFlag(flags).value_or(DType::kFloat32),
+                                                       /*seed_salt=*/0));
   }
   if (std::optional<std::string> path = flags.String("k")) {
-    POSENC_CLI_ASSIGN_OR_RETURN(options.k, FloatTensorFromFile(flags, *path));
+    POSENC_ASSIGN_OR_RETURN(options.k, FloatTensorFromFile(flags, *path));
   } else if (std::optional<int64_t> heads = flags.Int("k-heads")) {
-    POSENC_CLI_ASSIGN_OR_RETURN(
+    POSENC_ASSIGN_OR_RETURN(
         options.k, GeneratedTensor(flags, KShape(flags.IntList("shape"), options.layout, *heads),
                                    DTypeFlag(flags).value_or(DType::kFloat32), /*seed_salt=*/1));
   }
-  POSENC_CLI_ASSIGN_OR_RETURN(client::ApplyRopeResult result, client.ApplyRope(options));
-  POSENC_CLI_RETURN_IF_ERROR(MaybeWriteNpy(flags, flags.Has("npy") ? "npy" : "out-q", result.q));
-  if (result.k.has_value()) POSENC_CLI_RETURN_IF_ERROR(MaybeWriteNpy(flags, "out-k", *result.k));
+  POSENC_ASSIGN_OR_RETURN(client::ApplyRopeResult result, client.ApplyRope(options));
+  POSENC_RETURN_IF_ERROR(MaybeWriteNpy(flags, flags.Has("npy") ? "npy" : "out-q", result.q));
+  if (result.k.has_value()) POSENC_RETURN_IF_ERROR(MaybeWriteNpy(flags, "out-k", *result.k));
   CommandOutput out;
   out.extras["derived"] = DerivedToJson(result.derived);
   const std::string row_title = options.layout == client::TensorLayout::kBHSD ? "pos" : "head";
@@ -621,11 +596,11 @@ absl::StatusOr<CommandOutput> RunApplyRope(const ParsedFlags& flags, const clien
 absl::StatusOr<CommandOutput> RunAlibiSlopes(const ParsedFlags& flags,
                                              const client::Client& client) {
   client::AlibiSlopesOptions options;
-  POSENC_CLI_ASSIGN_OR_RETURN(options.num_heads, RequiredInt(flags, "heads"));
+  POSENC_ASSIGN_OR_RETURN(options.num_heads, RequiredInt(flags, "heads"));
   options.max_bias = flags.Double("max-bias");
   options.output_dtype = DTypeFlag(flags);
-  POSENC_CLI_ASSIGN_OR_RETURN(Tensor slopes, client.AlibiSlopes(options));
-  POSENC_CLI_RETURN_IF_ERROR(MaybeWriteNpy(flags, "npy", slopes));
+  POSENC_ASSIGN_OR_RETURN(Tensor slopes, client.AlibiSlopes(options));
+  POSENC_RETURN_IF_ERROR(MaybeWriteNpy(flags, "npy", slopes));
   CommandOutput out;
   out.tensors.push_back({"slopes", std::move(slopes), {}, "head"});
   return out;
@@ -633,9 +608,9 @@ absl::StatusOr<CommandOutput> RunAlibiSlopes(const ParsedFlags& flags,
 
 absl::StatusOr<CommandOutput> RunAlibiBias(const ParsedFlags& flags, const client::Client& client) {
   client::AlibiBiasOptions options;
-  POSENC_CLI_ASSIGN_OR_RETURN(options.num_heads, RequiredInt(flags, "heads"));
-  POSENC_CLI_ASSIGN_OR_RETURN(options.q_len, RequiredInt(flags, "q-len"));
-  POSENC_CLI_ASSIGN_OR_RETURN(options.k_len, RequiredInt(flags, "k-len"));
+  POSENC_ASSIGN_OR_RETURN(options.num_heads, RequiredInt(flags, "heads"));
+  POSENC_ASSIGN_OR_RETURN(options.q_len, RequiredInt(flags, "q-len"));
+  POSENC_ASSIGN_OR_RETURN(options.k_len, RequiredInt(flags, "k-len"));
   options.query_offset = flags.Int("query-offset");
   options.mode = ChoiceFlag(flags, "mode",
                             {{"causal", client::AlibiMode::kCausal},
@@ -655,11 +630,11 @@ absl::StatusOr<CommandOutput> RunAlibiBias(const ParsedFlags& flags, const clien
     return UsageError("--expand needs --form compact");
   }
   if (std::optional<std::string> mask = flags.String("mask")) {
-    POSENC_CLI_ASSIGN_OR_RETURN(options.attention_mask,
-                                IntTensorFromText("mask", *mask, /*as_row=*/true));
+    POSENC_ASSIGN_OR_RETURN(options.attention_mask,
+                            IntTensorFromText("mask", *mask, /*as_row=*/true));
   }
   options.output_dtype = DTypeFlag(flags);
-  POSENC_CLI_ASSIGN_OR_RETURN(client::AlibiBiasResult result, client.AlibiBias(options));
+  POSENC_ASSIGN_OR_RETURN(client::AlibiBiasResult result, client.AlibiBias(options));
   Tensor bias = std::move(result.bias);
   if (flags.Switch("expand")) {
     if (options.mode == client::AlibiMode::kBloom) {
@@ -667,13 +642,13 @@ absl::StatusOr<CommandOutput> RunAlibiBias(const ParsedFlags& flags, const clien
           options.future == client::FutureMode::kZero     ? client::FutureRule::kZero
           : options.future == client::FutureMode::kLinear ? client::FutureRule::kLinear
                                                           : client::FutureRule::kMask;
-      POSENC_CLI_ASSIGN_OR_RETURN(
+      POSENC_ASSIGN_OR_RETURN(
           bias, client::ExpandBloomRows(bias, options.q_len, options.query_offset, rule));
     } else {
-      POSENC_CLI_ASSIGN_OR_RETURN(bias, client::ExpandToeplitz(bias, options.q_len, options.k_len));
+      POSENC_ASSIGN_OR_RETURN(bias, client::ExpandToeplitz(bias, options.q_len, options.k_len));
     }
   }
-  POSENC_CLI_RETURN_IF_ERROR(MaybeWriteNpy(flags, "npy", bias));
+  POSENC_RETURN_IF_ERROR(MaybeWriteNpy(flags, "npy", bias));
   CommandOutput out;
   out.extras["slopes"] = result.slopes.ToDoubles();
   out.tensors.push_back({"bias", std::move(bias), {}, "query"});
@@ -683,8 +658,8 @@ absl::StatusOr<CommandOutput> RunAlibiBias(const ParsedFlags& flags, const clien
 absl::StatusOr<CommandOutput> RunRelativeBias(const ParsedFlags& flags,
                                               const client::Client& client) {
   client::RelativeBiasOptions options;
-  POSENC_CLI_ASSIGN_OR_RETURN(options.q_len, RequiredInt(flags, "q-len"));
-  POSENC_CLI_ASSIGN_OR_RETURN(options.k_len, RequiredInt(flags, "k-len"));
+  POSENC_ASSIGN_OR_RETURN(options.q_len, RequiredInt(flags, "q-len"));
+  POSENC_ASSIGN_OR_RETURN(options.k_len, RequiredInt(flags, "k-len"));
   options.query_offset = flags.Int("query-offset");
   options.key_offset = flags.Int("key-offset");
   if (flags.Switch("bidirectional") && flags.Switch("unidirectional")) {
@@ -702,7 +677,7 @@ absl::StatusOr<CommandOutput> RunRelativeBias(const ParsedFlags& flags,
   if (flags.Switch("expand") && options.form != client::BiasForm::kCompact) {
     return UsageError("--expand needs --form compact");
   }
-  POSENC_CLI_RETURN_IF_ERROR(
+  POSENC_RETURN_IF_ERROR(
       TableFromFlags(flags, {options.num_buckets.value_or(32), flags.Int("heads").value_or(4)},
                      &options.table_inline, &options.table_name));
   if (options.form != client::BiasForm::kBuckets && !options.table_inline.has_value() &&
@@ -712,11 +687,11 @@ absl::StatusOr<CommandOutput> RunRelativeBias(const ParsedFlags& flags,
         "SEED (or --form buckets)");
   }
   options.output_dtype = DTypeFlag(flags);
-  POSENC_CLI_ASSIGN_OR_RETURN(Tensor bias, client.RelativeBias(options));
+  POSENC_ASSIGN_OR_RETURN(Tensor bias, client.RelativeBias(options));
   if (flags.Switch("expand")) {
-    POSENC_CLI_ASSIGN_OR_RETURN(bias, client::ExpandToeplitz(bias, options.q_len, options.k_len));
+    POSENC_ASSIGN_OR_RETURN(bias, client::ExpandToeplitz(bias, options.q_len, options.k_len));
   }
-  POSENC_CLI_RETURN_IF_ERROR(MaybeWriteNpy(flags, "npy", bias));
+  POSENC_RETURN_IF_ERROR(MaybeWriteNpy(flags, "npy", bias));
   CommandOutput out;
   out.tensors.push_back({options.form == client::BiasForm::kBuckets ? "buckets" : "bias",
                          std::move(bias),
@@ -728,12 +703,12 @@ absl::StatusOr<CommandOutput> RunRelativeBias(const ParsedFlags& flags,
 absl::StatusOr<CommandOutput> RunRelativeEmbedding(const ParsedFlags& flags,
                                                    const client::Client& client) {
   client::RelativeEmbeddingOptions options;
-  POSENC_CLI_ASSIGN_OR_RETURN(options.q_len, RequiredInt(flags, "q-len"));
-  POSENC_CLI_ASSIGN_OR_RETURN(options.k_len, RequiredInt(flags, "k-len"));
-  POSENC_CLI_ASSIGN_OR_RETURN(options.max_relative, RequiredInt(flags, "max-relative"));
+  POSENC_ASSIGN_OR_RETURN(options.q_len, RequiredInt(flags, "q-len"));
+  POSENC_ASSIGN_OR_RETURN(options.k_len, RequiredInt(flags, "k-len"));
+  POSENC_ASSIGN_OR_RETURN(options.max_relative, RequiredInt(flags, "max-relative"));
   options.query_offset = flags.Int("query-offset");
   options.key_offset = flags.Int("key-offset");
-  POSENC_CLI_RETURN_IF_ERROR(
+  POSENC_RETURN_IF_ERROR(
       TableFromFlags(flags, {2 * options.max_relative + 1, flags.Int("embed-dim").value_or(4)},
                      &options.table_inline, &options.table_name));
   if (!options.table_inline.has_value() && options.table_name.empty()) {
@@ -742,15 +717,15 @@ absl::StatusOr<CommandOutput> RunRelativeEmbedding(const ParsedFlags& flags,
         "--random-table SEED");
   }
   options.output_dtype = DTypeFlag(flags);
-  POSENC_CLI_ASSIGN_OR_RETURN(Tensor embeddings, client.RelativeEmbedding(options));
-  POSENC_CLI_RETURN_IF_ERROR(MaybeWriteNpy(flags, "npy", embeddings));
+  POSENC_ASSIGN_OR_RETURN(Tensor embeddings, client.RelativeEmbedding(options));
+  POSENC_RETURN_IF_ERROR(MaybeWriteNpy(flags, "npy", embeddings));
   CommandOutput out;
   out.tensors.push_back({"embeddings", std::move(embeddings), {}, "key"});
   return out;
 }
 
 absl::StatusOr<CommandOutput> RunInfo(const ParsedFlags&, const client::Client& client) {
-  POSENC_CLI_ASSIGN_OR_RETURN(client::ServerInfo info, client.GetServerInfo());
+  POSENC_ASSIGN_OR_RETURN(client::ServerInfo info, client.GetServerInfo());
   CommandOutput out;
   out.extras["version"] = info.version;
   out.extras["build"] = info.build;
@@ -771,8 +746,8 @@ absl::StatusOr<CommandOutput> RunInfo(const ParsedFlags&, const client::Client& 
 }
 
 absl::StatusOr<CommandOutput> RunHealth(const ParsedFlags& flags, const client::Client& client) {
-  POSENC_CLI_ASSIGN_OR_RETURN(client::HealthStatus status,
-                              client.Health(flags.String("service").value_or("")));
+  POSENC_ASSIGN_OR_RETURN(client::HealthStatus status,
+                          client.Health(flags.String("service").value_or("")));
   CommandOutput out;
   out.extras["status"] = std::string(client::HealthStatusName(status));
   out.exit_code = status == client::HealthStatus::kServing ? 0 : 1;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "kernels/common/status.h"
 
 namespace posenc::cli {
 namespace {
@@ -28,15 +29,17 @@ absl::Status BadValue(const FlagSpec& spec, std::string_view expected, std::stri
       "--", AbslView(spec.name), " expects ", AbslView(expected), ", got '", AbslView(value), "'"));
 }
 
+// The comma-separated list `text`, each item read by parse(item, &value) -> bool.
 template <typename T, typename Parse>
-absl::Status ParseList(const FlagSpec& spec, std::string_view text, std::string_view expected,
-                       Parse parse, std::vector<T>* out) {
+absl::StatusOr<ParsedFlags::Value> ParseList(const FlagSpec& spec, std::string_view text,
+                                             std::string_view expected, Parse parse) {
+  std::vector<T> values;
   for (absl::string_view item : absl::StrSplit(AbslView(text), ',')) {
     T v;
     if (!parse(absl::StripAsciiWhitespace(item), &v)) return BadValue(spec, expected, text);
-    out->push_back(v);
+    values.push_back(v);
   }
-  return absl::OkStatus();
+  return ParsedFlags::Value(std::move(values));
 }
 
 absl::StatusOr<ParsedFlags::Value> ParseValue(const FlagSpec& spec, std::string_view text) {
@@ -55,22 +58,14 @@ absl::StatusOr<ParsedFlags::Value> ParseValue(const FlagSpec& spec, std::string_
       if (!absl::SimpleAtod(AbslView(text), &v)) return BadValue(spec, "a number", text);
       return ParsedFlags::Value(v);
     }
-    case FlagType::kIntList: {
-      std::vector<int64_t> v;
-      absl::Status s = ParseList<int64_t>(
+    case FlagType::kIntList:
+      return ParseList<int64_t>(
           spec, text, "comma-separated integers",
-          [](absl::string_view t, int64_t* x) { return absl::SimpleAtoi(t, x); }, &v);
-      if (!s.ok()) return s;
-      return ParsedFlags::Value(std::move(v));
-    }
-    case FlagType::kDoubleList: {
-      std::vector<double> v;
-      absl::Status s = ParseList<double>(
+          [](absl::string_view t, int64_t* x) { return absl::SimpleAtoi(t, x); });
+    case FlagType::kDoubleList:
+      return ParseList<double>(
           spec, text, "comma-separated numbers",
-          [](absl::string_view t, double* x) { return absl::SimpleAtod(t, x); }, &v);
-      if (!s.ok()) return s;
-      return ParsedFlags::Value(std::move(v));
-    }
+          [](absl::string_view t, double* x) { return absl::SimpleAtod(t, x); });
     case FlagType::kChoice:
       for (absl::string_view choice : absl::StrSplit(AbslView(spec.choices), '|')) {
         if (choice == AbslView(text)) return ParsedFlags::Value(std::string(text));
@@ -151,9 +146,8 @@ absl::Status ParseFlags(std::span<const std::string> args, size_t start,
           "--", AbslView(body), " needs a value (",
           AbslView(spec->type == FlagType::kChoice ? spec->choices : spec->value_name), ")"));
     }
-    absl::StatusOr<ParsedFlags::Value> value = ParseValue(*spec, text);
-    if (!value.ok()) return value.status();
-    out->Set(std::string(spec->name), *std::move(value));
+    POSENC_ASSIGN_OR_RETURN(ParsedFlags::Value value, ParseValue(*spec, text));
+    out->Set(std::string(spec->name), std::move(value));
   }
   if (next != nullptr) *next = i;
   return absl::OkStatus();

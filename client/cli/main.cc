@@ -7,10 +7,9 @@
 // failed, with "error: CODE: message" on stderr, or `health` found the server not SERVING;
 // 2 usage error. `posenc --help` lists the subcommands, `posenc SUBCOMMAND --help` their flags.
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -21,6 +20,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/flags.h"
 #include "client/cli/output.h"
+#include "kernels/common/file.h"
 #include "posenc/client.h"
 
 namespace posenc::cli {
@@ -178,14 +178,12 @@ int Run(const std::vector<std::string>& args) {
                                PemFlag{"--tls-cert", tls_cert, &options.tls_client_cert},
                                PemFlag{"--tls-key", tls_key, &options.tls_client_key}}) {
       if (!pem.path) continue;
-      std::ifstream in(*pem.path, std::ios::binary);
-      std::ostringstream text;
-      text << in.rdbuf();
-      if (!in || text.str().find("-----BEGIN ") == std::string::npos) {
-        return UsageFailure(
-            absl::StrCat(pem.name, ": cannot read a PEM file at '", *pem.path, "'"), hint);
+      absl::StatusOr<std::string> text = kernels::ReadFileToString(*pem.path);
+      if (!text.ok() || text->find("-----BEGIN ") == std::string::npos) {
+        return UsageFailure(absl::StrCat(pem.name, ": cannot read a PEM file at '", *pem.path, "'"),
+                            hint);
       }
-      *pem.out = text.str();
+      *pem.out = *std::move(text);
     }
   }
   std::string server = kDefaultServer;

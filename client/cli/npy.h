@@ -1,8 +1,7 @@
-// Reading and writing NumPy .npy files (format version 1.0; 2.0 and 3.0 are also read).
-//
-// Supported dtypes: '<f4' FLOAT32, '<f8' FLOAT64, '<f2' FLOAT16, '<i4' INT32, '<i8' INT64
-// (little-endian; '=' is read as '<' on this little-endian host). C order only. Anything else
-// (big-endian, Fortran order, other types) is INVALID_ARGUMENT naming the file and what it has.
+// The CLI's .npy files: client::Tensor in and out of the one .npy codec (kernels/common/npy.h,
+// where the accepted files are listed: format 1.0/2.0/3.0, C order, float16/32/64 and
+// int32/int64 in either byte order, bool and 8/16-bit integer arrays read as INT32, 'u4' as
+// INT64). Errors are INVALID_ARGUMENT (NOT_FOUND for a missing file) and start with the path.
 // NumPy has no bfloat16: WriteNpy refuses BFLOAT16 (widen it to FLOAT32 first, which is exact).
 //
 // Thread-safety: the functions are thread-safe (distinct files).
@@ -19,10 +18,6 @@ namespace posenc::cli {
 
 absl::StatusOr<client::Tensor> ReadNpy(const std::string& path);
 absl::Status WriteNpy(const std::string& path, const client::Tensor& tensor);
-
-// The same, on bytes in memory (used by the file functions).
-absl::StatusOr<client::Tensor> ParseNpy(std::string_view bytes, std::string_view name);
-absl::StatusOr<std::string> SerializeNpy(const client::Tensor& tensor);
 
 }  // namespace posenc::cli
 

@@ -1,10 +1,13 @@
 // The `posenc` CLI binary (POSENC_CLI_PATH) run with popen against the in-process server over
-// TCP: table output, JSON output, exit codes and stderr of errors, and .npy round trips (files
-// written here by hand, read back with tests/common/npy.h, both independent of the CLI's code).
+// TCP: table output, JSON output, exit codes and stderr of errors, and .npy round trips (input
+// files written here byte by byte, outputs read back with tests/common/npy.h, the parser of the
+// .npy codec whose writer the CLI uses; tests/kernels/npy_test.cc checks both halves against
+// hand-written bytes).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -71,23 +74,30 @@ class CliTest : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
-// A float32 C-order .npy (format 1.0), written independently of the CLI's writer.
-void WriteFloat32Npy(const std::string& path, const std::vector<int64_t>& shape,
-                     const std::vector<float>& values) {
+// A C-order .npy file (format 1.0) of dtype code `descr` holding `data`, put together by hand
+// (tests/common/npy.h), independently of the .npy codec.
+void WriteNpyByHand(const std::string& path, const std::string& descr,
+                    const std::vector<int64_t>& shape, const std::string& data) {
   std::string dims;
   for (int64_t d : shape) absl::StrAppend(&dims, d, ", ");
-  std::string header =
-      absl::StrCat("{'descr': '<f4', 'fortran_order': False, 'shape': (", dims, "), }");
-  while ((10 + header.size() + 1) % 16 != 0) header += ' ';
-  header += '\n';
+  const std::string bytes =
+      posenc::testing::NpyFileBytes(posenc::testing::NpyDict(descr, "(" + dims + ")"), data);
   std::ofstream out(path, std::ios::binary);
-  out.write("\x93NUMPY\x01\x00", 8);
-  const char len[2] = {static_cast<char>(header.size() & 0xff),
-                       static_cast<char>(header.size() >> 8)};
-  out.write(len, 2);
-  out << header;
-  out.write(reinterpret_cast<const char*>(values.data()),
-            static_cast<std::streamsize>(values.size() * sizeof(float)));
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// The bytes of `values` in the host's (little-endian) order, or reversed per element.
+std::string FloatBytes(const std::vector<float>& values, bool big_endian = false) {
+  std::string bytes(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  if (big_endian) {
+    for (size_t i = 0; i < bytes.size(); i += 4) std::reverse(&bytes[i], &bytes[i] + 4);
+  }
+  return bytes;
+}
+
+void WriteFloat32Npy(const std::string& path, const std::vector<int64_t>& shape,
+                     const std::vector<float>& values) {
+  WriteNpyByHand(path, "<f4", shape, FloatBytes(values));
 }
 
 TEST_F(CliTest, SinusoidalPrintsAnAlignedTable) {
@@ -249,14 +259,13 @@ TEST_F(CliTest, NpyOutputOfEveryDTypeReadsBack) {
                                    dtype, " --npy ", path));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     if (std::string(dtype) == "float16") {
-      // tests/common/npy.h does not read <f2: check the header and the size by hand.
+      // The header and the size by hand, too.
       std::ifstream in(path, std::ios::binary);
       const std::string bytes((std::istreambuf_iterator<char>(in)),
                               std::istreambuf_iterator<char>());
       EXPECT_NE(bytes.find("'descr': '<f2'"), std::string::npos);
       EXPECT_NE(bytes.find("'shape': (5, 4)"), std::string::npos);
       EXPECT_EQ(bytes.size() % 64, 40u);  // 64-byte aligned header + 5*4*2 bytes
-      continue;
     }
     absl::StatusOr<posenc::testing::NpyArray> table = posenc::testing::ReadNpy(path);
     ASSERT_TRUE(table.ok()) << table.status();
@@ -266,19 +275,35 @@ TEST_F(CliTest, NpyOutputOfEveryDTypeReadsBack) {
 }
 
 TEST_F(CliTest, UnsupportedNpyDTypeIsAClearError) {
-  {
-    std::ofstream out(Path("bad.npy"), std::ios::binary);
-    std::string header = "{'descr': '>f4', 'fortran_order': False, 'shape': (1, 2, 1, 2), }";
-    while ((10 + header.size() + 1) % 16 != 0) header += ' ';
-    header += '\n';
-    out.write("\x93NUMPY\x01\x00", 8);
-    const char len[2] = {static_cast<char>(header.size()), 0};
-    out.write(len, 2);
-    out << header << std::string(16, '\0');
-  }
+  WriteNpyByHand(Path("bad.npy"), "<c8", {1, 2, 1, 2}, std::string(32, '\0'));  // complex64
   CliResult r = Run(absl::StrCat("apply-rope --q ", Path("bad.npy")));
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("npy dtype '>f4' is not supported"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(Path("bad.npy") + ": npy dtype '<c8' is not supported"), std::string::npos)
+      << r.err;
+}
+
+TEST_F(CliTest, BigEndianAndBoolNpyInputsAreRead) {
+  // q big-endian ('>f4') rotates exactly as the same q little-endian.
+  std::vector<float> q(1 * 3 * 2 * 8);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = std::cos(0.21f * static_cast<float>(i)) - 0.3f;
+  WriteNpyByHand(Path("q_le.npy"), "<f4", {1, 3, 2, 8}, FloatBytes(q));
+  WriteNpyByHand(Path("q_be.npy"), ">f4", {1, 3, 2, 8}, FloatBytes(q, /*big_endian=*/true));
+  CliResult little =
+      Run(absl::StrCat("--format json apply-rope --positions 5:8 --q ", Path("q_le.npy")));
+  CliResult big =
+      Run(absl::StrCat("--format json apply-rope --positions 5:8 --q ", Path("q_be.npy")));
+  ASSERT_EQ(little.exit_code, 0) << little.err;
+  ASSERT_EQ(big.exit_code, 0) << big.err;
+  EXPECT_EQ(nlohmann::json::parse(big.out), nlohmann::json::parse(little.out));
+
+  // An attention mask saved as a numpy bool array ('|b1') is the integer mask 0,1,1,1.
+  WriteNpyByHand(Path("mask.npy"), "|b1", {1, 4}, std::string("\0\1\1\1", 4));
+  CliResult from_file =
+      Run(absl::StrCat("--format json sinusoidal --dim 4 --mask ", Path("mask.npy")));
+  CliResult from_list = Run("--format json sinusoidal --dim 4 --mask 0,1,1,1");
+  ASSERT_EQ(from_file.exit_code, 0) << from_file.err;
+  ASSERT_EQ(from_list.exit_code, 0) << from_list.err;
+  EXPECT_EQ(nlohmann::json::parse(from_file.out), nlohmann::json::parse(from_list.out));
 }
 
 }  // namespace

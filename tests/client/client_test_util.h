@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/kernels_dtype.h"
 #include "kernels/backend.h"
 #include "kernels/common/types.h"
 #include "posenc/client.h"
@@ -46,28 +47,10 @@ inline std::unique_ptr<Client> ConnectToSharedServer() {
   return client.ok() ? *std::move(client) : nullptr;
 }
 
-inline kernels::DType KernelDType(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return kernels::DType::kFloat32;
-    case DType::kFloat16:
-      return kernels::DType::kFloat16;
-    case DType::kBFloat16:
-      return kernels::DType::kBFloat16;
-    case DType::kFloat64:
-      return kernels::DType::kFloat64;
-    case DType::kInt32:
-      return kernels::DType::kInt32;
-    case DType::kInt64:
-      return kernels::DType::kInt64;
-  }
-  return kernels::DType::kFloat32;
-}
-
 // A borrowed kernels view of a client tensor (the tensor must outlive it).
 inline kernels::ConstTensorView View(const Tensor& t) {
   kernels::ConstTensorView view;
-  view.dtype = KernelDType(t.dtype);
+  view.dtype = ToKernelsDType(t.dtype);
   view.shape.assign(t.shape.begin(), t.shape.end());
   view.data = t.data.data();
   return view;

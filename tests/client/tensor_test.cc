@@ -1,5 +1,5 @@
 // Unit tests of the client's plain-C++ types: dtype conversions, Positions factories and the
-// local expansion of compact biases.
+// local expansion of compact biases (and the kernels' Toeplitz expander it calls).
 #include "posenc/tensor.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/common/toeplitz.h"
 #include "kernels/common/types.h"
 #include "posenc/client.h"
 
@@ -147,6 +148,19 @@ TEST(ExpandTest, ToeplitzRowsAreSlicesOfTheGenerator) {
   EXPECT_EQ(full->ToDoubles(), (std::vector<double>{1, 2, 3, 0, 1, 2, 11, 12, 13, 10, 11, 12}));
   EXPECT_EQ(ExpandToeplitz(compact, 2, 4).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ExpandToeplitz(compact, 0, 5).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ExpandTest, KernelsExpanderWritesExactlyTheGivenRows) {
+  // The expander ExpandToeplitz calls (kernels/common/toeplitz.h), in chunks as a thread pool
+  // calls it: H = 2, q = 3, k = 2, generators of q + k - 1 = 4 int16 elements.
+  const std::vector<int16_t> gen = {0, 1, 2, 3, 10, 11, 12, 13};
+  const std::vector<int16_t> expected = {2, 3, 1, 2, 0, 1, 12, 13, 11, 12, 10, 11};
+  std::vector<int16_t> out(expected.size(), -1);
+  kernels::ExpandToeplitzRows(gen.data(), 2, 3, 2, sizeof(int16_t), 1, 4, out.data());
+  EXPECT_EQ(out, (std::vector<int16_t>{-1, -1, 1, 2, 0, 1, 12, 13, -1, -1, -1, -1}));
+  kernels::ExpandToeplitzRows(gen.data(), 2, 3, 2, sizeof(int16_t), 0, 1, out.data());
+  kernels::ExpandToeplitzRows(gen.data(), 2, 3, 2, sizeof(int16_t), 4, 9, out.data());  // clamped
+  EXPECT_EQ(out, expected);
 }
 
 TEST(ExpandTest, BloomRowsApplyTheFutureRule) {

@@ -4,22 +4,20 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <system_error>
 
 #include "gtest/gtest.h"
+#include "kernels/common/file.h"
 
 namespace posenc::testing {
 namespace {
 
 namespace fs = std::filesystem;
 
+// The file's contents, or "" when it cannot be read.
 std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return kernels::ReadFileToString(path.string()).value_or("");
 }
 
 // Runs `command` in `dir` (a shell line); false, with its output in the failure, on error.

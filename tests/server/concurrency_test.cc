@@ -159,9 +159,7 @@ std::vector<Case> AllCases() {
 }
 
 TEST(ConcurrencyTest, SixteenThreadsEveryRpcMatchSerialResponsesByteForByte) {
-  ServerOptions options;
-  options.listen_address = "127.0.0.1:0";
-  options.backend = "cpu";
+  ServerOptions options = testing::LocalServerOptions("cpu");
   auto server = PosencServer::Start(options);
   ASSERT_TRUE(server.ok()) << server.status();
   auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()),

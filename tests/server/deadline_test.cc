@@ -19,6 +19,7 @@
 #include "server/handlers.h"
 #include "server/server.h"
 #include "server/tables.h"
+#include "tests/server/server_test_util.h"
 
 namespace posenc::server {
 namespace {
@@ -115,15 +116,24 @@ TEST(CallCancellationTest, CpuHandlerStopsWithDeadlineExceeded) {
 class DeadlineServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ServerOptions options;
-    options.listen_address = "127.0.0.1:0";
-    options.backend = "cpu";
+    ServerOptions options = testing::LocalServerOptions("cpu");
     options.max_output_elements = kBigElements;
     options.max_message_bytes = kBigLimitBytes;
     auto server = PosencServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(server).value();
     stub_ = v1::PositionEncoding::NewStub(server_->InProcessChannel());
+  }
+
+  // Shuts the server down with 30 s to drain and expects it gone within 3 s: work abandoned by
+  // `what` stopped at a cancellation check (Shutdown waits for running handlers).
+  void ExpectPromptShutdown(const char* what) {
+    const auto start = Clock::now();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    server_->Wait();
+    const double ms = MillisSince(start);
+    std::printf("shutdown after %s took %.1f ms\n", what, ms);
+    EXPECT_LT(ms, 3000.0);
   }
 
   std::unique_ptr<PosencServer> server_;
@@ -152,13 +162,7 @@ TEST_F(DeadlineServerTest, BigCallWithShortDeadlineIsAbandonedAndServerKeepsServ
   const grpc::Status status = stub_->AlibiSlopes(&context, req, &resp);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(resp.slopes().shape_size(), 1);
-
-  const auto start = Clock::now();
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  server_->Wait();
-  const double ms = MillisSince(start);
-  std::printf("shutdown after the abandoned calls took %.1f ms\n", ms);
-  EXPECT_LT(ms, 3000.0);
+  ExpectPromptShutdown("the abandoned calls");
 }
 
 // A call the client cancels stops too (IsCancelled), and the server goes on serving.
@@ -175,13 +179,7 @@ TEST_F(DeadlineServerTest, CancelledCallIsAbandoned) {
   auto future = done.get_future();
   ASSERT_EQ(future.wait_for(std::chrono::seconds(30)), std::future_status::ready);
   EXPECT_EQ(future.get().error_code(), grpc::StatusCode::CANCELLED);
-
-  const auto start = Clock::now();
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  server_->Wait();
-  const double ms = MillisSince(start);
-  std::printf("shutdown after the cancelled call took %.1f ms\n", ms);
-  EXPECT_LT(ms, 3000.0);
+  ExpectPromptShutdown("the cancelled call");
 }
 
 }  // namespace

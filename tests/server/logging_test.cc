@@ -18,6 +18,7 @@
 #include "server_test_util.h"
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
+#include "tests/server/server_test_util.h"
 
 namespace posenc::server {
 namespace {
@@ -45,9 +46,7 @@ class LoggingTest : public ::testing::Test {
   // Two calls through a reference-backend server: ApplyRope (OK, x-request-id "req-42\"x") and
   // AlibiSlopes with no heads (INVALID_ARGUMENT).
   void MakeCalls() {
-    ServerOptions options;
-    options.listen_address = "127.0.0.1:0";
-    options.backend = "reference";
+    ServerOptions options = testing::LocalServerOptions("reference");
     auto server = PosencServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     auto stub = v1::PositionEncoding::NewStub((*server)->InProcessChannel());

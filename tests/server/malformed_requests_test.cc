@@ -793,8 +793,7 @@ INSTANTIATE_TEST_SUITE_P(AllRpcs, MalformedHandlerTest, ::testing::ValuesIn(AllC
 
 // Every case through a real server: same code, same message, and the server keeps serving.
 TEST(MalformedServerTest, EveryCaseThroughTheServerAndItKeepsServing) {
-  ServerOptions options;
-  options.listen_address = "127.0.0.1:0";
+  ServerOptions options = testing::LocalServerOptions();
   auto server = PosencServer::Start(options);
   ASSERT_TRUE(server.ok()) << server.status();
   auto stub = v1::PositionEncoding::NewStub((*server)->InProcessChannel());

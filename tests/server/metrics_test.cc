@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "server/server.h"
+#include "tests/server/server_test_util.h"
 
 namespace posenc::server {
 namespace {
@@ -96,9 +97,7 @@ grpc::Status Call(v1::PositionEncoding::Stub* stub, const v1::AlibiSlopesRequest
 }
 
 TEST(MetricsTest, ServesCountersAndHistogramsOverHttp) {
-  ServerOptions options;
-  options.listen_address = "127.0.0.1:0";
-  options.backend = "reference";
+  ServerOptions options = testing::LocalServerOptions("reference");
   options.metrics_address = "127.0.0.1:0";
   auto server = PosencServer::Start(options);
   ASSERT_TRUE(server.ok()) << server.status();
@@ -187,18 +186,14 @@ TEST(MetricsTest, ServesCountersAndHistogramsOverHttp) {
 }
 
 TEST(MetricsTest, OffByDefault) {
-  ServerOptions options;
-  options.listen_address = "127.0.0.1:0";
-  options.backend = "reference";
+  ServerOptions options = testing::LocalServerOptions("reference");
   auto server = PosencServer::Start(options);
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_EQ((*server)->metrics_port(), 0);
 }
 
 TEST(MetricsTest, BadOrBusyAddressFailsStartNamingTheFlag) {
-  ServerOptions options;
-  options.listen_address = "127.0.0.1:0";
-  options.backend = "reference";
+  ServerOptions options = testing::LocalServerOptions("reference");
   options.metrics_address = "127.0.0.1";
   auto no_port = PosencServer::Start(options);
   ASSERT_FALSE(no_port.ok());

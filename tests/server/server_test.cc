@@ -14,6 +14,7 @@
 
 #include "gtest/gtest.h"
 #include "posenc/v1/posenc.grpc.pb.h"
+#include "tests/server/server_test_util.h"
 
 namespace posenc::server {
 namespace {
@@ -34,8 +35,7 @@ grpc::ByteBuffer FromString(const std::string& bytes) {
 }
 
 std::unique_ptr<PosencServer> StartLocal() {
-  ServerOptions options;
-  options.listen_address = "127.0.0.1:0";
+  ServerOptions options = testing::LocalServerOptions();
   auto server = PosencServer::Start(options);
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? std::move(server).value() : nullptr;
@@ -122,8 +122,7 @@ TEST(PosencServerTest, ReflectionListsTheServices) {
 }
 
 TEST(PosencServerTest, GetServerInfo) {
-  ServerOptions options;
-  options.listen_address = "127.0.0.1:0";
+  ServerOptions options = testing::LocalServerOptions();
   options.max_message_bytes = 1 << 20;
   options.max_output_elements = 12345;
   auto server = PosencServer::Start(options);
@@ -142,8 +141,7 @@ TEST(PosencServerTest, GetServerInfo) {
 }
 
 TEST(PosencServerTest, RequestOverMessageLimitIsRejectedByGrpc) {
-  ServerOptions options;
-  options.listen_address = "127.0.0.1:0";
+  ServerOptions options = testing::LocalServerOptions();
   options.max_message_bytes = 4096;
   auto server = PosencServer::Start(options);
   ASSERT_TRUE(server.ok()) << server.status();
@@ -181,9 +179,7 @@ TEST(PosencServerTest, ApplyRopeRoundTripThroughTheServer) {
 }
 
 TEST(PosencServerTest, StartRejectsBadOptions) {
-  ServerOptions options;
-  options.listen_address = "127.0.0.1:0";
-  options.backend = "cuda";
+  ServerOptions options = testing::LocalServerOptions("cuda");
   auto server = PosencServer::Start(options);
   EXPECT_EQ(server.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_EQ(server.status().message(),

@@ -1,4 +1,5 @@
-// Helpers shared by the server tests: wire tensors, a handler context on the reference backend.
+// Helpers shared by the server tests: wire tensors, a handler context on the reference backend,
+// the options of a server started for one test.
 #ifndef POSENC_TESTS_SERVER_SERVER_TEST_UTIL_H_
 #define POSENC_TESTS_SERVER_SERVER_TEST_UTIL_H_
 
@@ -12,6 +13,7 @@
 #include "kernels/common/types.h"
 #include "posenc/v1/posenc.pb.h"
 #include "server/handlers.h"
+#include "server/server.h"
 #include "server/tables.h"
 
 namespace posenc::server::testing {
@@ -66,6 +68,15 @@ struct TestContext {
   TableRegistry tables;
   HandlerContext ctx{backend.get(), Limits{}, &tables};
 };
+
+// The options of a server for one test: an ephemeral port on 127.0.0.1 and `backend` (empty:
+// the default backend).
+inline ServerOptions LocalServerOptions(const std::string& backend = "") {
+  ServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  if (!backend.empty()) options.backend = backend;
+  return options;
+}
 
 }  // namespace posenc::server::testing
 

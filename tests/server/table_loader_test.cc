@@ -23,6 +23,7 @@
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "server/server.h"
 #include "server/tables.h"
+#include "tests/common/npy.h"
 #include "tests/server/server_test_util.h"
 
 namespace posenc::server {
@@ -30,6 +31,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using kernels::DType;
+using posenc::testing::NpyDict;
 using testing::Bytes;
 using ::testing::HasSubstr;
 
@@ -43,24 +45,9 @@ std::string LittleEndian(uint64_t value, int bytes) {
   return out;
 }
 
-// A .npy file: magic, version, header length, the dict text padded with spaces to a multiple
-// of 64 bytes and ending in '\n', then `data`.
+// A .npy file by hand (tests/common/npy.h).
 std::string Npy(const std::string& dict, const std::string& data, int major = 1) {
-  const int length_bytes = major == 1 ? 2 : 4;
-  const size_t preamble = 8 + static_cast<size_t>(length_bytes);
-  std::string header = dict;
-  while ((preamble + header.size() + 1) % 64 != 0) header.push_back(' ');
-  header.push_back('\n');
-  std::string out("\x93NUMPY", 6);
-  out.push_back(static_cast<char>(major));
-  out.push_back('\0');
-  out += LittleEndian(header.size(), length_bytes);
-  return out + header + data;
-}
-
-std::string NpyDict(const std::string& descr, const std::string& shape, bool fortran = false) {
-  return absl::StrCat("{'descr': '", descr, "', 'fortran_order': ", fortran ? "True" : "False",
-                      ", 'shape': ", shape, ", }");
+  return posenc::testing::NpyFileBytes(dict, data, major);
 }
 
 // A .safetensors file: 8-byte little-endian header length, the JSON header, the data section.
@@ -196,9 +183,7 @@ class TableLoaderTest : public ::testing::Test {
   }
 
   std::unique_ptr<PosencServer> StartWithTables() {
-    ServerOptions options;
-    options.listen_address = "127.0.0.1:0";
-    options.backend = "reference";
+    ServerOptions options = testing::LocalServerOptions("reference");
     options.tables_dir = dir_.string();
     auto server = PosencServer::Start(options);
     EXPECT_TRUE(server.ok()) << server.status();
@@ -263,6 +248,28 @@ TEST_F(TableLoaderTest, AcceptsHeaderVariantsNumpyWrites) {
   EXPECT_TRUE(none->empty());
 }
 
+TEST_F(TableLoaderTest, BigEndianNpyLoadsByteSwapped) {
+  // The same float32 and float64 tables written big-endian ('>f4', '>f8') load as the
+  // little-endian ones.
+  const std::string f32 = F32Bytes(6, 1.0f);
+  const std::string f64 = F64Bytes(6, -2.0);
+  const auto swapped = [](const std::string& little, size_t item) {
+    std::string big = little;
+    for (size_t i = 0; i < big.size(); i += item)
+      std::reverse(big.begin() + i, big.begin() + i + item);
+    return big;
+  };
+  auto table32 = ParseNpy(Npy(NpyDict(">f4", "(2, 3)"), swapped(f32, 4)), "be32");
+  ASSERT_TRUE(table32.ok()) << table32.status();
+  EXPECT_EQ(table32->dtype, DType::kFloat32);
+  EXPECT_EQ(table32->shape, (kernels::Shape{2, 3}));
+  EXPECT_EQ(table32->bytes, f32);
+  auto table64 = ParseNpy(Npy(NpyDict(">f8", "(3, 2)"), swapped(f64, 8), /*major=*/2), "be64");
+  ASSERT_TRUE(table64.ok()) << table64.status();
+  EXPECT_EQ(table64->dtype, DType::kFloat64);
+  EXPECT_EQ(table64->bytes, f64);
+}
+
 TEST_F(TableLoaderTest, EmptyDirectoryLoadsNothingMissingDirectoryIsAnError) {
   Write(dir_ / "notes.md", "ignored");
   fs::create_directories(dir_ / "sub");
@@ -276,8 +283,7 @@ TEST_F(TableLoaderTest, EmptyDirectoryLoadsNothingMissingDirectoryIsAnError) {
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(status.message(), HasSubstr(missing + ": no such directory"));
 
-  ServerOptions options;
-  options.listen_address = "127.0.0.1:0";
+  ServerOptions options = testing::LocalServerOptions();
   options.tables_dir = missing;
   auto server = PosencServer::Start(options);
   ASSERT_FALSE(server.ok());
@@ -322,6 +328,25 @@ class TableServerTest : public TableLoaderTest {
     return (stub_.get()->*method)(&context, request, response);
   }
 
+  // Calls `method` with `request`, whose table is given by name, then again with `inline_table`
+  // where `inline_slot(&request)` points (which clears the name); expects both calls to succeed
+  // with byte-identical responses and returns the response.
+  template <typename Request, typename Response, typename InlineSlot>
+  Response ByNameEqualsInline(grpc::Status (v1::PositionEncoding::Stub::*method)(
+                                  grpc::ClientContext*, const Request&, Response*),
+                              Request request, const v1::Tensor& inline_table,
+                              InlineSlot inline_slot) {
+    Response by_name;
+    grpc::Status status = Call(method, request, &by_name);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    *inline_slot(&request) = inline_table;
+    Response inline_response;
+    status = Call(method, request, &inline_response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(by_name.SerializeAsString(), inline_response.SerializeAsString());
+    return by_name;
+  }
+
   std::unique_ptr<PosencServer> server_;
   std::unique_ptr<v1::PositionEncoding::Stub> stub_;
 };
@@ -361,16 +386,12 @@ TEST_F(TableServerTest, AddPositionEncodingByNameEqualsInline) {
     request.set_scale(2.0);
     request.mutable_learned()->set_table_offset(2);
     request.mutable_learned()->set_table_name(c.name);
-    v1::AddPositionEncodingResponse by_name;
-    grpc::Status status = Call(&v1::PositionEncoding::Stub::AddPositionEncoding, request, &by_name);
-    ASSERT_TRUE(status.ok()) << status.error_message();
-
-    *request.mutable_learned()->mutable_table_inline() = c.inline_table;
-    v1::AddPositionEncodingResponse inline_response;
-    status = Call(&v1::PositionEncoding::Stub::AddPositionEncoding, request, &inline_response);
-    ASSERT_TRUE(status.ok()) << status.error_message();
-    EXPECT_EQ(by_name.SerializeAsString(), inline_response.SerializeAsString());
-    EXPECT_EQ(by_name.y().shape_size(), 3);
+    const v1::AddPositionEncodingResponse response =
+        ByNameEqualsInline(&v1::PositionEncoding::Stub::AddPositionEncoding, request,
+                           c.inline_table, [](v1::AddPositionEncodingRequest* r) {
+                             return r->mutable_learned()->mutable_table_inline();
+                           });
+    EXPECT_EQ(response.y().shape_size(), 3);
   }
 }
 
@@ -391,16 +412,10 @@ TEST_F(TableServerTest, RelativeBiasByNameEqualsInline) {
     request.set_k_len(9);
     request.set_form(c.form);
     request.set_table_name(c.name);
-    v1::RelativeBiasResponse by_name;
-    grpc::Status status = Call(&v1::PositionEncoding::Stub::RelativeBias, request, &by_name);
-    ASSERT_TRUE(status.ok()) << status.error_message();
-
-    *request.mutable_table_inline() = c.inline_table;
-    v1::RelativeBiasResponse inline_response;
-    status = Call(&v1::PositionEncoding::Stub::RelativeBias, request, &inline_response);
-    ASSERT_TRUE(status.ok()) << status.error_message();
-    EXPECT_EQ(by_name.SerializeAsString(), inline_response.SerializeAsString());
-    EXPECT_GT(by_name.bias().data().size(), 0u);
+    const v1::RelativeBiasResponse response =
+        ByNameEqualsInline(&v1::PositionEncoding::Stub::RelativeBias, request, c.inline_table,
+                           [](v1::RelativeBiasRequest* r) { return r->mutable_table_inline(); });
+    EXPECT_GT(response.bias().data().size(), 0u);
   }
 }
 
@@ -421,16 +436,10 @@ TEST_F(TableServerTest, RelativeEmbeddingByNameEqualsInline) {
     request.set_max_relative(c.max_relative);
     request.set_output_dtype(v1::DTYPE_FLOAT64);
     request.set_table_name(c.name);
-    v1::RelativeEmbeddingResponse by_name;
-    grpc::Status status = Call(&v1::PositionEncoding::Stub::RelativeEmbedding, request, &by_name);
-    ASSERT_TRUE(status.ok()) << status.error_message();
-
-    *request.mutable_table_inline() = c.inline_table;
-    v1::RelativeEmbeddingResponse inline_response;
-    status = Call(&v1::PositionEncoding::Stub::RelativeEmbedding, request, &inline_response);
-    ASSERT_TRUE(status.ok()) << status.error_message();
-    EXPECT_EQ(by_name.SerializeAsString(), inline_response.SerializeAsString());
-    EXPECT_EQ(by_name.embeddings().shape_size(), 3);
+    const v1::RelativeEmbeddingResponse response = ByNameEqualsInline(
+        &v1::PositionEncoding::Stub::RelativeEmbedding, request, c.inline_table,
+        [](v1::RelativeEmbeddingRequest* r) { return r->mutable_table_inline(); });
+    EXPECT_EQ(response.embeddings().shape_size(), 3);
   }
 }
 
@@ -514,10 +523,13 @@ std::vector<BadFile> BadFiles() {
        "expected the keys descr, fortran_order and shape"},
       {"fortran.npy", Npy(NpyDict("<f4", "(2, 3)", /*fortran=*/true), f32x6),
        "fortran_order is True"},
-      {"bigendian.npy", Npy(NpyDict(">f4", "(2, 3)"), f32x6), "dtype '>f4' is big-endian"},
       {"int.npy", Npy(NpyDict("<i4", "(2, 3)"), f32x6), "dtype '<i4' is not a float dtype"},
       {"int64.npy", Npy(NpyDict("<i8", "(2, 3)"), f32x6 + f32x6),
        "dtype '<i8' is not a float dtype"},
+      {"bool.npy", Npy(NpyDict("|b1", "(2, 3)"), std::string(6, '\1')),
+       "dtype '|b1' is not a float dtype"},
+      {"complex.npy", Npy(NpyDict("<c8", "(2, 3)"), f32x6 + f32x6),
+       "npy dtype '<c8' is not supported"},
       {"bf16.npy", Npy(NpyDict("<V2", "(2, 3)"), std::string(12, '\0')),
        "bfloat16 has no .npy dtype code"},
       {"structured.npy",
@@ -626,8 +638,7 @@ TEST_F(TableLoaderTest, MalformedFileStopsStartNamingTheFileAndTheProblem) {
     } else {
       Write(bad, c.bytes);
     }
-    ServerOptions options;
-    options.listen_address = "127.0.0.1:0";
+    ServerOptions options = testing::LocalServerOptions();
     options.tables_dir = dir.string();
     auto server = PosencServer::Start(options);
     ASSERT_FALSE(server.ok());

@@ -19,6 +19,7 @@
 #include "posenc/client.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "server/server.h"
+#include "tests/server/server_test_util.h"
 
 namespace posenc::server {
 namespace {
@@ -40,9 +41,7 @@ class TlsTest : public ::testing::Test {
 
   // A TLS server (mTLS when `client_ca`) on 127.0.0.1:0.
   std::unique_ptr<PosencServer> StartTls(bool client_ca) {
-    ServerOptions options;
-    options.listen_address = "127.0.0.1:0";
-    options.backend = "reference";
+    ServerOptions options = testing::LocalServerOptions("reference");
     options.tls_cert_file = certs().Path("server.pem").string();
     options.tls_key_file = certs().Path("server.key").string();
     if (client_ca) options.tls_client_ca_file = certs().Path("ca.pem").string();
@@ -142,9 +141,7 @@ TEST_F(TlsTest, ClientLibraryTlsOptionsWorkWithMutualTls) {
 // Start() refuses bad TLS options with INVALID_ARGUMENT naming the flag and the file.
 absl::Status StartStatus(const std::string& cert, const std::string& key,
                          const std::string& client_ca) {
-  ServerOptions options;
-  options.listen_address = "127.0.0.1:0";
-  options.backend = "reference";
+  ServerOptions options = testing::LocalServerOptions("reference");
   options.tls_cert_file = cert;
   options.tls_key_file = key;
   options.tls_client_ca_file = client_ca;
