@@ -307,7 +307,7 @@ absl::StatusOr<Tensor> ExpandToeplitz(const Tensor& compact, int64_t q_len, int6
 }
 
 absl::StatusOr<Tensor> ExpandBloomRows(const Tensor& rows, int64_t q_len,
-                                       std::optional<int64_t> query_offset, FutureRule future) {
+                                       std::optional<int64_t> query_offset, FutureMode future) {
   POSENC_RETURN_IF_ERROR(rows.Validate());
   if (!IsFloatDType(rows.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat("BLOOM rows must have a float dtype, got ",
@@ -325,7 +325,7 @@ absl::StatusOr<Tensor> ExpandBloomRows(const Tensor& rows, int64_t q_len,
   // The element stored after the query's position (MASK: -inf, ZERO: 0).
   std::string fill(esize, '\0');
   StoreDouble(fill.data(), rows.dtype, 0,
-              future == FutureRule::kMask ? -std::numeric_limits<double>::infinity() : 0.0);
+              future != FutureMode::kZero ? -std::numeric_limits<double>::infinity() : 0.0);
   POSENC_ASSIGN_OR_RETURN(Tensor full, SizedExpansion(rows, q_len, k_len));
   char* out = full.data.data();
   for (int64_t r = 0; r < num_rows; ++r) {
@@ -333,7 +333,7 @@ absl::StatusOr<Tensor> ExpandBloomRows(const Tensor& rows, int64_t q_len,
     for (int64_t i = 0; i < q_len; ++i, out += static_cast<size_t>(k_len) * esize) {
       // Keys 0 .. visible-1 are at or before the query; the rest lie in its future.
       const int64_t visible =
-          future == FutureRule::kLinear ? k_len : std::clamp<int64_t>(offset + i + 1, 0, k_len);
+          future == FutureMode::kLinear ? k_len : std::clamp<int64_t>(offset + i + 1, 0, k_len);
       std::memcpy(out, row, static_cast<size_t>(visible) * esize);
       for (int64_t j = visible; j < k_len; ++j) {
         std::memcpy(out + static_cast<size_t>(j) * esize, fill.data(), esize);

@@ -638,12 +638,8 @@ absl::StatusOr<CommandOutput> RunAlibiBias(const ParsedFlags& flags, const clien
   Tensor bias = std::move(result.bias);
   if (flags.Switch("expand")) {
     if (options.mode == client::AlibiMode::kBloom) {
-      const client::FutureRule rule =
-          options.future == client::FutureMode::kZero     ? client::FutureRule::kZero
-          : options.future == client::FutureMode::kLinear ? client::FutureRule::kLinear
-                                                          : client::FutureRule::kMask;
-      POSENC_ASSIGN_OR_RETURN(
-          bias, client::ExpandBloomRows(bias, options.q_len, options.query_offset, rule));
+      POSENC_ASSIGN_OR_RETURN(bias, client::ExpandBloomRows(bias, options.q_len,
+                                                            options.query_offset, options.future));
     } else {
       POSENC_ASSIGN_OR_RETURN(bias, client::ExpandToeplitz(bias, options.q_len, options.k_len));
     }

@@ -40,7 +40,7 @@ absl::Status AlibiBias(const CpuContext& cpu, const AlibiBiasPlan& plan,
       std::memcpy(bytes, gens.data(), gens.size());
       return absl::OkStatus();
     }
-    return ExpandToeplitzRows(cpu, gens.data(), p.num_heads, p.q_len, p.k_len, esize, bytes);
+    return ParallelExpandToeplitz(cpu, gens.data(), p.num_heads, p.q_len, p.k_len, esize, bytes);
   }
 
   // BLOOM: each (batch, head) has one row m_h * kpos; query rows differ only in where the future
@@ -89,7 +89,7 @@ absl::Status RelativeBias(const CpuContext& cpu, const RelativeBiasPlan& plan, c
   }
   auto* bytes = static_cast<unsigned char*>(out.data);
   if (p.form == BiasForm::kBuckets) {
-    return ExpandToeplitzRows(cpu, reinterpret_cast<const unsigned char*>(buckets.data()), 1,
+    return ParallelExpandToeplitz(cpu, reinterpret_cast<const unsigned char*>(buckets.data()), 1,
                               p.q_len, p.k_len, sizeof(int32_t), bytes);
   }
   const int64_t heads = plan.heads;
@@ -106,7 +106,7 @@ absl::Status RelativeBias(const CpuContext& cpu, const RelativeBiasPlan& plan, c
     std::memcpy(bytes, gens.data(), gens.size());
     return absl::OkStatus();
   }
-  return ExpandToeplitzRows(cpu, gens.data(), heads, p.q_len, p.k_len, esize, bytes);
+  return ParallelExpandToeplitz(cpu, gens.data(), heads, p.q_len, p.k_len, esize, bytes);
 }
 
 absl::Status RelativeEmbedding(const CpuContext& cpu, const RelativeEmbeddingPlan& plan,

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
+#include "kernels/common/toeplitz.h"
 #include "kernels/cpu/cpu.h"
 
 namespace posenc::kernels {
@@ -22,17 +23,11 @@ SplitFrequencies::SplitFrequencies(const std::vector<long double>& omega)
   }
 }
 
-absl::Status ExpandToeplitzRows(const CpuContext& cpu, const unsigned char* generators,
-                                int64_t heads, int64_t q_len, int64_t k_len, int64_t esize,
-                                unsigned char* out) {
-  const int64_t gen_len = q_len + k_len - 1;
-  const int64_t row_bytes = k_len * esize;
+absl::Status ParallelExpandToeplitz(const CpuContext& cpu, const unsigned char* generators,
+                                    int64_t heads, int64_t q_len, int64_t k_len, int64_t esize,
+                                    unsigned char* out) {
   return cpu.pool.ParallelFor(heads * q_len, Grain(k_len), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t h = r / q_len, i = r % q_len;
-      std::memcpy(out + r * row_bytes, generators + (h * gen_len + (q_len - 1 - i)) * esize,
-                  row_bytes);
-    }
+    ExpandToeplitzRows(generators, heads, q_len, k_len, esize, r0, r1, out);
   });
 }
 

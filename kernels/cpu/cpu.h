@@ -118,12 +118,10 @@ void SinCos(const SimdKernels& simd, const double* p, int64_t p_stride, const Sp
   }
 }
 
-// out[h, i, :] = generators[h, q_len-1-i .. q_len-1-i+k_len) for every head h < heads and query
-// row i < q_len, one contiguous copy per row, across the pool. Generators hold q_len+k_len-1
-// elements of `esize` bytes per head.
-absl::Status ExpandToeplitzRows(const CpuContext& cpu, const unsigned char* generators,
-                                int64_t heads, int64_t q_len, int64_t k_len, int64_t esize,
-                                unsigned char* out);
+// kernels/common/toeplitz.h's ExpandToeplitzRows over every row, across the pool.
+absl::Status ParallelExpandToeplitz(const CpuContext& cpu, const unsigned char* generators,
+                                    int64_t heads, int64_t q_len, int64_t k_len, int64_t esize,
+                                    unsigned char* out);
 
 // --- The ops (see each op's header; arguments as on Backend). ---
 absl::Status Sinusoidal(const CpuContext& cpu, const SinusoidalPlan& plan,

@@ -784,10 +784,7 @@ TEST_F(ClientE2ETest, ExpandBloomRowsOfCompactBloomEqualsServerFullForm) {
     absl::StatusOr<AlibiBiasResult> compact = client_->AlibiBias(options);
     ASSERT_TRUE(compact.ok()) << compact.status();
     EXPECT_EQ(compact->bias.shape, (std::vector<int64_t>{2, 3, 7}));
-    const FutureRule rule = future == FutureMode::kZero     ? FutureRule::kZero
-                            : future == FutureMode::kLinear ? FutureRule::kLinear
-                                                            : FutureRule::kMask;
-    absl::StatusOr<Tensor> expanded = ExpandBloomRows(compact->bias, 4, std::nullopt, rule);
+    absl::StatusOr<Tensor> expanded = ExpandBloomRows(compact->bias, 4, std::nullopt, future);
     ASSERT_TRUE(expanded.ok()) << expanded.status();
     EXPECT_EQ(expanded->shape, full->bias.shape);
     EXPECT_EQ(expanded->ToDoubles(), full->bias.ToDoubles())

@@ -171,10 +171,10 @@ TEST(ExpandTest, BloomRowsApplyTheFutureRule) {
   ASSERT_TRUE(masked.ok()) << masked.status();
   EXPECT_EQ(masked->shape, (std::vector<int64_t>{1, 2, 3}));
   EXPECT_EQ(masked->ToDoubles(), (std::vector<double>{0, 0.5, -inf, 0, 0.5, 1.0}));
-  absl::StatusOr<Tensor> zero = ExpandBloomRows(rows, 2, 0, FutureRule::kZero);
+  absl::StatusOr<Tensor> zero = ExpandBloomRows(rows, 2, 0, FutureMode::kZero);
   ASSERT_TRUE(zero.ok());
   EXPECT_EQ(zero->ToDoubles(), (std::vector<double>{0, 0, 0, 0, 0.5, 0}));
-  absl::StatusOr<Tensor> linear = ExpandBloomRows(rows, 2, 0, FutureRule::kLinear);
+  absl::StatusOr<Tensor> linear = ExpandBloomRows(rows, 2, 0, FutureMode::kLinear);
   ASSERT_TRUE(linear.ok());
   EXPECT_EQ(linear->ToDoubles(), (std::vector<double>{0, 0.5, 1.0, 0, 0.5, 1.0}));
 }

@@ -228,7 +228,6 @@ struct AlibiSlopesOptions {
 };
 
 enum class AlibiMode { kUnspecified, kCausal, kSymmetric, kBloom };  // default CAUSAL
-enum class FutureMode { kUnspecified, kMask, kZero, kLinear };       // default MASK
 enum class BiasForm { kUnspecified, kFull, kCompact, kBuckets };     // default FULL
 
 // AlibiBias: query i at query_offset + i, key j at j.

@@ -87,9 +87,9 @@ absl::StatusOr<Tensor> ConvertTensor(const Tensor& tensor, DType dtype);
 // below 1 or q_len/k_len are not positive; RESOURCE_EXHAUSTED when the result cannot be sized.
 absl::StatusOr<Tensor> ExpandToeplitz(const Tensor& compact, int64_t q_len, int64_t k_len);
 
-// What BLOOM ALiBi puts where a key lies after its query (the wire's FutureMode without
-// UNSPECIFIED).
-enum class FutureRule { kMask, kZero, kLinear };
+// What CAUSAL/BLOOM ALiBi puts where a key lies after its query (the wire's FutureMode);
+// UNSPECIFIED is MASK.
+enum class FutureMode { kUnspecified, kMask, kZero, kLinear };
 
 // Expands the compact form of BLOOM ALiBi: `rows` is [..., H, k_len] (the row m_h * kpos,
 // [B, H, k_len] with an attention mask) and the result is [..., H, q_len, k_len] with
@@ -98,7 +98,7 @@ enum class FutureRule { kMask, kZero, kLinear };
 // `query_offset` defaults (nullopt) to k_len - q_len, as on the wire. Float dtypes only.
 absl::StatusOr<Tensor> ExpandBloomRows(const Tensor& rows, int64_t q_len,
                                        std::optional<int64_t> query_offset = std::nullopt,
-                                       FutureRule future = FutureRule::kMask);
+                                       FutureMode future = FutureMode::kMask);
 
 }  // namespace posenc::client
 
