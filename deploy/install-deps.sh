@@ -6,7 +6,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev nlohmann-json3-dev prometheus-cpp-dev
-  openssl
+  openssl clang-format clang-tidy
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 missing=()

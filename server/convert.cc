@@ -58,18 +58,24 @@ std::optional<DType> KernelDType(int dtype) {
 
 absl::string_view AllowedNames(DTypeClass allowed) {
   switch (allowed) {
-    case DTypeClass::kFloat: return "DTYPE_FLOAT32, DTYPE_FLOAT16, DTYPE_BFLOAT16 or DTYPE_FLOAT64";
-    case DTypeClass::kInt: return "DTYPE_INT32 or DTYPE_INT64";
-    case DTypeClass::kAny: break;
+    case DTypeClass::kFloat:
+      return "DTYPE_FLOAT32, DTYPE_FLOAT16, DTYPE_BFLOAT16 or DTYPE_FLOAT64";
+    case DTypeClass::kInt:
+      return "DTYPE_INT32 or DTYPE_INT64";
+    case DTypeClass::kAny:
+      break;
   }
   return "a known dtype";
 }
 
 bool InClass(DType dtype, DTypeClass allowed) {
   switch (allowed) {
-    case DTypeClass::kFloat: return kernels::IsFloatDType(dtype);
-    case DTypeClass::kInt: return kernels::IsIntDType(dtype);
-    case DTypeClass::kAny: break;
+    case DTypeClass::kFloat:
+      return kernels::IsFloatDType(dtype);
+    case DTypeClass::kInt:
+      return kernels::IsIntDType(dtype);
+    case DTypeClass::kAny:
+      break;
   }
   return true;
 }

@@ -18,9 +18,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "kernels/ops.h"
 #include "kernels/common/positions.h"
 #include "kernels/common/types.h"
+#include "kernels/ops.h"
 #include "posenc/v1/posenc.pb.h"
 
 namespace posenc::server {

@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/common/cancellation.h"
-#include "kernels/ops.h"
 #include "kernels/common/positions.h"
+#include "kernels/ops.h"
 #include "kernels/rope/frequency_cache.h"
 #include "server/convert.h"
 #include "server/status.h"
@@ -63,7 +63,8 @@ kernels::TensorView MoveToResponse(const HandlerContext& ctx, const v1::Tensor& 
 }
 
 void CountCacheLookup(const HandlerContext& ctx, const kernels::RopeRunInfo& info) {
-  if (ctx.rope_cache != nullptr && ctx.metrics != nullptr) ctx.metrics->OnCacheLookup(info.cache_hit);
+  if (ctx.rope_cache != nullptr && ctx.metrics != nullptr)
+    ctx.metrics->OnCacheLookup(info.cache_hit);
 }
 
 absl::Status Sinusoidal(const HandlerContext& ctx, const v1::SinusoidalRequest& req,
@@ -129,11 +130,10 @@ absl::Status RopeCache(const HandlerContext& ctx, const v1::RopeCacheRequest& re
                                         "positions", &args.positions));
   POSENC_ASSIGN_OR_RETURN(kernels::RopeCachePlan plan, kernels::PlanRopeCache(std::move(args)));
   POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.cos, plan.sin}));
-  POSENC_ASSIGN_OR_RETURN(
-      kernels::RopeRunInfo info,
-      kernels::RunRopeCache(*ctx.backend, plan, ctx.rope_cache,
-                            AllocateOutput(plan.cos, resp->mutable_cos()),
-                            AllocateOutput(plan.sin, resp->mutable_sin())));
+  POSENC_ASSIGN_OR_RETURN(kernels::RopeRunInfo info,
+                          kernels::RunRopeCache(*ctx.backend, plan, ctx.rope_cache,
+                                                AllocateOutput(plan.cos, resp->mutable_cos()),
+                                                AllocateOutput(plan.sin, resp->mutable_sin())));
   CountCacheLookup(ctx, info);
   FillRopeDerived(plan.config, *info.frequencies, resp->mutable_derived());
   return absl::OkStatus();

@@ -23,8 +23,8 @@
 #include "absl/strings/string_view.h"
 #include "kernels/backend.h"
 #include "kernels/common/types.h"
-#include "posenc/v1/posenc.pb.h"
 #include "kernels/rope/frequency_cache.h"
+#include "posenc/v1/posenc.pb.h"
 #include "server/metrics.h"
 #include "server/tables.h"
 
@@ -61,8 +61,8 @@ struct PlannedOutput {
   const kernels::Shape* shape;
 };
 
-// The calling thread's cancellation (kernels/common/cancellation.h) first: its error when the call's
-// deadline passed or it was cancelled. Then RESOURCE_EXHAUSTED when an output has more than
+// The calling thread's cancellation (kernels/common/cancellation.h) first: its error when the
+// call's deadline passed or it was cancelled. Then RESOURCE_EXHAUSTED when an output has more than
 // max_output_elements elements, or the outputs
 // together more than max_message_bytes bytes; the message names the output and the limit:
 // "bias [64, 1048576, 1048576] has 7.0e+13 elements, over --max_output_elements=67108864".

@@ -57,10 +57,9 @@ class PositionEncodingService final : public v1::PositionEncoding::CallbackServi
   // From now on every call is refused with UNAVAILABLE (the server is draining); calls already
   // running go on until `abort_at`, when their kernel work stops with CANCELLED.
   void StartDraining(std::chrono::system_clock::time_point abort_at) {
-    abort_at_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           abort_at.time_since_epoch())
-                           .count(),
-                       std::memory_order_relaxed);
+    abort_at_ns_.store(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(abort_at.time_since_epoch()).count(),
+        std::memory_order_relaxed);
     draining_.store(true, std::memory_order_release);
   }
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every posenc test: installs what is missing, builds the release preset, runs ctest.
+# Runs every posenc test: installs what is missing, builds the release preset, checks the style
+# gates (tests/check_style.sh: clang-format, clang-tidy over kernels/), runs ctest.
 # With POSENC_SANITIZERS=1 (the default in CI) it also builds the asan-ubsan preset and runs the
 # kernel and server suites under AddressSanitizer + UndefinedBehaviorSanitizer.
 # Usage: tests/run_all.sh            (from anywhere; needs root or sudo for apt on first run)
@@ -18,6 +19,10 @@ stage "configure + build (release)"
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$jobs"
 done_stage "configure + build (release)"
+
+stage "style (clang-format, clang-tidy on kernels/)"
+bash tests/check_style.sh build/release
+done_stage "style (clang-format, clang-tidy on kernels/)"
 
 stage "tests (release)"
 ctest --preset release -j "$jobs"

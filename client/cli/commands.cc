@@ -638,8 +638,8 @@ absl::StatusOr<CommandOutput> RunAlibiBias(const ParsedFlags& flags, const clien
   Tensor bias = std::move(result.bias);
   if (flags.Switch("expand")) {
     if (options.mode == client::AlibiMode::kBloom) {
-      POSENC_ASSIGN_OR_RETURN(bias, client::ExpandBloomRows(bias, options.q_len,
-                                                            options.query_offset, options.future));
+      POSENC_ASSIGN_OR_RETURN(
+          bias, client::ExpandBloomRows(bias, options.q_len, options.query_offset, options.future));
     } else {
       POSENC_ASSIGN_OR_RETURN(bias, client::ExpandToeplitz(bias, options.q_len, options.k_len));
     }

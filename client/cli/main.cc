@@ -37,9 +37,11 @@ const FlagGroup kGlobalFlags = {
     {"timeout", FlagType::kString, "DURATION",
      "deadline of the call: 30s, 500ms, 2m (default 30s)"},
     {"full", FlagType::kSwitch, "", "print every element (no \"...\" summarization)"},
-    {"tls", FlagType::kSwitch, "", "connect with TLS, trusting the system's roots (implied by --tls-ca)"},
+    {"tls", FlagType::kSwitch, "",
+     "connect with TLS, trusting the system's roots (implied by --tls-ca)"},
     {"tls-ca", FlagType::kString, "FILE", "PEM CA certificate(s) to trust for the server (TLS)"},
-    {"tls-cert", FlagType::kString, "FILE", "PEM client certificate for mutual TLS (with --tls-key)"},
+    {"tls-cert", FlagType::kString, "FILE",
+     "PEM client certificate for mutual TLS (with --tls-key)"},
     {"tls-key", FlagType::kString, "FILE", "PEM private key of --tls-cert"},
     {"help", FlagType::kSwitch, "", "show help (also -h)"},
 };

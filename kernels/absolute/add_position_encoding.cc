@@ -40,8 +40,8 @@ absl::StatusOr<int64_t> PlanSource(AddPositionEncodingParams& p, int64_t dim) {
                    absl::StrCat("expected a float dtype, got ", DTypeName(p.learned.dtype)));
   }
   if (p.learned.shape.size() != 2 || p.learned.shape[0] <= 0 || p.learned.shape[1] <= 0) {
-    return Invalid("learned.table_inline", absl::StrCat("expected shape [max_pos, D], got ",
-                                                        ShapeString(p.learned.shape)));
+    return Invalid("learned.table_inline",
+                   absl::StrCat("expected shape [max_pos, D], got ", ShapeString(p.learned.shape)));
   }
   if (p.table_offset < 0 || p.table_offset > kMaxPosition) {
     return Invalid("learned.table_offset",
@@ -58,13 +58,13 @@ absl::StatusOr<AddPositionEncodingPlan> PlanAddPositionEncoding(AddPositionEncod
     return Invalid("x", absl::StrCat("expected a float dtype, got ", DTypeName(args.x.dtype)));
   }
   if (x_shape.size() != 2 && x_shape.size() != 3) {
-    return Invalid("x", absl::StrCat("expected shape [B, T, D] or [T, D], got ",
-                                     ShapeString(x_shape)));
+    return Invalid("x",
+                   absl::StrCat("expected shape [B, T, D] or [T, D], got ", ShapeString(x_shape)));
   }
   for (int64_t v : x_shape) {
     if (v <= 0) {
-      return Invalid("x", absl::StrCat("expected every dimension > 0, got shape ",
-                                       ShapeString(x_shape)));
+      return Invalid(
+          "x", absl::StrCat("expected every dimension > 0, got shape ", ShapeString(x_shape)));
     }
   }
   AddPositionEncodingPlan plan;
@@ -106,10 +106,10 @@ absl::Status RunAddPositionEncoding(const Backend& backend, const AddPositionEnc
       if (!positions.IsValid(t)) continue;
       const int64_t row = positions.At(t) + plan.params.table_offset;
       if (row >= rows) {
-        return absl::OutOfRangeError(absl::StrCat(
-            "positions: token ", t, " has position ", positions.At(t), ", which reads row ", row,
-            " (table_offset ", plan.params.table_offset, ") of a learned table with ", rows,
-            " rows"));
+        return absl::OutOfRangeError(absl::StrCat("positions: token ", t, " has position ",
+                                                  positions.At(t), ", which reads row ", row,
+                                                  " (table_offset ", plan.params.table_offset,
+                                                  ") of a learned table with ", rows, " rows"));
       }
     }
   }

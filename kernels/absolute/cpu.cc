@@ -1,8 +1,8 @@
 // The CPU implementation of Sinusoidal and AddPositionEncoding (see cpu/cpu.h).
+#include "kernels/cpu/cpu.h"
+
 #include <algorithm>
 #include <vector>
-
-#include "kernels/cpu/cpu.h"
 
 namespace posenc::kernels::cpu {
 namespace {
@@ -101,9 +101,8 @@ absl::Status Sinusoidal(const CpuContext& cpu, const SinusoidalPlan& plan,
 absl::Status AddPositionEncoding(const CpuContext& cpu, const AddPositionEncodingPlan& plan,
                                  const ResolvedPositions& positions, const TensorView& y) {
   // x*scale + PE can cancel: only FLOAT32 computes in fp32, the others in double.
-  return WithComputeType(plan.x.dtype, [&]<typename T>() {
-    return AddT<T>(cpu, plan, positions, y);
-  });
+  return WithComputeType(plan.x.dtype,
+                         [&]<typename T>() { return AddT<T>(cpu, plan, positions, y); });
 }
 
 }  // namespace posenc::kernels::cpu

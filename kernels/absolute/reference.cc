@@ -1,16 +1,16 @@
 // The reference implementation of Sinusoidal and AddPositionEncoding (see reference/reference.h).
+#include "kernels/reference/reference.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
-
-#include "kernels/reference/reference.h"
 
 namespace posenc::kernels::reference {
 namespace {
 
 // One row of a sinusoidal table for position p (columns as documented in sinusoidal.h).
-void SinusoidalRow(const SinusoidalParams& params, const std::vector<long double>& omega,
-                   int64_t p, double* row) {
+void SinusoidalRow(const SinusoidalParams& params, const std::vector<long double>& omega, int64_t p,
+                   double* row) {
   const int64_t dim = params.dim;
   const int64_t half = dim / 2;
   const int64_t nfreq = static_cast<int64_t>(omega.size());
@@ -80,7 +80,8 @@ absl::Status AddPositionEncoding(const AddPositionEncodingPlan& plan,
       xs[c] = LoadAsDouble(x.data, x.dtype, t * dim + c) * params.scale;
     }
     if (params.combine == Combine::kAdd) {
-      for (int64_t c = 0; c < dim; ++c) StoreFromDouble(y.data, y.dtype, t * dim + c, xs[c] + pe[c]);
+      for (int64_t c = 0; c < dim; ++c)
+        StoreFromDouble(y.data, y.dtype, t * dim + c, xs[c] + pe[c]);
     } else {
       for (int64_t c = 0; c < dim; ++c) StoreFromDouble(y.data, y.dtype, t * out_dim + c, xs[c]);
       for (int64_t c = 0; c < pe_dim; ++c) {

@@ -13,12 +13,11 @@ namespace posenc::kernels {
 
 absl::Status ValidateSinusoidal(const SinusoidalParams& p, absl::string_view field) {
   if (p.dim <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ".dim: expected > 0, got ", p.dim));
+    return absl::InvalidArgumentError(absl::StrCat(field, ".dim: expected > 0, got ", p.dim));
   }
   if (!std::isfinite(p.base) || !(p.base > 0) || p.base == 1.0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".base: expected a finite number > 0 and != 1, got ", p.base));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".base: expected a finite number > 0 and != 1, got ", p.base));
   }
   return absl::OkStatus();
 }
@@ -52,15 +51,15 @@ absl::StatusOr<SinusoidalPlan> PlanSinusoidal(SinusoidalArgs args) {
   POSENC_RETURN_IF_ERROR(ValidateSinusoidal(args.params, "params"));
   POSENC_RETURN_IF_ERROR(CheckFloatOutputDType(args.output_dtype));
   SinusoidalPlan plan;
-  POSENC_ASSIGN_OR_RETURN(plan.positions,
-                          PlanPositions(std::move(args.positions), TokenGrid{}));
+  POSENC_ASSIGN_OR_RETURN(plan.positions, PlanPositions(std::move(args.positions), TokenGrid{}));
   plan.params = args.params;
   plan.table = {"table", args.output_dtype, plan.positions.shape};
   plan.table.shape.push_back(plan.params.dim);
   return plan;
 }
 
-absl::Status RunSinusoidal(const Backend& backend, const SinusoidalPlan& plan, const TensorView& table) {
+absl::Status RunSinusoidal(const Backend& backend, const SinusoidalPlan& plan,
+                           const TensorView& table) {
   POSENC_ASSIGN_OR_RETURN(ResolvedPositions positions, ResolvePositions(plan.positions));
   return backend.Sinusoidal(plan, positions, table);
 }

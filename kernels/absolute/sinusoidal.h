@@ -3,9 +3,9 @@
 //   VASWANI: omega_k = b^(-2k/D)
 //   T2T:     omega_k = b^(-k / max(floor(D/2)-1, 1)),  k < floor(D/2)
 //   INTERLEAVED: PE[p,2k] = sin(p*omega_k), PE[p,2k+1] = cos(p*omega_k)
-//   CONCAT:      PE[p,:] = [sin(p*omega_0) .. sin(p*omega_{h-1}) | cos(p*omega_0) .. ], h=floor(D/2)
-//   Odd D: INTERLEAVED+VASWANI ends with sin(p*omega_{floor(D/2)}); otherwise the last column
-//   is zero. Padding tokens (attention_mask 0) get a zero row.
+//   CONCAT:      PE[p,:] = [sin(p*omega_0) .. sin(p*omega_{h-1}) | cos(p*omega_0) .. ],
+//   h=floor(D/2) Odd D: INTERLEAVED+VASWANI ends with sin(p*omega_{floor(D/2)}); otherwise the last
+//   column is zero. Padding tokens (attention_mask 0) get a zero row.
 //
 // Use: PlanSinusoidal (all validation, once) -> allocate plan.table -> RunSinusoidal.
 // Implementations: absolute/reference.cc, absolute/cpu.cc. Tests: tests/kernels (golden, unit,
@@ -58,7 +58,8 @@ struct SinusoidalPlan {
 
 absl::StatusOr<SinusoidalPlan> PlanSinusoidal(SinusoidalArgs args);
 // table: plan.table's dtype and shape.
-absl::Status RunSinusoidal(const Backend& backend, const SinusoidalPlan& plan, const TensorView& table);
+absl::Status RunSinusoidal(const Backend& backend, const SinusoidalPlan& plan,
+                           const TensorView& table);
 
 }  // namespace posenc::kernels
 

@@ -46,8 +46,8 @@ absl::StatusOr<AlibiSlopesPlan> PlanAlibiSlopes(const AlibiSlopesArgs& args) {
   // is reported as such (RESOURCE_EXHAUSTED) by the caller's limit check first.
   POSENC_RETURN_IF_ERROR(CheckHeadsAndMaxBias(std::min<int64_t>(args.num_heads, 1), args.max_bias));
   POSENC_RETURN_IF_ERROR(CheckFloatOutputDType(args.output_dtype));
-  return AlibiSlopesPlan{args.num_heads, args.max_bias,
-                         {"slopes", args.output_dtype, {args.num_heads}}};
+  return AlibiSlopesPlan{
+      args.num_heads, args.max_bias, {"slopes", args.output_dtype, {args.num_heads}}};
 }
 
 absl::Status RunAlibiSlopes(const AlibiSlopesPlan& plan, const TensorView& slopes) {
@@ -82,7 +82,8 @@ absl::StatusOr<AlibiBiasPlan> PlanAlibiBias(AlibiBiasArgs args) {
     return Invalid("max_bias", absl::StrCat("expected a finite number > 0, got ", p.max_bias));
   }
   if (p.form == BiasForm::kBuckets) {
-    return Invalid("form", "BIAS_FORM_BUCKETS is for RelativeBias; AlibiBias takes FULL or COMPACT");
+    return Invalid("form",
+                   "BIAS_FORM_BUCKETS is for RelativeBias; AlibiBias takes FULL or COMPACT");
   }
   POSENC_RETURN_IF_ERROR(CheckFloatOutputDType(args.output_dtype));
   AlibiBiasPlan plan;

@@ -1,13 +1,13 @@
 // The CPU implementation of AlibiBias, RelativeBias and RelativeEmbedding (see cpu/cpu.h):
 // one generator row per head (Toeplitz) or per (batch, head) (BLOOM), then every output row is
 // one contiguous copy.
+#include "kernels/cpu/cpu.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
-
-#include "kernels/cpu/cpu.h"
 
 namespace posenc::kernels::cpu {
 
@@ -79,7 +79,8 @@ absl::Status AlibiBias(const CpuContext& cpu, const AlibiBiasPlan& plan,
   });
 }
 
-absl::Status RelativeBias(const CpuContext& cpu, const RelativeBiasPlan& plan, const TensorView& out) {
+absl::Status RelativeBias(const CpuContext& cpu, const RelativeBiasPlan& plan,
+                          const TensorView& out) {
   const RelativeBiasParams& p = plan.params;
   const int64_t gen_len = p.q_len + p.k_len - 1;
   std::vector<int32_t> buckets(static_cast<size_t>(gen_len));
@@ -90,7 +91,7 @@ absl::Status RelativeBias(const CpuContext& cpu, const RelativeBiasPlan& plan, c
   auto* bytes = static_cast<unsigned char*>(out.data);
   if (p.form == BiasForm::kBuckets) {
     return ParallelExpandToeplitz(cpu, reinterpret_cast<const unsigned char*>(buckets.data()), 1,
-                              p.q_len, p.k_len, sizeof(int32_t), bytes);
+                                  p.q_len, p.k_len, sizeof(int32_t), bytes);
   }
   const int64_t heads = plan.heads;
   const int64_t esize = DTypeSize(out.dtype);
@@ -126,8 +127,8 @@ absl::Status RelativeEmbedding(const CpuContext& cpu, const RelativeEmbeddingPla
   return cpu.pool.ParallelFor(p.q_len, Grain(p.k_len * dim), [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       for (int64_t j = 0; j < p.k_len; ++j) {
-        std::memcpy(bytes + (i * p.k_len + j) * row_bytes, table.data() + plan.Row(i, j) * row_bytes,
-                    row_bytes);
+        std::memcpy(bytes + (i * p.k_len + j) * row_bytes,
+                    table.data() + plan.Row(i, j) * row_bytes, row_bytes);
       }
     }
   });

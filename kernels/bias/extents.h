@@ -1,4 +1,5 @@
-// Checks shared by the bias plans (alibi.cc, relative.cc): lengths, offsets and tables, each error naming the request field.
+// Checks shared by the bias plans (alibi.cc, relative.cc): lengths, offsets and tables, each error
+// naming the request field.
 #ifndef POSENC_KERNELS_BIAS_EXTENTS_H_
 #define POSENC_KERNELS_BIAS_EXTENTS_H_
 

@@ -1,10 +1,10 @@
 // The reference implementation of AlibiBias, RelativeBias and RelativeEmbedding (see
 // reference/reference.h).
+#include "kernels/reference/reference.h"
+
 #include <cmath>
 #include <limits>
 #include <vector>
-
-#include "kernels/reference/reference.h"
 
 namespace posenc::kernels::reference {
 
@@ -21,9 +21,12 @@ absl::Status AlibiBias(const AlibiBiasPlan& plan, absl::Span<const double> slope
       if (p.future == FutureMode::kZero) return 0.0;
     }
     switch (p.mode) {
-      case AlibiMode::kCausal: return -m * static_cast<double>(qpos - j);
-      case AlibiMode::kSymmetric: return -m * std::fabs(static_cast<double>(qpos - j));
-      case AlibiMode::kBloom: return m * kp;
+      case AlibiMode::kCausal:
+        return -m * static_cast<double>(qpos - j);
+      case AlibiMode::kSymmetric:
+        return -m * std::fabs(static_cast<double>(qpos - j));
+      case AlibiMode::kBloom:
+        return m * kp;
     }
     return 0.0;
   };
@@ -33,13 +36,15 @@ absl::Status AlibiBias(const AlibiBiasPlan& plan, absl::Span<const double> slope
     for (int64_t h = 0; h < p.num_heads; ++h) {
       const double m = slopes[h];
       if (p.form == BiasForm::kCompact && p.mode == AlibiMode::kBloom) {
-        for (int64_t j = 0; j < p.k_len; ++j) StoreFromDouble(out.data, out.dtype, idx++, m * kpos[j]);
+        for (int64_t j = 0; j < p.k_len; ++j)
+          StoreFromDouble(out.data, out.dtype, idx++, m * kpos[j]);
       } else if (p.form == BiasForm::kCompact) {
         // v[t] is the bias of (i, j) with j - i = t - (q_len - 1): qpos - kpos = qoff - rel,
         // evaluated at i = 0, j = rel.
         for (int64_t t = 0; t < p.q_len + p.k_len - 1; ++t) {
           const int64_t rel = t - (p.q_len - 1);
-          StoreFromDouble(out.data, out.dtype, idx++, value(m, qoff, rel, static_cast<double>(rel)));
+          StoreFromDouble(out.data, out.dtype, idx++,
+                          value(m, qoff, rel, static_cast<double>(rel)));
         }
       } else {
         for (int64_t i = 0; i < p.q_len; ++i) {

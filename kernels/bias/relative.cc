@@ -62,10 +62,11 @@ int64_t T5Bucket(int64_t rp, bool bidirectional, int64_t num_buckets, int64_t ma
   }
   const int64_t exact = nb / 2;
   if (rp < exact) return bucket + rp;
-  const double large = static_cast<double>(exact) +
-                       std::log(static_cast<double>(rp) / static_cast<double>(exact)) /
-                           std::log(static_cast<double>(max_distance) / static_cast<double>(exact)) *
-                           static_cast<double>(nb - exact);
+  const double large =
+      static_cast<double>(exact) +
+      std::log(static_cast<double>(rp) / static_cast<double>(exact)) /
+          std::log(static_cast<double>(max_distance) / static_cast<double>(exact)) *
+          static_cast<double>(nb - exact);
   // floor, then clamp (a double beyond int64 range only happens above nb anyway)
   const double clamped = std::min(std::floor(large), static_cast<double>(nb - 1));
   return bucket + static_cast<int64_t>(clamped);
@@ -125,8 +126,7 @@ absl::StatusOr<RelativeEmbeddingPlan> PlanRelativeEmbedding(RelativeEmbeddingArg
   if (p.max_relative < 0 || p.max_relative > (int64_t{1} << 30)) {
     return Invalid("max_relative", absl::StrCat("expected 0 .. 2^30, got ", p.max_relative));
   }
-  POSENC_RETURN_IF_ERROR(
-      CheckTable("table", p.table, 2 * p.max_relative + 1, "2*max_relative+1"));
+  POSENC_RETURN_IF_ERROR(CheckTable("table", p.table, 2 * p.max_relative + 1, "2*max_relative+1"));
   POSENC_RETURN_IF_ERROR(CheckFloatOutputDType(args.output_dtype));
   RelativeEmbeddingPlan plan;
   plan.query_offset = p.query_offset.value_or(p.k_len - p.q_len);

@@ -60,7 +60,8 @@ struct RelativeBiasPlan {
 };
 
 absl::StatusOr<RelativeBiasPlan> PlanRelativeBias(RelativeBiasArgs args);
-absl::Status RunRelativeBias(const Backend& backend, const RelativeBiasPlan& plan, const TensorView& bias);
+absl::Status RunRelativeBias(const Backend& backend, const RelativeBiasPlan& plan,
+                             const TensorView& bias);
 
 struct RelativeEmbeddingParams {
   int64_t q_len = 0, k_len = 0, max_relative = 0;

@@ -19,22 +19,30 @@ absl::Status Invalid(absl::string_view field, absl::string_view what) {
 
 absl::string_view KindField(Kind kind) {
   switch (kind) {
-    case Kind::kDefault: return "positions";
-    case Kind::kRange: return "positions.range";
-    case Kind::kOffsets: return "positions.offsets";
-    case Kind::kIds: return "positions.ids";
-    case Kind::kCuSeqlens: return "positions.cu_seqlens";
-    case Kind::kAttentionMask: return "positions.attention_mask";
+    case Kind::kDefault:
+      return "positions";
+    case Kind::kRange:
+      return "positions.range";
+    case Kind::kOffsets:
+      return "positions.offsets";
+    case Kind::kIds:
+      return "positions.ids";
+    case Kind::kCuSeqlens:
+      return "positions.cu_seqlens";
+    case Kind::kAttentionMask:
+      return "positions.attention_mask";
   }
   return "positions";
 }
 
 std::string GridName(const TokenGrid& r) {
   switch (r.kind) {
-    case GridKind::kTable: return "a table";
+    case GridKind::kTable:
+      return "a table";
     case GridKind::kBatchSeq:
       return absl::StrCat("[batch, seq] = [", r.batch, ", ", r.seq, "]");
-    case GridKind::kPacked: return absl::StrCat("packed [tokens] = [", r.tokens, "]");
+    case GridKind::kPacked:
+      return absl::StrCat("packed [tokens] = [", r.tokens, "]");
   }
   return "";
 }
@@ -95,17 +103,16 @@ absl::StatusOr<Shape> PlanGridShape(const PositionSpec& spec, const TokenGrid& r
         }
       } else {
         if (count != 0 && count != want) {
-          return Invalid("positions.range.count",
-                         absl::StrCat("expected ", want, " (the sequence length) or 0, got ",
-                                      count));
+          return Invalid(
+              "positions.range.count",
+              absl::StrCat("expected ", want, " (the sequence length) or 0, got ", count));
         }
         count = want;
       }
       if (spec.start + (count - 1) > kMaxPosition) {
-        return Invalid("positions.range",
-                       absl::StrCat("last position ", spec.start + count - 1,
-                                    " is not below 2^31 (start ", spec.start, ", count ", count,
-                                    ")"));
+        return Invalid("positions.range", absl::StrCat("last position ", spec.start + count - 1,
+                                                       " is not below 2^31 (start ", spec.start,
+                                                       ", count ", count, ")"));
       }
       if (r.kind == GridKind::kTable) return Shape{count};
       break;
@@ -117,8 +124,9 @@ absl::StatusOr<Shape> PlanGridShape(const PositionSpec& spec, const TokenGrid& r
                                            GridName(r)));
       }
       if (static_cast<int64_t>(spec.offsets.size()) != r.batch) {
-        return Invalid(field, absl::StrCat("expected ", r.batch, " offsets (one per sequence), got ",
-                                           spec.offsets.size()));
+        return Invalid(field,
+                       absl::StrCat("expected ", r.batch, " offsets (one per sequence), got ",
+                                    spec.offsets.size()));
       }
       break;
     case Kind::kIds: {
@@ -143,17 +151,19 @@ absl::StatusOr<Shape> PlanGridShape(const PositionSpec& spec, const TokenGrid& r
     }
     case Kind::kCuSeqlens: {
       if (r.kind == GridKind::kBatchSeq) {
-        return Invalid(field, "cu_seqlens needs the packed THD layout (layout = TENSOR_LAYOUT_THD)");
+        return Invalid(field,
+                       "cu_seqlens needs the packed THD layout (layout = TENSOR_LAYOUT_THD)");
       }
       const auto& cu = spec.cu_seqlens;
       if (cu.size() < 2) {
         return Invalid(field, absl::StrCat("expected batch+1 >= 2 entries, got ", cu.size()));
       }
-      if (cu[0] != 0) return Invalid(field, absl::StrCat("expected cu_seqlens[0] == 0, got ", cu[0]));
+      if (cu[0] != 0)
+        return Invalid(field, absl::StrCat("expected cu_seqlens[0] == 0, got ", cu[0]));
       for (size_t i = 1; i < cu.size(); ++i) {
         if (cu[i] < cu[i - 1]) {
-          return Invalid(field, absl::StrCat("must be non-decreasing: cu_seqlens[", i, "] = ", cu[i],
-                                             " < cu_seqlens[", i - 1, "] = ", cu[i - 1]));
+          return Invalid(field, absl::StrCat("must be non-decreasing: cu_seqlens[", i, "] = ",
+                                             cu[i], " < cu_seqlens[", i - 1, "] = ", cu[i - 1]));
         }
       }
       if (!spec.offsets.empty() && spec.offsets.size() != cu.size() - 1) {
@@ -177,8 +187,8 @@ absl::StatusOr<Shape> PlanGridShape(const PositionSpec& spec, const TokenGrid& r
         return Invalid(field, "an attention_mask needs a [batch, seq] input, not packed THD");
       }
       if (spec.mask.shape.size() != 2) {
-        return Invalid(field, absl::StrCat("expected shape [batch, seq], got ",
-                                           ShapeString(spec.mask.shape)));
+        return Invalid(
+            field, absl::StrCat("expected shape [batch, seq], got ", ShapeString(spec.mask.shape)));
       }
       if (r.kind == GridKind::kTable) return spec.mask.shape;
       if (spec.mask.shape[0] != r.batch || spec.mask.shape[1] != r.seq) {

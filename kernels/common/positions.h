@@ -31,12 +31,12 @@ struct PositionSpec {
     kAttentionMask,  // [B,S] 1/0: a real token's position counts the real tokens before it.
   };
   Kind kind = Kind::kDefault;
-  int64_t start = 0;               // kRange
-  int64_t count = 0;               // kRange; 0 means "the sequence length" where there is one.
-  std::vector<int64_t> offsets;    // kOffsets; kCuSeqlens (empty: all zero)
-  std::vector<int64_t> cu_seqlens; // kCuSeqlens
-  ConstTensorView ids;             // kIds
-  ConstTensorView mask;            // kAttentionMask
+  int64_t start = 0;                // kRange
+  int64_t count = 0;                // kRange; 0 means "the sequence length" where there is one.
+  std::vector<int64_t> offsets;     // kOffsets; kCuSeqlens (empty: all zero)
+  std::vector<int64_t> cu_seqlens;  // kCuSeqlens
+  ConstTensorView ids;              // kIds
+  ConstTensorView mask;             // kAttentionMask
 };
 
 // The token grid an op expects.
@@ -54,18 +54,18 @@ struct TokenGrid {
     kPacked,
   };
   Kind kind = Kind::kTable;
-  int64_t batch = 1;  // kBatchSeq
-  int64_t seq = 1;    // kBatchSeq
-  int64_t tokens = 1; // kPacked
+  int64_t batch = 1;   // kBatchSeq
+  int64_t seq = 1;     // kBatchSeq
+  int64_t tokens = 1;  // kPacked
   // 3 for M-RoPE: ids carry a leading axis of 3 (t, h, w); every other kind repeats the one
   // position in all three components.
   int64_t components = 1;
 };
 
 struct ResolvedPositions {
-  Shape grid;                  // token grid, e.g. [B,S], [T], or ids.shape.
-  int64_t num_tokens = 0;      // prod(grid)
-  int64_t components = 1;      // 1, or 3 for M-RoPE
+  Shape grid;              // token grid, e.g. [B,S], [T], or ids.shape.
+  int64_t num_tokens = 0;  // prod(grid)
+  int64_t components = 1;  // 1, or 3 for M-RoPE
   // Component-major: pos[c * num_tokens + t].
   std::vector<int64_t> pos;
   // Empty when every token is real; else one entry per token, 0 for padding (attention_mask).

@@ -13,24 +13,36 @@ namespace posenc::kernels {
 
 int64_t DTypeSize(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return 4;
-    case DType::kFloat16: return 2;
-    case DType::kBFloat16: return 2;
-    case DType::kFloat64: return 8;
-    case DType::kInt32: return 4;
-    case DType::kInt64: return 8;
+    case DType::kFloat32:
+      return 4;
+    case DType::kFloat16:
+      return 2;
+    case DType::kBFloat16:
+      return 2;
+    case DType::kFloat64:
+      return 8;
+    case DType::kInt32:
+      return 4;
+    case DType::kInt64:
+      return 8;
   }
   return 0;
 }
 
 absl::string_view DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return "FLOAT32";
-    case DType::kFloat16: return "FLOAT16";
-    case DType::kBFloat16: return "BFLOAT16";
-    case DType::kFloat64: return "FLOAT64";
-    case DType::kInt32: return "INT32";
-    case DType::kInt64: return "INT64";
+    case DType::kFloat32:
+      return "FLOAT32";
+    case DType::kFloat16:
+      return "FLOAT16";
+    case DType::kBFloat16:
+      return "BFLOAT16";
+    case DType::kFloat64:
+      return "FLOAT64";
+    case DType::kInt32:
+      return "INT32";
+    case DType::kInt64:
+      return "INT64";
   }
   return "UNKNOWN";
 }
@@ -57,8 +69,8 @@ absl::StatusOr<int64_t> NumElements(absl::Span<const int64_t> shape, absl::strin
   int64_t n = 1;
   for (int64_t d : shape) {
     if (d < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ": shape ", ShapeString(shape),
-                                                     " has a negative dimension"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": shape ", ShapeString(shape), " has a negative dimension"));
     }
     if (!CheckedMul(n, d, &n)) {
       return absl::InvalidArgumentError(
@@ -92,7 +104,7 @@ uint16_t HalfBitsFromAbs(double a) {
   if (a < std::ldexp(1.0, -14)) {
     // Subnormal range: units of 2^-24.
     double q = std::nearbyint(a * std::ldexp(1.0, 24));  // ties to even (default mode)
-    return static_cast<uint16_t>(q);                      // 1024 rolls into the min normal
+    return static_cast<uint16_t>(q);                     // 1024 rolls into the min normal
   }
   int e;
   double m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)

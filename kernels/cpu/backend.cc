@@ -1,5 +1,7 @@
 // The optimized CPU backend: binds the CPU implementation of each op (cpu.h) to the processor's
 // inner loops and a thread pool.
+#include "kernels/backend.h"
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -7,7 +9,6 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/backend.h"
 #include "kernels/common/toeplitz.h"
 #include "kernels/cpu/cpu.h"
 
@@ -88,9 +89,9 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCpuBackend(const CpuBackendOptions&
   const cpu::SimdKernels* simd =
       cpu::SelectKernels(options.isa.empty() ? nullptr : options.isa.c_str());
   if (simd == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "isa: expected avx512, avx2 or scalar (one this processor supports), got '", options.isa,
-        "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("isa: expected avx512, avx2 or scalar (one this processor supports), got '",
+                     options.isa, "'"));
   }
   int threads = options.threads;
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -55,14 +55,17 @@ void LoadRow(const SimdKernels& simd, const void* base, DType dtype, int64_t at,
   const auto* bytes = static_cast<const unsigned char*>(base) + at * DTypeSize(dtype);
   if constexpr (std::is_same_v<T, float>) {
     switch (dtype) {
-      case DType::kFloat32: std::memcpy(out, bytes, n * sizeof(float)); return;
+      case DType::kFloat32:
+        std::memcpy(out, bytes, n * sizeof(float));
+        return;
       case DType::kFloat16:
         simd.f16_to_f32(reinterpret_cast<const uint16_t*>(bytes), out, n);
         return;
       case DType::kBFloat16:
         simd.bf16_to_f32(reinterpret_cast<const uint16_t*>(bytes), out, n);
         return;
-      default: break;
+      default:
+        break;
     }
   } else {
     if (dtype == DType::kFloat64) {
@@ -80,10 +83,17 @@ void StoreRow(const SimdKernels& simd, const T* in, void* base, DType dtype, int
   auto* bytes = static_cast<unsigned char*>(base) + at * DTypeSize(dtype);
   if constexpr (std::is_same_v<T, float>) {
     switch (dtype) {
-      case DType::kFloat32: std::memcpy(bytes, in, n * sizeof(float)); return;
-      case DType::kFloat16: simd.f32_to_f16(in, reinterpret_cast<uint16_t*>(bytes), n); return;
-      case DType::kBFloat16: simd.f32_to_bf16(in, reinterpret_cast<uint16_t*>(bytes), n); return;
-      default: break;
+      case DType::kFloat32:
+        std::memcpy(bytes, in, n * sizeof(float));
+        return;
+      case DType::kFloat16:
+        simd.f32_to_f16(in, reinterpret_cast<uint16_t*>(bytes), n);
+        return;
+      case DType::kBFloat16:
+        simd.f32_to_bf16(in, reinterpret_cast<uint16_t*>(bytes), n);
+        return;
+      default:
+        break;
     }
   } else {
     if (dtype == DType::kFloat64) {
@@ -102,7 +112,8 @@ void SinCos(const SimdKernels& simd, const double* p, int64_t p_stride, const Sp
             const std::vector<long double>& w_exact, int64_t n, double scale, double sign, T* c,
             T* s) {
   double pmax = 0;
-  for (int64_t j = 0; j < (p_stride ? n : 1); ++j) pmax = std::max(pmax, std::fabs(p[j * p_stride]));
+  for (int64_t j = 0; j < (p_stride ? n : 1); ++j)
+    pmax = std::max(pmax, std::fabs(p[j * p_stride]));
   if (pmax * w.max < kMaxVectorPhase) {
     if constexpr (std::is_same_v<T, float>) {
       simd.sincos_f32(p, p_stride, w.hi.data(), w.lo.data(), n, scale, sign, c, s);
@@ -136,7 +147,8 @@ absl::Status ApplyRope(const CpuContext& cpu, const ApplyRopePlan& plan,
                        const TensorView& q, const TensorView& k);
 absl::Status AlibiBias(const CpuContext& cpu, const AlibiBiasPlan& plan,
                        absl::Span<const double> slopes, const TensorView& bias);
-absl::Status RelativeBias(const CpuContext& cpu, const RelativeBiasPlan& plan, const TensorView& bias);
+absl::Status RelativeBias(const CpuContext& cpu, const RelativeBiasPlan& plan,
+                          const TensorView& bias);
 absl::Status RelativeEmbedding(const CpuContext& cpu, const RelativeEmbeddingPlan& plan,
                                const TensorView& embeddings);
 

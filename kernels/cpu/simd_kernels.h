@@ -37,8 +37,8 @@ struct SimdKernels {
   // ApplyRope: rotates `rows` head rows in place, row r at x + r*row_stride (elements). NEOX
   // pairs (j, j+half), GPT-J pairs (2j, 2j+1); c and s hold `half` values. Channels past 2*half
   // are untouched.
-  void (*apply_rope_f32)(float* x, int64_t rows, int64_t row_stride, const float* c,
-                         const float* s, int64_t half, bool gptj);
+  void (*apply_rope_f32)(float* x, int64_t rows, int64_t row_stride, const float* c, const float* s,
+                         int64_t half, bool gptj);
   void (*apply_rope_f64)(double* x, int64_t rows, int64_t row_stride, const double* c,
                          const double* s, int64_t half, bool gptj);
   // fp16/bf16 rows rotate in double (a rotation can cancel: x_a*c - x_b*s may be far smaller than

@@ -18,7 +18,7 @@ constexpr double kTwoOverPi = 0.63661977236758134308;
 constexpr double kPio2A = 1.5707950592041016;       // 0x1.921fap+0: top 20 bits of pi/2
 constexpr double kPio2B = 1.2675900507019833e-06;   // 0x1.54442p-20: the next 20 bits
 constexpr double kPio2C = 7.443547480486623e-13;    // pi/2 - A - B, rounded
-constexpr double kRoundMagic = 6755399441055744.0;   // 1.5 * 2^52
+constexpr double kRoundMagic = 6755399441055744.0;  // 1.5 * 2^52
 
 // fdlibm __kernel_sin / __kernel_cos minimax coefficients on [-pi/4, pi/4].
 constexpr double kS1 = -1.66666666666666324348e-01, kS2 = 8.33333333332248946124e-03,
@@ -46,7 +46,8 @@ inline void SinCosImpl(const double* __restrict p, int64_t p_stride, const doubl
     double sin_r, cos_r;
     if constexpr (kFull) {
       sin_r = r + r * z * (kS1 + z * (kS2 + z * (kS3 + z * (kS4 + z * (kS5 + z * kS6)))));
-      cos_r = 1.0 - 0.5 * z + z * z * (kC1 + z * (kC2 + z * (kC3 + z * (kC4 + z * (kC5 + z * kC6)))));
+      cos_r =
+          1.0 - 0.5 * z + z * z * (kC1 + z * (kC2 + z * (kC3 + z * (kC4 + z * (kC5 + z * kC6)))));
     } else {
       sin_r = r + r * z * (kS1 + z * (kS2 + z * (kS3 + z * kS4)));
       cos_r = 1.0 - 0.5 * z + z * z * (kC1 + z * (kC2 + z * (kC3 + z * kC4)));
@@ -63,13 +64,13 @@ inline void SinCosImpl(const double* __restrict p, int64_t p_stride, const doubl
 
 }  // namespace
 
-void SinCosF32(const double* p, int64_t p_stride, const double* w_hi, const double* w_lo,
-               int64_t n, double scale, double sign, float* c, float* s) {
+void SinCosF32(const double* p, int64_t p_stride, const double* w_hi, const double* w_lo, int64_t n,
+               double scale, double sign, float* c, float* s) {
   SinCosImpl<float, false>(p, p_stride, w_hi, w_lo, n, scale, sign, c, s);
 }
 
-void SinCosF64(const double* p, int64_t p_stride, const double* w_hi, const double* w_lo,
-               int64_t n, double scale, double sign, double* c, double* s) {
+void SinCosF64(const double* p, int64_t p_stride, const double* w_hi, const double* w_lo, int64_t n,
+               double scale, double sign, double* c, double* s) {
   SinCosImpl<double, true>(p, p_stride, w_hi, w_lo, n, scale, sign, c, s);
 }
 

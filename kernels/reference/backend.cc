@@ -1,9 +1,10 @@
 // The reference backend: binds the reference implementation of each op (reference.h).
+#include "kernels/backend.h"
+
 #include <limits>
 #include <memory>
 #include <string>
 
-#include "kernels/backend.h"
 #include "kernels/reference/reference.h"
 
 namespace posenc::kernels {

@@ -21,9 +21,11 @@ absl::Status Sinusoidal(const SinusoidalPlan& plan, const ResolvedPositions& pos
 absl::Status AddPositionEncoding(const AddPositionEncodingPlan& plan,
                                  const ResolvedPositions& positions, const TensorView& y);
 absl::Status RopeCache(const RopeCachePlan& plan, const RopeFrequencies& freqs,
-                       const ResolvedPositions& positions, const TensorView& cos, const TensorView& sin);
+                       const ResolvedPositions& positions, const TensorView& cos,
+                       const TensorView& sin);
 absl::Status ApplyRope(const ApplyRopePlan& plan, const RopeFrequencies& freqs,
-                       const ResolvedPositions& positions, const TensorView& q, const TensorView& k);
+                       const ResolvedPositions& positions, const TensorView& q,
+                       const TensorView& k);
 absl::Status AlibiBias(const AlibiBiasPlan& plan, absl::Span<const double> slopes,
                        const TensorView& bias);
 absl::Status RelativeBias(const RelativeBiasPlan& plan, const TensorView& bias);

@@ -17,9 +17,12 @@ absl::Status Invalid(absl::string_view field, absl::string_view what) {
 
 const char* LayoutName(TensorLayout layout) {
   switch (layout) {
-    case TensorLayout::kBSHD: return "BSHD [batch, seq, heads, head_dim]";
-    case TensorLayout::kBHSD: return "BHSD [batch, heads, seq, head_dim]";
-    case TensorLayout::kTHD: return "THD [tokens, heads, head_dim]";
+    case TensorLayout::kBSHD:
+      return "BSHD [batch, seq, heads, head_dim]";
+    case TensorLayout::kBHSD:
+      return "BHSD [batch, heads, seq, head_dim]";
+    case TensorLayout::kTHD:
+      return "THD [tokens, heads, head_dim]";
   }
   return "";
 }
@@ -36,8 +39,8 @@ absl::Status CheckTensor(absl::string_view name, const ConstTensorView& t, Tenso
   }
   for (int64_t v : t.shape) {
     if (v <= 0) {
-      return Invalid(name, absl::StrCat("expected every dimension > 0, got shape ",
-                                        ShapeString(t.shape)));
+      return Invalid(
+          name, absl::StrCat("expected every dimension > 0, got shape ", ShapeString(t.shape)));
     }
   }
   return absl::OkStatus();
@@ -129,7 +132,8 @@ absl::StatusOr<ApplyRopePlan> PlanApplyRope(ApplyRopeArgs args) {
 }
 
 absl::StatusOr<RopeRunInfo> RunApplyRope(const Backend& backend, const ApplyRopePlan& plan,
-                                         RopeFrequencyCache* cache, const TensorView& q, const TensorView& k) {
+                                         RopeFrequencyCache* cache, const TensorView& q,
+                                         const TensorView& k) {
   POSENC_ASSIGN_OR_RETURN(RopeRunInputs in, PrepareRopeRun(plan.positions, plan.config, cache));
   POSENC_RETURN_IF_ERROR(backend.ApplyRope(plan, *in.info.frequencies, in.positions, q, k));
   return in.info;

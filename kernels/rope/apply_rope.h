@@ -58,7 +58,8 @@ absl::StatusOr<ApplyRopePlan> PlanApplyRope(ApplyRopeArgs args);
 // Rotates q and k (plan.q / plan.k's dtype and shape; k.data null when the plan has no k) in
 // place; frequencies from `cache` (null: computed).
 absl::StatusOr<RopeRunInfo> RunApplyRope(const Backend& backend, const ApplyRopePlan& plan,
-                                         RopeFrequencyCache* cache, const TensorView& q, const TensorView& k);
+                                         RopeFrequencyCache* cache, const TensorView& q,
+                                         const TensorView& k);
 
 }  // namespace posenc::kernels
 

@@ -79,17 +79,17 @@ void RotateHalfRows(uint16_t* x, int64_t rows, int64_t stride, const double* c, 
 }  // namespace
 
 void ApplyRopeRotateF32(float* x, int64_t rows, int64_t stride, const float* c, const float* s,
-               int64_t half, bool gptj) {
+                        int64_t half, bool gptj) {
   RotateRows<float>(x, rows, stride, c, s, half, gptj);
 }
 
 void ApplyRopeRotateF64(double* x, int64_t rows, int64_t stride, const double* c, const double* s,
-               int64_t half, bool gptj) {
+                        int64_t half, bool gptj) {
   RotateRows<double>(x, rows, stride, c, s, half, gptj);
 }
 
-void ApplyRopeRotateF16(uint16_t* x, int64_t rows, int64_t stride, const double* c,
-                        const double* s, int64_t half, bool gptj) {
+void ApplyRopeRotateF16(uint16_t* x, int64_t rows, int64_t stride, const double* c, const double* s,
+                        int64_t half, bool gptj) {
   RotateHalfRows<F16ToF32, F32ToF16>(x, rows, stride, c, s, half, gptj);
 }
 

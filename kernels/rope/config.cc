@@ -1,4 +1,6 @@
 // RoPE configuration: validation and the frequencies of every scaling type (config.h).
+#include "kernels/rope/config.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numbers>
@@ -8,7 +10,6 @@
 #include "absl/strings/str_join.h"
 #include "kernels/common/positions.h"
 #include "kernels/common/status.h"
-#include "kernels/rope/config.h"
 
 namespace posenc::kernels {
 namespace {
@@ -37,14 +38,19 @@ struct Allowed {
 Allowed AllowedFields(RopeScalingType type) {
   Allowed a;
   switch (type) {
-    case RopeScalingType::kDefault: break;
+    case RopeScalingType::kDefault:
+      break;
     case RopeScalingType::kLinear:
     case RopeScalingType::kNtk:
-    case RopeScalingType::kDynamic: a.factor = true; break;
+    case RopeScalingType::kDynamic:
+      a.factor = true;
+      break;
     case RopeScalingType::kYarn:
       a.factor = a.original = a.yarn = a.attention_factor = true;
       break;
-    case RopeScalingType::kLlama3: a.factor = a.original = a.llama3 = true; break;
+    case RopeScalingType::kLlama3:
+      a.factor = a.original = a.llama3 = true;
+      break;
     case RopeScalingType::kLongrope:
       a.factor = a.original = a.attention_factor = a.longrope = true;
       break;
@@ -64,13 +70,20 @@ double YarnMscale(double s, double k) { return s <= 1 ? 1.0 : 0.1 * k * std::log
 
 absl::string_view RopeScalingTypeName(RopeScalingType type) {
   switch (type) {
-    case RopeScalingType::kDefault: return "default";
-    case RopeScalingType::kLinear: return "linear";
-    case RopeScalingType::kNtk: return "ntk";
-    case RopeScalingType::kDynamic: return "dynamic";
-    case RopeScalingType::kYarn: return "yarn";
-    case RopeScalingType::kLlama3: return "llama3";
-    case RopeScalingType::kLongrope: return "longrope";
+    case RopeScalingType::kDefault:
+      return "default";
+    case RopeScalingType::kLinear:
+      return "linear";
+    case RopeScalingType::kNtk:
+      return "ntk";
+    case RopeScalingType::kDynamic:
+      return "dynamic";
+    case RopeScalingType::kYarn:
+      return "yarn";
+    case RopeScalingType::kLlama3:
+      return "llama3";
+    case RopeScalingType::kLongrope:
+      return "longrope";
   }
   return "unknown";
 }
@@ -96,8 +109,9 @@ absl::Status ValidateFields(const RopeConfig& c) {
   const int64_t d = c.rotary_dim.value_or(c.head_dim);
   if (c.rotary_dim.has_value()) {
     if (d <= 0 || d % 2 != 0 || d > c.head_dim) {
-      return Invalid("config.rotary_dim", absl::StrCat("expected an even number in [2, head_dim = ",
-                                                       c.head_dim, "], got ", d));
+      return Invalid(
+          "config.rotary_dim",
+          absl::StrCat("expected an even number in [2, head_dim = ", c.head_dim, "], got ", d));
     }
   } else if (d % 2 != 0) {
     return Invalid("config.rotary_dim",
@@ -165,7 +179,8 @@ absl::Status ValidateFields(const RopeConfig& c) {
   }
 
   switch (sc.type) {
-    case RopeScalingType::kDefault: break;
+    case RopeScalingType::kDefault:
+      break;
     case RopeScalingType::kLinear:
       if (!sc.factor) return Invalid("config.scaling.factor", "required for rope type 'linear'");
       break;
@@ -225,8 +240,9 @@ absl::Status ValidateFields(const RopeConfig& c) {
                                  "long_factor", &sc.long_factor},
                              {"short_factor", &sc.short_factor}}) {
         if (v->size() != half) {
-          return Invalid(absl::StrCat("config.scaling.", name),
-                         absl::StrCat("expected rotary_dim/2 = ", half, " entries, got ", v->size()));
+          return Invalid(
+              absl::StrCat("config.scaling.", name),
+              absl::StrCat("expected rotary_dim/2 = ", half, " entries, got ", v->size()));
         }
         for (size_t j = 0; j < v->size(); ++j) {
           if (!std::isfinite((*v)[j]) || !((*v)[j] > 0)) {
@@ -288,7 +304,8 @@ RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& c, int64_t max_pos
   for (int64_t j = 0; j < half; ++j) f.inv_freq[j] = DefaultOmega(log_b, j, d);
 
   switch (sc.type) {
-    case RopeScalingType::kDefault: break;
+    case RopeScalingType::kDefault:
+      break;
     case RopeScalingType::kLinear:
       f.factor = *sc.factor;
       for (auto& w : f.inv_freq) w /= static_cast<long double>(*sc.factor);
@@ -313,15 +330,16 @@ RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& c, int64_t max_pos
     case RopeScalingType::kYarn: {
       const int64_t l0 =
           sc.original_max_position_embeddings.value_or(c.max_position_embeddings.value_or(0));
-      const double s = sc.factor ? *sc.factor
-                                 : static_cast<double>(*c.max_position_embeddings) /
-                                       static_cast<double>(l0);
+      const double s =
+          sc.factor ? *sc.factor
+                    : static_cast<double>(*c.max_position_embeddings) / static_cast<double>(l0);
       f.factor = s;
       const double beta_fast = sc.beta_fast.value_or(32.0);
       const double beta_slow = sc.beta_slow.value_or(1.0);
       const bool truncate = sc.truncate.value_or(true);
       auto correction_dim = [&](double r) {
-        return static_cast<double>(d) * std::log(static_cast<double>(l0) / (2 * std::numbers::pi * r)) /
+        return static_cast<double>(d) *
+               std::log(static_cast<double>(l0) / (2 * std::numbers::pi * r)) /
                (2 * std::log(c.base));
       };
       double low = correction_dim(beta_fast);
@@ -372,10 +390,11 @@ RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& c, int64_t max_pos
     case RopeScalingType::kLongrope: {
       const int64_t l0 =
           sc.original_max_position_embeddings.value_or(c.max_position_embeddings.value_or(0));
-      const double s = sc.factor ? *sc.factor
-                       : c.max_position_embeddings
-                           ? static_cast<double>(*c.max_position_embeddings) / static_cast<double>(l0)
-                           : 1.0;
+      const double s =
+          sc.factor ? *sc.factor
+          : c.max_position_embeddings
+              ? static_cast<double>(*c.max_position_embeddings) / static_cast<double>(l0)
+              : 1.0;
       f.factor = s;
       f.seq_len = seq_len;
       f.longrope_long_factors = seq_len > l0;

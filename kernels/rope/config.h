@@ -73,9 +73,9 @@ struct RopeFrequencies {
   std::vector<long double> inv_freq;  // omega_j, d/2 entries, extended precision
   double attention_factor = 1.0;      // m of the scaling
   bool attention_factor_applied = true;
-  double effective_base = 0.0;        // b' (ntk, dynamic) or b
-  double factor = 1.0;                // s after defaults
-  int64_t seq_len = 0;                // used by dynamic/longrope, else 0
+  double effective_base = 0.0;  // b' (ntk, dynamic) or b
+  double factor = 1.0;          // s after defaults
+  int64_t seq_len = 0;          // used by dynamic/longrope, else 0
   double yarn_low = 0.0, yarn_high = 0.0;
   bool longrope_long_factors = false;
 

@@ -1,11 +1,11 @@
 // The CPU implementation of RopeCache and ApplyRope (see cpu/cpu.h; the rotation loops are in
 // rope/apply_rope_simd.cc).
+#include "kernels/cpu/cpu.h"
+
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
 #include <vector>
-
-#include "kernels/cpu/cpu.h"
 
 namespace posenc::kernels::cpu {
 namespace {
@@ -20,9 +20,8 @@ const double* TokenPositions(const RopeConfig& config, const ResolvedPositions& 
     return buf;
   }
   for (int64_t j = 0; j < half; ++j) {
-    buf[j] = positions.IsValid(t)
-                 ? static_cast<double>(positions.At(t, MropeComponent(config, j)))
-                 : 0.0;
+    buf[j] = positions.IsValid(t) ? static_cast<double>(positions.At(t, MropeComponent(config, j)))
+                                  : 0.0;
   }
   *stride = 1;
   return buf;
@@ -47,8 +46,8 @@ absl::Status RopeCacheT(const CpuContext& cpu, const RopeCachePlan& plan,
   const RopeCacheLayout layout = plan.layout;
   const SplitFrequencies w(freqs.inv_freq);
   const CosSinFactors f(plan.config, freqs);
-  const bool direct = std::is_same_v<T, float> && cos.dtype == DType::kFloat32 &&
-                      layout != RopeCacheLayout::kGptj;
+  const bool direct =
+      std::is_same_v<T, float> && cos.dtype == DType::kFloat32 && layout != RopeCacheLayout::kGptj;
   return cpu.pool.ParallelFor(positions.num_tokens, Grain(2 * width), [&](int64_t t0, int64_t t1) {
     std::vector<T> c(static_cast<size_t>(half)), s(c.size());
     std::vector<T> cw(static_cast<size_t>(width)), sw(cw.size());
@@ -104,14 +103,15 @@ void RotateToken(const SimdKernels& simd, const TensorView& x, int64_t base, int
                             gptj);
         break;
       case DType::kFloat16:
-        simd.apply_rope_f16(static_cast<uint16_t*>(x.data) + base, heads, head_stride, c, s,
-                            half, gptj);
+        simd.apply_rope_f16(static_cast<uint16_t*>(x.data) + base, heads, head_stride, c, s, half,
+                            gptj);
         break;
       case DType::kBFloat16:
-        simd.apply_rope_bf16(static_cast<uint16_t*>(x.data) + base, heads, head_stride, c, s,
-                             half, gptj);
+        simd.apply_rope_bf16(static_cast<uint16_t*>(x.data) + base, heads, head_stride, c, s, half,
+                             gptj);
         break;
-      default: break;
+      default:
+        break;
     }
   }
 }
@@ -160,9 +160,8 @@ absl::Status ApplyRope(const CpuContext& cpu, const ApplyRopePlan& plan,
                        const RopeFrequencies& freqs, const ResolvedPositions& positions,
                        const TensorView& q, const TensorView& k) {
   // FLOAT32 rotates in fp32; FLOAT64, FLOAT16 and BFLOAT16 in double (see simd_kernels.h).
-  return WithComputeType(plan.dtype, [&]<typename T>() {
-    return ApplyRopeT<T>(cpu, plan, freqs, positions, q, k);
-  });
+  return WithComputeType(
+      plan.dtype, [&]<typename T>() { return ApplyRopeT<T>(cpu, plan, freqs, positions, q, k); });
 }
 
 }  // namespace posenc::kernels::cpu

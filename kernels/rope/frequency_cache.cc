@@ -47,8 +47,8 @@ std::string RopeFrequencyCache::Key(const RopeConfig& c, int64_t max_position) {
   key.push_back(c.inverse ? 1 : 0);
   key.push_back(c.apply_attention_factor ? 1 : 0);
   // Only dynamic and longrope read seq_len; for the others it must not split the cache.
-  const bool reads_seq_len = s.type == RopeScalingType::kDynamic ||
-                             s.type == RopeScalingType::kLongrope;
+  const bool reads_seq_len =
+      s.type == RopeScalingType::kDynamic || s.type == RopeScalingType::kLongrope;
   PutI(key, reads_seq_len ? c.seq_len.value_or(std::max<int64_t>(max_position + 1, 1)) : 0);
   return key;
 }

@@ -1,8 +1,8 @@
 // The reference implementation of RopeCache and ApplyRope (see reference/reference.h).
+#include "kernels/reference/reference.h"
+
 #include <cmath>
 #include <vector>
-
-#include "kernels/reference/reference.h"
 
 namespace posenc::kernels::reference {
 namespace {
@@ -42,7 +42,8 @@ void RotateToken(RopeStyle style, int64_t base, int64_t heads, int64_t head_stri
 }  // namespace
 
 absl::Status RopeCache(const RopeCachePlan& plan, const RopeFrequencies& freqs,
-                       const ResolvedPositions& positions, const TensorView& cos, const TensorView& sin) {
+                       const ResolvedPositions& positions, const TensorView& cos,
+                       const TensorView& sin) {
   const int64_t half = freqs.rotary_dim / 2;
   const int64_t width = plan.width;
   std::vector<long double> c(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
@@ -52,7 +53,9 @@ absl::Status RopeCache(const RopeCachePlan& plan, const RopeFrequencies& freqs,
       int64_t cols[2];
       int n = 1;
       switch (plan.layout) {
-        case RopeCacheLayout::kCompact: cols[0] = j; break;
+        case RopeCacheLayout::kCompact:
+          cols[0] = j;
+          break;
         case RopeCacheLayout::kNeox:
           cols[0] = j;
           cols[1] = j + half;
@@ -74,7 +77,8 @@ absl::Status RopeCache(const RopeCachePlan& plan, const RopeFrequencies& freqs,
 }
 
 absl::Status ApplyRope(const ApplyRopePlan& plan, const RopeFrequencies& freqs,
-                       const ResolvedPositions& positions, const TensorView& q, const TensorView& k) {
+                       const ResolvedPositions& positions, const TensorView& q,
+                       const TensorView& k) {
   const int64_t half = freqs.rotary_dim / 2;
   std::vector<long double> c(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
   for (int64_t t = 0; t < plan.tokens; ++t) {

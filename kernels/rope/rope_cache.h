@@ -23,7 +23,7 @@ class RopeFrequencyCache;
 enum class RopeCacheLayout { kCompact, kNeox, kGptj };
 
 struct RopeCacheArgs {
-  RopeConfig config;       // head_dim required
+  RopeConfig config;  // head_dim required
   RopeCacheLayout layout = RopeCacheLayout::kCompact;
   PositionSpec positions;  // a table: range, ids (M-RoPE: [3, ...]), cu_seqlens, attention_mask
   DType output_dtype = DType::kFloat32;

@@ -80,7 +80,8 @@ void Split(int threads, int64_t n, F fn) {
   }
   std::vector<std::thread> pool;
   const int64_t chunk = n / threads;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(fn, t * chunk, t + 1 == threads ? n : (t + 1) * chunk);
+  for (int t = 1; t < threads; ++t)
+    pool.emplace_back(fn, t * chunk, t + 1 == threads ? n : (t + 1) * chunk);
   fn(0, chunk);
   for (auto& th : pool) th.join();
 }
@@ -116,9 +117,8 @@ void BM_StreamFill(benchmark::State& state) {
   auto& s = Stream();
   const int threads = static_cast<int>(state.range(0));
   for (auto _ : state) {
-    Split(threads, kStreamN, [&](int64_t b, int64_t e) {
-      std::fill(s.c.data() + b, s.c.data() + e, 1.5);
-    });
+    Split(threads, kStreamN,
+          [&](int64_t b, int64_t e) { std::fill(s.c.data() + b, s.c.data() + e, 1.5); });
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * kStreamN * 8);
@@ -168,7 +168,8 @@ void ApplyRopeArgs(benchmark::internal::Benchmark* bm) {
   bm->ArgNames({"b", "s", "h", "d", "rot", "gptj", "dtype", "offsets", "threads"});
   const int64_t f32 = static_cast<int64_t>(DType::kFloat32);
   for (int64_t threads : {1, 2}) {
-    for (auto shape : {std::vector<int64_t>{1, 4096, 32, 128}, std::vector<int64_t>{8, 2048, 32, 128}}) {
+    for (auto shape :
+         {std::vector<int64_t>{1, 4096, 32, 128}, std::vector<int64_t>{8, 2048, 32, 128}}) {
       for (int64_t gptj : {0, 1}) {
         for (int64_t rot : {128, 64}) {
           bm->Args({shape[0], shape[1], shape[2], shape[3], rot, gptj, f32, 0, threads});
@@ -240,7 +241,10 @@ void BM_Sinusoidal(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * n * d);
   state.SetBytesProcessed(state.iterations() * n * d * 4);
 }
-BENCHMARK(BM_Sinusoidal)->ArgNames({"n", "d", "threads"})->ArgsProduct({{8192}, {1024}, {1, 2}})->UseRealTime();
+BENCHMARK(BM_Sinusoidal)
+    ->ArgNames({"n", "d", "threads"})
+    ->ArgsProduct({{8192}, {1024}, {1, 2}})
+    ->UseRealTime();
 
 // ---- biases ------------------------------------------------------------------------------------
 

@@ -132,8 +132,8 @@ int main(int argc, char** argv) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(INT32_MAX);
   args.SetMaxSendMessageSize(INT32_MAX);
-  auto posenc_channel = grpc::CreateCustomChannel(
-      "127.0.0.1:" + std::to_string((*server)->port()), grpc::InsecureChannelCredentials(), args);
+  auto posenc_channel = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string((*server)->port()),
+                                                  grpc::InsecureChannelCredentials(), args);
   auto echo_channel = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(echo_port),
                                                 grpc::InsecureChannelCredentials(), args);
   grpc::GenericStub posenc_stub(posenc_channel), echo_stub(echo_channel);
@@ -152,8 +152,9 @@ int main(int argc, char** argv) {
 
   // Warm up both paths (connections, allocations).
   for (int i = 0; i < 3; ++i) {
-    if (Call(posenc_stub, apply, large_bytes) < 0 || Call(echo_stub, echo_method, large_bytes) < 0 ||
-        Call(posenc_stub, apply, tiny_bytes) < 0 || Call(echo_stub, echo_method, tiny_bytes) < 0) {
+    if (Call(posenc_stub, apply, large_bytes) < 0 ||
+        Call(echo_stub, echo_method, large_bytes) < 0 || Call(posenc_stub, apply, tiny_bytes) < 0 ||
+        Call(echo_stub, echo_method, tiny_bytes) < 0) {
       return 1;
     }
   }
@@ -184,11 +185,12 @@ int main(int argc, char** argv) {
   const double pl = Median(posenc_p50), el = Median(echo_p50);
   std::printf("backend: %s, access log %s\n", (*server)->backend_description().c_str(),
               quiet ? "off" : "on (stdout)");
-  std::printf("large ApplyRope q+k 16 MiB: posenc %.0f MB/s, bare echo %.0f MB/s, ratio %.2f\n",
-              pm, em, pm / em);
-  std::printf("tiny ApplyRope 1x8x128 (4 KiB): posenc p50 %.1f us, bare echo p50 %.1f us, "
-              "ratio %.2f\n",
-              pl, el, pl / el);
+  std::printf("large ApplyRope q+k 16 MiB: posenc %.0f MB/s, bare echo %.0f MB/s, ratio %.2f\n", pm,
+              em, pm / em);
+  std::printf(
+      "tiny ApplyRope 1x8x128 (4 KiB): posenc p50 %.1f us, bare echo p50 %.1f us, "
+      "ratio %.2f\n",
+      pl, el, pl / el);
   std::printf("(%d interleaved rounds; %d large and %d tiny calls per side per round)\n", rounds,
               large_iters, tiny_iters);
   (*server)->Shutdown(std::chrono::system_clock::now());

@@ -80,8 +80,9 @@ TEST_F(CliTlsTest, MutualTlsNeedsTheClientCertificate) {
   const std::string ca = "--tls-ca " + certs().Path("ca.pem").string();
   auto [no_cert_code, no_cert_out] = Info(server->port(), ca);
   EXPECT_EQ(no_cert_code, 1) << no_cert_out;
-  auto [code, out] = Info(server->port(), ca + " --tls-cert " + certs().Path("client.pem").string() +
-                                              " --tls-key " + certs().Path("client.key").string());
+  auto [code, out] =
+      Info(server->port(), ca + " --tls-cert " + certs().Path("client.pem").string() +
+                               " --tls-key " + certs().Path("client.key").string());
   EXPECT_EQ(code, 0) << out;
   server->Shutdown(std::chrono::system_clock::now());
   server->Wait();

@@ -77,8 +77,7 @@ Certificates::Certificates() {
       "openssl req " + key + " -keyout client.key -out client.csr -subj '/CN=posenc client'",
       "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -set_serial 1002 -days 2 "
       "-extfile client.ext -out client.pem",
-      "openssl req " + key +
-          " -keyout other_client.key -out other_client.csr -subj '/CN=stranger'",
+      "openssl req " + key + " -keyout other_client.key -out other_client.csr -subj '/CN=stranger'",
       "openssl x509 -req -in other_client.csr -CA other_ca.pem -CAkey other_ca.key "
       "-set_serial 1003 -days 2 -extfile client.ext -out other_client.pem",
   };
@@ -91,6 +90,5 @@ Certificates::Certificates() {
   }
   ok_ = true;
 }
-
 
 }  // namespace posenc::testing

@@ -1,5 +1,7 @@
 // Every golden case of tests/golden through the reference backend, in FLOAT64 to the
 // tolerances of the golden README, and in FLOAT32 to SPEC's accuracy promise.
+#include "tests/common/golden.h"
+
 #include <cmath>
 #include <limits>
 #include <string>
@@ -8,7 +10,6 @@
 #include "kernels/backend.h"
 #include "kernels/ops.h"
 #include "tests/common/buffers.h"
-#include "tests/common/golden.h"
 
 namespace posenc::kernels {
 namespace {
@@ -83,7 +84,8 @@ RopeConfig MakeRopeConfig(int64_t head_dim, std::optional<int64_t> rotary_dim, d
     c.max_position_embeddings = scaling["max_position_embeddings"].get<int64_t>();
   }
   if (scaling.contains("seq_len")) c.seq_len = scaling["seq_len"].get<int64_t>();
-  if (scaling.contains("long_factor")) s.long_factor = scaling["long_factor"].get<std::vector<double>>();
+  if (scaling.contains("long_factor"))
+    s.long_factor = scaling["long_factor"].get<std::vector<double>>();
   if (scaling.contains("short_factor")) {
     s.short_factor = scaling["short_factor"].get<std::vector<double>>();
   }
@@ -134,7 +136,7 @@ void CheckSinusoidal(const GoldenCase& c, DType dtype, double f32_tol) {
   p.layout = c.params.value("layout", "interleaved") == "concat" ? SinusoidalLayout::kConcat
                                                                  : SinusoidalLayout::kInterleaved;
   const std::string scheme = c.params.value("freq_scheme", "");
-  p.scheme = scheme == "t2t" ? FreqScheme::kT2t
+  p.scheme = scheme == "t2t"       ? FreqScheme::kT2t
              : scheme == "vaswani" ? FreqScheme::kVaswani
                                    : FreqScheme::kDefault;
   PositionSpec spec;
@@ -146,9 +148,12 @@ void CheckSinusoidal(const GoldenCase& c, DType dtype, double f32_tol) {
   Buffer out(plan->table, kFill);
   absl::Status s = RunSinusoidal(UnderTest(), *plan, out.view);
   ASSERT_TRUE(s.ok()) << s;
-  ExpectNear(ReadAll(out.view), c.outputs.at("table"), [&](size_t i) {
-    return dtype == DType::kFloat64 ? PhaseTolerance(pos.values[i / p.dim]) : f32_tol;
-  }, c.name + " table " + std::string(DTypeName(dtype)));
+  ExpectNear(
+      ReadAll(out.view), c.outputs.at("table"),
+      [&](size_t i) {
+        return dtype == DType::kFloat64 ? PhaseTolerance(pos.values[i / p.dim]) : f32_tol;
+      },
+      c.name + " table " + std::string(DTypeName(dtype)));
 }
 
 void CheckInvFreq(const GoldenCase& c) {
@@ -159,8 +164,8 @@ void CheckInvFreq(const GoldenCase& c) {
   ASSERT_TRUE(f.ok()) << f.status();
   std::vector<double> inv(f->inv_freq.begin(), f->inv_freq.end());
   const NpyArray& want = c.outputs.at("inv_freq");
-  ExpectNear(inv, want, [&](size_t i) { return 1e-14 * std::fabs(want.values[i]); },
-             c.name + " inv_freq");
+  ExpectNear(
+      inv, want, [&](size_t i) { return 1e-14 * std::fabs(want.values[i]); }, c.name + " inv_freq");
   const double m = c.outputs.at("attention_scaling").values[0];
   EXPECT_NEAR(f->attention_factor, m, 1e-14 * std::fabs(m)) << c.name;
 }
@@ -204,11 +209,11 @@ void CheckApplyRope(const GoldenCase& c, DType dtype, double rel_tol) {
       shape.insert(shape.begin(), 1);
     }
   }
-  const TensorLayout layout = seq_axis == -3 || x.shape.size() == 2 ? TensorLayout::kBSHD
-                                                                    : TensorLayout::kBHSD;
-  RopeConfig config = MakeRopeConfig(shape.back(), c.params.value("rotary_dim", shape.back()),
-                                     c.params.value("base", 10000.0),
-                                     c.params.value("scaling", json()));
+  const TensorLayout layout =
+      seq_axis == -3 || x.shape.size() == 2 ? TensorLayout::kBSHD : TensorLayout::kBHSD;
+  RopeConfig config =
+      MakeRopeConfig(shape.back(), c.params.value("rotary_dim", shape.back()),
+                     c.params.value("base", 10000.0), c.params.value("scaling", json()));
   config.style = c.params.value("style", "neox") == "gptj" ? RopeStyle::kGptj : RopeStyle::kNeox;
   PositionSpec spec;
   spec.kind = PositionSpec::Kind::kIds;
@@ -226,9 +231,12 @@ void CheckApplyRope(const GoldenCase& c, DType dtype, double rel_tol) {
   const double scale = std::max(1.0, run->frequencies->attention_factor) * max_abs;
   double max_pos = 0;
   for (double p : pos.values) max_pos = std::max(max_pos, p);
-  ExpectNear(ReadAll(q.view), c.outputs.at("y"), [&](size_t) {
-    return dtype == DType::kFloat64 ? PhaseTolerance(max_pos) * scale : rel_tol * scale;
-  }, c.name + " y " + std::string(DTypeName(dtype)));
+  ExpectNear(
+      ReadAll(q.view), c.outputs.at("y"),
+      [&](size_t) {
+        return dtype == DType::kFloat64 ? PhaseTolerance(max_pos) * scale : rel_tol * scale;
+      },
+      c.name + " y " + std::string(DTypeName(dtype)));
 }
 
 void CheckAlibiSlopes(const GoldenCase& c) {
@@ -236,13 +244,14 @@ void CheckAlibiSlopes(const GoldenCase& c) {
     absl::StatusOr<std::vector<double>> s = AlibiSlopes(n);
     ASSERT_TRUE(s.ok()) << s.status();
     const NpyArray& want = c.outputs.at("slopes_h" + std::to_string(n));
-    ExpectNear(*s, want, [&](size_t i) { return 1e-14 * want.values[i]; },
-               c.name + " h" + std::to_string(n));
+    ExpectNear(
+        *s, want, [&](size_t i) { return 1e-14 * want.values[i]; },
+        c.name + " h" + std::to_string(n));
   }
 }
 
 AlibiMode Mode(const std::string& m) {
-  return m == "bloom" ? AlibiMode::kBloom
+  return m == "bloom"       ? AlibiMode::kBloom
          : m == "symmetric" ? AlibiMode::kSymmetric
                             : AlibiMode::kCausal;
 }
@@ -255,7 +264,7 @@ void CheckAlibiBias(const GoldenCase& c, DType dtype) {
   if (c.params.contains("q_offset")) p.query_offset = c.params["q_offset"].get<int64_t>();
   p.mode = Mode(c.params.value("mode", "causal"));
   const std::string future = c.params.value("future", "mask");
-  p.future = future == "zero" ? FutureMode::kZero
+  p.future = future == "zero"     ? FutureMode::kZero
              : future == "linear" ? FutureMode::kLinear
                                   : FutureMode::kMask;
   absl::StatusOr<AlibiBiasPlan> plan = PlanAlibiBias({.params = p, .output_dtype = dtype});
@@ -264,10 +273,13 @@ void CheckAlibiBias(const GoldenCase& c, DType dtype) {
   absl::Status s = RunAlibiBias(UnderTest(), *plan, out.view, slopes.view);
   ASSERT_TRUE(s.ok()) << s;
   const NpyArray& want = c.outputs.at("bias");
-  ExpectNear(ReadAll(out.view), want, [&](size_t i) {
-    return dtype == DType::kFloat64 ? 1e-12 * std::max(1.0, std::fabs(want.values[i]))
-                                    : 1e-6 * std::max(1.0, std::fabs(want.values[i]));
-  }, c.name + " " + std::string(DTypeName(dtype)));
+  ExpectNear(
+      ReadAll(out.view), want,
+      [&](size_t i) {
+        return dtype == DType::kFloat64 ? 1e-12 * std::max(1.0, std::fabs(want.values[i]))
+                                        : 1e-6 * std::max(1.0, std::fabs(want.values[i]));
+      },
+      c.name + " " + std::string(DTypeName(dtype)));
 }
 
 void CheckBloomTensor(const GoldenCase& c) {
@@ -287,8 +299,9 @@ void CheckBloomTensor(const GoldenCase& c) {
   absl::Status s = RunAlibiBias(UnderTest(), *plan, out.view, slopes.view);
   ASSERT_TRUE(s.ok()) << s;
   const NpyArray& want = c.outputs.at("alibi");
-  ExpectNear(ReadAll(out.view), want,
-             [&](size_t i) { return 1e-12 * std::max(1.0, std::fabs(want.values[i])); }, c.name);
+  ExpectNear(
+      ReadAll(out.view), want,
+      [&](size_t i) { return 1e-12 * std::max(1.0, std::fabs(want.values[i])); }, c.name);
 }
 
 void CheckT5Bucket(const GoldenCase& c) {
@@ -319,9 +332,10 @@ void CheckT5Bias(const GoldenCase& c, DType dtype) {
   absl::Status s = RunRelativeBias(UnderTest(), *plan, out.view);
   ASSERT_TRUE(s.ok()) << s;
   const NpyArray& want = c.outputs.at("bias");
-  ExpectNear(ReadAll(out.view), want, [&](size_t i) {
-    return dtype == DType::kFloat64 ? 0.0 : 1e-7 * std::fabs(want.values[i]);
-  }, c.name + " " + std::string(DTypeName(dtype)));
+  ExpectNear(
+      ReadAll(out.view), want,
+      [&](size_t i) { return dtype == DType::kFloat64 ? 0.0 : 1e-7 * std::fabs(want.values[i]); },
+      c.name + " " + std::string(DTypeName(dtype)));
 }
 
 void RunCase(const GoldenCase& c);

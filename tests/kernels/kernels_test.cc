@@ -56,7 +56,7 @@ TEST(DTypeTest, HalfRoundsToNearestEven) {
   EXPECT_EQ(DoubleToHalf(65519.99), 0x7bff);
   EXPECT_EQ(DoubleToHalf(65520.0), 0x7c00);  // halfway to 2^16 rounds to even: inf
   EXPECT_EQ(DoubleToHalf(std::ldexp(1.0, -24)), 0x0001);
-  EXPECT_EQ(DoubleToHalf(std::ldexp(1.0, -25)), 0x0000);  // tie to even (zero)
+  EXPECT_EQ(DoubleToHalf(std::ldexp(1.0, -25)), 0x0000);            // tie to even (zero)
   EXPECT_EQ(DoubleToHalf(1.0 + std::ldexp(1.0, -11)), 0x3c00);      // tie, even stays
   EXPECT_EQ(DoubleToHalf(1.0 + 3 * std::ldexp(1.0, -11)), 0x3c02);  // tie, odd rounds up
   EXPECT_EQ(DoubleToHalf(std::ldexp(1.0, -14) * (1 - std::ldexp(1.0, -12))), 0x0400);
@@ -69,8 +69,8 @@ TEST(DTypeTest, HalfRoundsToNearestEven) {
 
 TEST(DTypeTest, BFloat16RoundsToNearestEven) {
   EXPECT_EQ(DoubleToBFloat16(1.0), 0x3f80);
-  EXPECT_EQ(DoubleToBFloat16(1.0 + std::ldexp(1.0, -8)), 0x3f80);      // tie to even
-  EXPECT_EQ(DoubleToBFloat16(1.0 + 3 * std::ldexp(1.0, -8)), 0x3f82);  // tie to even, up
+  EXPECT_EQ(DoubleToBFloat16(1.0 + std::ldexp(1.0, -8)), 0x3f80);          // tie to even
+  EXPECT_EQ(DoubleToBFloat16(1.0 + 3 * std::ldexp(1.0, -8)), 0x3f82);      // tie to even, up
   EXPECT_EQ(DoubleToBFloat16(1.0 + std::ldexp(1.0, -8) + 1e-12), 0x3f81);  // no double rounding
   EXPECT_EQ(FloatToBFloat16(1.0f), 0x3f80);
   EXPECT_EQ(DoubleToBFloat16(-0.0), 0x8000);
@@ -160,8 +160,7 @@ TEST(PositionsTest, RejectsBadPositions) {
   EXPECT_FALSE(Resolve(IdsSpec(big, {3}), bs).ok());
   EXPECT_THAT(PlanPositions(RangeSpec(0, 4), bs).status().message(),
               HasSubstr("positions.range.count"));
-  EXPECT_THAT(PlanPositions(RangeSpec(kMaxPosition, 3), bs).status().message(),
-              HasSubstr("2^31"));
+  EXPECT_THAT(PlanPositions(RangeSpec(kMaxPosition, 3), bs).status().message(), HasSubstr("2^31"));
   PositionSpec off;
   off.kind = PositionSpec::Kind::kOffsets;
   off.offsets = {1};
@@ -508,7 +507,8 @@ TEST(RopeTest, ValidationNamesTheField) {
   c.scaling.factor = 4;
   c.scaling.original_max_position_embeddings = 4096;
   c.scaling.low_freq_factor = 1;
-  EXPECT_THAT(msg(c), HasSubstr("config.scaling.low_freq_factor: is not a field of rope type 'yarn'"));
+  EXPECT_THAT(msg(c),
+              HasSubstr("config.scaling.low_freq_factor: is not a field of rope type 'yarn'"));
   c = ok;
   c.scaling.type = RopeScalingType::kNtk;
   c.scaling.factor = 2;
@@ -639,12 +639,13 @@ TEST(AlibiTest, CompactFormExpandsToFullAndBloomIsCausalPlusRowConstant) {
   EXPECT_THAT(s.message(), HasSubstr("attention_mask"));
 }
 
-// ---- T5 and relative embeddings ------------------------------------------------------------------
+// ---- T5 and relative embeddings
+// ------------------------------------------------------------------
 
 TEST(T5Test, SpecCheckValues) {
-  const std::pair<int64_t, int64_t> cases[] = {{-1, 1},   {-8, 8},   {-64, 14}, {-127, 15},
-                                               {-5000, 15}, {0, 0},  {1, 17},   {8, 24},
-                                               {127, 31}, {100000, 31}};
+  const std::pair<int64_t, int64_t> cases[] = {{-1, 1},     {-8, 8},     {-64, 14}, {-127, 15},
+                                               {-5000, 15}, {0, 0},      {1, 17},   {8, 24},
+                                               {127, 31},   {100000, 31}};
   for (auto [rp, bucket] : cases) EXPECT_EQ(T5Bucket(rp, true, 32, 128), bucket) << rp;
   EXPECT_EQ(T5Bucket(5, false, 32, 128), 0);  // unidirectional: the future is bucket 0
   EXPECT_EQ(T5Bucket(-5, false, 32, 128), 5);

@@ -63,9 +63,15 @@ void ExpectParity(const Buffer& want, const Buffer& got, Kind kind, double magni
     switch (dtype) {
       // The reference's phase carries the rounding of a long double product (2^-64 relative):
       // about 1e-10 at position 2^31, where the CPU backend's double-double phase is closer.
-      case DType::kFloat64: tol = (1e-12 + 0x1p-62 * max_position) * magnitude; break;
-      case DType::kFloat32: tol = (kind == Kind::kApply ? 2e-6 : 1e-6) * magnitude; break;
-      default: tol = Ulp(dtype, std::max(std::fabs(w), std::fabs(g))) * 1.0001; break;
+      case DType::kFloat64:
+        tol = (1e-12 + 0x1p-62 * max_position) * magnitude;
+        break;
+      case DType::kFloat32:
+        tol = (kind == Kind::kApply ? 2e-6 : 1e-6) * magnitude;
+        break;
+      default:
+        tol = Ulp(dtype, std::max(std::fabs(w), std::fabs(g))) * 1.0001;
+        break;
     }
     const double err = std::fabs(g - w);
     worst = std::max(worst, err / std::max(tol, 1e-300));
@@ -74,8 +80,7 @@ void ExpectParity(const Buffer& want, const Buffer& got, Kind kind, double magni
                     << " > tol " << tol << ")";
     }
   }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << want.size()
-                    << " elements out of tolerance";
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << want.size() << " elements out of tolerance";
 }
 
 struct BackendUnderTest {
@@ -97,9 +102,7 @@ class ParityTest : public ::testing::TestWithParam<std::tuple<std::string, int>>
     if (!b.ok()) GTEST_SKIP() << "cpu/" << isa << " not supported here: " << b.status();
     backend_ = std::move(*b);
   }
-  std::string Tag() const {
-    return std::string(backend_->name()) + "/" + backend_->detail();
-  }
+  std::string Tag() const { return std::string(backend_->name()) + "/" + backend_->detail(); }
   std::unique_ptr<Backend> backend_;
 };
 
@@ -107,7 +110,8 @@ const DType kFloatTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16,
 
 std::string Name(DType d) { return std::string(DTypeName(d)); }
 
-// ---- position modes ------------------------------------------------------------------------------
+// ---- position modes
+// ------------------------------------------------------------------------------
 
 struct PositionCase {
   std::string name;
@@ -249,8 +253,10 @@ TEST_P(ParityTest, ApplyRopeEveryLayoutStyleScalingAndPositionMode) {
             for (PositionCase pc : BatchSeqPositions()) {
               RopeConfig config = config0;
               config.style = style;
-              const Shape qs = layout == TensorLayout::kBSHD ? Shape{2, 5, 3, 16} : Shape{2, 3, 5, 16};
-              const Shape ks = layout == TensorLayout::kBSHD ? Shape{2, 5, 1, 16} : Shape{2, 1, 5, 16};
+              const Shape qs =
+                  layout == TensorLayout::kBSHD ? Shape{2, 5, 3, 16} : Shape{2, 3, 5, 16};
+              const Shape ks =
+                  layout == TensorLayout::kBSHD ? Shape{2, 5, 1, 16} : Shape{2, 1, 5, 16};
               Buffer q = Random(dtype, qs, 1 + combos), k = Random(dtype, ks, 1000 + combos);
               const PositionSpec spec = Bind(pc);
               auto want = RunApply(Ref(), config, layout, spec, q, &k);
@@ -374,7 +380,8 @@ TEST_P(ParityTest, AddPositionEncodingSourcesAndCombines) {
             p.learned = {DType::kFloat64, {64, 6}, table.data()};
             p.table_offset = 2;
           } else {
-            p.sinusoidal = SinusoidalParams{0, 10000.0, SinusoidalLayout::kConcat, FreqScheme::kT2t};
+            p.sinusoidal =
+                SinusoidalParams{0, 10000.0, SinusoidalLayout::kConcat, FreqScheme::kT2t};
             p.padding_idx = 1;
           }
           const PositionSpec spec = Bind(pc);
@@ -510,12 +517,13 @@ TEST_P(ParityTest, LearnedTableOutOfRangeIsReportedNotWritten) {
   EXPECT_EQ(RunAddPositionEncoding(*backend_, *plan, y.view).code(), absl::StatusCode::kOutOfRange);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cpu, ParityTest,
-    ::testing::Combine(::testing::Values("avx512", "avx2", "scalar"), ::testing::Values(1, 2)),
-    [](const auto& info) {
-      return std::get<0>(info.param) + "_t" + std::to_string(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Cpu, ParityTest,
+                         ::testing::Combine(::testing::Values("avx512", "avx2", "scalar"),
+                                            ::testing::Values(1, 2)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_t" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace posenc::kernels

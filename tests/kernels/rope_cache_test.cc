@@ -78,7 +78,7 @@ TEST(RopeFrequencyCacheTest, EvictsTheLeastRecentlyUsedAndNeverCachesErrors) {
   EXPECT_EQ(cache.size(), 2u);
   EXPECT_EQ(cache.hits(), 1);    // the second 8
   EXPECT_EQ(cache.misses(), 4);  // 8, 16, 32, and 16 again (evicted by 32)
-  c.head_dim = 7;  // odd: invalid
+  c.head_dim = 7;                // odd: invalid
   EXPECT_FALSE(cache.Get(c, 0).ok());
   EXPECT_FALSE(cache.Get(c, 0).ok());
   EXPECT_EQ(cache.size(), 2u);

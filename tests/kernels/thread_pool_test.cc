@@ -1,4 +1,6 @@
 // The thread pool: coverage of [0, n) in chunks, inline small work, and cancellation polling.
+#include "kernels/common/thread_pool.h"
+
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -6,7 +8,6 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/common/cancellation.h"
-#include "kernels/common/thread_pool.h"
 #include "kernels/ops.h"
 
 namespace posenc::kernels {
@@ -29,9 +30,11 @@ TEST(ThreadPoolTest, CoversEveryIndexOnceAcrossThreads) {
   for (int threads : {1, 2, 4}) {
     ThreadPool pool(threads);
     std::vector<std::atomic<int>> hits(10007);
-    ASSERT_TRUE(pool.ParallelFor(10007, 13, [&](int64_t b, int64_t e) {
-                      for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
-                    }).ok());
+    ASSERT_TRUE(pool.ParallelFor(10007, 13,
+                                 [&](int64_t b, int64_t e) {
+                                   for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+                                 })
+                    .ok());
     for (auto& h : hits) ASSERT_EQ(h.load(), 1);
   }
 }
@@ -40,7 +43,9 @@ TEST(ThreadPoolTest, SmallWorkRunsInlineOnTheCaller) {
   ThreadPool pool(4);
   const auto caller = std::this_thread::get_id();
   std::thread::id ran;
-  ASSERT_TRUE(pool.ParallelFor(100, 1000, [&](int64_t, int64_t) { ran = std::this_thread::get_id(); }).ok());
+  ASSERT_TRUE(
+      pool.ParallelFor(100, 1000, [&](int64_t, int64_t) { ran = std::this_thread::get_id(); })
+          .ok());
   EXPECT_EQ(ran, caller);
 }
 

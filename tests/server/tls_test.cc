@@ -15,10 +15,10 @@
 #include <system_error>
 
 #include "gtest/gtest.h"
-#include "tests/common/certificates.h"
 #include "posenc/client.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "server/server.h"
+#include "tests/common/certificates.h"
 #include "tests/server/server_test_util.h"
 
 namespace posenc::server {
