@@ -131,8 +131,7 @@ absl::StatusOr<HealthStatus> DecodeHealthCheckResponse(std::string_view in) {
         if (in.size() < 4) return absl::InternalError("malformed health response");
         in.remove_prefix(4);
         break;
-      default:
-        return absl::InternalError("malformed health response");
+      default: return absl::InternalError("malformed health response");
     }
   }
   if (status > static_cast<uint64_t>(HealthStatus::kServiceUnknown)) return HealthStatus::kUnknown;
@@ -143,14 +142,10 @@ absl::StatusOr<HealthStatus> DecodeHealthCheckResponse(std::string_view in) {
 
 std::string_view HealthStatusName(HealthStatus status) {
   switch (status) {
-    case HealthStatus::kUnknown:
-      return "UNKNOWN";
-    case HealthStatus::kServing:
-      return "SERVING";
-    case HealthStatus::kNotServing:
-      return "NOT_SERVING";
-    case HealthStatus::kServiceUnknown:
-      return "SERVICE_UNKNOWN";
+    case HealthStatus::kUnknown: return "UNKNOWN";
+    case HealthStatus::kServing: return "SERVING";
+    case HealthStatus::kNotServing: return "NOT_SERVING";
+    case HealthStatus::kServiceUnknown: return "SERVICE_UNKNOWN";
   }
   return "UNKNOWN";
 }

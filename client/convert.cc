@@ -1,10 +1,13 @@
 #include "client/convert.h"
 
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/kernels_dtype.h"
 #include "kernels/common/status.h"
+#include "proto/posenc/v1/wire_dtype.h"
 
 namespace posenc::client::internal {
 namespace {
@@ -45,43 +48,15 @@ absl::Status SetTable(const std::optional<Tensor>& table_inline, const std::stri
 
 }  // namespace
 
-v1::DType ToProto(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return v1::DTYPE_FLOAT32;
-    case DType::kFloat16:
-      return v1::DTYPE_FLOAT16;
-    case DType::kBFloat16:
-      return v1::DTYPE_BFLOAT16;
-    case DType::kFloat64:
-      return v1::DTYPE_FLOAT64;
-    case DType::kInt32:
-      return v1::DTYPE_INT32;
-    case DType::kInt64:
-      return v1::DTYPE_INT64;
-  }
-  return v1::DTYPE_UNSPECIFIED;
-}
+v1::DType ToProto(DType dtype) { return v1::ToWireDType(ToKernelsDType(dtype)); }
 
 absl::StatusOr<DType> FromProto(v1::DType dtype, absl::string_view field) {
-  switch (dtype) {
-    case v1::DTYPE_FLOAT32:
-      return DType::kFloat32;
-    case v1::DTYPE_FLOAT16:
-      return DType::kFloat16;
-    case v1::DTYPE_BFLOAT16:
-      return DType::kBFloat16;
-    case v1::DTYPE_FLOAT64:
-      return DType::kFloat64;
-    case v1::DTYPE_INT32:
-      return DType::kInt32;
-    case v1::DTYPE_INT64:
-      return DType::kInt64;
-    default:
-      break;
+  const std::optional<kernels::DType> kernel = v1::FromWireDType(dtype);
+  if (!kernel.has_value()) {
+    return absl::InternalError(
+        absl::StrCat("server sent ", field, " with unknown dtype ", static_cast<int>(dtype)));
   }
-  return absl::InternalError(
-      absl::StrCat("server sent ", field, " with unknown dtype ", static_cast<int>(dtype)));
+  return FromKernelsDType(*kernel);
 }
 
 absl::Status ToProto(const Tensor& tensor, absl::string_view field, v1::Tensor* out) {
@@ -112,8 +87,7 @@ absl::StatusOr<Tensor> FromProto(const v1::Tensor& tensor, absl::string_view fie
 
 absl::Status ToProto(const Positions& positions, v1::Positions* out) {
   switch (positions.kind) {
-    case Positions::Kind::kDefault:
-      return absl::OkStatus();
+    case Positions::Kind::kDefault: return absl::OkStatus();
     case Positions::Kind::kRange:
       out->mutable_range()->set_start(positions.start);
       out->mutable_range()->set_count(positions.count);

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/kernels_dtype.h"
 #include "kernels/common/status.h"
 #include "kernels/common/toeplitz.h"
 #include "kernels/common/types.h"
@@ -37,18 +38,12 @@ void StoreRaw(char* base, int64_t index, T v) {
 
 double LoadDouble(const char* base, DType dtype, int64_t i) {
   switch (dtype) {
-    case DType::kFloat32:
-      return LoadRaw<float>(base, i);
-    case DType::kFloat16:
-      return kernels::HalfToFloat(LoadRaw<uint16_t>(base, i));
-    case DType::kBFloat16:
-      return kernels::BFloat16ToFloat(LoadRaw<uint16_t>(base, i));
-    case DType::kFloat64:
-      return LoadRaw<double>(base, i);
-    case DType::kInt32:
-      return LoadRaw<int32_t>(base, i);
-    case DType::kInt64:
-      return static_cast<double>(LoadRaw<int64_t>(base, i));
+    case DType::kFloat32: return LoadRaw<float>(base, i);
+    case DType::kFloat16: return kernels::HalfToFloat(LoadRaw<uint16_t>(base, i));
+    case DType::kBFloat16: return kernels::BFloat16ToFloat(LoadRaw<uint16_t>(base, i));
+    case DType::kFloat64: return LoadRaw<double>(base, i);
+    case DType::kInt32: return LoadRaw<int32_t>(base, i);
+    case DType::kInt64: return static_cast<double>(LoadRaw<int64_t>(base, i));
   }
   return 0;
 }
@@ -69,24 +64,12 @@ Int RoundToInt(double v) {
 
 void StoreDouble(char* base, DType dtype, int64_t i, double v) {
   switch (dtype) {
-    case DType::kFloat32:
-      StoreRaw<float>(base, i, static_cast<float>(v));
-      return;
-    case DType::kFloat16:
-      StoreRaw<uint16_t>(base, i, kernels::DoubleToHalf(v));
-      return;
-    case DType::kBFloat16:
-      StoreRaw<uint16_t>(base, i, kernels::DoubleToBFloat16(v));
-      return;
-    case DType::kFloat64:
-      StoreRaw<double>(base, i, v);
-      return;
-    case DType::kInt32:
-      StoreRaw<int32_t>(base, i, RoundToInt<int32_t>(v));
-      return;
-    case DType::kInt64:
-      StoreRaw<int64_t>(base, i, RoundToInt<int64_t>(v));
-      return;
+    case DType::kFloat32: StoreRaw<float>(base, i, static_cast<float>(v)); return;
+    case DType::kFloat16: StoreRaw<uint16_t>(base, i, kernels::DoubleToHalf(v)); return;
+    case DType::kBFloat16: StoreRaw<uint16_t>(base, i, kernels::DoubleToBFloat16(v)); return;
+    case DType::kFloat64: StoreRaw<double>(base, i, v); return;
+    case DType::kInt32: StoreRaw<int32_t>(base, i, RoundToInt<int32_t>(v)); return;
+    case DType::kInt64: StoreRaw<int64_t>(base, i, RoundToInt<int64_t>(v)); return;
   }
 }
 
@@ -139,37 +122,11 @@ absl::StatusOr<Tensor> MakeTensor(size_t num_values, std::vector<int64_t> shape,
 
 }  // namespace
 
-int64_t DTypeSize(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat16:
-    case DType::kBFloat16:
-      return 2;
-    case DType::kFloat32:
-    case DType::kInt32:
-      return 4;
-    case DType::kFloat64:
-    case DType::kInt64:
-      return 8;
-  }
-  return 0;
-}
+int64_t DTypeSize(DType dtype) { return kernels::DTypeSize(ToKernelsDType(dtype)); }
 
 std::string_view DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return "FLOAT32";
-    case DType::kFloat16:
-      return "FLOAT16";
-    case DType::kBFloat16:
-      return "BFLOAT16";
-    case DType::kFloat64:
-      return "FLOAT64";
-    case DType::kInt32:
-      return "INT32";
-    case DType::kInt64:
-      return "INT64";
-  }
-  return "UNKNOWN";
+  const absl::string_view name = kernels::DTypeName(ToKernelsDType(dtype));
+  return std::string_view(name.data(), name.size());
 }
 
 std::optional<DType> ParseDType(std::string_view name) {
@@ -190,7 +147,7 @@ std::optional<DType> ParseDType(std::string_view name) {
   return std::nullopt;
 }
 
-bool IsFloatDType(DType dtype) { return dtype != DType::kInt32 && dtype != DType::kInt64; }
+bool IsFloatDType(DType dtype) { return kernels::IsFloatDType(ToKernelsDType(dtype)); }
 
 absl::StatusOr<Tensor> Tensor::FromFloats(std::span<const float> values, std::vector<int64_t> shape,
                                           DType dtype) {

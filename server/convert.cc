@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/descriptor.h"
+#include "proto/posenc/v1/wire_dtype.h"
 #include "server/buffer.h"
 #include "server/hf_config.h"
 #include "server/status.h"
@@ -36,46 +37,20 @@ std::string ProtoDTypeName(int dtype) {
   return absl::StrCat(dtype);
 }
 
-// The kernels dtype of a known, specified wire dtype.
-std::optional<DType> KernelDType(int dtype) {
-  switch (dtype) {
-    case v1::DTYPE_FLOAT32:
-      return DType::kFloat32;
-    case v1::DTYPE_FLOAT16:
-      return DType::kFloat16;
-    case v1::DTYPE_BFLOAT16:
-      return DType::kBFloat16;
-    case v1::DTYPE_FLOAT64:
-      return DType::kFloat64;
-    case v1::DTYPE_INT32:
-      return DType::kInt32;
-    case v1::DTYPE_INT64:
-      return DType::kInt64;
-    default:
-      return std::nullopt;
-  }
-}
-
 absl::string_view AllowedNames(DTypeClass allowed) {
   switch (allowed) {
-    case DTypeClass::kFloat:
-      return "DTYPE_FLOAT32, DTYPE_FLOAT16, DTYPE_BFLOAT16 or DTYPE_FLOAT64";
-    case DTypeClass::kInt:
-      return "DTYPE_INT32 or DTYPE_INT64";
-    case DTypeClass::kAny:
-      break;
+    case DTypeClass::kFloat: return "DTYPE_FLOAT32, DTYPE_FLOAT16, DTYPE_BFLOAT16 or DTYPE_FLOAT64";
+    case DTypeClass::kInt: return "DTYPE_INT32 or DTYPE_INT64";
+    case DTypeClass::kAny: break;
   }
   return "a known dtype";
 }
 
 bool InClass(DType dtype, DTypeClass allowed) {
   switch (allowed) {
-    case DTypeClass::kFloat:
-      return kernels::IsFloatDType(dtype);
-    case DTypeClass::kInt:
-      return kernels::IsIntDType(dtype);
-    case DTypeClass::kAny:
-      break;
+    case DTypeClass::kFloat: return kernels::IsFloatDType(dtype);
+    case DTypeClass::kInt: return kernels::IsIntDType(dtype);
+    case DTypeClass::kAny: break;
   }
   return true;
 }
@@ -85,7 +60,7 @@ bool InClass(DType dtype, DTypeClass allowed) {
 // ----- dtypes ---------------------------------------------------------------------------------
 
 absl::StatusOr<DType> FromProtoDType(int dtype, DTypeClass allowed, absl::string_view field) {
-  const std::optional<DType> kernel = KernelDType(dtype);
+  const std::optional<DType> kernel = v1::FromWireDType(dtype);
   if (!kernel.has_value() || !InClass(*kernel, allowed)) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, ": expected ", AllowedNames(allowed), ", got ", ProtoDTypeName(dtype)));
@@ -98,23 +73,7 @@ absl::StatusOr<DType> OutputDType(int dtype, absl::string_view field) {
   return FromProtoDType(dtype, DTypeClass::kFloat, field);
 }
 
-v1::DType ToProtoDType(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return v1::DTYPE_FLOAT32;
-    case DType::kFloat16:
-      return v1::DTYPE_FLOAT16;
-    case DType::kBFloat16:
-      return v1::DTYPE_BFLOAT16;
-    case DType::kFloat64:
-      return v1::DTYPE_FLOAT64;
-    case DType::kInt32:
-      return v1::DTYPE_INT32;
-    case DType::kInt64:
-      return v1::DTYPE_INT64;
-  }
-  return v1::DTYPE_UNSPECIFIED;
-}
+v1::DType ToProtoDType(DType dtype) { return v1::ToWireDType(dtype); }
 
 // ----- tensors --------------------------------------------------------------------------------
 
@@ -173,22 +132,17 @@ absl::Status CheckFinite(double value, absl::string_view field) {
 absl::StatusOr<kernels::SinusoidalLayout> ToSinusoidalLayout(int value, absl::string_view field) {
   switch (value) {
     case v1::SINUSOIDAL_LAYOUT_UNSPECIFIED:
-    case v1::SINUSOIDAL_LAYOUT_INTERLEAVED:
-      return kernels::SinusoidalLayout::kInterleaved;
-    case v1::SINUSOIDAL_LAYOUT_CONCAT:
-      return kernels::SinusoidalLayout::kConcat;
+    case v1::SINUSOIDAL_LAYOUT_INTERLEAVED: return kernels::SinusoidalLayout::kInterleaved;
+    case v1::SINUSOIDAL_LAYOUT_CONCAT: return kernels::SinusoidalLayout::kConcat;
   }
   return UnknownEnum(value, v1::SinusoidalLayout_descriptor(), field);
 }
 
 absl::StatusOr<kernels::FreqScheme> ToFreqScheme(int value, absl::string_view field) {
   switch (value) {
-    case v1::FREQ_SCHEME_UNSPECIFIED:
-      return kernels::FreqScheme::kDefault;
-    case v1::FREQ_SCHEME_VASWANI:
-      return kernels::FreqScheme::kVaswani;
-    case v1::FREQ_SCHEME_T2T:
-      return kernels::FreqScheme::kT2t;
+    case v1::FREQ_SCHEME_UNSPECIFIED: return kernels::FreqScheme::kDefault;
+    case v1::FREQ_SCHEME_VASWANI: return kernels::FreqScheme::kVaswani;
+    case v1::FREQ_SCHEME_T2T: return kernels::FreqScheme::kT2t;
   }
   return UnknownEnum(value, v1::FreqScheme_descriptor(), field);
 }
@@ -196,10 +150,8 @@ absl::StatusOr<kernels::FreqScheme> ToFreqScheme(int value, absl::string_view fi
 absl::StatusOr<kernels::Combine> ToCombine(int value, absl::string_view field) {
   switch (value) {
     case v1::COMBINE_UNSPECIFIED:
-    case v1::COMBINE_ADD:
-      return kernels::Combine::kAdd;
-    case v1::COMBINE_CONCAT:
-      return kernels::Combine::kConcat;
+    case v1::COMBINE_ADD: return kernels::Combine::kAdd;
+    case v1::COMBINE_CONCAT: return kernels::Combine::kConcat;
   }
   return UnknownEnum(value, v1::Combine_descriptor(), field);
 }
@@ -207,10 +159,8 @@ absl::StatusOr<kernels::Combine> ToCombine(int value, absl::string_view field) {
 absl::StatusOr<kernels::RopeStyle> ToRopeStyle(int value, absl::string_view field) {
   switch (value) {
     case v1::ROPE_STYLE_UNSPECIFIED:
-    case v1::ROPE_STYLE_NEOX:
-      return kernels::RopeStyle::kNeox;
-    case v1::ROPE_STYLE_GPTJ:
-      return kernels::RopeStyle::kGptj;
+    case v1::ROPE_STYLE_NEOX: return kernels::RopeStyle::kNeox;
+    case v1::ROPE_STYLE_GPTJ: return kernels::RopeStyle::kGptj;
   }
   return UnknownEnum(value, v1::RopeStyle_descriptor(), field);
 }
@@ -218,20 +168,13 @@ absl::StatusOr<kernels::RopeStyle> ToRopeStyle(int value, absl::string_view fiel
 absl::StatusOr<kernels::RopeScalingType> ToRopeScalingType(int value, absl::string_view field) {
   switch (value) {
     case v1::ROPE_SCALING_UNSPECIFIED:
-    case v1::ROPE_SCALING_DEFAULT:
-      return kernels::RopeScalingType::kDefault;
-    case v1::ROPE_SCALING_LINEAR:
-      return kernels::RopeScalingType::kLinear;
-    case v1::ROPE_SCALING_NTK:
-      return kernels::RopeScalingType::kNtk;
-    case v1::ROPE_SCALING_DYNAMIC:
-      return kernels::RopeScalingType::kDynamic;
-    case v1::ROPE_SCALING_YARN:
-      return kernels::RopeScalingType::kYarn;
-    case v1::ROPE_SCALING_LLAMA3:
-      return kernels::RopeScalingType::kLlama3;
-    case v1::ROPE_SCALING_LONGROPE:
-      return kernels::RopeScalingType::kLongrope;
+    case v1::ROPE_SCALING_DEFAULT: return kernels::RopeScalingType::kDefault;
+    case v1::ROPE_SCALING_LINEAR: return kernels::RopeScalingType::kLinear;
+    case v1::ROPE_SCALING_NTK: return kernels::RopeScalingType::kNtk;
+    case v1::ROPE_SCALING_DYNAMIC: return kernels::RopeScalingType::kDynamic;
+    case v1::ROPE_SCALING_YARN: return kernels::RopeScalingType::kYarn;
+    case v1::ROPE_SCALING_LLAMA3: return kernels::RopeScalingType::kLlama3;
+    case v1::ROPE_SCALING_LONGROPE: return kernels::RopeScalingType::kLongrope;
   }
   return UnknownEnum(value, v1::RopeScalingType_descriptor(), field);
 }
@@ -239,10 +182,8 @@ absl::StatusOr<kernels::RopeScalingType> ToRopeScalingType(int value, absl::stri
 absl::StatusOr<kernels::MropeLayout> ToMropeLayout(int value, absl::string_view field) {
   switch (value) {
     case v1::MROPE_LAYOUT_UNSPECIFIED:
-    case v1::MROPE_LAYOUT_CONTIGUOUS:
-      return kernels::MropeLayout::kContiguous;
-    case v1::MROPE_LAYOUT_INTERLEAVED:
-      return kernels::MropeLayout::kInterleaved;
+    case v1::MROPE_LAYOUT_CONTIGUOUS: return kernels::MropeLayout::kContiguous;
+    case v1::MROPE_LAYOUT_INTERLEAVED: return kernels::MropeLayout::kInterleaved;
   }
   return UnknownEnum(value, v1::MropeLayout_descriptor(), field);
 }
@@ -250,12 +191,9 @@ absl::StatusOr<kernels::MropeLayout> ToMropeLayout(int value, absl::string_view 
 absl::StatusOr<kernels::RopeCacheLayout> ToRopeCacheLayout(int value, absl::string_view field) {
   switch (value) {
     case v1::ROPE_CACHE_LAYOUT_UNSPECIFIED:
-    case v1::ROPE_CACHE_LAYOUT_COMPACT:
-      return kernels::RopeCacheLayout::kCompact;
-    case v1::ROPE_CACHE_LAYOUT_NEOX:
-      return kernels::RopeCacheLayout::kNeox;
-    case v1::ROPE_CACHE_LAYOUT_GPTJ:
-      return kernels::RopeCacheLayout::kGptj;
+    case v1::ROPE_CACHE_LAYOUT_COMPACT: return kernels::RopeCacheLayout::kCompact;
+    case v1::ROPE_CACHE_LAYOUT_NEOX: return kernels::RopeCacheLayout::kNeox;
+    case v1::ROPE_CACHE_LAYOUT_GPTJ: return kernels::RopeCacheLayout::kGptj;
   }
   return UnknownEnum(value, v1::RopeCacheLayout_descriptor(), field);
 }
@@ -263,12 +201,9 @@ absl::StatusOr<kernels::RopeCacheLayout> ToRopeCacheLayout(int value, absl::stri
 absl::StatusOr<kernels::TensorLayout> ToTensorLayout(int value, absl::string_view field) {
   switch (value) {
     case v1::TENSOR_LAYOUT_UNSPECIFIED:
-    case v1::TENSOR_LAYOUT_BSHD:
-      return kernels::TensorLayout::kBSHD;
-    case v1::TENSOR_LAYOUT_BHSD:
-      return kernels::TensorLayout::kBHSD;
-    case v1::TENSOR_LAYOUT_THD:
-      return kernels::TensorLayout::kTHD;
+    case v1::TENSOR_LAYOUT_BSHD: return kernels::TensorLayout::kBSHD;
+    case v1::TENSOR_LAYOUT_BHSD: return kernels::TensorLayout::kBHSD;
+    case v1::TENSOR_LAYOUT_THD: return kernels::TensorLayout::kTHD;
   }
   return UnknownEnum(value, v1::TensorLayout_descriptor(), field);
 }
@@ -276,12 +211,9 @@ absl::StatusOr<kernels::TensorLayout> ToTensorLayout(int value, absl::string_vie
 absl::StatusOr<kernels::AlibiMode> ToAlibiMode(int value, absl::string_view field) {
   switch (value) {
     case v1::ALIBI_MODE_UNSPECIFIED:
-    case v1::ALIBI_MODE_CAUSAL:
-      return kernels::AlibiMode::kCausal;
-    case v1::ALIBI_MODE_SYMMETRIC:
-      return kernels::AlibiMode::kSymmetric;
-    case v1::ALIBI_MODE_BLOOM:
-      return kernels::AlibiMode::kBloom;
+    case v1::ALIBI_MODE_CAUSAL: return kernels::AlibiMode::kCausal;
+    case v1::ALIBI_MODE_SYMMETRIC: return kernels::AlibiMode::kSymmetric;
+    case v1::ALIBI_MODE_BLOOM: return kernels::AlibiMode::kBloom;
   }
   return UnknownEnum(value, v1::AlibiMode_descriptor(), field);
 }
@@ -289,12 +221,9 @@ absl::StatusOr<kernels::AlibiMode> ToAlibiMode(int value, absl::string_view fiel
 absl::StatusOr<kernels::FutureMode> ToFutureMode(int value, absl::string_view field) {
   switch (value) {
     case v1::FUTURE_MODE_UNSPECIFIED:
-    case v1::FUTURE_MODE_MASK:
-      return kernels::FutureMode::kMask;
-    case v1::FUTURE_MODE_ZERO:
-      return kernels::FutureMode::kZero;
-    case v1::FUTURE_MODE_LINEAR:
-      return kernels::FutureMode::kLinear;
+    case v1::FUTURE_MODE_MASK: return kernels::FutureMode::kMask;
+    case v1::FUTURE_MODE_ZERO: return kernels::FutureMode::kZero;
+    case v1::FUTURE_MODE_LINEAR: return kernels::FutureMode::kLinear;
   }
   return UnknownEnum(value, v1::FutureMode_descriptor(), field);
 }
@@ -302,12 +231,9 @@ absl::StatusOr<kernels::FutureMode> ToFutureMode(int value, absl::string_view fi
 absl::StatusOr<kernels::BiasForm> ToBiasForm(int value, absl::string_view field) {
   switch (value) {
     case v1::BIAS_FORM_UNSPECIFIED:
-    case v1::BIAS_FORM_FULL:
-      return kernels::BiasForm::kFull;
-    case v1::BIAS_FORM_COMPACT:
-      return kernels::BiasForm::kCompact;
-    case v1::BIAS_FORM_BUCKETS:
-      return kernels::BiasForm::kBuckets;
+    case v1::BIAS_FORM_FULL: return kernels::BiasForm::kFull;
+    case v1::BIAS_FORM_COMPACT: return kernels::BiasForm::kCompact;
+    case v1::BIAS_FORM_BUCKETS: return kernels::BiasForm::kBuckets;
   }
   return UnknownEnum(value, v1::BiasForm_descriptor(), field);
 }
@@ -318,20 +244,13 @@ v1::RopeStyle ToProtoRopeStyle(kernels::RopeStyle style) {
 
 v1::RopeScalingType ToProtoRopeScalingType(kernels::RopeScalingType type) {
   switch (type) {
-    case kernels::RopeScalingType::kDefault:
-      return v1::ROPE_SCALING_DEFAULT;
-    case kernels::RopeScalingType::kLinear:
-      return v1::ROPE_SCALING_LINEAR;
-    case kernels::RopeScalingType::kNtk:
-      return v1::ROPE_SCALING_NTK;
-    case kernels::RopeScalingType::kDynamic:
-      return v1::ROPE_SCALING_DYNAMIC;
-    case kernels::RopeScalingType::kYarn:
-      return v1::ROPE_SCALING_YARN;
-    case kernels::RopeScalingType::kLlama3:
-      return v1::ROPE_SCALING_LLAMA3;
-    case kernels::RopeScalingType::kLongrope:
-      return v1::ROPE_SCALING_LONGROPE;
+    case kernels::RopeScalingType::kDefault: return v1::ROPE_SCALING_DEFAULT;
+    case kernels::RopeScalingType::kLinear: return v1::ROPE_SCALING_LINEAR;
+    case kernels::RopeScalingType::kNtk: return v1::ROPE_SCALING_NTK;
+    case kernels::RopeScalingType::kDynamic: return v1::ROPE_SCALING_DYNAMIC;
+    case kernels::RopeScalingType::kYarn: return v1::ROPE_SCALING_YARN;
+    case kernels::RopeScalingType::kLlama3: return v1::ROPE_SCALING_LLAMA3;
+    case kernels::RopeScalingType::kLongrope: return v1::ROPE_SCALING_LONGROPE;
   }
   return v1::ROPE_SCALING_UNSPECIFIED;
 }
@@ -345,8 +264,7 @@ absl::Status ToPositionSpec(const v1::Positions* positions, absl::string_view fi
   spec.kind = Kind::kDefault;
   if (positions == nullptr) return absl::OkStatus();
   switch (positions->kind_case()) {
-    case v1::Positions::KIND_NOT_SET:
-      break;
+    case v1::Positions::KIND_NOT_SET: break;
     case v1::Positions::kRange: {
       const v1::PositionRange& range = positions->range();
       if (range.start() < 0 || range.start() > kernels::kMaxPosition) {

@@ -100,21 +100,11 @@ std::string JsonEscape(absl::string_view text) {
   out.reserve(text.size() + 8);
   for (const char c : text) {
     switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
       default:
         if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
           out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(c));
@@ -130,10 +120,8 @@ spdlog::level::level_enum AccessLevel(grpc::StatusCode code) {
   switch (code) {
     case grpc::StatusCode::INTERNAL:
     case grpc::StatusCode::UNKNOWN:
-    case grpc::StatusCode::DATA_LOSS:
-      return spdlog::level::err;
-    default:
-      return spdlog::level::info;
+    case grpc::StatusCode::DATA_LOSS: return spdlog::level::err;
+    default: return spdlog::level::info;
   }
 }
 

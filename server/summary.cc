@@ -50,8 +50,7 @@ void AddPositions(std::string* out, const v1::Positions& positions) {
     case v1::Positions::kAttentionMask:
       Add(out, "positions", absl::StrCat("mask:", TensorSummary(positions.attention_mask())));
       break;
-    case v1::Positions::KIND_NOT_SET:
-      break;
+    case v1::Positions::KIND_NOT_SET: break;
   }
 }
 

@@ -44,10 +44,8 @@ absl::StatusOr<ParsedFlags::Value> ParseList(const FlagSpec& spec, std::string_v
 
 absl::StatusOr<ParsedFlags::Value> ParseValue(const FlagSpec& spec, std::string_view text) {
   switch (spec.type) {
-    case FlagType::kSwitch:
-      return ParsedFlags::Value(true);
-    case FlagType::kString:
-      return ParsedFlags::Value(std::string(text));
+    case FlagType::kSwitch: return ParsedFlags::Value(true);
+    case FlagType::kString: return ParsedFlags::Value(std::string(text));
     case FlagType::kInt: {
       int64_t v = 0;
       if (!absl::SimpleAtoi(AbslView(text), &v)) return BadValue(spec, "an integer", text);

@@ -174,8 +174,7 @@ std::string FormatTable(const NamedTensor& named, const TableOptions& options) {
 void PrintOutput(const CommandOutput& output, OutputFormat format, const TableOptions& options,
                  std::ostream& out) {
   switch (format) {
-    case OutputFormat::kNone:
-      return;
+    case OutputFormat::kNone: return;
     case OutputFormat::kJson: {
       Json j = Json::object();
       if (output.tensors.size() == 1) {

@@ -21,12 +21,9 @@ absl::Status AlibiBias(const AlibiBiasPlan& plan, absl::Span<const double> slope
       if (p.future == FutureMode::kZero) return 0.0;
     }
     switch (p.mode) {
-      case AlibiMode::kCausal:
-        return -m * static_cast<double>(qpos - j);
-      case AlibiMode::kSymmetric:
-        return -m * std::fabs(static_cast<double>(qpos - j));
-      case AlibiMode::kBloom:
-        return m * kp;
+      case AlibiMode::kCausal: return -m * static_cast<double>(qpos - j);
+      case AlibiMode::kSymmetric: return -m * std::fabs(static_cast<double>(qpos - j));
+      case AlibiMode::kBloom: return m * kp;
     }
     return 0.0;
   };

@@ -20,14 +20,11 @@ absl::Status FileError(const std::string& path, absl::string_view what, int erro
       path, ": ", what, ": ", std::error_code(error, std::generic_category()).message());
   switch (error) {
     case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(message);
+    case ENOTDIR: return absl::NotFoundError(message);
     case EACCES:
     case EPERM:
-    case EROFS:
-      return absl::PermissionDeniedError(message);
-    default:
-      return absl::InvalidArgumentError(message);
+    case EROFS: return absl::PermissionDeniedError(message);
+    default: return absl::InvalidArgumentError(message);
   }
 }
 

@@ -19,30 +19,21 @@ absl::Status Invalid(absl::string_view field, absl::string_view what) {
 
 absl::string_view KindField(Kind kind) {
   switch (kind) {
-    case Kind::kDefault:
-      return "positions";
-    case Kind::kRange:
-      return "positions.range";
-    case Kind::kOffsets:
-      return "positions.offsets";
-    case Kind::kIds:
-      return "positions.ids";
-    case Kind::kCuSeqlens:
-      return "positions.cu_seqlens";
-    case Kind::kAttentionMask:
-      return "positions.attention_mask";
+    case Kind::kDefault: return "positions";
+    case Kind::kRange: return "positions.range";
+    case Kind::kOffsets: return "positions.offsets";
+    case Kind::kIds: return "positions.ids";
+    case Kind::kCuSeqlens: return "positions.cu_seqlens";
+    case Kind::kAttentionMask: return "positions.attention_mask";
   }
   return "positions";
 }
 
 std::string GridName(const TokenGrid& r) {
   switch (r.kind) {
-    case GridKind::kTable:
-      return "a table";
-    case GridKind::kBatchSeq:
-      return absl::StrCat("[batch, seq] = [", r.batch, ", ", r.seq, "]");
-    case GridKind::kPacked:
-      return absl::StrCat("packed [tokens] = [", r.tokens, "]");
+    case GridKind::kTable: return "a table";
+    case GridKind::kBatchSeq: return absl::StrCat("[batch, seq] = [", r.batch, ", ", r.seq, "]");
+    case GridKind::kPacked: return absl::StrCat("packed [tokens] = [", r.tokens, "]");
   }
   return "";
 }

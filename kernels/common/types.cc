@@ -13,36 +13,24 @@ namespace posenc::kernels {
 
 int64_t DTypeSize(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32:
-      return 4;
-    case DType::kFloat16:
-      return 2;
-    case DType::kBFloat16:
-      return 2;
-    case DType::kFloat64:
-      return 8;
-    case DType::kInt32:
-      return 4;
-    case DType::kInt64:
-      return 8;
+    case DType::kFloat32: return 4;
+    case DType::kFloat16: return 2;
+    case DType::kBFloat16: return 2;
+    case DType::kFloat64: return 8;
+    case DType::kInt32: return 4;
+    case DType::kInt64: return 8;
   }
   return 0;
 }
 
 absl::string_view DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32:
-      return "FLOAT32";
-    case DType::kFloat16:
-      return "FLOAT16";
-    case DType::kBFloat16:
-      return "BFLOAT16";
-    case DType::kFloat64:
-      return "FLOAT64";
-    case DType::kInt32:
-      return "INT32";
-    case DType::kInt64:
-      return "INT64";
+    case DType::kFloat32: return "FLOAT32";
+    case DType::kFloat16: return "FLOAT16";
+    case DType::kBFloat16: return "BFLOAT16";
+    case DType::kFloat64: return "FLOAT64";
+    case DType::kInt32: return "INT32";
+    case DType::kInt64: return "INT64";
   }
   return "UNKNOWN";
 }
@@ -174,39 +162,32 @@ float BFloat16ToFloat(uint16_t b) { return std::bit_cast<float>(static_cast<uint
 
 // ---- element access ---------------------------------------------------------------------------
 
+namespace {
+
+// The T stored at p (any alignment).
+template <typename T>
+T Load(const unsigned char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+template <typename T>
+void Store(unsigned char* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+
+}  // namespace
+
 double LoadAsDouble(const void* base, DType dtype, int64_t index) {
   const auto* p = static_cast<const unsigned char*>(base) + index * DTypeSize(dtype);
   switch (dtype) {
-    case DType::kFloat32: {
-      float v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::kFloat64: {
-      double v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-    case DType::kFloat16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return HalfToFloat(v);
-    }
-    case DType::kBFloat16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return BFloat16ToFloat(v);
-    }
-    case DType::kInt32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::kInt64: {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      return static_cast<double>(v);
-    }
+    case DType::kFloat32: return Load<float>(p);
+    case DType::kFloat64: return Load<double>(p);
+    case DType::kFloat16: return HalfToFloat(Load<uint16_t>(p));
+    case DType::kBFloat16: return BFloat16ToFloat(Load<uint16_t>(p));
+    case DType::kInt32: return Load<int32_t>(p);
+    case DType::kInt64: return static_cast<double>(Load<int64_t>(p));
   }
   return 0.0;
 }
@@ -214,47 +195,18 @@ double LoadAsDouble(const void* base, DType dtype, int64_t index) {
 void StoreFromDouble(void* base, DType dtype, int64_t index, double v) {
   auto* p = static_cast<unsigned char*>(base) + index * DTypeSize(dtype);
   switch (dtype) {
-    case DType::kFloat32: {
-      float f = static_cast<float>(v);
-      std::memcpy(p, &f, 4);
-      return;
-    }
-    case DType::kFloat64:
-      std::memcpy(p, &v, 8);
-      return;
-    case DType::kFloat16: {
-      uint16_t h = DoubleToHalf(v);
-      std::memcpy(p, &h, 2);
-      return;
-    }
-    case DType::kBFloat16: {
-      uint16_t b = DoubleToBFloat16(v);
-      std::memcpy(p, &b, 2);
-      return;
-    }
-    case DType::kInt32: {
-      int32_t i = static_cast<int32_t>(std::llround(v));
-      std::memcpy(p, &i, 4);
-      return;
-    }
-    case DType::kInt64: {
-      int64_t i = std::llround(v);
-      std::memcpy(p, &i, 8);
-      return;
-    }
+    case DType::kFloat32: return Store(p, static_cast<float>(v));
+    case DType::kFloat64: return Store(p, v);
+    case DType::kFloat16: return Store(p, DoubleToHalf(v));
+    case DType::kBFloat16: return Store(p, DoubleToBFloat16(v));
+    case DType::kInt32: return Store(p, static_cast<int32_t>(std::llround(v)));
+    case DType::kInt64: return Store(p, static_cast<int64_t>(std::llround(v)));
   }
 }
 
 int64_t LoadAsInt64(const void* base, DType dtype, int64_t index) {
   const auto* p = static_cast<const unsigned char*>(base) + index * DTypeSize(dtype);
-  if (dtype == DType::kInt32) {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return v;
-  }
-  int64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
+  return dtype == DType::kInt32 ? Load<int32_t>(p) : Load<int64_t>(p);
 }
 
 absl::Status CheckFloatOutputDType(DType dtype) {

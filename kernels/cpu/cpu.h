@@ -55,17 +55,14 @@ void LoadRow(const SimdKernels& simd, const void* base, DType dtype, int64_t at,
   const auto* bytes = static_cast<const unsigned char*>(base) + at * DTypeSize(dtype);
   if constexpr (std::is_same_v<T, float>) {
     switch (dtype) {
-      case DType::kFloat32:
-        std::memcpy(out, bytes, n * sizeof(float));
-        return;
+      case DType::kFloat32: std::memcpy(out, bytes, n * sizeof(float)); return;
       case DType::kFloat16:
         simd.f16_to_f32(reinterpret_cast<const uint16_t*>(bytes), out, n);
         return;
       case DType::kBFloat16:
         simd.bf16_to_f32(reinterpret_cast<const uint16_t*>(bytes), out, n);
         return;
-      default:
-        break;
+      default: break;
     }
   } else {
     if (dtype == DType::kFloat64) {
@@ -83,17 +80,10 @@ void StoreRow(const SimdKernels& simd, const T* in, void* base, DType dtype, int
   auto* bytes = static_cast<unsigned char*>(base) + at * DTypeSize(dtype);
   if constexpr (std::is_same_v<T, float>) {
     switch (dtype) {
-      case DType::kFloat32:
-        std::memcpy(bytes, in, n * sizeof(float));
-        return;
-      case DType::kFloat16:
-        simd.f32_to_f16(in, reinterpret_cast<uint16_t*>(bytes), n);
-        return;
-      case DType::kBFloat16:
-        simd.f32_to_bf16(in, reinterpret_cast<uint16_t*>(bytes), n);
-        return;
-      default:
-        break;
+      case DType::kFloat32: std::memcpy(bytes, in, n * sizeof(float)); return;
+      case DType::kFloat16: simd.f32_to_f16(in, reinterpret_cast<uint16_t*>(bytes), n); return;
+      case DType::kBFloat16: simd.f32_to_bf16(in, reinterpret_cast<uint16_t*>(bytes), n); return;
+      default: break;
     }
   } else {
     if (dtype == DType::kFloat64) {

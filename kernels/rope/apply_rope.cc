@@ -17,12 +17,9 @@ absl::Status Invalid(absl::string_view field, absl::string_view what) {
 
 const char* LayoutName(TensorLayout layout) {
   switch (layout) {
-    case TensorLayout::kBSHD:
-      return "BSHD [batch, seq, heads, head_dim]";
-    case TensorLayout::kBHSD:
-      return "BHSD [batch, heads, seq, head_dim]";
-    case TensorLayout::kTHD:
-      return "THD [tokens, heads, head_dim]";
+    case TensorLayout::kBSHD: return "BSHD [batch, seq, heads, head_dim]";
+    case TensorLayout::kBHSD: return "BHSD [batch, heads, seq, head_dim]";
+    case TensorLayout::kTHD: return "THD [tokens, heads, head_dim]";
   }
   return "";
 }

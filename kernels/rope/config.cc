@@ -38,19 +38,12 @@ struct Allowed {
 Allowed AllowedFields(RopeScalingType type) {
   Allowed a;
   switch (type) {
-    case RopeScalingType::kDefault:
-      break;
+    case RopeScalingType::kDefault: break;
     case RopeScalingType::kLinear:
     case RopeScalingType::kNtk:
-    case RopeScalingType::kDynamic:
-      a.factor = true;
-      break;
-    case RopeScalingType::kYarn:
-      a.factor = a.original = a.yarn = a.attention_factor = true;
-      break;
-    case RopeScalingType::kLlama3:
-      a.factor = a.original = a.llama3 = true;
-      break;
+    case RopeScalingType::kDynamic: a.factor = true; break;
+    case RopeScalingType::kYarn: a.factor = a.original = a.yarn = a.attention_factor = true; break;
+    case RopeScalingType::kLlama3: a.factor = a.original = a.llama3 = true; break;
     case RopeScalingType::kLongrope:
       a.factor = a.original = a.attention_factor = a.longrope = true;
       break;
@@ -70,20 +63,13 @@ double YarnMscale(double s, double k) { return s <= 1 ? 1.0 : 0.1 * k * std::log
 
 absl::string_view RopeScalingTypeName(RopeScalingType type) {
   switch (type) {
-    case RopeScalingType::kDefault:
-      return "default";
-    case RopeScalingType::kLinear:
-      return "linear";
-    case RopeScalingType::kNtk:
-      return "ntk";
-    case RopeScalingType::kDynamic:
-      return "dynamic";
-    case RopeScalingType::kYarn:
-      return "yarn";
-    case RopeScalingType::kLlama3:
-      return "llama3";
-    case RopeScalingType::kLongrope:
-      return "longrope";
+    case RopeScalingType::kDefault: return "default";
+    case RopeScalingType::kLinear: return "linear";
+    case RopeScalingType::kNtk: return "ntk";
+    case RopeScalingType::kDynamic: return "dynamic";
+    case RopeScalingType::kYarn: return "yarn";
+    case RopeScalingType::kLlama3: return "llama3";
+    case RopeScalingType::kLongrope: return "longrope";
   }
   return "unknown";
 }
@@ -179,8 +165,7 @@ absl::Status ValidateFields(const RopeConfig& c) {
   }
 
   switch (sc.type) {
-    case RopeScalingType::kDefault:
-      break;
+    case RopeScalingType::kDefault: break;
     case RopeScalingType::kLinear:
       if (!sc.factor) return Invalid("config.scaling.factor", "required for rope type 'linear'");
       break;
@@ -304,8 +289,7 @@ RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& c, int64_t max_pos
   for (int64_t j = 0; j < half; ++j) f.inv_freq[j] = DefaultOmega(log_b, j, d);
 
   switch (sc.type) {
-    case RopeScalingType::kDefault:
-      break;
+    case RopeScalingType::kDefault: break;
     case RopeScalingType::kLinear:
       f.factor = *sc.factor;
       for (auto& w : f.inv_freq) w /= static_cast<long double>(*sc.factor);

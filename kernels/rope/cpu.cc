@@ -110,8 +110,7 @@ void RotateToken(const SimdKernels& simd, const TensorView& x, int64_t base, int
         simd.apply_rope_bf16(static_cast<uint16_t*>(x.data) + base, heads, head_stride, c, s, half,
                              gptj);
         break;
-      default:
-        break;
+      default: break;
     }
   }
 }
