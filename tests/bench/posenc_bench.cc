@@ -86,42 +86,48 @@ void Split(int threads, int64_t n, F fn) {
   for (auto& th : pool) th.join();
 }
 
-void BM_StreamCopy(benchmark::State& state) {
-  auto& s = Stream();
-  const int threads = static_cast<int>(state.range(0));
+// Times `run` (a backend call, its status kept from being optimized away) while `state` runs.
+template <typename F>
+void TimeRuns(benchmark::State& state, F run) {
   for (auto _ : state) {
-    Split(threads, kStreamN, [&](int64_t b, int64_t e) {
-      std::memcpy(s.c.data() + b, s.a.data() + b, (e - b) * sizeof(double));
-    });
+    auto status = run();
+    benchmark::DoNotOptimize(status);
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(state.iterations() * 2 * kStreamN * 8);
+}
+
+// Times fn(s, begin, end) split over state.range(0) threads; each element moves
+// `bytes_per_element`.
+template <typename F>
+void RunStream(benchmark::State& state, int64_t bytes_per_element, F fn) {
+  StreamArrays& s = Stream();
+  const int threads = static_cast<int>(state.range(0));
+  for (auto _ : state) {
+    Split(threads, kStreamN, [&](int64_t b, int64_t e) { fn(s, b, e); });
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * bytes_per_element * kStreamN);
+}
+
+void BM_StreamCopy(benchmark::State& state) {
+  RunStream(state, 2 * 8, [](StreamArrays& s, int64_t b, int64_t e) {
+    std::memcpy(s.c.data() + b, s.a.data() + b, (e - b) * sizeof(double));
+  });
 }
 
 void BM_StreamTriad(benchmark::State& state) {
-  auto& s = Stream();
-  const int threads = static_cast<int>(state.range(0));
-  for (auto _ : state) {
-    Split(threads, kStreamN, [&](int64_t b, int64_t e) {
-      double* __restrict a = s.a.data();
-      const double* __restrict bb = s.b.data();
-      const double* __restrict c = s.c.data();
-      for (int64_t i = b; i < e; ++i) a[i] = bb[i] + 3.0 * c[i];
-    });
-    benchmark::ClobberMemory();
-  }
-  state.SetBytesProcessed(state.iterations() * 3 * kStreamN * 8);
+  RunStream(state, 3 * 8, [](StreamArrays& s, int64_t b, int64_t e) {
+    double* __restrict a = s.a.data();
+    const double* __restrict bb = s.b.data();
+    const double* __restrict c = s.c.data();
+    for (int64_t i = b; i < e; ++i) a[i] = bb[i] + 3.0 * c[i];
+  });
 }
 
 void BM_StreamFill(benchmark::State& state) {
-  auto& s = Stream();
-  const int threads = static_cast<int>(state.range(0));
-  for (auto _ : state) {
-    Split(threads, kStreamN,
-          [&](int64_t b, int64_t e) { std::fill(s.c.data() + b, s.c.data() + e, 1.5); });
-    benchmark::ClobberMemory();
-  }
-  state.SetBytesProcessed(state.iterations() * kStreamN * 8);
+  RunStream(state, 8, [](StreamArrays& s, int64_t b, int64_t e) {
+    std::fill(s.c.data() + b, s.c.data() + e, 1.5);
+  });
 }
 
 BENCHMARK(BM_StreamCopy)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
@@ -156,11 +162,7 @@ void BM_ApplyRope(benchmark::State& state) {
   const RopeFrequencies& f = *in->info.frequencies;
   const ResolvedPositions* rp = &in->positions;
   const Backend& backend = Cpu(threads);
-  for (auto _ : state) {
-    auto st = backend.ApplyRope(*plan, f, *rp, q.view, k.view);
-    benchmark::DoNotOptimize(st);
-    benchmark::ClobberMemory();
-  }
+  TimeRuns(state, [&] { return backend.ApplyRope(*plan, f, *rp, q.view, k.view); });
   state.SetBytesProcessed(state.iterations() * 2 * (b * s * h * d) * 2 * DTypeSize(dtype));
 }
 
@@ -206,11 +208,7 @@ void BM_RopeCache(benchmark::State& state) {
   const ResolvedPositions* rp = &in->positions;
   Buffer cos(plan->cos), sin(plan->sin);
   const Backend& backend = Cpu(threads);
-  for (auto _ : state) {
-    auto st = backend.RopeCache(*plan, f, *rp, cos.view, sin.view);
-    benchmark::DoNotOptimize(st);
-    benchmark::ClobberMemory();
-  }
+  TimeRuns(state, [&] { return backend.RopeCache(*plan, f, *rp, cos.view, sin.view); });
   state.SetItemsProcessed(state.iterations() * 2 * n * d);
   state.SetBytesProcessed(state.iterations() * 2 * n * d * 4);
 }
@@ -233,11 +231,7 @@ void BM_Sinusoidal(benchmark::State& state) {
   if (!Ready(state, rp)) return;
   Buffer out(plan->table);
   const Backend& backend = Cpu(threads);
-  for (auto _ : state) {
-    auto st = backend.Sinusoidal(*plan, *rp, out.view);
-    benchmark::DoNotOptimize(st);
-    benchmark::ClobberMemory();
-  }
+  TimeRuns(state, [&] { return backend.Sinusoidal(*plan, *rp, out.view); });
   state.SetItemsProcessed(state.iterations() * n * d);
   state.SetBytesProcessed(state.iterations() * n * d * 4);
 }
@@ -260,11 +254,7 @@ void BM_AlibiBias(benchmark::State& state) {
   if (!Ready(state, slopes)) return;
   Buffer out(plan->bias);
   const Backend& backend = Cpu(threads);
-  for (auto _ : state) {
-    auto st = backend.AlibiBias(*plan, *slopes, out.view);
-    benchmark::DoNotOptimize(st);
-    benchmark::ClobberMemory();
-  }
+  TimeRuns(state, [&] { return backend.AlibiBias(*plan, *slopes, out.view); });
   state.SetBytesProcessed(state.iterations() * p.num_heads * p.q_len * p.k_len * 4);
 }
 BENCHMARK(BM_AlibiBias)
@@ -284,11 +274,7 @@ void BM_RelativeBias(benchmark::State& state) {
   if (!Ready(state, plan)) return;
   Buffer out(plan->bias);
   const Backend& backend = Cpu(threads);
-  for (auto _ : state) {
-    auto st = backend.RelativeBias(*plan, out.view);
-    benchmark::DoNotOptimize(st);
-    benchmark::ClobberMemory();
-  }
+  TimeRuns(state, [&] { return backend.RelativeBias(*plan, out.view); });
   state.SetBytesProcessed(state.iterations() * state.range(0) * p.q_len * p.k_len * 4);
 }
 BENCHMARK(BM_RelativeBias)

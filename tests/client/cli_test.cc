@@ -71,6 +71,17 @@ class CliTest : public ::testing::Test {
     return result;
   }
 
+  // Runs `args`, expecting exit code `code` and, when `stream` is given, `needle` in that stream
+  // (&CliResult::out or &CliResult::err).
+  void ExpectExit(const std::string& args, int code, std::string CliResult::*stream = nullptr,
+                  const std::string& needle = "") const {
+    const CliResult r = Run(args);
+    EXPECT_EQ(r.exit_code, code) << args << "\n" << r.err;
+    if (stream != nullptr) {
+      EXPECT_NE((r.*stream).find(needle), std::string::npos) << r.*stream;
+    }
+  }
+
   std::filesystem::path dir_;
 };
 
@@ -183,27 +194,17 @@ TEST_F(CliTest, ServerErrorsPrintTheCodeAndExitOne) {
 }
 
 TEST_F(CliTest, UsageErrorsExitTwo) {
-  CliResult unknown_flag = Run("sinusoidal --positions 0:4 --dim 6 --no-such-flag");
-  EXPECT_EQ(unknown_flag.exit_code, 2);
-  EXPECT_NE(unknown_flag.err.find("unknown flag --no-such-flag"), std::string::npos);
-  CliResult bad_value = Run("alibi-slopes --heads many");
-  EXPECT_EQ(bad_value.exit_code, 2);
-  EXPECT_NE(bad_value.err.find("--heads expects an integer"), std::string::npos) << bad_value.err;
-  CliResult bad_range = Run("sinusoidal --positions 5:2 --dim 4");
-  EXPECT_EQ(bad_range.exit_code, 2);
-  CliResult missing = Run("alibi-bias --heads 2");
-  EXPECT_EQ(missing.exit_code, 2);
-  EXPECT_NE(missing.err.find("--q-len is required"), std::string::npos) << missing.err;
-  EXPECT_EQ(Run("no-such-command").exit_code, 2);
+  ExpectExit("sinusoidal --positions 0:4 --dim 6 --no-such-flag", 2, &CliResult::err,
+             "unknown flag --no-such-flag");
+  ExpectExit("alibi-slopes --heads many", 2, &CliResult::err, "--heads expects an integer");
+  ExpectExit("sinusoidal --positions 5:2 --dim 4", 2);
+  ExpectExit("alibi-bias --heads 2", 2, &CliResult::err, "--q-len is required");
+  ExpectExit("no-such-command", 2);
 }
 
 TEST_F(CliTest, HelpExitsZero) {
-  CliResult main_help = Run("--help");
-  EXPECT_EQ(main_help.exit_code, 0);
-  EXPECT_NE(main_help.out.find("apply-rope"), std::string::npos);
-  CliResult sub_help = Run("apply-rope --help");
-  EXPECT_EQ(sub_help.exit_code, 0);
-  EXPECT_NE(sub_help.out.find("--out-q FILE"), std::string::npos) << sub_help.out;
+  ExpectExit("--help", 0, &CliResult::out, "apply-rope");
+  ExpectExit("apply-rope --help", 0, &CliResult::out, "--out-q FILE");
 }
 
 TEST_F(CliTest, HealthAndInfo) {

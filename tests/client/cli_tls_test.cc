@@ -45,6 +45,19 @@ class CliTlsTest : public ::testing::Test {
   }
   static const Certificates& certs() { return Certificates::Get(); }
 
+  // `flag` followed by the path of the generated certificate file `name`.
+  static std::string Flag(const std::string& flag, const std::string& name) {
+    return absl::StrCat(flag, " ", certs().Path(name).string());
+  }
+
+  // Expects `info` with `args` against `port` to exit with `code`, its output holding `needle`.
+  static void ExpectInfo(int port, const std::string& args, int code,
+                         const std::string& needle = "") {
+    const auto [actual, out] = Info(port, args);
+    EXPECT_EQ(actual, code) << args << "\n" << out;
+    EXPECT_NE(out.find(needle), std::string::npos) << out;
+  }
+
   std::unique_ptr<server::PosencServer> Start(bool mutual) {
     server::ServerOptions options;
     options.listen_address = "127.0.0.1:0";
@@ -60,16 +73,10 @@ class CliTlsTest : public ::testing::Test {
 TEST_F(CliTlsTest, TrustsTheServerThroughTlsCa) {
   auto server = Start(/*mutual=*/false);
   ASSERT_NE(server, nullptr);
-  const std::string ca = "--tls-ca " + certs().Path("ca.pem").string();
-  auto [code, out] = Info(server->port(), ca);
-  EXPECT_EQ(code, 0) << out;
-  EXPECT_NE(out.find("version"), std::string::npos) << out;
+  ExpectInfo(server->port(), Flag("--tls-ca", "ca.pem"), 0, "version");
   // Plaintext to a TLS server fails (UNAVAILABLE, exit 1); so does an untrusted certificate.
-  auto [plain_code, plain_out] = Info(server->port(), "");
-  EXPECT_EQ(plain_code, 1) << plain_out;
-  auto [other_code, other_out] =
-      Info(server->port(), "--tls-ca " + certs().Path("other_ca.pem").string());
-  EXPECT_EQ(other_code, 1) << other_out;
+  ExpectInfo(server->port(), "", 1);
+  ExpectInfo(server->port(), Flag("--tls-ca", "other_ca.pem"), 1);
   server->Shutdown(std::chrono::system_clock::now());
   server->Wait();
 }
@@ -77,24 +84,19 @@ TEST_F(CliTlsTest, TrustsTheServerThroughTlsCa) {
 TEST_F(CliTlsTest, MutualTlsNeedsTheClientCertificate) {
   auto server = Start(/*mutual=*/true);
   ASSERT_NE(server, nullptr);
-  const std::string ca = "--tls-ca " + certs().Path("ca.pem").string();
-  auto [no_cert_code, no_cert_out] = Info(server->port(), ca);
-  EXPECT_EQ(no_cert_code, 1) << no_cert_out;
-  auto [code, out] =
-      Info(server->port(), ca + " --tls-cert " + certs().Path("client.pem").string() +
-                               " --tls-key " + certs().Path("client.key").string());
-  EXPECT_EQ(code, 0) << out;
+  const std::string ca = Flag("--tls-ca", "ca.pem");
+  ExpectInfo(server->port(), ca, 1);
+  ExpectInfo(
+      server->port(),
+      absl::StrCat(ca, " ", Flag("--tls-cert", "client.pem"), " ", Flag("--tls-key", "client.key")),
+      0);
   server->Shutdown(std::chrono::system_clock::now());
   server->Wait();
 }
 
 TEST_F(CliTlsTest, BadTlsFlagsAreUsageErrors) {
-  auto [half_code, half_out] = Info(1, "--tls-cert " + certs().Path("client.pem").string());
-  EXPECT_EQ(half_code, 2) << half_out;
-  EXPECT_NE(half_out.find("--tls-cert and --tls-key go together"), std::string::npos) << half_out;
-  auto [missing_code, missing_out] = Info(1, "--tls-ca /nonexistent/ca.pem");
-  EXPECT_EQ(missing_code, 2) << missing_out;
-  EXPECT_NE(missing_out.find("--tls-ca: cannot read a PEM file"), std::string::npos) << missing_out;
+  ExpectInfo(1, Flag("--tls-cert", "client.pem"), 2, "--tls-cert and --tls-key go together");
+  ExpectInfo(1, "--tls-ca /nonexistent/ca.pem", 2, "--tls-ca: cannot read a PEM file");
 }
 
 }  // namespace

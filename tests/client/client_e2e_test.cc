@@ -73,36 +73,20 @@ Tensor RandomTensor(std::vector<int64_t> shape, DType dtype, uint64_t seed) {
   return *t;
 }
 
-// The kernels' description of the same positions (views borrow from `p`).
+// The kernels' description of the same positions (views borrow from `p`). The factories set
+// only the fields of their kind, so copying every field describes the same positions.
 kernels::PositionSpec SpecOf(const Positions& p) {
+  using Kind = kernels::PositionSpec::Kind;
+  static constexpr Kind kKinds[] = {Kind::kDefault, Kind::kRange,     Kind::kOffsets,
+                                    Kind::kIds,     Kind::kCuSeqlens, Kind::kAttentionMask};
   kernels::PositionSpec spec;
-  switch (p.kind) {
-    case Positions::Kind::kDefault:
-      spec.kind = kernels::PositionSpec::Kind::kDefault;
-      break;
-    case Positions::Kind::kRange:
-      spec.kind = kernels::PositionSpec::Kind::kRange;
-      spec.start = p.start;
-      spec.count = p.count;
-      break;
-    case Positions::Kind::kOffsets:
-      spec.kind = kernels::PositionSpec::Kind::kOffsets;
-      spec.offsets = p.offsets;
-      break;
-    case Positions::Kind::kIds:
-      spec.kind = kernels::PositionSpec::Kind::kIds;
-      spec.ids = View(p.tensor);
-      break;
-    case Positions::Kind::kCuSeqlens:
-      spec.kind = kernels::PositionSpec::Kind::kCuSeqlens;
-      spec.cu_seqlens = p.cu_seqlens;
-      spec.offsets = p.offsets;
-      break;
-    case Positions::Kind::kAttentionMask:
-      spec.kind = kernels::PositionSpec::Kind::kAttentionMask;
-      spec.mask = View(p.tensor);
-      break;
-  }
+  spec.kind = kKinds[static_cast<int>(p.kind)];
+  spec.start = p.start;
+  spec.count = p.count;
+  spec.offsets = p.offsets;
+  spec.cu_seqlens = p.cu_seqlens;
+  if (p.kind == Positions::Kind::kIds) spec.ids = View(p.tensor);
+  if (p.kind == Positions::Kind::kAttentionMask) spec.mask = View(p.tensor);
   return spec;
 }
 

@@ -64,12 +64,9 @@ inline double Tolerance(DType dtype, double expected) {
   switch (dtype) {
     case DType::kFloat16:
       return std::max(std::ldexp(std::fabs(expected), -10), std::ldexp(1.0, -24));
-    case DType::kBFloat16:
-      return std::ldexp(std::fabs(expected), -7) + std::ldexp(1.0, -133);
-    case DType::kFloat32:
-      return 1e-6 * magnitude;
-    default:
-      return 1e-9 * magnitude;
+    case DType::kBFloat16: return std::ldexp(std::fabs(expected), -7) + std::ldexp(1.0, -133);
+    case DType::kFloat32: return 1e-6 * magnitude;
+    default: return 1e-9 * magnitude;
   }
 }
 

@@ -3,8 +3,11 @@
 #include "tests/common/golden.h"
 
 #include <cmath>
+#include <initializer_list>
 #include <limits>
+#include <map>
 #include <string>
+#include <utility>
 
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
@@ -256,6 +259,14 @@ AlibiMode Mode(const std::string& m) {
                             : AlibiMode::kCausal;
 }
 
+// The bias of `plan` on the backend under test (empty, with a failure, if the run fails).
+std::vector<double> RunAlibi(const AlibiBiasPlan& plan) {
+  Buffer out(plan.bias, kFill), slopes(plan.slopes, kFill);
+  const absl::Status s = RunAlibiBias(UnderTest(), plan, out.view, slopes.view);
+  EXPECT_TRUE(s.ok()) << s;
+  return s.ok() ? ReadAll(out.view) : std::vector<double>();
+}
+
 void CheckAlibiBias(const GoldenCase& c, DType dtype) {
   AlibiBiasParams p;
   p.num_heads = c.params.at("num_heads").get<int64_t>();
@@ -269,12 +280,9 @@ void CheckAlibiBias(const GoldenCase& c, DType dtype) {
                                   : FutureMode::kMask;
   absl::StatusOr<AlibiBiasPlan> plan = PlanAlibiBias({.params = p, .output_dtype = dtype});
   ASSERT_TRUE(plan.ok()) << plan.status();
-  Buffer out(plan->bias, kFill), slopes(plan->slopes, kFill);
-  absl::Status s = RunAlibiBias(UnderTest(), *plan, out.view, slopes.view);
-  ASSERT_TRUE(s.ok()) << s;
   const NpyArray& want = c.outputs.at("bias");
   ExpectNear(
-      ReadAll(out.view), want,
+      RunAlibi(*plan), want,
       [&](size_t i) {
         return dtype == DType::kFloat64 ? 1e-12 * std::max(1.0, std::fabs(want.values[i]))
                                         : 1e-6 * std::max(1.0, std::fabs(want.values[i]));
@@ -295,12 +303,9 @@ void CheckBloomTensor(const GoldenCase& c) {
       PlanAlibiBias({.params = p, .output_dtype = DType::kFloat64});
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->bias.shape, (Shape{mask.shape[0], p.num_heads, p.k_len}));
-  Buffer out(plan->bias, kFill), slopes(plan->slopes, kFill);
-  absl::Status s = RunAlibiBias(UnderTest(), *plan, out.view, slopes.view);
-  ASSERT_TRUE(s.ok()) << s;
   const NpyArray& want = c.outputs.at("alibi");
   ExpectNear(
-      ReadAll(out.view), want,
+      RunAlibi(*plan), want,
       [&](size_t i) { return 1e-12 * std::max(1.0, std::fabs(want.values[i])); }, c.name);
 }
 
@@ -351,35 +356,48 @@ TEST_P(GoldenTest, MatchesEveryBackend) {
   g_backend = nullptr;
 }
 
+// `check` in FLOAT64 and FLOAT32.
+void InFloat64And32(const GoldenCase& c, void (*check)(const GoldenCase&, DType)) {
+  check(c, DType::kFloat64);
+  check(c, DType::kFloat32);
+}
+
+// `check` in each dtype, with that dtype's tolerance.
+void InDTypes(const GoldenCase& c, void (*check)(const GoldenCase&, DType, double),
+              std::initializer_list<std::pair<DType, double>> tolerances) {
+  for (const auto& [dtype, tolerance] : tolerances) check(c, dtype, tolerance);
+}
+
+// Each golden function's checks, in every output dtype it is checked in.
+using Check = void (*)(const GoldenCase&);
+const std::map<std::string, Check>& Checks() {
+  using D = DType;
+  static const auto* const checks = new std::map<std::string, Check>{
+      {"sinusoidal_table",
+       [](const GoldenCase& c) {
+         InDTypes(c, CheckSinusoidal, {{D::kFloat64, 0}, {D::kFloat32, 1e-6}});
+       }},
+      {"rope_inv_freq", CheckInvFreq},
+      {"rope_cos_sin", [](const GoldenCase& c) { InFloat64And32(c, CheckCosSin); }},
+      {"apply_rope",
+       [](const GoldenCase& c) {
+         InDTypes(
+             c, CheckApplyRope,
+             {{D::kFloat64, 0}, {D::kFloat32, 2e-6}, {D::kFloat16, 2e-3}, {D::kBFloat16, 1.6e-2}});
+       }},
+      {"alibi_slopes", CheckAlibiSlopes},
+      {"alibi_bias", [](const GoldenCase& c) { InFloat64And32(c, CheckAlibiBias); }},
+      {"bloom_alibi_tensor", CheckBloomTensor},
+      {"t5_relative_position_bucket", CheckT5Bucket},
+      {"t5_bias", [](const GoldenCase& c) { InFloat64And32(c, CheckT5Bias); }},
+  };
+  return *checks;
+}
+
 void RunCase(const GoldenCase& c) {
-  if (c.function == "sinusoidal_table") {
-    CheckSinusoidal(c, DType::kFloat64, 0);
-    CheckSinusoidal(c, DType::kFloat32, 1e-6);
-  } else if (c.function == "rope_inv_freq") {
-    CheckInvFreq(c);
-  } else if (c.function == "rope_cos_sin") {
-    CheckCosSin(c, DType::kFloat64);
-    CheckCosSin(c, DType::kFloat32);
-  } else if (c.function == "apply_rope") {
-    CheckApplyRope(c, DType::kFloat64, 0);
-    CheckApplyRope(c, DType::kFloat32, 2e-6);
-    CheckApplyRope(c, DType::kFloat16, 2e-3);
-    CheckApplyRope(c, DType::kBFloat16, 1.6e-2);
-  } else if (c.function == "alibi_slopes") {
-    CheckAlibiSlopes(c);
-  } else if (c.function == "alibi_bias") {
-    CheckAlibiBias(c, DType::kFloat64);
-    CheckAlibiBias(c, DType::kFloat32);
-  } else if (c.function == "bloom_alibi_tensor") {
-    CheckBloomTensor(c);
-  } else if (c.function == "t5_relative_position_bucket") {
-    CheckT5Bucket(c);
-  } else if (c.function == "t5_bias") {
-    CheckT5Bias(c, DType::kFloat64);
-    CheckT5Bias(c, DType::kFloat32);
-  } else {
-    FAIL() << c.name << ": unknown golden function " << c.function;
-  }
+  const auto check = Checks().find(c.function);
+  ASSERT_NE(check, Checks().end()) << c.name << ": unknown golden function " << c.function;
+  check->second(c);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllCases, GoldenTest,

@@ -580,13 +580,12 @@ TEST(AlibiTest, SlopesOfNonPowerOfTwoHeads) {
 TEST(AlibiTest, CompactFormExpandsToFullAndBloomIsCausalPlusRowConstant) {
   for (AlibiMode mode : {AlibiMode::kCausal, AlibiMode::kSymmetric}) {
     for (FutureMode future : {FutureMode::kMask, FutureMode::kZero, FutureMode::kLinear}) {
-      AlibiBiasParams p;
-      p.num_heads = 3;
-      p.q_len = 4;
-      p.k_len = 7;
-      p.query_offset = 1;
-      p.mode = mode;
-      p.future = future;
+      AlibiBiasParams p{.num_heads = 3,
+                        .q_len = 4,
+                        .k_len = 7,
+                        .query_offset = 1,
+                        .mode = mode,
+                        .future = future};
       auto full_plan = PlanAlibiBias({.params = p, .output_dtype = DType::kFloat64});
       p.form = BiasForm::kCompact;
       auto compact_plan = PlanAlibiBias({.params = p, .output_dtype = DType::kFloat64});
@@ -602,10 +601,7 @@ TEST(AlibiTest, CompactFormExpandsToFullAndBloomIsCausalPlusRowConstant) {
             ASSERT_EQ(full.at((h * 4 + i) * 7 + j), compact.at(h * 10 + j - i + 3));
     }
   }
-  AlibiBiasParams c;
-  c.num_heads = 2;
-  c.q_len = 3;
-  c.k_len = 5;
+  AlibiBiasParams c{.num_heads = 2, .q_len = 3, .k_len = 5};
   AlibiBiasParams b = c;
   b.mode = AlibiMode::kBloom;
   auto causal_plan = PlanAlibiBias({.params = c, .output_dtype = DType::kFloat64});
@@ -654,12 +650,11 @@ TEST(T5Test, SpecCheckValues) {
 TEST(T5Test, CompactBucketsAndValidation) {
   std::vector<double> table(32 * 2);
   for (size_t i = 0; i < table.size(); ++i) table[i] = 0.5 * static_cast<double>(i);
-  RelativeBiasParams p;
-  p.q_len = 5;
-  p.k_len = 9;
-  p.query_offset = 100;
-  p.key_offset = 90;
-  p.table = {DType::kFloat64, {32, 2}, table.data()};
+  RelativeBiasParams p{.q_len = 5,
+                       .k_len = 9,
+                       .query_offset = 100,
+                       .key_offset = 90,
+                       .table = {DType::kFloat64, {32, 2}, table.data()}};
   auto full_plan = PlanRelativeBias({.params = p, .output_dtype = DType::kFloat32});
   p.form = BiasForm::kCompact;
   auto compact_plan = PlanRelativeBias({.params = p, .output_dtype = DType::kFloat32});
@@ -697,12 +692,11 @@ TEST(T5Test, CompactBucketsAndValidation) {
 TEST(RelativeEmbeddingTest, ClipsDistances) {
   std::vector<float> table(5 * 2);
   for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(i);
-  RelativeEmbeddingParams p;
-  p.q_len = 2;
-  p.k_len = 6;
-  p.max_relative = 2;
-  p.query_offset = 0;
-  p.table = {DType::kFloat32, {5, 2}, table.data()};
+  RelativeEmbeddingParams p{.q_len = 2,
+                            .k_len = 6,
+                            .max_relative = 2,
+                            .query_offset = 0,
+                            .table = {DType::kFloat32, {5, 2}, table.data()}};
   auto plan = PlanRelativeEmbedding({.params = p, .output_dtype = DType::kFloat64});
   ASSERT_TRUE(plan.ok()) << plan.status();
   Buffer out(plan->embeddings);

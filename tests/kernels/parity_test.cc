@@ -63,15 +63,9 @@ void ExpectParity(const Buffer& want, const Buffer& got, Kind kind, double magni
     switch (dtype) {
       // The reference's phase carries the rounding of a long double product (2^-64 relative):
       // about 1e-10 at position 2^31, where the CPU backend's double-double phase is closer.
-      case DType::kFloat64:
-        tol = (1e-12 + 0x1p-62 * max_position) * magnitude;
-        break;
-      case DType::kFloat32:
-        tol = (kind == Kind::kApply ? 2e-6 : 1e-6) * magnitude;
-        break;
-      default:
-        tol = Ulp(dtype, std::max(std::fabs(w), std::fabs(g))) * 1.0001;
-        break;
+      case DType::kFloat64: tol = (1e-12 + 0x1p-62 * max_position) * magnitude; break;
+      case DType::kFloat32: tol = (kind == Kind::kApply ? 2e-6 : 1e-6) * magnitude; break;
+      default: tol = Ulp(dtype, std::max(std::fabs(w), std::fabs(g))) * 1.0001; break;
     }
     const double err = std::fabs(g - w);
     worst = std::max(worst, err / std::max(tol, 1e-300));
@@ -163,55 +157,48 @@ PositionSpec Bind(PositionCase& c) {
 // ---- RoPE configs -----------------------------------------------------------------------------
 
 std::vector<std::pair<std::string, RopeConfig>> RopeConfigs(int64_t head_dim, int64_t rotary) {
-  std::vector<std::pair<std::string, RopeConfig>> out;
-  RopeConfig base;
-  base.head_dim = head_dim;
-  base.rotary_dim = rotary;
-  out.emplace_back("default", base);
-  RopeConfig c = base;
-  c.scaling.type = RopeScalingType::kLinear;
-  c.scaling.factor = 4;
-  out.emplace_back("linear", c);
-  c = base;
-  c.scaling.type = RopeScalingType::kNtk;
-  c.scaling.factor = 3;
-  out.emplace_back("ntk", c);
-  c = base;
-  c.scaling.type = RopeScalingType::kDynamic;
-  c.scaling.factor = 2;
-  c.max_position_embeddings = 4096;
-  out.emplace_back("dynamic", c);
-  c = base;
-  c.scaling.type = RopeScalingType::kYarn;
-  c.scaling.factor = 40;
-  c.scaling.original_max_position_embeddings = 4096;
-  c.scaling.mscale = 1.0;
-  c.scaling.mscale_all_dim = 0.5;
-  c.base = 500000;
-  out.emplace_back("yarn", c);
-  c = base;
-  c.scaling.type = RopeScalingType::kLlama3;
-  c.scaling.factor = 8;
-  c.scaling.low_freq_factor = 1;
-  c.scaling.high_freq_factor = 4;
-  c.scaling.original_max_position_embeddings = 8192;
-  c.base = 500000;
-  out.emplace_back("llama3", c);
-  c = base;
-  c.scaling.type = RopeScalingType::kLongrope;
-  c.scaling.original_max_position_embeddings = 4096;
-  c.max_position_embeddings = 131072;
+  std::vector<double> long_factor, short_factor;
   for (int64_t j = 0; j < rotary / 2; ++j) {
-    c.scaling.long_factor.push_back(1.0 + 0.37 * static_cast<double>(j));
-    c.scaling.short_factor.push_back(1.0 + 0.01 * static_cast<double>(j));
+    long_factor.push_back(1.0 + 0.37 * static_cast<double>(j));
+    short_factor.push_back(1.0 + 0.01 * static_cast<double>(j));
   }
-  out.emplace_back("longrope", c);
-  c = base;
-  c.inverse = true;
-  c.scaling.type = RopeScalingType::kYarn;
-  c.scaling.factor = 4;
-  c.scaling.original_max_position_embeddings = 2048;
-  out.emplace_back("yarn_inverse", c);
+  // The config with `scaling` (and, where given, a base, max_position_embeddings and inverse).
+  auto with = [&](RopeScaling scaling, double base = 10000.0,
+                  std::optional<int64_t> max_position_embeddings = std::nullopt,
+                  bool inverse = false) {
+    return RopeConfig{.head_dim = head_dim,
+                      .rotary_dim = rotary,
+                      .base = base,
+                      .scaling = std::move(scaling),
+                      .max_position_embeddings = max_position_embeddings,
+                      .inverse = inverse};
+  };
+  using T = RopeScalingType;
+  std::vector<std::pair<std::string, RopeConfig>> out;
+  out.emplace_back("default", with({}));
+  out.emplace_back("linear", with({.type = T::kLinear, .factor = 4}));
+  out.emplace_back("ntk", with({.type = T::kNtk, .factor = 3}));
+  out.emplace_back("dynamic", with({.type = T::kDynamic, .factor = 2}, 10000.0, 4096));
+  out.emplace_back("yarn", with({.type = T::kYarn,
+                                 .factor = 40,
+                                 .original_max_position_embeddings = 4096,
+                                 .mscale = 1.0,
+                                 .mscale_all_dim = 0.5},
+                                500000));
+  out.emplace_back("llama3", with({.type = T::kLlama3,
+                                   .factor = 8,
+                                   .original_max_position_embeddings = 8192,
+                                   .low_freq_factor = 1,
+                                   .high_freq_factor = 4},
+                                  500000));
+  out.emplace_back("longrope", with({.type = T::kLongrope,
+                                     .original_max_position_embeddings = 4096,
+                                     .long_factor = long_factor,
+                                     .short_factor = short_factor},
+                                    10000.0, 131072));
+  out.emplace_back("yarn_inverse",
+                   with({.type = T::kYarn, .factor = 4, .original_max_position_embeddings = 2048},
+                        10000.0, std::nullopt, /*inverse=*/true));
   return out;
 }
 
@@ -409,14 +396,13 @@ TEST_P(ParityTest, BiasesAndEmbeddingsAreExact) {
           for (bool masked : {false, true}) {
             if (masked && mode != AlibiMode::kBloom) continue;
             for (int64_t qoff : {int64_t{-3}, int64_t{2}, int64_t{40}}) {
-              AlibiBiasParams p;
-              p.num_heads = 6;
-              p.q_len = 5;
-              p.k_len = 7;
-              p.query_offset = qoff;
-              p.mode = mode;
-              p.future = future;
-              p.form = form;
+              AlibiBiasParams p{.num_heads = 6,
+                                .q_len = 5,
+                                .k_len = 7,
+                                .query_offset = qoff,
+                                .mode = mode,
+                                .future = future,
+                                .form = form};
               if (masked) p.attention_mask = {DType::kInt64, {2, 7}, mask.data()};
               auto plan = PlanAlibiBias({.params = p, .output_dtype = dtype});
               ASSERT_TRUE(plan.ok()) << plan.status();
@@ -439,14 +425,13 @@ TEST_P(ParityTest, BiasesAndEmbeddingsAreExact) {
     for (size_t i = 0; i < table.size(); ++i) table[i] = std::cos(static_cast<double>(i)) * 3;
     for (bool bidir : {true, false}) {
       for (BiasForm form : {BiasForm::kFull, BiasForm::kCompact, BiasForm::kBuckets}) {
-        RelativeBiasParams p;
-        p.q_len = 9;
-        p.k_len = 300;
-        p.query_offset = 150;
-        p.key_offset = 3;
-        p.bidirectional = bidir;
-        p.form = form;
-        p.table = {DType::kFloat64, {32, 4}, table.data()};
+        const RelativeBiasParams p{.q_len = 9,
+                                   .k_len = 300,
+                                   .query_offset = 150,
+                                   .key_offset = 3,
+                                   .bidirectional = bidir,
+                                   .form = form,
+                                   .table = {DType::kFloat64, {32, 4}, table.data()}};
         // BUCKETS are INT32 whatever the float dtype of the other forms.
         auto plan = PlanRelativeBias(
             {.params = p,
@@ -461,11 +446,8 @@ TEST_P(ParityTest, BiasesAndEmbeddingsAreExact) {
     }
     std::vector<float> emb(9 * 5);
     for (size_t i = 0; i < emb.size(); ++i) emb[i] = static_cast<float>(i) * 0.25f - 3;
-    RelativeEmbeddingParams e;
-    e.q_len = 6;
-    e.k_len = 11;
-    e.max_relative = 4;
-    e.table = {DType::kFloat32, {9, 5}, emb.data()};
+    const RelativeEmbeddingParams e{
+        .q_len = 6, .k_len = 11, .max_relative = 4, .table = {DType::kFloat32, {9, 5}, emb.data()}};
     auto plan = PlanRelativeEmbedding({.params = e, .output_dtype = dtype});
     ASSERT_TRUE(plan.ok()) << plan.status();
     Buffer want(plan->embeddings, kFill), got(plan->embeddings, kFill);
@@ -489,12 +471,10 @@ TEST_P(ParityTest, LargeRequestsSplitAcrossThreadsMatch) {
   ASSERT_TRUE(want.ok() && got.ok());
   ExpectParity(want->q, got->q, Kind::kApply, want->magnitude, Tag() + " large q");
   ExpectParity(want->k, got->k, Kind::kApply, want->magnitude, Tag() + " large k");
-  RelativeBiasParams p;
   std::vector<float> table(32 * 3, 0.5f);
   for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(i);
-  p.q_len = 300;
-  p.k_len = 301;
-  p.table = {DType::kFloat32, {32, 3}, table.data()};
+  const RelativeBiasParams p{
+      .q_len = 300, .k_len = 301, .table = {DType::kFloat32, {32, 3}, table.data()}};
   auto plan = PlanRelativeBias({.params = p, .output_dtype = DType::kFloat32});
   ASSERT_TRUE(plan.ok()) << plan.status();
   Buffer w(plan->bias, kFill), g(plan->bias, kFill);

@@ -65,10 +65,7 @@ TEST(ThreadPoolTest, StopsStartingChunksOnceCancelled) {
 TEST(ThreadPoolTest, CpuBackendReturnsTheCancellationStatus) {
   auto backend = MakeCpuBackend({2, ""});
   ASSERT_TRUE(backend.ok());
-  AlibiBiasParams p;
-  p.num_heads = 8;
-  p.q_len = 512;
-  p.k_len = 512;
+  const AlibiBiasParams p{.num_heads = 8, .q_len = 512, .k_len = 512};
   auto plan = PlanAlibiBias({.params = p, .output_dtype = DType::kFloat32});
   ASSERT_TRUE(plan.ok()) << plan.status();
   std::vector<float> out(8 * 512 * 512);

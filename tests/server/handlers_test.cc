@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,11 +18,8 @@
 namespace posenc::server {
 namespace {
 
-using testing::FloatTensor;
-using testing::Int64Tensor;
-using testing::MakeTensor;
-using testing::TestContext;
-using testing::Values;
+using testing::FloatTensor, testing::Int64Tensor, testing::MakeTensor, testing::Parse,
+    testing::TestContext, testing::Values;
 
 template <typename Message>
 std::vector<int64_t> ShapeOf(const Message& t) {
@@ -38,6 +36,16 @@ std::string Allocate(const kernels::OutputSpec& spec, kernels::TensorView* view)
   for (int64_t d : spec.shape) n *= d;
   std::string bytes(static_cast<size_t>(n * kernels::DTypeSize(spec.dtype)), '\0');
   *view = {spec.dtype, spec.shape, bytes.data()};
+  return bytes;
+}
+
+// The bytes `run` writes into a zeroed output planned as `spec`; `run` must succeed.
+std::string RunInto(const kernels::OutputSpec& spec,
+                    const std::function<absl::Status(const kernels::TensorView&)>& run) {
+  kernels::TensorView view;
+  std::string bytes = Allocate(spec, &view);
+  const absl::Status status = run(view);
+  EXPECT_TRUE(status.ok()) << status;
   return bytes;
 }
 
@@ -61,13 +69,12 @@ TEST(HandleApplyRopeTest, MatchesDirectKernelCall) {
   ASSERT_TRUE(status.ok()) << status.error_message();
 
   // The same through the kernels.
-  kernels::RopeConfig cfg;
-  cfg.rotary_dim = 8;
-  cfg.base = 500000;
-  cfg.style = kernels::RopeStyle::kGptj;
-  cfg.scaling.type = kernels::RopeScalingType::kYarn;
-  cfg.scaling.factor = 4;
-  cfg.scaling.original_max_position_embeddings = 2048;
+  const kernels::RopeConfig cfg{.rotary_dim = 8,
+                                .base = 500000,
+                                .style = kernels::RopeStyle::kGptj,
+                                .scaling = {.type = kernels::RopeScalingType::kYarn,
+                                            .factor = 4,
+                                            .original_max_position_embeddings = 2048}};
   kernels::PositionSpec spec;
   spec.kind = kernels::PositionSpec::Kind::kOffsets;
   spec.offsets = {3, 7};
@@ -151,13 +158,12 @@ TEST(HandleRopeCacheTest, MatchesDirectKernelCall) {
   grpc::Status status = HandleRopeCache(t.ctx, req, &resp);
   ASSERT_TRUE(status.ok()) << status.error_message();
 
-  kernels::RopeConfig cfg;
-  cfg.head_dim = 64;
-  cfg.scaling.type = kernels::RopeScalingType::kLlama3;
-  cfg.scaling.factor = 8;
-  cfg.scaling.low_freq_factor = 1;
-  cfg.scaling.high_freq_factor = 4;
-  cfg.scaling.original_max_position_embeddings = 8192;
+  const kernels::RopeConfig cfg{.head_dim = 64,
+                                .scaling = {.type = kernels::RopeScalingType::kLlama3,
+                                            .factor = 8,
+                                            .original_max_position_embeddings = 8192,
+                                            .low_freq_factor = 1,
+                                            .high_freq_factor = 4}};
   kernels::PositionSpec spec;
   spec.kind = kernels::PositionSpec::Kind::kIds;
   spec.ids = View(req.positions().ids(), kernels::DType::kInt64);
@@ -188,11 +194,8 @@ TEST(HandleRopeCacheTest, MatchesDirectKernelCall) {
 
 TEST(HandleRopeCacheTest, DefaultsAreFloat32Compact) {
   TestContext t;
-  v1::RopeCacheRequest req;
-  req.mutable_positions()->mutable_range()->set_start(10);
-  req.mutable_positions()->mutable_range()->set_count(7);
-  req.mutable_config()->set_head_dim(128);
-  req.mutable_config()->set_rotary_dim(64);
+  auto req = Parse<v1::RopeCacheRequest>(
+      "positions { range { start: 10 count: 7 } } config { head_dim: 128 rotary_dim: 64 }");
   v1::RopeCacheResponse resp;
   ASSERT_TRUE(HandleRopeCache(t.ctx, req, &resp).ok());
   EXPECT_EQ(resp.cos().dtype(), v1::DTYPE_FLOAT32);
@@ -212,31 +215,24 @@ TEST(HandleRopeCacheTest, DefaultsAreFloat32Compact) {
 
 TEST(HandleSinusoidalTest, MatchesDirectKernelCall) {
   TestContext t;
-  v1::SinusoidalRequest req;
-  req.mutable_positions()->mutable_range()->set_start(3);
-  req.mutable_positions()->mutable_range()->set_count(9);
-  req.mutable_params()->set_dim(17);
-  req.mutable_params()->set_layout(v1::SINUSOIDAL_LAYOUT_CONCAT);
-  req.set_output_dtype(v1::DTYPE_FLOAT16);
+  const auto req = Parse<v1::SinusoidalRequest>(
+      "positions { range { start: 3 count: 9 } } params { dim: 17 layout: SINUSOIDAL_LAYOUT_CONCAT "
+      "}"
+      " output_dtype: DTYPE_FLOAT16");
   v1::SinusoidalResponse resp;
   ASSERT_TRUE(HandleSinusoidal(t.ctx, req, &resp).ok());
 
-  kernels::SinusoidalParams params;
-  params.dim = 17;
-  params.layout = kernels::SinusoidalLayout::kConcat;
-  kernels::PositionSpec spec;
-  spec.kind = kernels::PositionSpec::Kind::kRange;
-  spec.start = 3;
-  spec.count = 9;
+  const kernels::SinusoidalParams params{.dim = 17, .layout = kernels::SinusoidalLayout::kConcat};
+  const kernels::PositionSpec spec{
+      .kind = kernels::PositionSpec::Kind::kRange, .start = 3, .count = 9};
   auto plan = kernels::PlanSinusoidal(
       {.params = params, .positions = spec, .output_dtype = kernels::DType::kFloat16});
   ASSERT_TRUE(plan.ok()) << plan.status();
-  kernels::TensorView out;
-  std::string bytes = Allocate(plan->table, &out);
-  ASSERT_TRUE(kernels::RunSinusoidal(*t.backend, *plan, out).ok());
   EXPECT_EQ(resp.table().dtype(), v1::DTYPE_FLOAT16);
   EXPECT_EQ(ShapeOf(resp.table()), (std::vector<int64_t>{9, 17}));
-  EXPECT_EQ(resp.table().data(), bytes);
+  EXPECT_EQ(resp.table().data(), RunInto(plan->table, [&](const kernels::TensorView& out) {
+              return kernels::RunSinusoidal(*t.backend, *plan, out);
+            }));
 }
 
 TEST(HandleAddPositionEncodingTest, LearnedTableByNameEqualsInline) {
@@ -298,10 +294,9 @@ TEST(HandleAddPositionEncodingTest, SinusoidalConcatMatchesDirectCall) {
   auto plan = kernels::PlanAddPositionEncoding(
       {.params = params, .x = x, .positions = kernels::PositionSpec{}});
   ASSERT_TRUE(plan.ok()) << plan.status();
-  kernels::TensorView y;
-  std::string bytes = Allocate(plan->y, &y);  // x's dtype: FLOAT32
-  ASSERT_TRUE(kernels::RunAddPositionEncoding(*t.backend, *plan, y).ok());
-  EXPECT_EQ(resp.y().data(), bytes);
+  EXPECT_EQ(resp.y().data(), RunInto(plan->y, [&](const kernels::TensorView& y) {  // FLOAT32
+              return kernels::RunAddPositionEncoding(*t.backend, *plan, y);
+            }));
 }
 
 TEST(HandleAlibiSlopesTest, DefaultFloat32AndFloat64MatchKernel) {
@@ -326,19 +321,13 @@ TEST(HandleAlibiSlopesTest, DefaultFloat32AndFloat64MatchKernel) {
 
 TEST(HandleAlibiBiasTest, MatchesDirectKernelCall) {
   TestContext t;
-  v1::AlibiBiasRequest req;
-  req.set_num_heads(6);
-  req.set_q_len(4);
-  req.set_k_len(9);
-  req.set_future(v1::FUTURE_MODE_LINEAR);
+  const auto req =
+      Parse<v1::AlibiBiasRequest>("num_heads: 6 q_len: 4 k_len: 9 future: FUTURE_MODE_LINEAR");
   v1::AlibiBiasResponse resp;
   ASSERT_TRUE(HandleAlibiBias(t.ctx, req, &resp).ok());
 
-  kernels::AlibiBiasParams params;
-  params.num_heads = 6;
-  params.q_len = 4;
-  params.k_len = 9;
-  params.future = kernels::FutureMode::kLinear;
+  const kernels::AlibiBiasParams params{
+      .num_heads = 6, .q_len = 4, .k_len = 9, .future = kernels::FutureMode::kLinear};
   auto plan = kernels::PlanAlibiBias({.params = params, .output_dtype = kernels::DType::kFloat32});
   ASSERT_TRUE(plan.ok()) << plan.status();
   kernels::TensorView out, slopes;
@@ -378,47 +367,41 @@ TEST(HandleRelativeBiasTest, BucketsAndNamedTableMatchKernels) {
   status = HandleRelativeBias(t.ctx, req, &resp);
   ASSERT_TRUE(status.ok()) << status.error_message();
 
-  kernels::RelativeBiasParams params;
-  params.q_len = 5;
-  params.k_len = 7;
-  params.bidirectional = false;
-  params.table = View(table, kernels::DType::kFloat32);
+  const kernels::RelativeBiasParams params{.q_len = 5,
+                                           .k_len = 7,
+                                           .bidirectional = false,
+                                           .table = View(table, kernels::DType::kFloat32)};
   auto plan =
       kernels::PlanRelativeBias({.params = params, .output_dtype = kernels::DType::kFloat32});
   ASSERT_TRUE(plan.ok()) << plan.status();
-  kernels::TensorView out;
-  std::string bytes = Allocate(plan->bias, &out);
-  ASSERT_TRUE(kernels::RunRelativeBias(*t.backend, *plan, out).ok());
   EXPECT_EQ(ShapeOf(resp.bias()), (std::vector<int64_t>{3, 5, 7}));
-  EXPECT_EQ(resp.bias().data(), bytes);
+  EXPECT_EQ(resp.bias().data(), RunInto(plan->bias, [&](const kernels::TensorView& out) {
+              return kernels::RunRelativeBias(*t.backend, *plan, out);
+            }));
 }
 
 TEST(HandleRelativeEmbeddingTest, MatchesDirectKernelCall) {
   TestContext t;
-  v1::RelativeEmbeddingRequest req;
-  req.set_q_len(3);
-  req.set_k_len(6);
-  req.set_max_relative(2);
-  req.set_key_offset(1);
+  auto req = Parse<v1::RelativeEmbeddingRequest>("q_len: 3 k_len: 6 max_relative: 2 key_offset: 1");
   *req.mutable_table_inline() = FloatTensor({5, 4});
   req.set_output_dtype(v1::DTYPE_FLOAT64);
   v1::RelativeEmbeddingResponse resp;
   ASSERT_TRUE(HandleRelativeEmbedding(t.ctx, req, &resp).ok());
 
-  kernels::RelativeEmbeddingParams params;
-  params.q_len = 3;
-  params.k_len = 6;
-  params.max_relative = 2;
-  params.key_offset = 1;
-  params.table = View(req.table_inline(), kernels::DType::kFloat32);
+  const kernels::RelativeEmbeddingParams params{
+      .q_len = 3,
+      .k_len = 6,
+      .max_relative = 2,
+      .key_offset = 1,
+      .table = View(req.table_inline(), kernels::DType::kFloat32)};
   auto plan =
       kernels::PlanRelativeEmbedding({.params = params, .output_dtype = kernels::DType::kFloat64});
   ASSERT_TRUE(plan.ok()) << plan.status();
-  kernels::TensorView out;
-  std::string bytes = Allocate(plan->embeddings, &out);
-  ASSERT_TRUE(kernels::RunRelativeEmbedding(*t.backend, *plan, out).ok());
   EXPECT_EQ(ShapeOf(resp.embeddings()), (std::vector<int64_t>{3, 6, 4}));
-  EXPECT_EQ(resp.embeddings().data(), bytes);
+  EXPECT_EQ(resp.embeddings().data(),
+            RunInto(plan->embeddings, [&](const kernels::TensorView& out) {
+              return kernels::RunRelativeEmbedding(*t.backend, *plan, out);
+            }));
 }
 
 TEST(HandleGetServerInfoTest, ReportsBackendLimitsAndTables) {

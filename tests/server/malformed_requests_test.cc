@@ -24,10 +24,7 @@
 namespace posenc::server {
 namespace {
 
-using testing::FloatTensor;
-using testing::Int64Tensor;
-using testing::MakeTensor;
-using testing::TestContext;
+using testing::FloatTensor, testing::Int64Tensor, testing::MakeTensor, testing::TestContext;
 
 using AnyRequest =
     std::variant<v1::SinusoidalRequest, v1::AddPositionEncodingRequest, v1::RopeCacheRequest,

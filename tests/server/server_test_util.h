@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/common/types.h"
 #include "posenc/v1/posenc.pb.h"
@@ -17,6 +19,14 @@
 #include "server/tables.h"
 
 namespace posenc::server::testing {
+
+// A message from its text format (`Parse<v1::AlibiBiasRequest>("num_heads: 6 q_len: 4")`).
+template <typename Message>
+Message Parse(const std::string& text) {
+  Message message;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &message)) << text;
+  return message;
+}
 
 template <typename T>
 std::string Bytes(const std::vector<T>& values) {
