@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -55,6 +56,18 @@ Allowed AllowedFields(RopeScalingType type) {
 // relative error (below 1e-18) stays far under double's rounding.
 long double DefaultOmega(long double log_base, int64_t j, int64_t d) {
   return std::exp(-2.0L * static_cast<long double>(j) / static_cast<long double>(d) * log_base);
+}
+
+// YaRN's and LongRoPE's original context l0 (scaling.original_max_position_embeddings, else
+// max_position_embeddings) and extension factor s (scaling.factor, else max_position_embeddings /
+// l0, else 1).
+std::pair<int64_t, double> OriginalContextAndFactor(const RopeConfig& c) {
+  const RopeScaling& sc = c.scaling;
+  const int64_t l0 =
+      sc.original_max_position_embeddings.value_or(c.max_position_embeddings.value_or(0));
+  if (sc.factor) return {l0, *sc.factor};
+  if (!c.max_position_embeddings) return {l0, 1.0};
+  return {l0, static_cast<double>(*c.max_position_embeddings) / static_cast<double>(l0)};
 }
 
 double YarnMscale(double s, double k) { return s <= 1 ? 1.0 : 0.1 * k * std::log(s) + 1.0; }
@@ -312,11 +325,9 @@ RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& c, int64_t max_pos
       break;
     }
     case RopeScalingType::kYarn: {
-      const int64_t l0 =
-          sc.original_max_position_embeddings.value_or(c.max_position_embeddings.value_or(0));
-      const double s =
-          sc.factor ? *sc.factor
-                    : static_cast<double>(*c.max_position_embeddings) / static_cast<double>(l0);
+      const std::pair<int64_t, double> context = OriginalContextAndFactor(c);
+      const int64_t l0 = context.first;
+      const double s = context.second;
       f.factor = s;
       const double beta_fast = sc.beta_fast.value_or(32.0);
       const double beta_slow = sc.beta_slow.value_or(1.0);
@@ -372,13 +383,9 @@ RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& c, int64_t max_pos
       break;
     }
     case RopeScalingType::kLongrope: {
-      const int64_t l0 =
-          sc.original_max_position_embeddings.value_or(c.max_position_embeddings.value_or(0));
-      const double s =
-          sc.factor ? *sc.factor
-          : c.max_position_embeddings
-              ? static_cast<double>(*c.max_position_embeddings) / static_cast<double>(l0)
-              : 1.0;
+      const std::pair<int64_t, double> context = OriginalContextAndFactor(c);
+      const int64_t l0 = context.first;
+      const double s = context.second;
       f.factor = s;
       f.seq_len = seq_len;
       f.longrope_long_factors = seq_len > l0;
