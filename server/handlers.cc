@@ -129,7 +129,7 @@ absl::Status RopeCache(const HandlerContext& ctx, const v1::RopeCacheRequest& re
   POSENC_RETURN_IF_ERROR(ToPositionSpec(PositionsOrNull(req.has_positions(), req.positions()),
                                         "positions", &args.positions));
   POSENC_ASSIGN_OR_RETURN(kernels::RopeCachePlan plan, kernels::PlanRopeCache(std::move(args)));
-  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.cos, plan.sin}));
+  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.cos, plan.sin, plan.inv_freq}));
   POSENC_ASSIGN_OR_RETURN(kernels::RopeRunInfo info,
                           kernels::RunRopeCache(*ctx.backend, plan, ctx.rope_cache,
                                                 AllocateOutput(plan.cos, resp->mutable_cos()),
@@ -152,9 +152,9 @@ absl::Status ApplyRope(const HandlerContext& ctx, const v1::ApplyRopeRequest& re
                                         "positions", &args.positions));
   POSENC_ASSIGN_OR_RETURN(kernels::ApplyRopePlan plan, kernels::PlanApplyRope(std::move(args)));
   if (plan.has_k()) {
-    POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.q, plan.k}));
+    POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.q, plan.k, plan.inv_freq}));
   } else {
-    POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.q}));
+    POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.q, plan.inv_freq}));
   }
   kernels::TensorView q = MoveToResponse(ctx, req.q(), plan.q, resp->mutable_q());
   kernels::TensorView k;

@@ -7,6 +7,7 @@
 //   --backend              POSENC_BACKEND              cpu (default), reference or auto
 //   --threads              POSENC_THREADS              threads per large request (0 = cores)
 //   --cache_entries        POSENC_CACHE_ENTRIES        RoPE frequency cache size (0 = off)
+//   --cache_bytes          POSENC_CACHE_BYTES          RoPE frequency cache bytes (64 MiB)
 //   --tables               POSENC_TABLES               directory of *.npy/*.safetensors tables
 //   --drain_timeout        POSENC_DRAIN_TIMEOUT        shutdown bound for in-flight calls (10s)
 //   --drain_grace          POSENC_DRAIN_GRACE          NOT_SERVING before the listener closes (1s)
@@ -54,6 +55,9 @@ ABSL_FLAG(int64_t, threads, 0,
 ABSL_FLAG(int64_t, cache_entries, 1024,
           "Entries of the bounded RoPE frequency cache, keyed by the full config (every field, "
           "plus seq_len for dynamic/longrope); 0 disables it (env POSENC_CACHE_ENTRIES)");
+ABSL_FLAG(int64_t, cache_bytes, int64_t{64} << 20,
+          "Bytes the RoPE frequency cache may hold (keys, frequencies, bookkeeping); least "
+          "recently used entries go first; 0 disables it (env POSENC_CACHE_BYTES)");
 ABSL_FLAG(std::string, tables, "",
           "Directory whose *.npy and *.safetensors files are loaded at start-up as named "
           "tables (NAME.npy -> NAME, NAME.safetensors -> NAME/TENSOR); a bad file stops "
@@ -120,7 +124,8 @@ bool ApplyEnvironment() {
   for (const IntEnv& env : {IntEnv{"POSENC_MAX_MESSAGE_BYTES", &FLAGS_max_message_bytes},
                             IntEnv{"POSENC_MAX_OUTPUT_ELEMENTS", &FLAGS_max_output_elements},
                             IntEnv{"POSENC_THREADS", &FLAGS_threads},
-                            IntEnv{"POSENC_CACHE_ENTRIES", &FLAGS_cache_entries}}) {
+                            IntEnv{"POSENC_CACHE_ENTRIES", &FLAGS_cache_entries},
+                            IntEnv{"POSENC_CACHE_BYTES", &FLAGS_cache_bytes}}) {
     const char* v = std::getenv(env.name);
     if (v == nullptr || *v == '\0') continue;
     int64_t value = 0;
@@ -174,6 +179,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.cache_entries = absl::GetFlag(FLAGS_cache_entries);
+  if (absl::GetFlag(FLAGS_cache_bytes) < 0 ||
+      absl::GetFlag(FLAGS_cache_bytes) > (int64_t{1} << 40)) {
+    std::fprintf(stderr, "posenc-server: --cache_bytes: expected 0 .. 2^40, got %lld\n",
+                 static_cast<long long>(absl::GetFlag(FLAGS_cache_bytes)));
+    return 2;
+  }
+  options.cache_bytes = absl::GetFlag(FLAGS_cache_bytes);
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   for (const auto& [name, value] : {std::pair{"drain_timeout", drain_timeout},
                                     std::pair{"drain_grace", absl::GetFlag(FLAGS_drain_grace)}}) {

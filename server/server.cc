@@ -46,7 +46,8 @@ class PosencServerImpl final : public PosencServer {
   PosencServerImpl(const ServerOptions& options, std::unique_ptr<kernels::Backend> backend)
       : options_(options),
         backend_(std::move(backend)),
-        rope_cache_(static_cast<size_t>(std::max<int64_t>(0, options.cache_entries))),
+        rope_cache_(static_cast<size_t>(std::max<int64_t>(0, options.cache_entries)),
+                    static_cast<size_t>(std::max<int64_t>(0, options.cache_bytes))),
         service_(HandlerContext{backend_.get(),
                                 Limits{options.max_output_elements, options.max_message_bytes},
                                 &tables_, false, &rope_cache_, &metrics_}) {}

@@ -35,6 +35,8 @@ struct ServerOptions {
   int threads = 0;
   // Entries of the bounded RoPE frequency cache (keyed by the full config); 0 disables it.
   int64_t cache_entries = 1024;
+  // Bytes the cache may hold (RopeFrequencyCache::EntryBytes summed); 0 disables it.
+  int64_t cache_bytes = int64_t{64} << 20;
   // TLS (server/tls.h): PEM files of the server's certificate chain and private key (both or
   // neither; neither = plaintext), and of the CA(s) that client certificates must chain to
   // (set = mutual TLS: a client without a valid certificate is refused).

@@ -12,8 +12,9 @@
 namespace posenc::kernels {
 
 absl::Status ValidateSinusoidal(const SinusoidalParams& p, absl::string_view field) {
-  if (p.dim <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".dim: expected > 0, got ", p.dim));
+  if (p.dim <= 0 || p.dim > kMaxSinusoidalDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".dim: expected 1 .. ", kMaxSinusoidalDim, ", got ", p.dim));
   }
   if (!std::isfinite(p.base) || !(p.base > 0) || p.base == 1.0) {
     return absl::InvalidArgumentError(

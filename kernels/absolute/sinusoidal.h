@@ -26,6 +26,10 @@ namespace posenc::kernels {
 
 class Backend;
 
+// The largest encoding width: d_model of released models is at most a few times 10^4; the cap
+// bounds the frequencies (D/2 of them) one request can make the server compute.
+inline constexpr int64_t kMaxSinusoidalDim = int64_t{1} << 20;
+
 enum class SinusoidalLayout { kInterleaved, kConcat };
 enum class FreqScheme { kDefault, kVaswani, kT2t };  // kDefault: VASWANI/INTERLEAVED, T2T/CONCAT
 

@@ -113,6 +113,7 @@ absl::StatusOr<ApplyRopePlan> PlanApplyRope(ApplyRopeArgs args) {
   }
   POSENC_RETURN_IF_ERROR(ValidateRopeConfig(config));
   plan.rotary_dim = config.rotary_dim.value_or(config.head_dim);
+  plan.inv_freq = {"derived.inv_freq", DType::kFloat64, {plan.rotary_dim / 2}};
   TokenGrid grid;
   grid.components = config.mrope_section.empty() ? 1 : 3;
   if (args.layout == TensorLayout::kTHD) {
@@ -133,7 +134,7 @@ absl::StatusOr<RopeRunInfo> RunApplyRope(const Backend& backend, const ApplyRope
                                          const TensorView& k) {
   POSENC_ASSIGN_OR_RETURN(RopeRunInputs in, PrepareRopeRun(plan.positions, plan.config, cache));
   POSENC_RETURN_IF_ERROR(backend.ApplyRope(plan, *in.info.frequencies, in.positions, q, k));
-  return in.info;
+  return FinishRopeRun(std::move(in), cache);
 }
 
 }  // namespace posenc::kernels

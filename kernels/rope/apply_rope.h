@@ -44,7 +44,8 @@ struct ApplyRopePlan {
   int64_t head_dim = 0, rotary_dim = 0;
   int64_t q_heads = 0, k_heads = 0;  // k_heads 0 without k
   HeadStrides q_strides, k_strides;
-  OutputSpec q, k;  // q's and k's dtype and shape (k only when k_heads > 0)
+  OutputSpec q, k;      // q's and k's dtype and shape (k only when k_heads > 0)
+  OutputSpec inv_freq;  // the derived frequencies a response reports: FLOAT64 [rotary_dim/2]
 
   bool has_k() const { return k_heads > 0; }
   // Element offset of head 0 of token t.

@@ -102,8 +102,9 @@ absl::Status ValidateRopeConfig(const RopeConfig& config) {
 namespace {
 
 absl::Status ValidateFields(const RopeConfig& c) {
-  if (c.head_dim <= 0) {
-    return Invalid("config.head_dim", absl::StrCat("expected > 0, got ", c.head_dim));
+  if (c.head_dim <= 0 || c.head_dim > kMaxRopeHeadDim) {
+    return Invalid("config.head_dim",
+                   absl::StrCat("expected 1 .. ", kMaxRopeHeadDim, ", got ", c.head_dim));
   }
   const int64_t d = c.rotary_dim.value_or(c.head_dim);
   if (c.rotary_dim.has_value()) {

@@ -22,6 +22,10 @@
 
 namespace posenc::kernels {
 
+// The largest head_dim (and so rotary_dim) a RoPE config may have. Released models use 64 .. 256;
+// the cap bounds what one request can make the server compute and cache (d/2 frequencies).
+inline constexpr int64_t kMaxRopeHeadDim = int64_t{1} << 16;
+
 enum class RopeStyle { kNeox, kGptj };
 enum class RopeScalingType { kDefault, kLinear, kNtk, kDynamic, kYarn, kLlama3, kLongrope };
 enum class MropeLayout { kContiguous, kInterleaved };

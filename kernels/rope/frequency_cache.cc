@@ -53,39 +53,61 @@ std::string RopeFrequencyCache::Key(const RopeConfig& c, int64_t max_position) {
   return key;
 }
 
+size_t RopeFrequencyCache::EntryBytes(const std::string& key, const RopeFrequencies& value) {
+  // The list node, the index node and the shared control block: a few hundred bytes.
+  constexpr size_t kBookkeeping = 256;
+  return kBookkeeping + 2 * key.capacity() + sizeof(RopeFrequencies) +
+         value.inv_freq.capacity() * sizeof(long double);
+}
+
 size_t RopeFrequencyCache::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return lru_.size();
 }
 
-absl::StatusOr<std::shared_ptr<const RopeFrequencies>> RopeFrequencyCache::Get(
-    const RopeConfig& config, int64_t max_position, bool* hit) {
-  if (hit != nullptr) *hit = false;
-  std::string key;
-  if (capacity_ > 0) {
-    key = Key(config, max_position);
+size_t RopeFrequencyCache::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+std::shared_ptr<const RopeFrequencies> RopeFrequencyCache::Find(const std::string& key) {
+  if (max_entries_ > 0 && max_bytes_ > 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = index_.find(key);
-    if (it != index_.end()) {
+    if (auto it = index_.find(key); it != index_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second);
       hits_.fetch_add(1, std::memory_order_relaxed);
-      if (hit != nullptr) *hit = true;
-      return it->second->second;
+      return it->second->value;
     }
   }
   misses_.fetch_add(1, std::memory_order_relaxed);
+  return nullptr;
+}
+
+void RopeFrequencyCache::Insert(std::string key, std::shared_ptr<const RopeFrequencies> value) {
+  const size_t bytes = EntryBytes(key, *value);
+  if (max_entries_ == 0 || bytes > max_bytes_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (index_.contains(key)) return;  // another call stored it meanwhile
+  lru_.push_front(Entry{key, std::move(value), bytes});
+  index_.emplace(std::move(key), lru_.begin());
+  bytes_ += bytes;
+  while (lru_.size() > max_entries_ || bytes_ > max_bytes_) {
+    bytes_ -= lru_.back().bytes;
+    index_.erase(lru_.back().key);
+    lru_.pop_back();
+  }
+}
+
+absl::StatusOr<std::shared_ptr<const RopeFrequencies>> RopeFrequencyCache::Get(
+    const RopeConfig& config, int64_t max_position, bool* hit) {
+  std::string key = Key(config, max_position);
+  std::shared_ptr<const RopeFrequencies> found = Find(key);
+  if (hit != nullptr) *hit = found != nullptr;
+  if (found != nullptr) return found;
   absl::StatusOr<RopeFrequencies> computed = ComputeRopeFrequencies(config, max_position);
   if (!computed.ok()) return computed.status();
   auto value = std::make_shared<const RopeFrequencies>(std::move(*computed));
-  if (capacity_ == 0) return value;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = index_.find(key); it != index_.end()) return it->second->second;  // raced
-  lru_.emplace_front(key, value);
-  index_.emplace(std::move(key), lru_.begin());
-  while (lru_.size() > capacity_) {
-    index_.erase(lru_.back().first);
-    lru_.pop_back();
-  }
+  Insert(std::move(key), value);
   return value;
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
+#include "kernels/common/cancellation.h"
 #include "kernels/common/status.h"
 #include "kernels/rope/frequency_cache.h"
 
@@ -26,6 +27,7 @@ absl::StatusOr<RopeCachePlan> PlanRopeCache(RopeCacheArgs args) {
   plan.cos.shape.push_back(plan.width);
   plan.sin = plan.cos;
   plan.sin.name = "sin";
+  plan.inv_freq = {"derived.inv_freq", DType::kFloat64, {d / 2}};
   return plan;
 }
 
@@ -34,14 +36,26 @@ absl::StatusOr<RopeRunInputs> PrepareRopeRun(const PositionPlan& positions,
   RopeRunInputs in;
   POSENC_ASSIGN_OR_RETURN(in.positions, ResolvePositions(positions));
   const int64_t max_position = in.positions.max_position;
-  if (cache == nullptr) {
+  if (cache != nullptr) {
+    in.cache_key = RopeFrequencyCache::Key(config, max_position);
+    in.info.frequencies = cache->Find(in.cache_key);
+    in.info.cache_hit = in.info.frequencies != nullptr;
+  }
+  if (in.info.frequencies == nullptr) {
+    if (const Cancellation* cancel = CurrentCancellation(); cancel != nullptr) {
+      POSENC_RETURN_IF_ERROR(cancel->Check());
+    }
     in.info.frequencies =
         std::make_shared<const RopeFrequencies>(ComputeValidRopeFrequencies(config, max_position));
-  } else {
-    POSENC_ASSIGN_OR_RETURN(in.info.frequencies,
-                            cache->Get(config, max_position, &in.info.cache_hit));
   }
   return in;
+}
+
+RopeRunInfo FinishRopeRun(RopeRunInputs in, RopeFrequencyCache* cache) {
+  if (cache != nullptr && !in.info.cache_hit) {
+    cache->Insert(std::move(in.cache_key), in.info.frequencies);
+  }
+  return std::move(in.info);
 }
 
 absl::StatusOr<RopeRunInfo> RunRopeCache(const Backend& backend, const RopeCachePlan& plan,
@@ -49,7 +63,7 @@ absl::StatusOr<RopeRunInfo> RunRopeCache(const Backend& backend, const RopeCache
                                          const TensorView& sin) {
   POSENC_ASSIGN_OR_RETURN(RopeRunInputs in, PrepareRopeRun(plan.positions, plan.config, cache));
   POSENC_RETURN_IF_ERROR(backend.RopeCache(plan, *in.info.frequencies, in.positions, cos, sin));
-  return in.info;
+  return FinishRopeRun(std::move(in), cache);
 }
 
 }  // namespace posenc::kernels

@@ -9,6 +9,7 @@
 #define POSENC_KERNELS_ROPE_ROPE_CACHE_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "kernels/common/positions.h"
@@ -35,6 +36,7 @@ struct RopeCachePlan {
   PositionPlan positions;
   int64_t width = 0;  // columns: d/2 (COMPACT) or d
   OutputSpec cos, sin;
+  OutputSpec inv_freq;  // the derived frequencies a response reports: FLOAT64 [d/2]
 };
 
 absl::StatusOr<RopeCachePlan> PlanRopeCache(RopeCacheArgs args);
@@ -48,14 +50,17 @@ struct RopeRunInfo {
 
 // What a RoPE op's run needs before it calls the backend: the resolved positions and the
 // frequencies of the plan's (validated) config for them, from `cache` when given (else
-// computed). RunRopeCache and RunApplyRope start with it; so does a benchmark that times the
-// backend alone.
+// computed; the calling thread's cancellation is checked first). RunRopeCache and RunApplyRope
+// start with it (so does a benchmark that times the backend alone) and end with
+// FinishRopeRun, which stores newly computed frequencies only once the call succeeded.
 struct RopeRunInputs {
   ResolvedPositions positions;
   RopeRunInfo info;
+  std::string cache_key;  // empty without a cache
 };
 absl::StatusOr<RopeRunInputs> PrepareRopeRun(const PositionPlan& positions,
                                              const RopeConfig& config, RopeFrequencyCache* cache);
+RopeRunInfo FinishRopeRun(RopeRunInputs in, RopeFrequencyCache* cache);
 
 // Resolves the positions, takes the frequencies from `cache` (null: computes them) and fills
 // cos and sin (plan.cos / plan.sin's dtype and shape).

@@ -1,14 +1,22 @@
-// The bounded RoPE frequency cache: exact hits, keys that separate configs, LRU eviction.
+// The bounded RoPE frequency cache: exact hits, keys that separate configs, LRU eviction by
+// entries and by bytes, and runs that store only when they complete.
+#include "kernels/rope/rope_cache.h"
+
 #include <atomic>
 #include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/common/cancellation.h"
 #include "kernels/rope/config.h"
 #include "kernels/rope/frequency_cache.h"
+#include "tests/common/buffers.h"
 
 namespace posenc::kernels {
 namespace {
+
+constexpr size_t kBytes = size_t{1} << 20;  // far above what these tests store
 
 RopeConfig Llama3() {
   RopeConfig c;
@@ -23,7 +31,7 @@ RopeConfig Llama3() {
 }
 
 TEST(RopeFrequencyCacheTest, HitsReturnExactlyWhatComputeReturns) {
-  RopeFrequencyCache cache(8);
+  RopeFrequencyCache cache(8, kBytes);
   bool hit = true;
   auto first = cache.Get(Llama3(), 100, &hit);
   ASSERT_TRUE(first.ok());
@@ -61,7 +69,7 @@ TEST(RopeFrequencyCacheTest, EveryFieldSeparatesEntries) {
   dynamic.scaling.factor = 2;
   dynamic.max_position_embeddings = 1024;
   EXPECT_NE(RopeFrequencyCache::Key(dynamic, 2000), RopeFrequencyCache::Key(dynamic, 3000));
-  RopeFrequencyCache cache(4);
+  RopeFrequencyCache cache(4, kBytes);
   auto a = cache.Get(dynamic, 2000);
   auto b = cache.Get(dynamic, 3000);
   ASSERT_TRUE(a.ok() && b.ok());
@@ -69,7 +77,7 @@ TEST(RopeFrequencyCacheTest, EveryFieldSeparatesEntries) {
 }
 
 TEST(RopeFrequencyCacheTest, EvictsTheLeastRecentlyUsedAndNeverCachesErrors) {
-  RopeFrequencyCache cache(2);
+  RopeFrequencyCache cache(2, kBytes);
   RopeConfig c;
   for (int64_t d : {8, 16, 8, 32, 16}) {
     c.head_dim = d;
@@ -82,7 +90,7 @@ TEST(RopeFrequencyCacheTest, EvictsTheLeastRecentlyUsedAndNeverCachesErrors) {
   EXPECT_FALSE(cache.Get(c, 0).ok());
   EXPECT_FALSE(cache.Get(c, 0).ok());
   EXPECT_EQ(cache.size(), 2u);
-  RopeFrequencyCache off(0);
+  RopeFrequencyCache off(0, kBytes);
   bool hit = true;
   c.head_dim = 8;
   ASSERT_TRUE(off.Get(c, 0, &hit).ok());
@@ -92,7 +100,7 @@ TEST(RopeFrequencyCacheTest, EvictsTheLeastRecentlyUsedAndNeverCachesErrors) {
 }
 
 TEST(RopeFrequencyCacheTest, ConcurrentGetsAgree) {
-  RopeFrequencyCache cache(3);
+  RopeFrequencyCache cache(3, kBytes);
   std::vector<std::thread> threads;
   std::atomic<int> bad{0};
   for (int t = 0; t < 4; ++t) {
@@ -108,6 +116,69 @@ TEST(RopeFrequencyCacheTest, ConcurrentGetsAgree) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(bad.load(), 0);
   EXPECT_LE(cache.size(), 3u);
+}
+
+TEST(RopeFrequencyCacheTest, BoundedInBytes) {
+  RopeConfig c;
+  c.head_dim = 1024;  // 512 frequencies: about 8 KiB an entry
+  std::string key = RopeFrequencyCache::Key(c, 0);
+  const size_t entry = RopeFrequencyCache::EntryBytes(key, *ComputeRopeFrequencies(c, 0));
+  EXPECT_GE(entry, 512 * sizeof(long double));
+  RopeFrequencyCache cache(100, 2 * entry + entry / 2);  // room for two
+  for (int64_t base : {1000, 2000, 3000, 4000}) {
+    c.base = static_cast<double>(base);
+    ASSERT_TRUE(cache.Get(c, 0).ok());
+    EXPECT_LE(cache.bytes(), cache.max_bytes());
+  }
+  EXPECT_EQ(cache.size(), 2u);
+  c.head_dim = 65536;  // one entry larger than the whole cache is not stored
+  ASSERT_TRUE(cache.Get(c, 0).ok());
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_LE(cache.bytes(), cache.max_bytes());
+  RopeFrequencyCache no_bytes(100, 0);
+  ASSERT_TRUE(no_bytes.Get(c, 0).ok());
+  EXPECT_EQ(no_bytes.size(), 0u);
+}
+
+// A cancelled call (deadline passed) computes nothing for the cache and leaves nothing in it.
+class AlwaysCancelled final : public Cancellation {
+ public:
+  absl::Status Check() const override { return absl::DeadlineExceededError("deadline passed"); }
+};
+
+TEST(RopeFrequencyCacheTest, OnlyCompletedRunsFillIt) {
+  RopeFrequencyCache cache(8, kBytes);
+  const std::unique_ptr<Backend> backend = MakeReferenceBackend();
+  RopeCacheArgs args;
+  args.config.head_dim = 64;
+  args.positions.kind = PositionSpec::Kind::kRange;
+  args.positions.count = 4;
+  absl::StatusOr<RopeCachePlan> plan = PlanRopeCache(args);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  testing::Buffer cos(plan->cos), sin(plan->sin);
+  {
+    const AlwaysCancelled cancelled;
+    const ScopedCancellation scope(&cancelled);
+    absl::StatusOr<RopeRunInfo> run = RunRopeCache(*backend, *plan, &cache, cos.view, sin.view);
+    EXPECT_EQ(run.status().code(), absl::StatusCode::kDeadlineExceeded);
+  }
+  EXPECT_EQ(cache.size(), 0u);
+  absl::StatusOr<RopeRunInfo> run = RunRopeCache(*backend, *plan, &cache, cos.view, sin.view);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_FALSE(run->cache_hit);
+  EXPECT_EQ(cache.size(), 1u);
+  run = RunRopeCache(*backend, *plan, &cache, cos.view, sin.view);
+  ASSERT_TRUE(run.ok());
+  EXPECT_TRUE(run->cache_hit);
+}
+
+TEST(RopeConfigTest, HeadDimIsCapped) {
+  RopeConfig c;
+  c.head_dim = kMaxRopeHeadDim;
+  EXPECT_TRUE(ValidateRopeConfig(c).ok());
+  c.head_dim = kMaxRopeHeadDim + 2;
+  EXPECT_EQ(ValidateRopeConfig(c).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(ValidateRopeConfig(c).message().find("config.head_dim"), std::string::npos);
 }
 
 }  // namespace

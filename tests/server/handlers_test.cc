@@ -453,6 +453,23 @@ TEST(HandleApplyRopeTest, ResponseBytesOverLimitIsResourceExhausted) {
   EXPECT_NE(status.error_message().find("--max_message_bytes=1024"), std::string::npos);
 }
 
+// Issue #8: derived.inv_freq (d/2 doubles) counts in the response's bytes like cos and sin.
+TEST(HandleRopeCacheTest, DerivedFrequenciesCountInTheMessageLimit) {
+  TestContext t;
+  t.ctx.limits.max_message_bytes = 300 << 10;
+  v1::RopeCacheRequest req;
+  req.mutable_config()->set_head_dim(65536);
+  req.mutable_positions()->mutable_range()->set_count(1);
+  req.set_output_dtype(v1::DTYPE_FLOAT16);  // cos + sin: 128 KiB; inv_freq: 256 KiB
+  v1::RopeCacheResponse resp;
+  grpc::Status status = HandleRopeCache(t.ctx, req, &resp);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(status.error_message().find("derived.inv_freq"), std::string::npos)
+      << status.error_message();
+  t.ctx.limits.max_message_bytes = 400 << 10;
+  EXPECT_TRUE(HandleRopeCache(t.ctx, req, &resp).ok());
+}
+
 TEST(TableRegistryTest, RejectsBadTables) {
   TableRegistry tables;
   EXPECT_FALSE(tables.Add("", kernels::DType::kFloat32, {1}, std::string(4, '\0')).ok());

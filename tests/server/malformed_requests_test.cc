@@ -346,6 +346,15 @@ std::vector<BadCase> AllCases() {
           "config.max_position_embeddings"),
       Cache(
           "head_dim_missing", [](C& r) { r.mutable_config()->set_head_dim(0); }, "config.head_dim"),
+      // Issue #8: 24 bytes that asked for 2^27 frequencies (1-1.5 GiB held per distinct base).
+      Cache(
+          "head_dim_over_cap",
+          [](C& r) {
+            r.mutable_config()->set_head_dim(int64_t{1} << 27);
+            r.mutable_config()->set_base(12345.678);
+            r.set_output_dtype(v1::DTYPE_FLOAT16);
+          },
+          "config.head_dim"),
       Cache(
           "layer_type_without_hf", [](C& r) { r.mutable_config()->set_layer_type("full"); },
           "config.layer_type"),
