@@ -138,6 +138,16 @@ absl::StatusOr<HealthStatus> DecodeHealthCheckResponse(std::string_view in) {
   return static_cast<HealthStatus>(status);
 }
 
+// A unary method of the generated stub, e.g. &v1::PositionEncoding::Stub::RopeCache.
+template <typename Request, typename Response>
+using Method = grpc::Status (v1::PositionEncoding::Stub::*)(grpc::ClientContext*, const Request&,
+                                                            Response*);
+
+// Moves a tensor out of a response; `field` names it in the error for an inconsistent one.
+absl::StatusOr<Tensor> Take(v1::Tensor* tensor, absl::string_view field) {
+  return internal::FromProto(std::move(*tensor), field);
+}
+
 }  // namespace
 
 std::string_view HealthStatusName(HealthStatus status) {
@@ -168,9 +178,8 @@ struct Client::Impl {
 
   // One unary call through the generated stub, e.g. Call(&Stub::RopeCache, request, &response).
   template <typename Request, typename Response>
-  absl::Status Call(grpc::Status (v1::PositionEncoding::Stub::*method)(grpc::ClientContext*,
-                                                                       const Request&, Response*),
-                    const Request& request, Response* response) const {
+  absl::Status Call(Method<Request, Response> method, const Request& request,
+                    Response* response) const {
     grpc::ClientContext context;
     PrepareContext(&context);
     return ToAbsl((stub.get()->*method)(&context, request, response));
@@ -178,13 +187,28 @@ struct Client::Impl {
 
   // The request of `options` (internal::ToRequest) sent with Call; the response.
   template <typename Options, typename Request, typename Response>
-  absl::StatusOr<Response> Send(grpc::Status (v1::PositionEncoding::Stub::*method)(
-                                    grpc::ClientContext*, const Request&, Response*),
-                                const Options& options) const {
+  absl::StatusOr<Response> Send(Method<Request, Response> method, const Options& options) const {
     POSENC_ASSIGN_OR_RETURN(const Request request, internal::ToRequest(options));
     Response response;
     POSENC_RETURN_IF_ERROR(Call(method, request, &response));
     return response;
+  }
+
+  // Send for an RPC whose response is several fields: the client's result (internal::FromProto).
+  template <typename Options, typename Request, typename Response>
+  auto SendForResult(Method<Request, Response> method, const Options& options) const
+      -> decltype(internal::FromProto(std::declval<Response&&>())) {
+    POSENC_ASSIGN_OR_RETURN(Response response, Send(method, options));
+    return internal::FromProto(std::move(response));
+  }
+
+  // Send for an RPC whose response is one tensor: the tensor `tensor` returns, named `field`.
+  template <typename Options, typename Request, typename Response>
+  absl::StatusOr<Tensor> SendForTensor(Method<Request, Response> method, const Options& options,
+                                       v1::Tensor* (Response::*tensor)(),
+                                       absl::string_view field) const {
+    POSENC_ASSIGN_OR_RETURN(Response response, Send(method, options));
+    return Take((response.*tensor)(), field);
   }
 };
 
@@ -228,69 +252,41 @@ std::unique_ptr<Client> Client::FromChannel(std::shared_ptr<grpc::Channel> chann
 std::shared_ptr<grpc::Channel> Client::channel() const { return impl_->channel; }
 
 absl::StatusOr<Tensor> Client::Sinusoidal(const SinusoidalOptions& options) const {
-  POSENC_ASSIGN_OR_RETURN(v1::SinusoidalResponse response,
-                          impl_->Send(&v1::PositionEncoding::Stub::Sinusoidal, options));
-  return internal::FromProto(std::move(*response.mutable_table()), "table");
+  return impl_->SendForTensor(&v1::PositionEncoding::Stub::Sinusoidal, options,
+                              &v1::SinusoidalResponse::mutable_table, "table");
 }
 
 absl::StatusOr<Tensor> Client::AddPositionEncoding(
     const AddPositionEncodingOptions& options) const {
-  POSENC_ASSIGN_OR_RETURN(v1::AddPositionEncodingResponse response,
-                          impl_->Send(&v1::PositionEncoding::Stub::AddPositionEncoding, options));
-  return internal::FromProto(std::move(*response.mutable_y()), "y");
+  return impl_->SendForTensor(&v1::PositionEncoding::Stub::AddPositionEncoding, options,
+                              &v1::AddPositionEncodingResponse::mutable_y, "y");
 }
 
 absl::StatusOr<RopeCacheResult> Client::RopeCache(const RopeCacheOptions& options) const {
-  POSENC_ASSIGN_OR_RETURN(v1::RopeCacheResponse response,
-                          impl_->Send(&v1::PositionEncoding::Stub::RopeCache, options));
-  RopeCacheResult result;
-  POSENC_ASSIGN_OR_RETURN(result.cos,
-                          internal::FromProto(std::move(*response.mutable_cos()), "cos"));
-  POSENC_ASSIGN_OR_RETURN(result.sin,
-                          internal::FromProto(std::move(*response.mutable_sin()), "sin"));
-  result.derived = internal::FromProto(response.derived());
-  return result;
+  return impl_->SendForResult(&v1::PositionEncoding::Stub::RopeCache, options);
 }
 
 absl::StatusOr<ApplyRopeResult> Client::ApplyRope(const ApplyRopeOptions& options) const {
-  POSENC_ASSIGN_OR_RETURN(v1::ApplyRopeResponse response,
-                          impl_->Send(&v1::PositionEncoding::Stub::ApplyRope, options));
-  ApplyRopeResult result;
-  POSENC_ASSIGN_OR_RETURN(result.q, internal::FromProto(std::move(*response.mutable_q()), "q"));
-  if (response.has_k()) {
-    POSENC_ASSIGN_OR_RETURN(result.k, internal::FromProto(std::move(*response.mutable_k()), "k"));
-  }
-  result.derived = internal::FromProto(response.derived());
-  return result;
+  return impl_->SendForResult(&v1::PositionEncoding::Stub::ApplyRope, options);
 }
 
 absl::StatusOr<Tensor> Client::AlibiSlopes(const AlibiSlopesOptions& options) const {
-  POSENC_ASSIGN_OR_RETURN(v1::AlibiSlopesResponse response,
-                          impl_->Send(&v1::PositionEncoding::Stub::AlibiSlopes, options));
-  return internal::FromProto(std::move(*response.mutable_slopes()), "slopes");
+  return impl_->SendForTensor(&v1::PositionEncoding::Stub::AlibiSlopes, options,
+                              &v1::AlibiSlopesResponse::mutable_slopes, "slopes");
 }
 
 absl::StatusOr<AlibiBiasResult> Client::AlibiBias(const AlibiBiasOptions& options) const {
-  POSENC_ASSIGN_OR_RETURN(v1::AlibiBiasResponse response,
-                          impl_->Send(&v1::PositionEncoding::Stub::AlibiBias, options));
-  AlibiBiasResult result;
-  POSENC_ASSIGN_OR_RETURN(result.bias,
-                          internal::FromProto(std::move(*response.mutable_bias()), "bias"));
-  POSENC_ASSIGN_OR_RETURN(result.slopes,
-                          internal::FromProto(std::move(*response.mutable_slopes()), "slopes"));
-  return result;
+  return impl_->SendForResult(&v1::PositionEncoding::Stub::AlibiBias, options);
 }
 
 absl::StatusOr<Tensor> Client::RelativeBias(const RelativeBiasOptions& options) const {
-  POSENC_ASSIGN_OR_RETURN(v1::RelativeBiasResponse response,
-                          impl_->Send(&v1::PositionEncoding::Stub::RelativeBias, options));
-  return internal::FromProto(std::move(*response.mutable_bias()), "bias");
+  return impl_->SendForTensor(&v1::PositionEncoding::Stub::RelativeBias, options,
+                              &v1::RelativeBiasResponse::mutable_bias, "bias");
 }
 
 absl::StatusOr<Tensor> Client::RelativeEmbedding(const RelativeEmbeddingOptions& options) const {
-  POSENC_ASSIGN_OR_RETURN(v1::RelativeEmbeddingResponse response,
-                          impl_->Send(&v1::PositionEncoding::Stub::RelativeEmbedding, options));
-  return internal::FromProto(std::move(*response.mutable_embeddings()), "embeddings");
+  return impl_->SendForTensor(&v1::PositionEncoding::Stub::RelativeEmbedding, options,
+                              &v1::RelativeEmbeddingResponse::mutable_embeddings, "embeddings");
 }
 
 absl::StatusOr<ServerInfo> Client::GetServerInfo() const {

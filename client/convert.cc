@@ -32,6 +32,24 @@ void SetIf(Message* message, void (Message::*setter)(Arg), const std::optional<T
   if (value.has_value()) (message->*setter)(*value);
 }
 
+// The output_dtype field: unset (FLOAT32) unless the client gives one.
+template <typename Request>
+void SetOutputDType(const std::optional<DType>& dtype, Request* request) {
+  if (dtype.has_value()) request->set_output_dtype(ToProto(*dtype));
+}
+
+// The q_len x k_len grid of an AlibiBias, RelativeBias or RelativeEmbedding request and its
+// offsets (key_offset: the relative requests only).
+template <typename Options, typename Request>
+void SetLengths(const Options& options, Request* request) {
+  request->set_q_len(options.q_len);
+  request->set_k_len(options.k_len);
+  SetIf(request, &Request::set_query_offset, options.query_offset);
+  if constexpr (requires { options.key_offset; }) {
+    SetIf(request, &Request::set_key_offset, options.key_offset);
+  }
+}
+
 // The table of a RelativeBias or RelativeEmbedding request: inline, by name, or neither.
 template <typename Request>
 absl::Status SetTable(const std::optional<Tensor>& table_inline, const std::string& table_name,
@@ -174,7 +192,7 @@ absl::StatusOr<v1::SinusoidalRequest> ToRequest(const SinusoidalOptions& options
   v1::SinusoidalRequest request;
   POSENC_RETURN_IF_ERROR(ToProto(options.positions, request.mutable_positions()));
   ToProto(options.params, request.mutable_params());
-  if (options.output_dtype.has_value()) request.set_output_dtype(ToProto(*options.output_dtype));
+  SetOutputDType(options.output_dtype, &request);
   return request;
 }
 
@@ -212,8 +230,8 @@ absl::StatusOr<v1::RopeCacheRequest> ToRequest(const RopeCacheOptions& options) 
   v1::RopeCacheRequest request;
   POSENC_RETURN_IF_ERROR(ToProto(options.positions, request.mutable_positions()));
   ToProto(options.config, request.mutable_config());
-  if (options.output_dtype.has_value()) request.set_output_dtype(ToProto(*options.output_dtype));
   request.set_layout(static_cast<v1::RopeCacheLayout>(options.layout));
+  SetOutputDType(options.output_dtype, &request);
   return request;
 }
 
@@ -233,16 +251,14 @@ absl::StatusOr<v1::AlibiSlopesRequest> ToRequest(const AlibiSlopesOptions& optio
   v1::AlibiSlopesRequest request;
   request.set_num_heads(options.num_heads);
   SetIf(&request, &v1::AlibiSlopesRequest::set_max_bias, options.max_bias);
-  if (options.output_dtype.has_value()) request.set_output_dtype(ToProto(*options.output_dtype));
+  SetOutputDType(options.output_dtype, &request);
   return request;
 }
 
 absl::StatusOr<v1::AlibiBiasRequest> ToRequest(const AlibiBiasOptions& options) {
   v1::AlibiBiasRequest request;
   request.set_num_heads(options.num_heads);
-  request.set_q_len(options.q_len);
-  request.set_k_len(options.k_len);
-  SetIf(&request, &v1::AlibiBiasRequest::set_query_offset, options.query_offset);
+  SetLengths(options, &request);
   request.set_mode(static_cast<v1::AlibiMode>(options.mode));
   request.set_future(static_cast<v1::FutureMode>(options.future));
   SetIf(&request, &v1::AlibiBiasRequest::set_max_bias, options.max_bias);
@@ -251,35 +267,53 @@ absl::StatusOr<v1::AlibiBiasRequest> ToRequest(const AlibiBiasOptions& options) 
     POSENC_RETURN_IF_ERROR(
         ToProto(*options.attention_mask, "attention_mask", request.mutable_attention_mask()));
   }
-  if (options.output_dtype.has_value()) request.set_output_dtype(ToProto(*options.output_dtype));
+  SetOutputDType(options.output_dtype, &request);
   return request;
 }
 
 absl::StatusOr<v1::RelativeBiasRequest> ToRequest(const RelativeBiasOptions& options) {
   v1::RelativeBiasRequest request;
-  request.set_q_len(options.q_len);
-  request.set_k_len(options.k_len);
-  SetIf(&request, &v1::RelativeBiasRequest::set_query_offset, options.query_offset);
-  SetIf(&request, &v1::RelativeBiasRequest::set_key_offset, options.key_offset);
+  SetLengths(options, &request);
   SetIf(&request, &v1::RelativeBiasRequest::set_bidirectional, options.bidirectional);
   SetIf(&request, &v1::RelativeBiasRequest::set_num_buckets, options.num_buckets);
   SetIf(&request, &v1::RelativeBiasRequest::set_max_distance, options.max_distance);
   POSENC_RETURN_IF_ERROR(SetTable(options.table_inline, options.table_name, &request));
   request.set_form(static_cast<v1::BiasForm>(options.form));
-  if (options.output_dtype.has_value()) request.set_output_dtype(ToProto(*options.output_dtype));
+  SetOutputDType(options.output_dtype, &request);
   return request;
 }
 
 absl::StatusOr<v1::RelativeEmbeddingRequest> ToRequest(const RelativeEmbeddingOptions& options) {
   v1::RelativeEmbeddingRequest request;
-  request.set_q_len(options.q_len);
-  request.set_k_len(options.k_len);
+  SetLengths(options, &request);
   request.set_max_relative(options.max_relative);
   POSENC_RETURN_IF_ERROR(SetTable(options.table_inline, options.table_name, &request));
-  SetIf(&request, &v1::RelativeEmbeddingRequest::set_query_offset, options.query_offset);
-  SetIf(&request, &v1::RelativeEmbeddingRequest::set_key_offset, options.key_offset);
-  if (options.output_dtype.has_value()) request.set_output_dtype(ToProto(*options.output_dtype));
+  SetOutputDType(options.output_dtype, &request);
   return request;
+}
+
+absl::StatusOr<RopeCacheResult> FromProto(v1::RopeCacheResponse&& response) {
+  RopeCacheResult result{.derived = FromProto(response.derived())};
+  POSENC_ASSIGN_OR_RETURN(result.cos, FromProto(std::move(*response.mutable_cos()), "cos"));
+  POSENC_ASSIGN_OR_RETURN(result.sin, FromProto(std::move(*response.mutable_sin()), "sin"));
+  return result;
+}
+
+absl::StatusOr<ApplyRopeResult> FromProto(v1::ApplyRopeResponse&& response) {
+  ApplyRopeResult result{.derived = FromProto(response.derived())};
+  POSENC_ASSIGN_OR_RETURN(result.q, FromProto(std::move(*response.mutable_q()), "q"));
+  if (response.has_k()) {
+    POSENC_ASSIGN_OR_RETURN(result.k, FromProto(std::move(*response.mutable_k()), "k"));
+  }
+  return result;
+}
+
+absl::StatusOr<AlibiBiasResult> FromProto(v1::AlibiBiasResponse&& response) {
+  AlibiBiasResult result;
+  POSENC_ASSIGN_OR_RETURN(result.bias, FromProto(std::move(*response.mutable_bias()), "bias"));
+  POSENC_ASSIGN_OR_RETURN(result.slopes,
+                          FromProto(std::move(*response.mutable_slopes()), "slopes"));
+  return result;
 }
 
 absl::StatusOr<ServerInfo> FromProto(const v1::GetServerInfoResponse& response) {

@@ -41,6 +41,10 @@ absl::StatusOr<v1::AlibiBiasRequest> ToRequest(const AlibiBiasOptions& options);
 absl::StatusOr<v1::RelativeBiasRequest> ToRequest(const RelativeBiasOptions& options);
 absl::StatusOr<v1::RelativeEmbeddingRequest> ToRequest(const RelativeEmbeddingOptions& options);
 
+// The responses of several tensors; their bytes are moved out.
+absl::StatusOr<RopeCacheResult> FromProto(v1::RopeCacheResponse&& response);
+absl::StatusOr<ApplyRopeResult> FromProto(v1::ApplyRopeResponse&& response);
+absl::StatusOr<AlibiBiasResult> FromProto(v1::AlibiBiasResponse&& response);
 absl::StatusOr<ServerInfo> FromProto(const v1::GetServerInfoResponse& response);
 
 }  // namespace posenc::client::internal

@@ -19,18 +19,23 @@ namespace {
 
 using kernels::DType;
 
-// "config.style: unknown RopeStyle value 9 (expected ROPE_STYLE_UNSPECIFIED, ...)".
-absl::Status UnknownEnum(int value, const google::protobuf::EnumDescriptor* descriptor,
-                         absl::string_view field) {
-  std::vector<std::string> names;
-  names.reserve(static_cast<size_t>(descriptor->value_count()));
-  for (int i = 0; i < descriptor->value_count(); ++i) {
-    names.push_back(descriptor->value(i)->name());
-  }
-  return absl::InvalidArgumentError(absl::StrCat(field, ": unknown ", descriptor->name(), " value ",
-                                                 value, " (expected one of ",
-                                                 absl::StrJoin(names, ", "), ")"));
-}
+// The kernels' enums list the wire enums' values in the wire's order, from the value after
+// UNSPECIFIED on (FreqScheme: from UNSPECIFIED on, which is its kDefault); see FromWireEnum.
+// These asserts keep the two in step.
+static_assert(static_cast<int>(kernels::SinusoidalLayout::kConcat) + 1 ==
+              v1::SINUSOIDAL_LAYOUT_CONCAT);
+static_assert(static_cast<int>(kernels::FreqScheme::kT2t) == v1::FREQ_SCHEME_T2T);
+static_assert(static_cast<int>(kernels::Combine::kConcat) + 1 == v1::COMBINE_CONCAT);
+static_assert(static_cast<int>(kernels::RopeStyle::kGptj) + 1 == v1::ROPE_STYLE_GPTJ);
+static_assert(static_cast<int>(kernels::RopeScalingType::kLongrope) + 1 ==
+              v1::ROPE_SCALING_LONGROPE);
+static_assert(static_cast<int>(kernels::MropeLayout::kInterleaved) + 1 ==
+              v1::MROPE_LAYOUT_INTERLEAVED);
+static_assert(static_cast<int>(kernels::RopeCacheLayout::kGptj) + 1 == v1::ROPE_CACHE_LAYOUT_GPTJ);
+static_assert(static_cast<int>(kernels::TensorLayout::kTHD) + 1 == v1::TENSOR_LAYOUT_THD);
+static_assert(static_cast<int>(kernels::AlibiMode::kBloom) + 1 == v1::ALIBI_MODE_BLOOM);
+static_assert(static_cast<int>(kernels::FutureMode::kLinear) + 1 == v1::FUTURE_MODE_LINEAR);
+static_assert(static_cast<int>(kernels::BiasForm::kBuckets) + 1 == v1::BIAS_FORM_BUCKETS);
 
 std::string ProtoDTypeName(int dtype) {
   if (v1::DType_IsValid(dtype)) return v1::DType_Name(static_cast<v1::DType>(dtype));
@@ -124,118 +129,21 @@ kernels::TensorView AllocateOutput(const kernels::OutputSpec& spec, v1::Tensor* 
 
 // ----- scalars and enums ----------------------------------------------------------------------
 
+absl::Status UnknownEnumError(int value, const google::protobuf::EnumDescriptor* descriptor,
+                              absl::string_view field) {
+  std::vector<std::string> names;
+  names.reserve(static_cast<size_t>(descriptor->value_count()));
+  for (int i = 0; i < descriptor->value_count(); ++i) {
+    names.push_back(descriptor->value(i)->name());
+  }
+  return absl::InvalidArgumentError(absl::StrCat(field, ": unknown ", descriptor->name(), " value ",
+                                                 value, " (expected one of ",
+                                                 absl::StrJoin(names, ", "), ")"));
+}
+
 absl::Status CheckFinite(double value, absl::string_view field) {
   if (std::isfinite(value)) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(field, ": expected a finite number, got ", value));
-}
-
-absl::StatusOr<kernels::SinusoidalLayout> ToSinusoidalLayout(int value, absl::string_view field) {
-  switch (value) {
-    case v1::SINUSOIDAL_LAYOUT_UNSPECIFIED:
-    case v1::SINUSOIDAL_LAYOUT_INTERLEAVED: return kernels::SinusoidalLayout::kInterleaved;
-    case v1::SINUSOIDAL_LAYOUT_CONCAT: return kernels::SinusoidalLayout::kConcat;
-  }
-  return UnknownEnum(value, v1::SinusoidalLayout_descriptor(), field);
-}
-
-absl::StatusOr<kernels::FreqScheme> ToFreqScheme(int value, absl::string_view field) {
-  switch (value) {
-    case v1::FREQ_SCHEME_UNSPECIFIED: return kernels::FreqScheme::kDefault;
-    case v1::FREQ_SCHEME_VASWANI: return kernels::FreqScheme::kVaswani;
-    case v1::FREQ_SCHEME_T2T: return kernels::FreqScheme::kT2t;
-  }
-  return UnknownEnum(value, v1::FreqScheme_descriptor(), field);
-}
-
-absl::StatusOr<kernels::Combine> ToCombine(int value, absl::string_view field) {
-  switch (value) {
-    case v1::COMBINE_UNSPECIFIED:
-    case v1::COMBINE_ADD: return kernels::Combine::kAdd;
-    case v1::COMBINE_CONCAT: return kernels::Combine::kConcat;
-  }
-  return UnknownEnum(value, v1::Combine_descriptor(), field);
-}
-
-absl::StatusOr<kernels::RopeStyle> ToRopeStyle(int value, absl::string_view field) {
-  switch (value) {
-    case v1::ROPE_STYLE_UNSPECIFIED:
-    case v1::ROPE_STYLE_NEOX: return kernels::RopeStyle::kNeox;
-    case v1::ROPE_STYLE_GPTJ: return kernels::RopeStyle::kGptj;
-  }
-  return UnknownEnum(value, v1::RopeStyle_descriptor(), field);
-}
-
-absl::StatusOr<kernels::RopeScalingType> ToRopeScalingType(int value, absl::string_view field) {
-  switch (value) {
-    case v1::ROPE_SCALING_UNSPECIFIED:
-    case v1::ROPE_SCALING_DEFAULT: return kernels::RopeScalingType::kDefault;
-    case v1::ROPE_SCALING_LINEAR: return kernels::RopeScalingType::kLinear;
-    case v1::ROPE_SCALING_NTK: return kernels::RopeScalingType::kNtk;
-    case v1::ROPE_SCALING_DYNAMIC: return kernels::RopeScalingType::kDynamic;
-    case v1::ROPE_SCALING_YARN: return kernels::RopeScalingType::kYarn;
-    case v1::ROPE_SCALING_LLAMA3: return kernels::RopeScalingType::kLlama3;
-    case v1::ROPE_SCALING_LONGROPE: return kernels::RopeScalingType::kLongrope;
-  }
-  return UnknownEnum(value, v1::RopeScalingType_descriptor(), field);
-}
-
-absl::StatusOr<kernels::MropeLayout> ToMropeLayout(int value, absl::string_view field) {
-  switch (value) {
-    case v1::MROPE_LAYOUT_UNSPECIFIED:
-    case v1::MROPE_LAYOUT_CONTIGUOUS: return kernels::MropeLayout::kContiguous;
-    case v1::MROPE_LAYOUT_INTERLEAVED: return kernels::MropeLayout::kInterleaved;
-  }
-  return UnknownEnum(value, v1::MropeLayout_descriptor(), field);
-}
-
-absl::StatusOr<kernels::RopeCacheLayout> ToRopeCacheLayout(int value, absl::string_view field) {
-  switch (value) {
-    case v1::ROPE_CACHE_LAYOUT_UNSPECIFIED:
-    case v1::ROPE_CACHE_LAYOUT_COMPACT: return kernels::RopeCacheLayout::kCompact;
-    case v1::ROPE_CACHE_LAYOUT_NEOX: return kernels::RopeCacheLayout::kNeox;
-    case v1::ROPE_CACHE_LAYOUT_GPTJ: return kernels::RopeCacheLayout::kGptj;
-  }
-  return UnknownEnum(value, v1::RopeCacheLayout_descriptor(), field);
-}
-
-absl::StatusOr<kernels::TensorLayout> ToTensorLayout(int value, absl::string_view field) {
-  switch (value) {
-    case v1::TENSOR_LAYOUT_UNSPECIFIED:
-    case v1::TENSOR_LAYOUT_BSHD: return kernels::TensorLayout::kBSHD;
-    case v1::TENSOR_LAYOUT_BHSD: return kernels::TensorLayout::kBHSD;
-    case v1::TENSOR_LAYOUT_THD: return kernels::TensorLayout::kTHD;
-  }
-  return UnknownEnum(value, v1::TensorLayout_descriptor(), field);
-}
-
-absl::StatusOr<kernels::AlibiMode> ToAlibiMode(int value, absl::string_view field) {
-  switch (value) {
-    case v1::ALIBI_MODE_UNSPECIFIED:
-    case v1::ALIBI_MODE_CAUSAL: return kernels::AlibiMode::kCausal;
-    case v1::ALIBI_MODE_SYMMETRIC: return kernels::AlibiMode::kSymmetric;
-    case v1::ALIBI_MODE_BLOOM: return kernels::AlibiMode::kBloom;
-  }
-  return UnknownEnum(value, v1::AlibiMode_descriptor(), field);
-}
-
-absl::StatusOr<kernels::FutureMode> ToFutureMode(int value, absl::string_view field) {
-  switch (value) {
-    case v1::FUTURE_MODE_UNSPECIFIED:
-    case v1::FUTURE_MODE_MASK: return kernels::FutureMode::kMask;
-    case v1::FUTURE_MODE_ZERO: return kernels::FutureMode::kZero;
-    case v1::FUTURE_MODE_LINEAR: return kernels::FutureMode::kLinear;
-  }
-  return UnknownEnum(value, v1::FutureMode_descriptor(), field);
-}
-
-absl::StatusOr<kernels::BiasForm> ToBiasForm(int value, absl::string_view field) {
-  switch (value) {
-    case v1::BIAS_FORM_UNSPECIFIED:
-    case v1::BIAS_FORM_FULL: return kernels::BiasForm::kFull;
-    case v1::BIAS_FORM_COMPACT: return kernels::BiasForm::kCompact;
-    case v1::BIAS_FORM_BUCKETS: return kernels::BiasForm::kBuckets;
-  }
-  return UnknownEnum(value, v1::BiasForm_descriptor(), field);
 }
 
 v1::RopeStyle ToProtoRopeStyle(kernels::RopeStyle style) {

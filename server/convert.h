@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "google/protobuf/descriptor.h"
 #include "kernels/common/positions.h"
 #include "kernels/common/types.h"
 #include "kernels/ops.h"
@@ -60,17 +61,37 @@ kernels::TensorView AllocateOutput(const kernels::OutputSpec& spec, v1::Tensor* 
 // NaN or +-inf is INVALID_ARGUMENT naming `field`.
 absl::Status CheckFinite(double value, absl::string_view field);
 
-absl::StatusOr<kernels::SinusoidalLayout> ToSinusoidalLayout(int value, absl::string_view field);
-absl::StatusOr<kernels::FreqScheme> ToFreqScheme(int value, absl::string_view field);
-absl::StatusOr<kernels::Combine> ToCombine(int value, absl::string_view field);
-absl::StatusOr<kernels::RopeStyle> ToRopeStyle(int value, absl::string_view field);
-absl::StatusOr<kernels::RopeScalingType> ToRopeScalingType(int value, absl::string_view field);
-absl::StatusOr<kernels::MropeLayout> ToMropeLayout(int value, absl::string_view field);
-absl::StatusOr<kernels::RopeCacheLayout> ToRopeCacheLayout(int value, absl::string_view field);
-absl::StatusOr<kernels::TensorLayout> ToTensorLayout(int value, absl::string_view field);
-absl::StatusOr<kernels::AlibiMode> ToAlibiMode(int value, absl::string_view field);
-absl::StatusOr<kernels::FutureMode> ToFutureMode(int value, absl::string_view field);
-absl::StatusOr<kernels::BiasForm> ToBiasForm(int value, absl::string_view field);
+// "config.style: unknown RopeStyle value 9 (expected one of ROPE_STYLE_UNSPECIFIED, ...)".
+absl::Status UnknownEnumError(int value, const google::protobuf::EnumDescriptor* descriptor,
+                              absl::string_view field);
+
+// A wire enum number as the kernels' enum Kernel, whose enumerators stand, in order, for the wire
+// numbers from kFirst on (1: the value after UNSPECIFIED); UNSPECIFIED (0) stands for Kernel's
+// first enumerator, its default. Any other number is UnknownEnumError naming `field`.
+template <typename Kernel, typename Wire, int kFirst = 1>
+absl::StatusOr<Kernel> FromWireEnum(int value, absl::string_view field) {
+  const google::protobuf::EnumDescriptor* descriptor = google::protobuf::GetEnumDescriptor<Wire>();
+  if (value == 0) return Kernel{};
+  if (value >= kFirst && descriptor->FindValueByNumber(value) != nullptr) {
+    return static_cast<Kernel>(value - kFirst);
+  }
+  return UnknownEnumError(value, descriptor, field);
+}
+
+inline constexpr auto& ToSinusoidalLayout =
+    FromWireEnum<kernels::SinusoidalLayout, v1::SinusoidalLayout>;
+inline constexpr auto& ToFreqScheme = FromWireEnum<kernels::FreqScheme, v1::FreqScheme, 0>;
+inline constexpr auto& ToCombine = FromWireEnum<kernels::Combine, v1::Combine>;
+inline constexpr auto& ToRopeStyle = FromWireEnum<kernels::RopeStyle, v1::RopeStyle>;
+inline constexpr auto& ToRopeScalingType =
+    FromWireEnum<kernels::RopeScalingType, v1::RopeScalingType>;
+inline constexpr auto& ToMropeLayout = FromWireEnum<kernels::MropeLayout, v1::MropeLayout>;
+inline constexpr auto& ToRopeCacheLayout =
+    FromWireEnum<kernels::RopeCacheLayout, v1::RopeCacheLayout>;
+inline constexpr auto& ToTensorLayout = FromWireEnum<kernels::TensorLayout, v1::TensorLayout>;
+inline constexpr auto& ToAlibiMode = FromWireEnum<kernels::AlibiMode, v1::AlibiMode>;
+inline constexpr auto& ToFutureMode = FromWireEnum<kernels::FutureMode, v1::FutureMode>;
+inline constexpr auto& ToBiasForm = FromWireEnum<kernels::BiasForm, v1::BiasForm>;
 
 v1::RopeStyle ToProtoRopeStyle(kernels::RopeStyle style);
 v1::RopeScalingType ToProtoRopeScalingType(kernels::RopeScalingType type);

@@ -11,6 +11,7 @@
 #include "kernels/common/positions.h"
 #include "kernels/ops.h"
 #include "kernels/rope/frequency_cache.h"
+#include "server/admission.h"
 #include "server/convert.h"
 #include "server/status.h"
 
@@ -287,7 +288,8 @@ absl::Status CheckOutputLimits(const Limits& limits, std::initializer_list<Plann
         absl::StrFormat("response of %.4g bytes (%s) is over --max_message_bytes=%d", total_bytes,
                         parts, limits.max_message_bytes));
   }
-  return absl::OkStatus();
+  // Within the limits: the call's admission (bytes in flight, heavy-call slots) comes last.
+  return AdmitCurrentCall(static_cast<int64_t>(total_bytes));
 }
 
 grpc::Status HandleSinusoidal(const HandlerContext& ctx, const v1::SinusoidalRequest& req,

@@ -66,6 +66,8 @@ struct PlannedOutput {
 // max_output_elements elements, or the outputs
 // together more than max_message_bytes bytes; the message names the output and the limit:
 // "bias [64, 1048576, 1048576] has 7.0e+13 elements, over --max_output_elements=67108864".
+// Last, the call's admission (server/admission.h) when the service installed one: bytes in
+// flight and heavy-call slots, RESOURCE_EXHAUSTED (retryable) when they are taken.
 absl::Status CheckOutputLimits(const Limits& limits, std::initializer_list<PlannedOutput> outputs);
 
 grpc::Status HandleSinusoidal(const HandlerContext& ctx, const v1::SinusoidalRequest& req,

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -33,14 +34,11 @@ const Json* Find(const Json& object, absl::string_view key) {
   return &*it;
 }
 
-absl::StatusOr<std::optional<double>> GetDouble(const Json& object, absl::string_view key,
-                                                absl::string_view path) {
-  const Json* value = Find(object, key);
-  if (value == nullptr) return std::nullopt;
-  if (!value->is_number()) {
-    return Invalid(absl::StrCat(path, " must be a number, got ", TypeName(*value)));
+absl::StatusOr<double> ToDouble(const Json& value, absl::string_view path) {
+  if (!value.is_number()) {
+    return Invalid(absl::StrCat(path, " must be a number, got ", TypeName(value)));
   }
-  const double v = value->get<double>();
+  const double v = value.get<double>();
   if (!std::isfinite(v)) return Invalid(absl::StrCat(path, " must be finite, got ", v));
   return v;
 }
@@ -65,22 +63,30 @@ absl::StatusOr<int64_t> ToInt(const Json& value, absl::string_view path) {
   return Invalid(absl::StrCat(path, " must be an integer, got ", TypeName(value)));
 }
 
-absl::StatusOr<std::optional<int64_t>> GetInt(const Json& object, absl::string_view key,
-                                              absl::string_view path) {
-  const Json* value = Find(object, key);
-  if (value == nullptr) return std::nullopt;
-  POSENC_ASSIGN_OR_RETURN(int64_t v, ToInt(*value, path));
-  return v;
+absl::StatusOr<bool> ToBool(const Json& value, absl::string_view path) {
+  if (!value.is_boolean()) {
+    return Invalid(absl::StrCat(path, " must be true or false, got ", TypeName(value)));
+  }
+  return value.get<bool>();
 }
 
-absl::StatusOr<std::optional<bool>> GetBool(const Json& object, absl::string_view key,
-                                            absl::string_view path) {
+// The value at `key` of `object` read by ToDouble, ToInt or ToBool, or nullopt when not given.
+template <typename T>
+absl::StatusOr<std::optional<T>> Get(const Json& object, absl::string_view key,
+                                     absl::string_view path) {
   const Json* value = Find(object, key);
   if (value == nullptr) return std::nullopt;
-  if (!value->is_boolean()) {
-    return Invalid(absl::StrCat(path, " must be true or false, got ", TypeName(*value)));
+  absl::StatusOr<T> v;
+  if constexpr (std::is_same_v<T, double>) {
+    v = ToDouble(*value, path);
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    v = ToInt(*value, path);
+  } else {
+    static_assert(std::is_same_v<T, bool>);
+    v = ToBool(*value, path);
   }
-  return value->get<bool>();
+  if (!v.ok()) return v.status();
+  return *v;
 }
 
 absl::StatusOr<double> ToFiniteDouble(const Json& value, absl::string_view path) {
@@ -264,24 +270,26 @@ absl::Status ParseScaling(const Json& dict, const std::string& path,
     }
   }
   auto key_path = [&path](absl::string_view key) { return absl::StrCat(path, ".", key); };
-  POSENC_ASSIGN_OR_RETURN(scaling->factor, GetDouble(dict, "factor", key_path("factor")));
+  POSENC_ASSIGN_OR_RETURN(scaling->factor, Get<double>(dict, "factor", key_path("factor")));
   if (info->type != RopeScalingType::kDynamic) {
     POSENC_ASSIGN_OR_RETURN(scaling->original_max_position_embeddings,
-                            GetInt(dict, "original_max_position_embeddings",
-                                   key_path("original_max_position_embeddings")));
+                            Get<int64_t>(dict, "original_max_position_embeddings",
+                                         key_path("original_max_position_embeddings")));
   }
-  POSENC_ASSIGN_OR_RETURN(scaling->beta_fast, GetDouble(dict, "beta_fast", key_path("beta_fast")));
-  POSENC_ASSIGN_OR_RETURN(scaling->beta_slow, GetDouble(dict, "beta_slow", key_path("beta_slow")));
-  POSENC_ASSIGN_OR_RETURN(scaling->truncate, GetBool(dict, "truncate", key_path("truncate")));
-  POSENC_ASSIGN_OR_RETURN(scaling->mscale, GetDouble(dict, "mscale", key_path("mscale")));
+  POSENC_ASSIGN_OR_RETURN(scaling->beta_fast,
+                          Get<double>(dict, "beta_fast", key_path("beta_fast")));
+  POSENC_ASSIGN_OR_RETURN(scaling->beta_slow,
+                          Get<double>(dict, "beta_slow", key_path("beta_slow")));
+  POSENC_ASSIGN_OR_RETURN(scaling->truncate, Get<bool>(dict, "truncate", key_path("truncate")));
+  POSENC_ASSIGN_OR_RETURN(scaling->mscale, Get<double>(dict, "mscale", key_path("mscale")));
   POSENC_ASSIGN_OR_RETURN(scaling->mscale_all_dim,
-                          GetDouble(dict, "mscale_all_dim", key_path("mscale_all_dim")));
+                          Get<double>(dict, "mscale_all_dim", key_path("mscale_all_dim")));
   POSENC_ASSIGN_OR_RETURN(scaling->attention_factor,
-                          GetDouble(dict, "attention_factor", key_path("attention_factor")));
+                          Get<double>(dict, "attention_factor", key_path("attention_factor")));
   POSENC_ASSIGN_OR_RETURN(scaling->low_freq_factor,
-                          GetDouble(dict, "low_freq_factor", key_path("low_freq_factor")));
+                          Get<double>(dict, "low_freq_factor", key_path("low_freq_factor")));
   POSENC_ASSIGN_OR_RETURN(scaling->high_freq_factor,
-                          GetDouble(dict, "high_freq_factor", key_path("high_freq_factor")));
+                          Get<double>(dict, "high_freq_factor", key_path("high_freq_factor")));
   POSENC_ASSIGN_OR_RETURN(scaling->long_factor,
                           GetDoubleArray(dict, "long_factor", key_path("long_factor")));
   POSENC_ASSIGN_OR_RETURN(scaling->short_factor,
@@ -315,10 +323,10 @@ absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json_text,
 
   // base: the scaling dict's rope_theta (newer transformers keep it there), else the top level.
   std::optional<double> base;
-  POSENC_ASSIGN_OR_RETURN(base, GetDouble(nested, "rope_theta", scaling_path + ".rope_theta"));
+  POSENC_ASSIGN_OR_RETURN(base, Get<double>(nested, "rope_theta", scaling_path + ".rope_theta"));
   for (absl::string_view key : {"rope_theta", "rotary_emb_base"}) {
     if (base.has_value()) break;
-    POSENC_ASSIGN_OR_RETURN(base, GetDouble(root, key, key));
+    POSENC_ASSIGN_OR_RETURN(base, Get<double>(root, key, key));
   }
   if (base.has_value()) config.base = *base;
 
@@ -326,13 +334,13 @@ absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json_text,
   std::optional<int64_t> head_dim;
   for (absl::string_view key : {"qk_rope_head_dim", "head_dim"}) {
     if (head_dim.has_value()) break;
-    POSENC_ASSIGN_OR_RETURN(head_dim, GetInt(root, key, key));
+    POSENC_ASSIGN_OR_RETURN(head_dim, Get<int64_t>(root, key, key));
   }
   if (!head_dim.has_value()) {
     POSENC_ASSIGN_OR_RETURN(std::optional<int64_t> hidden,
-                            GetInt(root, "hidden_size", "hidden_size"));
+                            Get<int64_t>(root, "hidden_size", "hidden_size"));
     POSENC_ASSIGN_OR_RETURN(std::optional<int64_t> heads,
-                            GetInt(root, "num_attention_heads", "num_attention_heads"));
+                            Get<int64_t>(root, "num_attention_heads", "num_attention_heads"));
     if (hidden.has_value() && heads.has_value()) {
       if (*heads <= 0 || *hidden <= 0) {
         return Invalid(
@@ -351,12 +359,12 @@ absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json_text,
   // rotary dim: a fraction of the head (nested first), or absolute.
   std::optional<double> fraction;
   std::string fraction_key;
-  POSENC_ASSIGN_OR_RETURN(fraction, GetDouble(nested, "partial_rotary_factor",
-                                              scaling_path + ".partial_rotary_factor"));
+  POSENC_ASSIGN_OR_RETURN(fraction, Get<double>(nested, "partial_rotary_factor",
+                                                scaling_path + ".partial_rotary_factor"));
   if (fraction.has_value()) fraction_key = scaling_path + ".partial_rotary_factor";
   for (absl::string_view key : {"partial_rotary_factor", "rotary_pct"}) {
     if (fraction.has_value()) break;
-    POSENC_ASSIGN_OR_RETURN(fraction, GetDouble(root, key, key));
+    POSENC_ASSIGN_OR_RETURN(fraction, Get<double>(root, key, key));
     if (fraction.has_value()) fraction_key = std::string(key);
   }
   if (fraction.has_value()) {
@@ -371,11 +379,11 @@ absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json_text,
     // int(head_dim * fraction), as Hugging Face.
     config.rotary_dim = static_cast<int64_t>(static_cast<double>(config.head_dim) * *fraction);
   } else {
-    POSENC_ASSIGN_OR_RETURN(config.rotary_dim, GetInt(root, "rotary_dim", "rotary_dim"));
+    POSENC_ASSIGN_OR_RETURN(config.rotary_dim, Get<int64_t>(root, "rotary_dim", "rotary_dim"));
   }
 
   POSENC_ASSIGN_OR_RETURN(config.max_position_embeddings,
-                          GetInt(root, "max_position_embeddings", "max_position_embeddings"));
+                          Get<int64_t>(root, "max_position_embeddings", "max_position_embeddings"));
 
   // A top-level original_max_position_embeddings overrides the nested one (as Hugging Face),
   // for the types that read it.
@@ -384,19 +392,19 @@ absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json_text,
       type == RopeScalingType::kLongrope) {
     POSENC_ASSIGN_OR_RETURN(
         std::optional<int64_t> top,
-        GetInt(root, "original_max_position_embeddings", "original_max_position_embeddings"));
+        Get<int64_t>(root, "original_max_position_embeddings", "original_max_position_embeddings"));
     if (top.has_value()) config.scaling.original_max_position_embeddings = top;
   }
 
   POSENC_ASSIGN_OR_RETURN(std::optional<bool> interleave,
-                          GetBool(root, "rope_interleave", "rope_interleave"));
+                          Get<bool>(root, "rope_interleave", "rope_interleave"));
   if (interleave.value_or(false)) out.style = kernels::RopeStyle::kGptj;
 
   POSENC_ASSIGN_OR_RETURN(config.mrope_section,
                           GetIntArray(nested, "mrope_section", scaling_path + ".mrope_section"));
   POSENC_ASSIGN_OR_RETURN(
       std::optional<bool> mrope_interleaved,
-      GetBool(nested, "mrope_interleaved", scaling_path + ".mrope_interleaved"));
+      Get<bool>(nested, "mrope_interleaved", scaling_path + ".mrope_interleaved"));
   if (mrope_interleaved.has_value()) {
     out.mrope_layout =
         *mrope_interleaved ? kernels::MropeLayout::kInterleaved : kernels::MropeLayout::kContiguous;

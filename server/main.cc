@@ -8,6 +8,8 @@
 //   --threads              POSENC_THREADS              threads per large request (0 = cores)
 //   --cache_entries        POSENC_CACHE_ENTRIES        RoPE frequency cache size (0 = off)
 //   --cache_bytes          POSENC_CACHE_BYTES          RoPE frequency cache bytes (64 MiB)
+//   --max_inflight_bytes   POSENC_MAX_INFLIGHT_BYTES   requests + responses in flight (auto)
+//   --max_heavy_calls      POSENC_MAX_HEAVY_CALLS      calls over 4 MiB of output at once (auto)
 //   --tables               POSENC_TABLES               directory of *.npy/*.safetensors tables
 //   --drain_timeout        POSENC_DRAIN_TIMEOUT        shutdown bound for in-flight calls (10s)
 //   --drain_grace          POSENC_DRAIN_GRACE          NOT_SERVING before the listener closes (1s)
@@ -58,6 +60,16 @@ ABSL_FLAG(int64_t, cache_entries, 1024,
 ABSL_FLAG(int64_t, cache_bytes, int64_t{64} << 20,
           "Bytes the RoPE frequency cache may hold (keys, frequencies, bookkeeping); least "
           "recently used entries go first; 0 disables it (env POSENC_CACHE_BYTES)");
+ABSL_FLAG(int64_t, max_inflight_bytes, -1,
+          "Bytes of requests and responses in flight (each call counts its request and twice its "
+          "planned response); a call that would go over gets RESOURCE_EXHAUSTED (retryable). "
+          "-1: a quarter of the memory the process may use (cgroup limit, else the machine's), "
+          "at least 3 x --max_message_bytes; 0: unbounded (env POSENC_MAX_INFLIGHT_BYTES)");
+ABSL_FLAG(int64_t, max_heavy_calls, -1,
+          "Calls with more than 4 MiB of output computing at once; another waits up to 100 ms "
+          "for a slot, then gets RESOURCE_EXHAUSTED (retryable). Small calls and health checks "
+          "are never held. -1: one less than the cores (at least 1); 0: unbounded "
+          "(env POSENC_MAX_HEAVY_CALLS)");
 ABSL_FLAG(std::string, tables, "",
           "Directory whose *.npy and *.safetensors files are loaded at start-up as named "
           "tables (NAME.npy -> NAME, NAME.safetensors -> NAME/TENSOR); a bad file stops "
@@ -125,7 +137,9 @@ bool ApplyEnvironment() {
                             IntEnv{"POSENC_MAX_OUTPUT_ELEMENTS", &FLAGS_max_output_elements},
                             IntEnv{"POSENC_THREADS", &FLAGS_threads},
                             IntEnv{"POSENC_CACHE_ENTRIES", &FLAGS_cache_entries},
-                            IntEnv{"POSENC_CACHE_BYTES", &FLAGS_cache_bytes}}) {
+                            IntEnv{"POSENC_CACHE_BYTES", &FLAGS_cache_bytes},
+                            IntEnv{"POSENC_MAX_INFLIGHT_BYTES", &FLAGS_max_inflight_bytes},
+                            IntEnv{"POSENC_MAX_HEAVY_CALLS", &FLAGS_max_heavy_calls}}) {
     const char* v = std::getenv(env.name);
     if (v == nullptr || *v == '\0') continue;
     int64_t value = 0;
@@ -186,6 +200,20 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.cache_bytes = absl::GetFlag(FLAGS_cache_bytes);
+  if (absl::GetFlag(FLAGS_max_inflight_bytes) < -1) {
+    std::fprintf(stderr,
+                 "posenc-server: --max_inflight_bytes: expected -1, 0 or a byte count, "
+                 "got %lld\n",
+                 static_cast<long long>(absl::GetFlag(FLAGS_max_inflight_bytes)));
+    return 2;
+  }
+  options.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
+  if (absl::GetFlag(FLAGS_max_heavy_calls) < -1 || absl::GetFlag(FLAGS_max_heavy_calls) > 4096) {
+    std::fprintf(stderr, "posenc-server: --max_heavy_calls: expected -1 .. 4096, got %lld\n",
+                 static_cast<long long>(absl::GetFlag(FLAGS_max_heavy_calls)));
+    return 2;
+  }
+  options.max_heavy_calls = absl::GetFlag(FLAGS_max_heavy_calls);
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   for (const auto& [name, value] : {std::pair{"drain_timeout", drain_timeout},
                                     std::pair{"drain_grace", absl::GetFlag(FLAGS_drain_grace)}}) {

@@ -41,6 +41,17 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeBackend(const ServerOption
       "backend: expected auto, cpu, reference or cuda, got \"", options.backend, "\""));
 }
 
+AdmissionOptions ResolveAdmission(const ServerOptions& options) {
+  AdmissionOptions out;
+  out.max_inflight_bytes = options.max_inflight_bytes >= 0
+                               ? options.max_inflight_bytes
+                               : DefaultMaxInflightBytes(options.max_message_bytes);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  out.max_heavy_calls =
+      options.max_heavy_calls >= 0 ? options.max_heavy_calls : std::max(1, cores - 1);
+  return out;
+}
+
 class PosencServerImpl final : public PosencServer {
  public:
   PosencServerImpl(const ServerOptions& options, std::unique_ptr<kernels::Backend> backend)
@@ -48,6 +59,7 @@ class PosencServerImpl final : public PosencServer {
         backend_(std::move(backend)),
         rope_cache_(static_cast<size_t>(std::max<int64_t>(0, options.cache_entries)),
                     static_cast<size_t>(std::max<int64_t>(0, options.cache_bytes))),
+        admission_(ResolveAdmission(options)),
         service_(HandlerContext{backend_.get(),
                                 Limits{options.max_output_elements, options.max_message_bytes},
                                 &tables_, false, &rope_cache_, &metrics_}) {}
@@ -71,6 +83,7 @@ class PosencServerImpl final : public PosencServer {
       POSENC_RETURN_IF_ERROR(metrics_.Serve(options_.metrics_address));
     }
     service_.set_metrics(&metrics_);
+    service_.set_admission(&admission_);
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     grpc::ServerBuilder builder;
@@ -133,6 +146,7 @@ class PosencServerImpl final : public PosencServer {
   TableRegistry tables_;  // filled from options_.tables_dir by Init, read-only afterwards
   Metrics metrics_;       // outlives service_ and server_ (declared before them)
   kernels::RopeFrequencyCache rope_cache_;  // shared by every call
+  AdmissionControl admission_;              // outlives service_ and server_
   PositionEncodingService service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -28,6 +28,11 @@ struct ServerOptions {
   int64_t max_message_bytes = int64_t{256} << 20;
   // Largest number of output elements a request may ask for (checked before allocating).
   int64_t max_output_elements = int64_t{1} << 26;
+  // Admission (admission.h): bytes of requests and responses in flight (-1: a quarter of the
+  // process's memory, DefaultMaxInflightBytes; 0: unbounded), and calls with outputs over
+  // kHeavyCallBytes computing at once (-1: one less than the cores, at least 1; 0: unbounded).
+  int64_t max_inflight_bytes = -1;
+  int64_t max_heavy_calls = -1;
   // "cpu" (the optimized CPU backend, the default), "reference" (the float64 oracle) or
   // "auto" (the best available: CUDA comes in a later version, so today cpu).
   std::string backend = "cpu";

@@ -15,6 +15,19 @@
 namespace posenc::server {
 namespace {
 
+// A call's reactor: finishes the call and, when gRPC is done with it (the response sent or the
+// call abandoned), releases what the call's admission holds.
+class AdmittedReactor final : public grpc::ServerUnaryReactor {
+ public:
+  AdmittedReactor(AdmissionControl* control, int64_t request_bytes)
+      : admission_(control, request_bytes) {}
+  CallAdmission& admission() { return admission_; }
+  void OnDone() override { delete this; }
+
+ private:
+  CallAdmission admission_;
+};
+
 std::string RequestId(const grpc::CallbackServerContext& context) {
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("x-request-id");
@@ -30,11 +43,13 @@ template <typename Request, typename Response, typename Handler>
 grpc::ServerUnaryReactor* Run(const char* method, grpc::CallbackServerContext* context,
                               const Request* request, Response* response, bool draining,
                               const std::atomic<int64_t>* abort_at_ns, Metrics* metrics,
-                              absl::string_view backend, Handler handler) {
+                              AdmissionControl* admission, absl::string_view backend,
+                              Handler handler) {
   const auto start = std::chrono::steady_clock::now();
   if (metrics != nullptr) metrics->OnStart();
   // Before the handler: it may move tensor bytes out of the request (consume_requests).
   const size_t request_bytes = request->ByteSizeLong();
+  auto* reactor = new AdmittedReactor(admission, static_cast<int64_t>(request_bytes));
   const std::string input =
       AccessLogEnabled(grpc::StatusCode::INTERNAL) ? SummarizeRequest(*request) : std::string();
   grpc::Status status;
@@ -47,6 +62,7 @@ grpc::ServerUnaryReactor* Run(const char* method, grpc::CallbackServerContext* c
   } else {
     const CallCancellation cancellation(*context, abort_at_ns);
     const kernels::ScopedCancellation scoped(&cancellation);
+    const ScopedCallAdmission admitted(&reactor->admission());
     try {
       status = handler(*request, response);
       // Work that finished past the deadline (or after a cancel) is not sent either.
@@ -60,6 +76,7 @@ grpc::ServerUnaryReactor* Run(const char* method, grpc::CallbackServerContext* c
     } catch (...) {
       status = grpc::Status(grpc::StatusCode::INTERNAL, std::string(method) + ": internal error");
     }
+    reactor->admission().EndCompute();
     if (!status.ok() && response->GetArena() == nullptr) {
       Response empty;
       response->Swap(&empty);
@@ -77,7 +94,6 @@ grpc::ServerUnaryReactor* Run(const char* method, grpc::CallbackServerContext* c
     LogAccess(AccessRecord{method, request_id, status.error_code(), seconds * 1e3, backend, input,
                            output, request_bytes, response_bytes, status.error_message()});
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(status);
   return reactor;
 }
@@ -89,7 +105,7 @@ grpc::ServerUnaryReactor* Run(const char* method, grpc::CallbackServerContext* c
                                                             const v1::Method##Request* request,   \
                                                             v1::Method##Response* response) {     \
     return Run(#Method, context, request, response, draining_.load(std::memory_order_acquire),    \
-               &abort_at_ns_, metrics_, ctx_.backend->name(),                                     \
+               &abort_at_ns_, metrics_, admission_, ctx_.backend->name(),                         \
                [this](const v1::Method##Request& req, v1::Method##Response* resp) {               \
                  return Handle##Method(ctx_, req, resp);                                          \
                });                                                                                \

@@ -1,8 +1,10 @@
 // PositionEncodingService: the gRPC callback service of posenc.v1.PositionEncoding.
 //
-// Each method runs its handler (handlers.h) on the calling gRPC thread and finishes the
-// default reactor. Exceptions never escape: std::bad_alloc becomes RESOURCE_EXHAUSTED, anything
-// else INTERNAL (logged). One access log line per call (logging.h) and its metrics (metrics.h).
+// Each method runs its handler (handlers.h) on the calling gRPC thread under the call's
+// admission (admission.h: bytes in flight, heavy-call slots), and finishes a reactor that holds
+// the admission until gRPC is done with the call (OnDone). Exceptions never escape:
+// std::bad_alloc becomes RESOURCE_EXHAUSTED, anything else INTERNAL (logged). One access log line
+// per call (logging.h) and its metrics (metrics.h).
 //
 // Thread-safety: all methods may run concurrently; the service holds only the read-only
 // HandlerContext.
@@ -16,6 +18,7 @@
 #include <limits>
 
 #include "posenc/v1/posenc.grpc.pb.h"
+#include "server/admission.h"
 #include "server/handlers.h"
 #include "server/metrics.h"
 
@@ -66,6 +69,9 @@ class PositionEncodingService final : public v1::PositionEncoding::CallbackServi
   // Every call reports to `metrics` (OnStart/OnFinish) from now on; null = none. Set before the
   // server starts; `metrics` must outlive the service.
   void set_metrics(Metrics* metrics) { metrics_ = metrics; }
+  // Every call is admitted by `admission` from now on; null = admit all. Set before the server
+  // starts; `admission` must outlive the service.
+  void set_admission(AdmissionControl* admission) { admission_ = admission; }
 
  private:
   static HandlerContext WithConsumedRequests(HandlerContext ctx) {
@@ -77,6 +83,7 @@ class PositionEncodingService final : public v1::PositionEncoding::CallbackServi
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> abort_at_ns_{std::numeric_limits<int64_t>::max()};
   Metrics* metrics_ = nullptr;
+  AdmissionControl* admission_ = nullptr;
 };
 
 }  // namespace posenc::server

@@ -71,6 +71,17 @@ void AddTable(std::string* out, const Request& request) {
     Add(out, "table", absl::StrCat("\"", request.table_name(), "\""));
 }
 
+// Sinusoidal and RopeCache requests (a table at positions): the positions, the row size and the
+// output dtype.
+template <typename Request>
+std::string SummarizeTableAt(const Request& request, absl::string_view size_name, int64_t size) {
+  std::string out;
+  AddPositions(&out, request.positions());
+  Add(&out, size_name, size);
+  AddOutputDType(&out, request.output_dtype());
+  return out;
+}
+
 // RelativeBias and RelativeEmbedding requests: the lengths, the table and the output dtype.
 template <typename Request>
 std::string SummarizeRelative(const Request& request) {
@@ -89,11 +100,7 @@ std::string TensorSummary(const v1::Tensor& tensor) {
 }
 
 std::string SummarizeRequest(const v1::SinusoidalRequest& request) {
-  std::string out;
-  AddPositions(&out, request.positions());
-  Add(&out, "dim", request.params().dim());
-  AddOutputDType(&out, request.output_dtype());
-  return out;
+  return SummarizeTableAt(request, "dim", request.params().dim());
 }
 
 std::string SummarizeRequest(const v1::AddPositionEncodingRequest& request) {
@@ -109,11 +116,7 @@ std::string SummarizeRequest(const v1::AddPositionEncodingRequest& request) {
 }
 
 std::string SummarizeRequest(const v1::RopeCacheRequest& request) {
-  std::string out;
-  AddPositions(&out, request.positions());
-  Add(&out, "head_dim", request.config().head_dim());
-  AddOutputDType(&out, request.output_dtype());
-  return out;
+  return SummarizeTableAt(request, "head_dim", request.config().head_dim());
 }
 
 std::string SummarizeRequest(const v1::ApplyRopeRequest& request) {

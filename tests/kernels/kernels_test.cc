@@ -32,6 +32,14 @@ Buffer Random(DType dtype, Shape shape, uint32_t seed) {
   return ::posenc::testing::RandomBuffer(dtype, std::move(shape), seed, -2.0, 2.0);
 }
 
+// {0, step, 2 * step, ...}: n values, e.g. a relative-position table with distinct rows.
+template <typename T>
+std::vector<T> Ramp(size_t n, double step) {
+  std::vector<T> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(step * static_cast<double>(i));
+  return out;
+}
+
 PositionSpec RangeSpec(int64_t start, int64_t count) {
   PositionSpec s;
   s.kind = PositionSpec::Kind::kRange;
@@ -648,13 +656,9 @@ TEST(T5Test, SpecCheckValues) {
 }
 
 TEST(T5Test, CompactBucketsAndValidation) {
-  std::vector<double> table(32 * 2);
-  for (size_t i = 0; i < table.size(); ++i) table[i] = 0.5 * static_cast<double>(i);
-  RelativeBiasParams p{.q_len = 5,
-                       .k_len = 9,
-                       .query_offset = 100,
-                       .key_offset = 90,
-                       .table = {DType::kFloat64, {32, 2}, table.data()}};
+  const std::vector<double> table = Ramp<double>(32 * 2, 0.5);
+  RelativeBiasParams p{.q_len = 5, .k_len = 9, .query_offset = 100, .key_offset = 90};
+  p.table = {DType::kFloat64, {32, 2}, table.data()};
   auto full_plan = PlanRelativeBias({.params = p, .output_dtype = DType::kFloat32});
   p.form = BiasForm::kCompact;
   auto compact_plan = PlanRelativeBias({.params = p, .output_dtype = DType::kFloat32});
@@ -690,13 +694,9 @@ TEST(T5Test, CompactBucketsAndValidation) {
 }
 
 TEST(RelativeEmbeddingTest, ClipsDistances) {
-  std::vector<float> table(5 * 2);
-  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(i);
-  RelativeEmbeddingParams p{.q_len = 2,
-                            .k_len = 6,
-                            .max_relative = 2,
-                            .query_offset = 0,
-                            .table = {DType::kFloat32, {5, 2}, table.data()}};
+  const std::vector<float> table = Ramp<float>(5 * 2, 1);
+  RelativeEmbeddingParams p{.q_len = 2, .k_len = 6, .max_relative = 2, .query_offset = 0};
+  p.table = {DType::kFloat32, {5, 2}, table.data()};
   auto plan = PlanRelativeEmbedding({.params = p, .output_dtype = DType::kFloat64});
   ASSERT_TRUE(plan.ok()) << plan.status();
   Buffer out(plan->embeddings);

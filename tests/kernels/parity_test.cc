@@ -179,18 +179,19 @@ std::vector<std::pair<std::string, RopeConfig>> RopeConfigs(int64_t head_dim, in
   out.emplace_back("linear", with({.type = T::kLinear, .factor = 4}));
   out.emplace_back("ntk", with({.type = T::kNtk, .factor = 3}));
   out.emplace_back("dynamic", with({.type = T::kDynamic, .factor = 2}, 10000.0, 4096));
-  out.emplace_back("yarn", with({.type = T::kYarn,
-                                 .factor = 40,
-                                 .original_max_position_embeddings = 4096,
-                                 .mscale = 1.0,
-                                 .mscale_all_dim = 0.5},
-                                500000));
-  out.emplace_back("llama3", with({.type = T::kLlama3,
-                                   .factor = 8,
-                                   .original_max_position_embeddings = 8192,
-                                   .low_freq_factor = 1,
-                                   .high_freq_factor = 4},
-                                  500000));
+  // `factor` times an `original` context, with the type's own fields added below.
+  auto extended = [](T type, double factor, int64_t original) {
+    return RopeScaling{
+        .type = type, .factor = factor, .original_max_position_embeddings = original};
+  };
+  RopeScaling yarn = extended(T::kYarn, 40, 4096);
+  yarn.mscale = 1.0;
+  yarn.mscale_all_dim = 0.5;
+  out.emplace_back("yarn", with(yarn, 500000));
+  RopeScaling llama3 = extended(T::kLlama3, 8, 8192);
+  llama3.low_freq_factor = 1;
+  llama3.high_freq_factor = 4;
+  out.emplace_back("llama3", with(llama3, 500000));
   out.emplace_back("longrope", with({.type = T::kLongrope,
                                      .original_max_position_embeddings = 4096,
                                      .long_factor = long_factor,

@@ -26,11 +26,13 @@
 
 #include "gtest/gtest.h"
 #include "posenc/v1/posenc.grpc.pb.h"
+#include "tests/server/server_test_util.h"
 
 namespace posenc::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using testing::HealthCheck;
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -133,30 +135,6 @@ class ServerProcess {
   std::mutex mu_;
   std::string output_;
 };
-
-// grpc.health.v1.Health/Check for the whole server: "\x08\x01" is SERVING, "\x08\x02"
-// NOT_SERVING. Returns the call's status; *serving_status gets the enum (0 when absent).
-grpc::Status HealthCheck(const std::shared_ptr<grpc::Channel>& channel, int* serving_status) {
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  grpc::Slice empty("");
-  const grpc::ByteBuffer request(&empty, 1);
-  grpc::ByteBuffer reply;
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &reply,
-                 [&done](grpc::Status s) { done.set_value(std::move(s)); });
-  grpc::Status status = done.get_future().get();
-  std::vector<grpc::Slice> slices;
-  std::string bytes;
-  if (status.ok() && reply.Dump(&slices).ok()) {
-    for (const grpc::Slice& s : slices) {
-      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-    }
-  }
-  *serving_status = bytes.size() == 2 && bytes[0] == '\x08' ? bytes[1] : 0;
-  return status;
-}
 
 std::shared_ptr<grpc::Channel> Connect(int port) {
   grpc::ChannelArguments args;

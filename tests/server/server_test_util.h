@@ -3,8 +3,13 @@
 #ifndef POSENC_TESTS_SERVER_SERVER_TEST_UTIL_H_
 #define POSENC_TESTS_SERVER_SERVER_TEST_UTIL_H_
 
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,6 +86,31 @@ struct TestContext {
 
 // The options of a server for one test: an ephemeral port on 127.0.0.1 and `backend` (empty:
 // the default backend).
+// grpc.health.v1.Health/Check for the whole server: "\x08\x01" is SERVING, "\x08\x02"
+// NOT_SERVING. Returns the call's status; *serving_status gets the enum (0 when absent).
+inline grpc::Status HealthCheck(const std::shared_ptr<grpc::Channel>& channel, int* serving_status,
+                                std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + timeout);
+  grpc::Slice empty("");
+  const grpc::ByteBuffer request(&empty, 1);
+  grpc::ByteBuffer reply;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &reply,
+                 [&done](grpc::Status s) { done.set_value(std::move(s)); });
+  grpc::Status status = done.get_future().get();
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (status.ok() && reply.Dump(&slices).ok()) {
+    for (const grpc::Slice& s : slices) {
+      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+  }
+  *serving_status = bytes.size() == 2 && bytes[0] == '\x08' ? bytes[1] : 0;
+  return status;
+}
+
 inline ServerOptions LocalServerOptions(const std::string& backend = "") {
   ServerOptions options;
   options.listen_address = "127.0.0.1:0";
