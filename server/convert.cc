@@ -87,6 +87,11 @@ absl::StatusOr<kernels::ConstTensorView> ToConstView(const v1::Tensor& tensor, D
   kernels::ConstTensorView view;
   POSENC_ASSIGN_OR_RETURN(view.dtype,
                           FromProtoDType(tensor.dtype(), allowed, absl::StrCat(field, ".dtype")));
+  if (tensor.shape_size() > kMaxTensorRank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".shape: expected at most ", kMaxTensorRank, " dimensions, got ",
+                     tensor.shape_size(), ": ", kernels::ShapeString(tensor.shape())));
+  }
   int64_t elements = 1;
   for (int i = 0; i < tensor.shape_size(); ++i) {
     const int64_t dim = tensor.shape(i);
@@ -319,7 +324,7 @@ absl::StatusOr<kernels::RopeConfig> ToRopeConfig(const v1::RopeConfig& config) {
     if (!config.layer_type().empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("config.layer_type: only used with config.hf_config_json, got \"",
-                       config.layer_type(), "\" without it"));
+                       kernels::Abbreviate(config.layer_type()), "\" without it"));
     }
     if (config.head_dim() < 0) {
       return absl::InvalidArgumentError(

@@ -45,6 +45,9 @@ v1::DType ToProtoDType(kernels::DType dtype);
 
 // --- tensors --------------------------------------------------------------------------------
 
+// No request tensor has more dimensions (ApplyRope's BSHD has 4; M-RoPE ids 3).
+inline constexpr int kMaxTensorRank = 8;
+
 // A view onto `tensor`'s bytes after checking its dtype, that every dimension is >= 1, that
 // prod(shape) does not overflow and that len(data) == prod(shape) * sizeof(dtype) exactly.
 // Errors name `field`, e.g. "q: data has 100 bytes, expected 128 (FLOAT32 [2, 4, 4])".

@@ -38,8 +38,8 @@ absl::StatusOr<kernels::ConstTensorView> ResolveTable(const HandlerContext& ctx,
   if (has_inline) return ToConstView(table_inline, DTypeClass::kFloat, inline_field);
   if (has_name) {
     if (ctx.tables == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name_field, ": no table named \"", name, "\" (loaded: none)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          name_field, ": no table named \"", kernels::Abbreviate(name), "\" (loaded: none)"));
     }
     return ctx.tables->Find(name, name_field);
   }

@@ -198,7 +198,7 @@ absl::StatusOr<const Json*> FindScaling(const Json& root, absl::string_view laye
   if (scaling == nullptr) {
     if (!layer_type.empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("config.layer_type: \"", layer_type,
+          absl::StrCat("config.layer_type: \"", kernels::Abbreviate(layer_type),
                        "\" given, but hf_config_json has no rope_parameters keyed by layer type"));
     }
     return nullptr;
@@ -215,13 +215,13 @@ absl::StatusOr<const Json*> FindScaling(const Json& root, absl::string_view laye
   }
   if (!keyed) {
     if (!layer_type.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("config.layer_type: \"", layer_type,
-                                                     "\" given, but hf_config_json's ", *path,
-                                                     " is not keyed by layer type"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.layer_type: \"", kernels::Abbreviate(layer_type),
+                       "\" given, but hf_config_json's ", *path, " is not keyed by layer type"));
     }
     return scaling;
   }
-  const std::string loaded = absl::StrJoin(layer_types, ", ");
+  const std::string loaded = kernels::Abbreviate(absl::StrJoin(layer_types, ", "), 256);
   if (layer_type.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("config.layer_type: required: hf_config_json's ",
                                                    *path, " is keyed by layer type (", loaded,
@@ -229,9 +229,9 @@ absl::StatusOr<const Json*> FindScaling(const Json& root, absl::string_view laye
   }
   const Json* entry = Find(*scaling, layer_type);
   if (entry == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("config.layer_type: \"", layer_type,
-                                                   "\" is not a key of hf_config_json's ", *path,
-                                                   " (", loaded, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.layer_type: \"", kernels::Abbreviate(layer_type),
+                     "\" is not a key of hf_config_json's ", *path, " (", loaded, ")"));
   }
   absl::StrAppend(path, ".", layer_type);
   return entry;
@@ -297,14 +297,56 @@ absl::Status ParseScaling(const Json& dict, const std::string& path,
   return absl::OkStatus();
 }
 
+// Nesting deeper than kMaxHfConfigDepth (arrays and objects, outside strings) is refused before
+// the parser sees it.
+absl::Status CheckNesting(absl::string_view text) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxHfConfigDepth) {
+        return Invalid(
+            absl::StrCat("nests deeper than ", kMaxHfConfigDepth, " levels at byte ", i));
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json_text,
                                                absl::string_view layer_type) {
-  // No exceptions: a parse error yields a discarded value.
-  const Json root = Json::parse(json_text.begin(), json_text.end(), /*cb=*/nullptr,
-                                /*allow_exceptions=*/false);
-  if (root.is_discarded()) return Invalid("malformed JSON");
+  // Bounded before parsing: a JSON tree takes some 30 times its text in memory, and every level
+  // of nesting a stack frame.
+  if (json_text.size() > kMaxHfConfigBytes) {
+    return Invalid(absl::StrCat("is ", json_text.size(), " bytes, over the ", kMaxHfConfigBytes,
+                                " a config.json may have (published ones are under 100 KB)"));
+  }
+  POSENC_RETURN_IF_ERROR(CheckNesting(json_text));
+  // No exceptions escape: a parse error names where it is.
+  Json root;
+  try {
+    root = Json::parse(json_text.begin(), json_text.end());
+  } catch (const Json::parse_error& e) {
+    return Invalid(
+        absl::StrCat("malformed JSON at byte ", e.byte, ": ", kernels::Abbreviate(e.what(), 200)));
+  } catch (const Json::exception& e) {  // e.g. a number beyond double's range
+    return Invalid(absl::StrCat("malformed JSON: ", kernels::Abbreviate(e.what(), 200)));
+  }
   if (!root.is_object()) {
     return Invalid(absl::StrCat("expected a JSON object, got ", TypeName(root)));
   }

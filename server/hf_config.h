@@ -40,6 +40,12 @@ struct HfRopeConfig {
   std::optional<kernels::MropeLayout> mrope_layout;
 };
 
+// The largest config.json text accepted (published ones are under 100 KB) and the deepest
+// nesting (they nest 3 levels): both checked before parsing, so one request's JSON tree stays
+// within a few tens of MiB and a bounded stack.
+inline constexpr size_t kMaxHfConfigBytes = size_t{1} << 20;
+inline constexpr int kMaxHfConfigDepth = 64;
+
 // `layer_type` selects an entry of a rope_parameters dict keyed by layer type; it must be
 // empty otherwise.
 absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json_text,

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "kernels/common/types.h"
 
 namespace posenc::server {
 namespace {
@@ -68,7 +69,7 @@ template <typename Request>
 void AddTable(std::string* out, const Request& request) {
   if (request.has_table_inline()) AddTensor(out, "table", request.table_inline());
   if (!request.table_name().empty())
-    Add(out, "table", absl::StrCat("\"", request.table_name(), "\""));
+    Add(out, "table", absl::StrCat("\"", kernels::Abbreviate(request.table_name()), "\""));
 }
 
 // Sinusoidal and RopeCache requests (a table at positions): the positions, the row size and the

@@ -43,7 +43,7 @@ absl::StatusOr<kernels::ConstTensorView> TableRegistry::Find(absl::string_view n
   std::vector<absl::string_view> names;
   for (const auto& [n, entry] : tables_) names.push_back(n);
   return absl::InvalidArgumentError(
-      absl::StrCat(field, ": no table named \"", name,
+      absl::StrCat(field, ": no table named \"", kernels::Abbreviate(name),
                    "\" (loaded: ", names.empty() ? "none" : absl::StrJoin(names, ", "), ")"));
 }
 

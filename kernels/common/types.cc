@@ -43,7 +43,15 @@ bool IsFloatDType(DType dtype) {
 bool IsIntDType(DType dtype) { return dtype == DType::kInt32 || dtype == DType::kInt64; }
 
 std::string ShapeString(absl::Span<const int64_t> shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+  constexpr size_t kShown = 16;
+  if (shape.size() <= kShown) return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+  return absl::StrCat("[", absl::StrJoin(shape.subspan(0, kShown), ", "), ", ... (",
+                      shape.size() - kShown, " more)]");
+}
+
+std::string Abbreviate(absl::string_view text, size_t max_chars) {
+  if (text.size() <= max_chars) return std::string(text);
+  return absl::StrCat(text.substr(0, max_chars), "... (", text.size() - max_chars, " more bytes)");
 }
 
 bool CheckedMul(int64_t a, int64_t b, int64_t* out) {

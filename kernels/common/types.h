@@ -31,7 +31,13 @@ bool IsIntDType(DType dtype);
 using Shape = absl::InlinedVector<int64_t, 4>;
 
 // "[2, 4, 8]".
+// A shape from a request can have millions of entries: past 16, the rest is counted
+// ("[1, 2, ..., 16, ... (999984 more)]").
 std::string ShapeString(absl::Span<const int64_t> shape);
+
+// Client-supplied text for an error message or a log line: at most `max_chars` bytes of it, then
+// "... (N more bytes)".
+std::string Abbreviate(absl::string_view text, size_t max_chars = 64);
 
 // prod(shape); an empty shape is a scalar (1). Errors (INVALID_ARGUMENT, naming `field`) on a
 // negative dimension or when the product overflows int64.
