@@ -1,7 +1,10 @@
 #include "server/logging.h"
 
+#include <grpc/support/log.h>
+
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <memory>
@@ -10,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/spdlog.h"
 
@@ -18,9 +22,16 @@ namespace {
 
 std::atomic<LogFormat> g_format{LogFormat::kText};
 
-// Marks access lines (their payload is already a list of JSON members in json mode). Line 0
+// Marks access lines (their payload is already a JSON object in json mode). Line 0
 // keeps the source location out of text patterns.
 constexpr char kAccessMarker[] = "posenc-access";
+
+// Member order as inserted (time, level first); invalid UTF-8 from clients replaced (U+FFFD).
+using Json = nlohmann::ordered_json;
+
+std::string Dump(const Json& value) {
+  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
 
 void Append(spdlog::memory_buf_t& dest, absl::string_view text) {
   dest.append(text.data(), text.data() + text.size());
@@ -42,25 +53,36 @@ class JsonFormatter final : public spdlog::formatter {
                   tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                   static_cast<long long>(micros));
     const spdlog::string_view_t level = spdlog::level::to_string_view(msg.level);
-    Append(dest, "{\"time\":\"");
-    Append(dest, time);
-    Append(dest, "\",\"level\":\"");
-    Append(dest, absl::string_view(level.data(), level.size()));
-    Append(dest, "\",");
     const absl::string_view payload(msg.payload.data(), msg.payload.size());
+    Json line = {{"time", time}, {"level", std::string(level.data(), level.size())}};
+    std::string text = Dump(line);
     if (msg.source.filename == kAccessMarker) {
-      Append(dest, payload);
+      // The access members, already a JSON object: {"time":..,"level":.., <its members>}.
+      text.pop_back();
+      Append(dest, text);
+      Append(dest, ",");
+      Append(dest, payload.substr(1));
     } else {
-      Append(dest, "\"msg\":\"");
-      Append(dest, JsonEscape(payload));
-      Append(dest, "\"");
+      line["msg"] = std::string(payload);
+      Append(dest, Dump(line));
     }
-    Append(dest, "}\n");
+    Append(dest, "\n");
   }
   std::unique_ptr<spdlog::formatter> clone() const override {
     return std::make_unique<JsonFormatter>();
   }
 };
+
+// gRPC's own log lines (gpr_log) through spdlog, so that --log_format and --log_level apply to
+// them too.
+void LogFromGrpc(gpr_log_func_args* args) {
+  spdlog::level::level_enum level = spdlog::level::info;
+  if (args->severity == GPR_LOG_SEVERITY_ERROR) level = spdlog::level::err;
+  if (args->severity == GPR_LOG_SEVERITY_DEBUG) level = spdlog::level::debug;
+  const char* file = args->file != nullptr ? args->file : "?";
+  spdlog::default_logger_raw()->log(level, "grpc {}:{}: {}", file, args->line,
+                                    args->message != nullptr ? args->message : "");
+}
 
 }  // namespace
 
@@ -91,29 +113,14 @@ void ConfigureLogging(LogFormat format, spdlog::level::level_enum level) {
   } else {
     logger->set_formatter(std::make_unique<spdlog::pattern_formatter>());
   }
+  gpr_set_log_function(&LogFromGrpc);
 }
 
 LogFormat CurrentLogFormat() { return g_format.load(std::memory_order_relaxed); }
 
 std::string JsonEscape(absl::string_view text) {
-  std::string out;
-  out.reserve(text.size() + 8);
-  for (const char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-          out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
+  const std::string quoted = Dump(Json(std::string(text)));
+  return quoted.substr(1, quoted.size() - 2);
 }
 
 spdlog::level::level_enum AccessLevel(grpc::StatusCode code) {
@@ -135,15 +142,17 @@ void LogAccess(const AccessRecord& r) {
   const std::string status = absl::StatusCodeToString(static_cast<absl::StatusCode>(r.code));
   std::string line;
   if (CurrentLogFormat() == LogFormat::kJson) {
-    line = absl::StrFormat(
-        "\"rpc\":\"%s\",\"request_id\":\"%s\",\"status\":\"%s\",\"latency_ms\":%.3f,"
-        "\"backend\":\"%s\",\"input\":\"%s\",\"output\":\"%s\",\"request_bytes\":%u,"
-        "\"response_bytes\":%u",
-        JsonEscape(r.method), JsonEscape(request_id), status, r.latency_ms, JsonEscape(r.backend),
-        JsonEscape(r.input), JsonEscape(r.output), r.request_bytes, r.response_bytes);
-    if (r.code != grpc::StatusCode::OK) {
-      absl::StrAppend(&line, ",\"error\":\"", JsonEscape(r.error), "\"");
-    }
+    Json record = {{"rpc", std::string(r.method)},
+                   {"request_id", std::string(request_id)},
+                   {"status", status},
+                   {"latency_ms", std::round(r.latency_ms * 1000) / 1000},
+                   {"backend", std::string(r.backend)},
+                   {"input", std::string(r.input)},
+                   {"output", std::string(r.output)},
+                   {"request_bytes", r.request_bytes},
+                   {"response_bytes", r.response_bytes}};
+    if (r.code != grpc::StatusCode::OK) record["error"] = std::string(r.error);
+    line = Dump(record);
   } else {
     line = absl::StrFormat(
         "rpc=%s request_id=\"%s\" status=%s latency_ms=%.3f backend=%s input=\"%s\" output=\"%s\" "

@@ -6,7 +6,9 @@
 //   output="q=FLOAT32[1,16,8,64] k=FLOAT32[1,16,2,64]" request_bytes=41022 response_bytes=41004
 // JSON format: every line is one JSON object with "time" (UTC, ISO 8601) and "level"; the
 // access line adds rpc, request_id, status, latency_ms, backend, input, output, request_bytes,
-// response_bytes (and error when not OK); any other line carries its text as "msg".
+// response_bytes (and error when not OK); any other line carries its text as "msg". Lines are
+// built with nlohmann-json (invalid UTF-8 from clients becomes U+FFFD), and gRPC's own log lines
+// come through spdlog too (gpr_set_log_function), so with --log_format=json every line is JSON.
 //
 // Thread-safety: ConfigureLogging before serving (it swaps the default logger's formatter);
 // LogAccess from any thread.
@@ -36,7 +38,7 @@ void ConfigureLogging(LogFormat format, spdlog::level::level_enum level);
 LogFormat CurrentLogFormat();
 
 // `text` as the inside of a JSON string (quotes, backslashes and control characters escaped;
-// other bytes, UTF-8 included, as they are).
+// valid UTF-8 as it is, invalid bytes replaced by U+FFFD).
 std::string JsonEscape(absl::string_view text);
 
 // One finished RPC.

@@ -101,6 +101,8 @@ class PosencServerImpl final : public PosencServer {
                                                  "\" (address in use, or not a valid host:port?)"));
     }
     if (auto* health = server_->GetHealthCheckService(); health != nullptr) {
+      // Probes may ask for the whole server ("") or for the service by its full name.
+      health->SetServingStatus(std::string(v1::PositionEncoding::service_full_name()), true);
       health->SetServingStatus(true);
     }
     return absl::OkStatus();

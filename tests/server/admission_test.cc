@@ -132,6 +132,25 @@ TEST(AdmissionServerTest, ConcurrentMaximalRequestsStayWithinTheBudget) {
 }
 
 // Issue #8: with heavy calls running on a 2-core machine, health checks timed out.
+// Issue #8: health answers for the service's full name as well as for the whole server.
+TEST(HealthTest, AnswersForTheServerAndForTheServiceByName) {
+  auto server = PosencServer::Start(testing::LocalServerOptions());
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()),
+                                     grpc::InsecureChannelCredentials());
+  for (const std::string service : {"", "posenc.v1.PositionEncoding"}) {
+    int serving = 0;
+    const grpc::Status status =
+        testing::HealthCheck(channel, &serving, std::chrono::seconds(5), service);
+    EXPECT_TRUE(status.ok()) << service << ": " << status.error_message();
+    EXPECT_EQ(serving, 1) << service;
+  }
+  int serving = 0;
+  EXPECT_EQ(testing::HealthCheck(channel, &serving, std::chrono::seconds(5), "no.such.Service")
+                .error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
 TEST(AdmissionServerTest, HealthAndSmallCallsAnswerWhileHeavyCallsRun) {
   ServerOptions options = testing::LocalServerOptions("cpu");
   options.max_heavy_calls = 1;

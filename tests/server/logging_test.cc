@@ -2,6 +2,7 @@
 // one writing to a string, a server called in process, and every line parsed as JSON.
 #include "server/logging.h"
 
+#include <grpc/support/log.h>
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
@@ -123,6 +124,31 @@ TEST_F(LoggingTest, JsonAccessLinesCarryEveryField) {
   EXPECT_EQ((*slopes)["response_bytes"], 0);
   EXPECT_NE((*slopes)["error"].get<std::string>().find("num_heads"), std::string::npos)
       << (*slopes)["error"];
+}
+
+// Issue #8: a client's invalid UTF-8 (here a Latin-1 table name) made an invalid JSON line;
+// gRPC's own lines bypassed the JSON format.
+TEST_F(LoggingTest, JsonLinesStayJsonWithInvalidUtf8AndGrpcLines) {
+  ConfigureLogging(LogFormat::kJson, spdlog::level::info);
+  spdlog::info("table \"caf\xe9\" loaded");
+  LogAccess(AccessRecord{.method = "RelativeBias",
+                         .request_id = "r\xff",
+                         .code = grpc::StatusCode::INVALID_ARGUMENT,
+                         .input = "table=\"caf\xe9\"",
+                         .error = "table_name: no table named \"caf\xe9\""});
+  gpr_log(GPR_ERROR, "%s", "a gRPC core error");
+  const std::vector<std::string> lines = Lines();
+  ASSERT_EQ(lines.size(), 3u) << out_.str();
+  for (const std::string& line : lines) {
+    nlohmann::json j;
+    ASSERT_NO_THROW(j = nlohmann::json::parse(line)) << line;
+    EXPECT_TRUE(j.contains("time") && j.contains("level")) << line;
+  }
+  EXPECT_EQ(nlohmann::json::parse(lines[0])["msg"], "table \"caf\xef\xbf\xbd\" loaded");
+  EXPECT_EQ(nlohmann::json::parse(lines[1])["rpc"], "RelativeBias");
+  const nlohmann::json grpc_line = nlohmann::json::parse(lines[2]);
+  EXPECT_EQ(grpc_line["level"], "error");
+  EXPECT_NE(grpc_line["msg"].get<std::string>().find("a gRPC core error"), std::string::npos);
 }
 
 TEST_F(LoggingTest, TextAccessLine) {

@@ -84,17 +84,20 @@ struct TestContext {
   HandlerContext ctx{backend.get(), Limits{}, &tables};
 };
 
-// The options of a server for one test: an ephemeral port on 127.0.0.1 and `backend` (empty:
-// the default backend).
-// grpc.health.v1.Health/Check for the whole server: "\x08\x01" is SERVING, "\x08\x02"
-// NOT_SERVING. Returns the call's status; *serving_status gets the enum (0 when absent).
+// grpc.health.v1.Health/Check for the whole server (or `service`): "\x08\x01" is SERVING,
+// "\x08\x02" NOT_SERVING. Returns the call's status; *serving_status gets the enum (0 when
+// absent).
 inline grpc::Status HealthCheck(const std::shared_ptr<grpc::Channel>& channel, int* serving_status,
-                                std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+                                std::chrono::milliseconds timeout = std::chrono::seconds(5),
+                                const std::string& service = "") {
   grpc::GenericStub stub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + timeout);
-  grpc::Slice empty("");
-  const grpc::ByteBuffer request(&empty, 1);
+  // HealthCheckRequest{service = 1}: a length-delimited field 1 when `service` is not empty.
+  std::string body;
+  if (!service.empty()) body = std::string("\x0a") + static_cast<char>(service.size()) + service;
+  grpc::Slice slice(body);
+  const grpc::ByteBuffer request(&slice, 1);
   grpc::ByteBuffer reply;
   std::promise<grpc::Status> done;
   stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &reply,
@@ -111,6 +114,8 @@ inline grpc::Status HealthCheck(const std::shared_ptr<grpc::Channel>& channel, i
   return status;
 }
 
+// The options of a server for one test: an ephemeral port on 127.0.0.1 and `backend` (empty:
+// the default backend).
 inline ServerOptions LocalServerOptions(const std::string& backend = "") {
   ServerOptions options;
   options.listen_address = "127.0.0.1:0";
