@@ -2,6 +2,7 @@
 // one writing to a string, a server called in process, and every line parsed as JSON.
 #include "server/logging.h"
 
+#include <grpc/grpc.h>
 #include <grpc/support/log.h>
 #include <grpcpp/grpcpp.h>
 
@@ -136,7 +137,9 @@ TEST_F(LoggingTest, JsonLinesStayJsonWithInvalidUtf8AndGrpcLines) {
                          .code = grpc::StatusCode::INVALID_ARGUMENT,
                          .input = "table=\"caf\xe9\"",
                          .error = "table_name: no table named \"caf\xe9\""});
+  grpc_init();  // as in a server: gRPC initialized after logging was configured
   gpr_log(GPR_ERROR, "%s", "a gRPC core error");
+  grpc_shutdown();
   const std::vector<std::string> lines = Lines();
   ASSERT_EQ(lines.size(), 3u) << out_.str();
   for (const std::string& line : lines) {
