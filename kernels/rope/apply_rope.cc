@@ -132,9 +132,10 @@ absl::StatusOr<ApplyRopePlan> PlanApplyRope(ApplyRopeArgs args) {
 absl::StatusOr<RopeRunInfo> RunApplyRope(const Backend& backend, const ApplyRopePlan& plan,
                                          RopeFrequencyCache* cache, const TensorView& q,
                                          const TensorView& k) {
-  POSENC_ASSIGN_OR_RETURN(RopeRunInputs in, PrepareRopeRun(plan.positions, plan.config, cache));
-  POSENC_RETURN_IF_ERROR(backend.ApplyRope(plan, *in.info.frequencies, in.positions, q, k));
-  return FinishRopeRun(std::move(in), cache);
+  return RunWithFrequencies(plan.positions, plan.config, cache,
+                            [&](const RopeFrequencies& freqs, const ResolvedPositions& positions) {
+                              return backend.ApplyRope(plan, freqs, positions, q, k);
+                            });
 }
 
 }  // namespace posenc::kernels

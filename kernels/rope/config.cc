@@ -298,6 +298,9 @@ RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& c, int64_t max_pos
   const int64_t seq_len = c.seq_len.value_or(std::max<int64_t>(max_position + 1, 1));
   const long double d_ld = static_cast<long double>(d);
 
+  // YaRN's and LongRoPE's original context and extension factor.
+  const std::pair<int64_t, double> extension = OriginalContextAndFactor(c);
+
   const long double log_b = std::log(b);
   f.inv_freq.resize(static_cast<size_t>(half));
   for (int64_t j = 0; j < half; ++j) f.inv_freq[j] = DefaultOmega(log_b, j, d);
@@ -326,9 +329,8 @@ RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& c, int64_t max_pos
       break;
     }
     case RopeScalingType::kYarn: {
-      const std::pair<int64_t, double> context = OriginalContextAndFactor(c);
-      const int64_t l0 = context.first;
-      const double s = context.second;
+      const int64_t l0 = extension.first;
+      const double s = extension.second;
       f.factor = s;
       const double beta_fast = sc.beta_fast.value_or(32.0);
       const double beta_slow = sc.beta_slow.value_or(1.0);
@@ -384,10 +386,8 @@ RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& c, int64_t max_pos
       break;
     }
     case RopeScalingType::kLongrope: {
-      const std::pair<int64_t, double> context = OriginalContextAndFactor(c);
-      const int64_t l0 = context.first;
-      const double s = context.second;
-      f.factor = s;
+      const int64_t l0 = extension.first;
+      f.factor = extension.second;
       f.seq_len = seq_len;
       f.longrope_long_factors = seq_len > l0;
       const std::vector<double>& ext = f.longrope_long_factors ? sc.long_factor : sc.short_factor;
@@ -396,8 +396,8 @@ RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& c, int64_t max_pos
       }
       if (sc.attention_factor) {
         f.attention_factor = *sc.attention_factor;
-      } else if (s > 1) {
-        f.attention_factor = std::sqrt(1 + std::log(s) / std::log(static_cast<double>(l0)));
+      } else if (f.factor > 1) {
+        f.attention_factor = std::sqrt(1 + std::log(f.factor) / std::log(static_cast<double>(l0)));
       }
       break;
     }

@@ -61,9 +61,10 @@ RopeRunInfo FinishRopeRun(RopeRunInputs in, RopeFrequencyCache* cache) {
 absl::StatusOr<RopeRunInfo> RunRopeCache(const Backend& backend, const RopeCachePlan& plan,
                                          RopeFrequencyCache* cache, const TensorView& cos,
                                          const TensorView& sin) {
-  POSENC_ASSIGN_OR_RETURN(RopeRunInputs in, PrepareRopeRun(plan.positions, plan.config, cache));
-  POSENC_RETURN_IF_ERROR(backend.RopeCache(plan, *in.info.frequencies, in.positions, cos, sin));
-  return FinishRopeRun(std::move(in), cache);
+  return RunWithFrequencies(plan.positions, plan.config, cache,
+                            [&](const RopeFrequencies& freqs, const ResolvedPositions& positions) {
+                              return backend.RopeCache(plan, freqs, positions, cos, sin);
+                            });
 }
 
 }  // namespace posenc::kernels

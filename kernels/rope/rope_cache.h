@@ -62,6 +62,17 @@ absl::StatusOr<RopeRunInputs> PrepareRopeRun(const PositionPlan& positions,
                                              const RopeConfig& config, RopeFrequencyCache* cache);
 RopeRunInfo FinishRopeRun(RopeRunInputs in, RopeFrequencyCache* cache);
 
+// PrepareRopeRun, then `call(frequencies, positions)` (the backend), then FinishRopeRun.
+template <typename Call>
+absl::StatusOr<RopeRunInfo> RunWithFrequencies(const PositionPlan& positions,
+                                               const RopeConfig& config, RopeFrequencyCache* cache,
+                                               Call call) {
+  absl::StatusOr<RopeRunInputs> in = PrepareRopeRun(positions, config, cache);
+  if (!in.ok()) return in.status();
+  if (absl::Status s = call(*in->info.frequencies, in->positions); !s.ok()) return s;
+  return FinishRopeRun(*std::move(in), cache);
+}
+
 // Resolves the positions, takes the frequencies from `cache` (null: computes them) and fills
 // cos and sin (plan.cos / plan.sin's dtype and shape).
 absl::StatusOr<RopeRunInfo> RunRopeCache(const Backend& backend, const RopeCachePlan& plan,
