@@ -7,6 +7,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev nlohmann-json3-dev prometheus-cpp-dev
   openssl clang-format clang-tidy
+  clang libclang-rt-14-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 missing=()

@@ -10,6 +10,7 @@
 #include "server/logging.h"
 #include "server/status.h"
 #include "server/summary.h"
+#include "server/tsan.h"
 #include "spdlog/spdlog.h"
 
 namespace posenc::server {
@@ -22,7 +23,15 @@ class AdmittedReactor final : public grpc::ServerUnaryReactor {
   AdmittedReactor(AdmissionControl* control, int64_t request_bytes)
       : admission_(control, request_bytes) {}
   CallAdmission& admission() { return admission_; }
-  void OnDone() override { delete this; }
+  // gRPC runs OnDone on another thread than FinishCall's (server/tsan.h: no-ops outside TSan).
+  void FinishCall(const grpc::Status& status) {
+    TsanRelease(this);
+    Finish(status);
+  }
+  void OnDone() override {
+    TsanAcquire(this);
+    delete this;
+  }
 
  private:
   CallAdmission admission_;
@@ -94,7 +103,7 @@ grpc::ServerUnaryReactor* Run(const char* method, grpc::CallbackServerContext* c
     LogAccess(AccessRecord{method, request_id, status.error_code(), seconds * 1e3, backend, input,
                            output, request_bytes, response_bytes, status.error_message()});
   }
-  reactor->Finish(status);
+  reactor->FinishCall(status);
   return reactor;
 }
 

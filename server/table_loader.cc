@@ -66,9 +66,27 @@ absl::StatusOr<DType> SafetensorsDType(absl::string_view dtype) {
 }
 
 // `value` as JSON for an error message, cut to at most 80 characters.
+// Arrays and objects nested in `value` show as [...] and {...}: dump() recurses, and a header
+// nested a million levels deep would overflow the stack.
 std::string ShortDump(const Json& value) {
-  std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
-  if (text.size() > 80) text = absl::StrCat(text.substr(0, 77), "...");
+  constexpr size_t kMax = 80;
+  auto flat = [](const Json& v) -> std::string {
+    if (v.is_array()) return v.empty() ? "[]" : "[...]";
+    if (v.is_object()) return v.empty() ? "{}" : "{...}";
+    return v.dump(-1, ' ', false, Json::error_handler_t::replace);
+  };
+  std::string text;
+  if (value.is_array()) {
+    text = "[";
+    for (const Json& element : value) {
+      if (text.size() > kMax) break;
+      absl::StrAppend(&text, text.size() > 1 ? "," : "", flat(element));
+    }
+    text += "]";
+  } else {
+    text = flat(value);
+  }
+  if (text.size() > kMax) text = absl::StrCat(text.substr(0, kMax - 3), "...");
   return text;
 }
 

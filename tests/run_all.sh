@@ -2,7 +2,12 @@
 # Runs every posenc test: installs what is missing, builds the release preset, checks the style
 # gates (tests/check_style.sh: clang-format, clang-tidy over kernels/), runs ctest.
 # With POSENC_SANITIZERS=1 (the default in CI) it also builds the asan-ubsan preset and runs the
-# kernel and server suites under AddressSanitizer + UndefinedBehaviorSanitizer.
+# whole suite under AddressSanitizer + UndefinedBehaviorSanitizer (the client tests run the
+# sanitized `posenc` and `posenc-server` binaries too), then builds the tsan preset and runs the
+# concurrency, drain, deadline, thread-pool and client end-to-end tests under ThreadSanitizer
+# (the test list is the tsan test preset's filter in CMakePresets.json; suppressions for the
+# uninstrumented gRPC/Abseil/spdlog in tests/tsan.supp), and last builds the libFuzzer targets
+# with clang and runs each for 20 s (tests/fuzz/run_smoke.sh).
 # Usage: tests/run_all.sh            (from anywhere; needs root or sudo for apt on first run)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,9 +36,32 @@ done_stage "tests (release)"
 if [ "${POSENC_SANITIZERS:-0}" = 1 ]; then
   stage "build (asan-ubsan)"
   cmake --preset asan-ubsan >/dev/null
-  cmake --build --preset asan-ubsan -j "$jobs" --target kernels_test server_test
+  cmake --build --preset asan-ubsan -j "$jobs"
   done_stage "build (asan-ubsan)"
   stage "tests (asan-ubsan)"
-  ctest --preset asan-ubsan -j "$jobs" -L '^(kernels_test|server_test)$'
+  ctest --preset asan-ubsan -j "$jobs"
   done_stage "tests (asan-ubsan)"
+
+  # ThreadSanitizer: its own tree (it cannot be mixed with ASan), only the three test binaries
+  # (the tsan build preset's targets, which pull in posenc and posenc-server). Not run under TSan:
+  # the CLI tests (CliTest, CliTlsTest: the CLI has no threads of its own, so they would only
+  # exercise the uninstrumented gRPC client) and the suites without threads.
+  stage "build (tsan)"
+  cmake --preset tsan >/dev/null
+  cmake --build --preset tsan -j "$jobs"
+  done_stage "build (tsan)"
+  stage "tests (tsan)"
+  ctest --preset tsan -j "$jobs"
+  done_stage "tests (tsan)"
+
+  # libFuzzer smoke: every target (tests/fuzz) replays its regressions and fuzzes 20 s under
+  # ASan + UBSan with RSS and malloc limits; any finding fails.
+  stage "build (fuzz, clang)"
+  CC=clang CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DPOSENC_BUILD_TESTS=OFF \
+    -DPOSENC_BUILD_FUZZERS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build/fuzz -j "$jobs" --target rpc_fuzz hf_config_fuzz table_fuzz cli_flags_fuzz
+  done_stage "build (fuzz, clang)"
+  stage "fuzz smoke"
+  bash tests/fuzz/run_smoke.sh build/fuzz 20
+  done_stage "fuzz smoke"
 fi

@@ -1,17 +1,33 @@
 // Picks the inner-loop table of the CPU backend for the running processor.
 #include <cstring>
 
+#if defined(POSENC_HAVE_X86_SIMD)
+#include <cpuid.h>
+#endif
+
 #include "kernels/cpu/simd_kernels.h"
 
 namespace posenc::kernels::cpu {
+
+#if defined(POSENC_HAVE_X86_SIMD)
+namespace {
+
+// F16C is CPUID leaf 1, ECX bit 29; read directly because clang before 16 has no "f16c" for
+// __builtin_cpu_supports (the fuzz build uses clang 14).
+bool HasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+
+}  // namespace
+#endif
 
 const SimdKernels* SelectKernels(const char* name) {
 #if defined(POSENC_HAVE_X86_SIMD)
   __builtin_cpu_init();
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HasF16c();
   if (name == nullptr) {
     if (avx512) return &avx512::Kernels();
     if (avx2) return &avx2::Kernels();

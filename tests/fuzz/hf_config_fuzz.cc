@@ -1,0 +1,38 @@
+// libFuzzer target: the Hugging Face config.json normalizer (server/hf_config.h).
+//
+// Input: the config.json text; if it holds a NUL byte, what follows the first one is the
+// layer_type (for rope_parameters keyed by layer type). A config that parses goes on through
+// the kernels' RoPE validation, as in a request. Errors must be INVALID_ARGUMENT naming
+// config.hf_config_json or config.layer_type; anything else (an exception, a crash, a sanitizer
+// report) is a finding.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/string_view.h"
+#include "kernels/rope/config.h"
+#include "server/hf_config.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  absl::string_view input(reinterpret_cast<const char*>(data), size);
+  absl::string_view json = input;
+  absl::string_view layer_type;
+  if (size_t nul = input.find('\0'); nul != absl::string_view::npos) {
+    json = input.substr(0, nul);
+    layer_type = input.substr(nul + 1);
+  }
+  absl::StatusOr<posenc::server::HfRopeConfig> parsed =
+      posenc::server::ParseHfRopeConfig(json, layer_type);
+  if (!parsed.ok()) {
+    if (parsed.status().code() != absl::StatusCode::kInvalidArgument ||
+        !(absl::StartsWith(parsed.status().message(), "config.hf_config_json: ") ||
+          absl::StartsWith(parsed.status().message(), "config.layer_type: "))) {
+      std::abort();
+    }
+    return 0;
+  }
+  (void)posenc::kernels::ValidateRopeConfig(parsed->config);
+  return 0;
+}

@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the fuzz targets: tests/fuzz/corpus/<target>/.
+
+    tests/fuzz/make_seeds.py [HF_CONFIG_DIR]
+
+rpc_fuzz: one byte naming the RPC (the order of the service in posenc.proto) followed by a
+request encoded by `protoc --encode` from the text below. hf_config_fuzz: the config objects
+of HF_CONFIG_DIR/*.json (the shared copies of published config.json files: {"config": {...}}),
+plus a few hand-written ones; "\\0LAYER" after the JSON selects a layer type. table_fuzz: small
+.npy and .safetensors files. cli_flags_fuzz: NUL-separated command lines. The output is
+deterministic; the corpus is committed, so the script only needs rerunning to change it.
+"""
+import json
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+CORPUS = HERE / "corpus"
+
+
+def tensor_text(dtype, shape, raw):
+    data = "".join("\\%03o" % b for b in raw)
+    dims = " ".join("shape: %d" % d for d in shape)
+    return 'dtype: %s %s data: "%s"' % (dtype, dims, data)
+
+
+def f32(values):
+    return struct.pack("<%df" % len(values), *values)
+
+
+def i32(values):
+    return struct.pack("<%di" % len(values), *values)
+
+
+def i64(values):
+    return struct.pack("<%dq" % len(values), *values)
+
+
+RPCS = ["Sinusoidal", "AddPositionEncoding", "RopeCache", "ApplyRope", "AlibiSlopes",
+        "AlibiBias", "RelativeBias", "RelativeEmbedding", "GetServerInfo"]
+LLAMA3 = json.dumps({"rope_theta": 500000, "head_dim": 16, "max_position_embeddings": 1024,
+                     "rope_scaling": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1,
+                                      "high_freq_factor": 4,
+                                      "original_max_position_embeddings": 64}})
+
+RPC_SEEDS = {
+    "sinusoidal_range": ("Sinusoidal", "positions { range { start: 0 count: 8 } } params { dim: 16 }"),
+    "sinusoidal_ids_concat_f16": ("Sinusoidal",
+        "positions { ids { %s } } params { dim: 7 layout: SINUSOIDAL_LAYOUT_CONCAT } "
+        "output_dtype: DTYPE_FLOAT16" % tensor_text("DTYPE_INT32", [4], i32([0, 1, 5, 9]))),
+    "sinusoidal_mask": ("Sinusoidal",
+        "positions { attention_mask { %s } } params { dim: 8 base: 100 freq_scheme: FREQ_SCHEME_T2T }"
+        % tensor_text("DTYPE_INT64", [2, 3], i64([0, 1, 1, 1, 1, 1]))),
+    "add_sinusoidal": ("AddPositionEncoding",
+        "x { %s } sinusoidal { dim: 0 } scale: 2 padding_idx: 1"
+        % tensor_text("DTYPE_FLOAT32", [1, 4, 4], f32([0.5 * i for i in range(16)]))),
+    "add_learned_concat": ("AddPositionEncoding",
+        'x { %s } learned { table_name: "wpe" table_offset: 2 } combine: COMBINE_CONCAT '
+        "positions { offsets { offsets: 1 offsets: 3 } }"
+        % tensor_text("DTYPE_FLOAT32", [2, 3, 2], f32(range(12)))),
+    "rope_cache_yarn": ("RopeCache",
+        "positions { range { start: 0 count: 8 } } config { head_dim: 16 scaling { type: "
+        "ROPE_SCALING_YARN factor: 4 } max_position_embeddings: 64 } layout: ROPE_CACHE_LAYOUT_NEOX"),
+    "rope_cache_hf_llama3": ("RopeCache",
+        "positions { range { start: 3 count: 4 } } config { hf_config_json: %s } "
+        "output_dtype: DTYPE_BFLOAT16" % json.dumps(LLAMA3)),
+    "rope_cache_mrope": ("RopeCache",
+        "positions { ids { %s } } config { head_dim: 16 mrope_section: 2 mrope_section: 3 "
+        "mrope_section: 3 mrope_layout: MROPE_LAYOUT_INTERLEAVED }"
+        % tensor_text("DTYPE_INT64", [3, 2], i64([0, 1, 0, 2, 0, 3]))),
+    "rope_cache_longrope": ("RopeCache",
+        "positions { range { count: 4 } } config { head_dim: 8 max_position_embeddings: 64 "
+        "scaling { type: ROPE_SCALING_LONGROPE original_max_position_embeddings: 16 "
+        "long_factor: 1 long_factor: 2 long_factor: 3 long_factor: 4 short_factor: 1 "
+        "short_factor: 1 short_factor: 1 short_factor: 1 } seq_len: 32 }"),
+    "apply_rope_bshd_gqa": ("ApplyRope",
+        "q { %s } k { %s } config { head_dim: 8 style: ROPE_STYLE_GPTJ }"
+        % (tensor_text("DTYPE_FLOAT32", [1, 2, 2, 8], f32([0.1 * i for i in range(32)])),
+           tensor_text("DTYPE_FLOAT32", [1, 2, 1, 8], f32([0.2 * i for i in range(16)])))),
+    "apply_rope_thd_bf16": ("ApplyRope",
+        "q { %s } positions { cu_seqlens { cu_seqlens: 0 cu_seqlens: 1 cu_seqlens: 4 } } "
+        "config { rotary_dim: 4 scaling { type: ROPE_SCALING_LINEAR factor: 2 } inverse: true } "
+        "layout: TENSOR_LAYOUT_THD" % tensor_text("DTYPE_BFLOAT16", [4, 1, 8], bytes(64))),
+    "apply_rope_bhsd_dynamic": ("ApplyRope",
+        "q { %s } positions { attention_mask { %s } } layout: TENSOR_LAYOUT_BHSD config { "
+        "scaling { type: ROPE_SCALING_DYNAMIC factor: 2 } max_position_embeddings: 2 }"
+        % (tensor_text("DTYPE_FLOAT16", [1, 1, 3, 4], bytes(24)),
+           tensor_text("DTYPE_INT32", [1, 3], i32([0, 1, 1])))),
+    "alibi_slopes": ("AlibiSlopes", "num_heads: 12 max_bias: 8"),
+    "alibi_bias_causal": ("AlibiBias", "num_heads: 4 q_len: 3 k_len: 5"),
+    "alibi_bias_bloom_mask": ("AlibiBias",
+        "num_heads: 2 q_len: 2 k_len: 3 mode: ALIBI_MODE_BLOOM attention_mask { %s }"
+        % tensor_text("DTYPE_INT32", [2, 3], i32([0, 1, 1, 1, 1, 1]))),
+    "alibi_bias_compact": ("AlibiBias",
+        "num_heads: 3 q_len: 4 k_len: 4 mode: ALIBI_MODE_SYMMETRIC form: BIAS_FORM_COMPACT "
+        "query_offset: -1 future: FUTURE_MODE_LINEAR output_dtype: DTYPE_FLOAT64"),
+    "relative_bias_named": ("RelativeBias", 'q_len: 4 k_len: 4 table_name: "t5"'),
+    "relative_bias_buckets": ("RelativeBias",
+        "q_len: 3 k_len: 5 bidirectional: false num_buckets: 8 max_distance: 16 "
+        "form: BIAS_FORM_BUCKETS"),
+    "relative_bias_inline_compact": ("RelativeBias",
+        "q_len: 2 k_len: 3 num_buckets: 4 max_distance: 8 table_inline { %s } "
+        "form: BIAS_FORM_COMPACT key_offset: 2" % tensor_text("DTYPE_FLOAT32", [4, 2], f32(range(8)))),
+    "relative_embedding_named": ("RelativeEmbedding",
+        'q_len: 3 k_len: 3 max_relative: 4 table_name: "shaw"'),
+    "relative_embedding_inline": ("RelativeEmbedding",
+        "q_len: 2 k_len: 4 max_relative: 1 table_inline { %s } output_dtype: DTYPE_FLOAT16"
+        % tensor_text("DTYPE_FLOAT32", [3, 2], f32(range(6)))),
+    "server_info": ("GetServerInfo", ""),
+}
+
+HF_EXTRA = {
+    "llama3_small": LLAMA3,
+    "interleave": '{"qk_rope_head_dim": 64, "rope_interleave": true}',
+    "rotary_pct": '{"hidden_size": 2560, "num_attention_heads": 32, "rotary_pct": 0.25}',
+    "layer_dict": json.dumps({"head_dim": 32, "rope_parameters": {
+        "full_attention": {"rope_type": "linear", "factor": 8, "rope_theta": 1000000},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000}}}) + "\0full_attention",
+    "yarn_dsv3": json.dumps({"qk_rope_head_dim": 64, "max_position_embeddings": 163840,
+        "rope_scaling": {"type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1,
+                         "mscale": 1.0, "mscale_all_dim": 1.0,
+                         "original_max_position_embeddings": 4096}}),
+    "longrope_su": json.dumps({"head_dim": 8, "max_position_embeddings": 131072,
+        "original_max_position_embeddings": 4096, "rope_scaling": {
+            "type": "su", "long_factor": [1.0, 1.5, 2.0, 3.0],
+            "short_factor": [1.0, 1.0, 1.0, 1.1]}}),
+    "mrope": json.dumps({"hidden_size": 1536, "num_attention_heads": 12, "rope_scaling": {
+        "type": "mrope", "mrope_section": [16, 24, 24]}}),
+}
+
+
+def npy(descr, shape, raw, version=1):
+    shape_text = "(%s)" % ("".join("%d, " % d for d in shape)[:-1] if len(shape) > 1 else
+                           ("%d," % shape[0] if shape else ""))
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape_text)
+    length_bytes = 2 if version == 1 else 4
+    pad = (64 - (6 + 2 + length_bytes + len(header) + 1) % 64) % 64
+    header = header + " " * pad + "\n"
+    length = struct.pack("<H" if version == 1 else "<I", len(header))
+    return b"\x93NUMPY" + bytes([version, 0]) + length + header.encode() + raw
+
+
+def safetensors(tensors, metadata=None):
+    header, data = {}, b""
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + data
+
+
+TABLE_SEEDS = {
+    "f4_2x3.npy": npy("<f4", [2, 3], f32(range(6))),
+    "f8_big_endian_3x2.npy": npy(">f8", [3, 2], struct.pack(">6d", *range(6))),
+    "f2_v2_1x4.npy": npy("<f2", [1, 4], bytes(8), version=2),
+    "i8_vector.npy": npy("<i8", [3], i64([1, 2, 3])),
+    "b1_scalar.npy": npy("|b1", [], b"\x01"),
+    "two_tensors.safetensors": safetensors({
+        "relative_attention_bias": ("F32", [4, 2], f32(range(8))),
+        "wpe": ("BF16", [2, 2], bytes(8))}, {"format": "pt"}),
+    "f16_one.safetensors": safetensors({"t": ("F16", [1, 1], bytes(2))}),
+    "f64_empty.safetensors": safetensors({}),
+}
+
+CLI_SEEDS = [
+    ["--server", "localhost:1", "sinusoidal", "--positions", "0:8", "--dim", "16"],
+    ["--format=json", "rope-cache", "--head-dim", "64", "--scaling", "yarn", "--factor", "4",
+     "--mrope-section", "8,12,12"],
+    ["apply-rope", "--shape", "1,4,2,8", "--style=gptj", "--full", "--timeout", "5s",
+     "--seed", "-3"],
+    ["alibi-bias", "--heads", "8", "--q-len", "1", "--k-len", "37", "--max-bias=inf", "--help"],
+    ["--tls", "rope-cache", "--head-dim=8", "--scaling=longrope", "--long-factor", "1.5,2e0,3",
+     "--short-factor", " 1, 1,1,1"],
+    ["relative-bias", "--q-len", "4", "--unidirectional", "--form", "buckets"],
+    ["-h"],
+]
+
+
+def write(target, name, content):
+    path = CORPUS / target / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+
+
+def main():
+    hf_dir = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "/work/shared/hf_configs")
+    proto_dir = ROOT / "proto"
+    for name, (rpc, text) in RPC_SEEDS.items():
+        encoded = subprocess.run(
+            ["protoc", "--proto_path=%s" % proto_dir, "--encode=posenc.v1.%sRequest" % rpc,
+             str(proto_dir / "posenc/v1/posenc.proto")],
+            input=text.encode(), capture_output=True, check=True).stdout
+        write("rpc_fuzz", name, bytes([RPCS.index(rpc)]) + encoded)
+    for path in sorted(hf_dir.glob("*.json")):
+        doc = json.loads(path.read_text())
+        config = dict(doc["config"])
+        config.update(doc.get("config_overlay", {}))
+        text = json.dumps(config, indent=1)
+        if "full_attention" in text:
+            text += "\0full_attention"
+        write("hf_config_fuzz", path.stem, text.encode())
+    for name, text in HF_EXTRA.items():
+        write("hf_config_fuzz", name, text.encode())
+    for name, content in TABLE_SEEDS.items():
+        write("table_fuzz", name, content)
+    for i, args in enumerate(CLI_SEEDS):
+        write("cli_flags_fuzz", "args%d" % i, "\0".join(args).encode())
+
+
+if __name__ == "__main__":
+    main()
