@@ -11,10 +11,6 @@
 namespace posenc::kernels {
 namespace {
 
-absl::Status Invalid(absl::string_view field, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
-}
-
 // The encoding's width, after checking the source (and filling a sinusoidal dim of 0).
 absl::StatusOr<int64_t> PlanSource(AddPositionEncodingParams& p, int64_t dim) {
   if (p.sinusoidal) {

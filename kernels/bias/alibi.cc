@@ -1,7 +1,6 @@
 // ALiBi: slopes, and the plans and runs of AlibiSlopes and AlibiBias.
 #include "kernels/bias/alibi.h"
 
-#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -13,20 +12,31 @@
 namespace posenc::kernels {
 namespace {
 
-absl::Status CheckHeadsAndMaxBias(int64_t n, double max_bias) {
+absl::Status CheckHeads(int64_t n) {
   if (n <= 0 || n > (int64_t{1} << 24)) {
     return Invalid("num_heads", absl::StrCat("expected 1 .. 2^24, got ", n));
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckMaxBias(double max_bias) {
   if (!std::isfinite(max_bias) || !(max_bias > 0)) {
     return Invalid("max_bias", absl::StrCat("expected a finite number > 0, got ", max_bias));
   }
   return absl::OkStatus();
 }
 
+void StoreSlopes(const std::vector<double>& values, const TensorView& slopes) {
+  for (size_t h = 0; h < values.size(); ++h) {
+    StoreFromDouble(slopes.data, slopes.dtype, static_cast<int64_t>(h), values[h]);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<double>> AlibiSlopes(int64_t n, double max_bias) {
-  POSENC_RETURN_IF_ERROR(CheckHeadsAndMaxBias(n, max_bias));
+  POSENC_RETURN_IF_ERROR(CheckHeads(n));
+  POSENC_RETURN_IF_ERROR(CheckMaxBias(max_bias));
   int64_t c = 1;
   while (c * 2 <= n) c *= 2;
   std::vector<double> slopes;
@@ -42,9 +52,12 @@ absl::StatusOr<std::vector<double>> AlibiSlopes(int64_t n, double max_bias) {
 }
 
 absl::StatusOr<AlibiSlopesPlan> PlanAlibiSlopes(const AlibiSlopesArgs& args) {
-  // The upper bound of num_heads (2^24) is AlibiSlopes' own: a head count past the output limits
-  // is reported as such (RESOURCE_EXHAUSTED) by the caller's limit check first.
-  POSENC_RETURN_IF_ERROR(CheckHeadsAndMaxBias(std::min<int64_t>(args.num_heads, 1), args.max_bias));
+  // Only the lower bound of num_heads here: past the output limits a head count is reported as
+  // such (RESOURCE_EXHAUSTED) by the caller's limit check; AlibiSlopes checks 2^24 when it runs.
+  if (args.num_heads < 1) {
+    return Invalid("num_heads", absl::StrCat("expected 1 .. 2^24, got ", args.num_heads));
+  }
+  POSENC_RETURN_IF_ERROR(CheckMaxBias(args.max_bias));
   POSENC_RETURN_IF_ERROR(CheckFloatOutputDType(args.output_dtype));
   return AlibiSlopesPlan{
       args.num_heads, args.max_bias, {"slopes", args.output_dtype, {args.num_heads}}};
@@ -52,9 +65,7 @@ absl::StatusOr<AlibiSlopesPlan> PlanAlibiSlopes(const AlibiSlopesArgs& args) {
 
 absl::Status RunAlibiSlopes(const AlibiSlopesPlan& plan, const TensorView& slopes) {
   POSENC_ASSIGN_OR_RETURN(std::vector<double> values, AlibiSlopes(plan.num_heads, plan.max_bias));
-  for (int64_t h = 0; h < plan.num_heads; ++h) {
-    StoreFromDouble(slopes.data, slopes.dtype, h, values[h]);
-  }
+  StoreSlopes(values, slopes);
   return absl::OkStatus();
 }
 
@@ -74,13 +85,9 @@ void AlibiBiasPlan::KeyPositions(int64_t b, double* out) const {
 
 absl::StatusOr<AlibiBiasPlan> PlanAlibiBias(AlibiBiasArgs args) {
   const AlibiBiasParams& p = args.params;
-  if (p.num_heads <= 0 || p.num_heads > (int64_t{1} << 24)) {
-    return Invalid("num_heads", absl::StrCat("expected 1 .. 2^24, got ", p.num_heads));
-  }
+  POSENC_RETURN_IF_ERROR(CheckHeads(p.num_heads));
   POSENC_RETURN_IF_ERROR(CheckWindow(p.q_len, p.k_len, p.query_offset));
-  if (!std::isfinite(p.max_bias) || !(p.max_bias > 0)) {
-    return Invalid("max_bias", absl::StrCat("expected a finite number > 0, got ", p.max_bias));
-  }
+  POSENC_RETURN_IF_ERROR(CheckMaxBias(p.max_bias));
   if (p.form == BiasForm::kBuckets) {
     return Invalid("form",
                    "BIAS_FORM_BUCKETS is for RelativeBias; AlibiBias takes FULL or COMPACT");
@@ -129,9 +136,7 @@ absl::Status RunAlibiBias(const Backend& backend, const AlibiBiasPlan& plan, con
                           const TensorView& slopes) {
   POSENC_ASSIGN_OR_RETURN(std::vector<double> values,
                           AlibiSlopes(plan.params.num_heads, plan.params.max_bias));
-  for (int64_t h = 0; h < plan.params.num_heads; ++h) {
-    StoreFromDouble(slopes.data, slopes.dtype, h, values[h]);
-  }
+  StoreSlopes(values, slopes);
   return backend.AlibiBias(plan, values, bias);
 }
 

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "kernels/common/status.h"
 #include "kernels/common/types.h"
 
 namespace posenc::kernels {
@@ -15,7 +16,6 @@ namespace posenc::kernels {
 // Offsets and lengths stay within +-2^53 so differences are exact in int64 and in double.
 inline constexpr int64_t kMaxExtent = int64_t{1} << 53;
 
-absl::Status Invalid(absl::string_view field, absl::string_view what);
 // 1 .. 2^53.
 absl::Status CheckLength(absl::string_view field, int64_t v);
 // |v| <= 2^53.

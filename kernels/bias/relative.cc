@@ -13,10 +13,6 @@
 
 namespace posenc::kernels {
 
-absl::Status Invalid(absl::string_view field, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
-}
-
 absl::Status CheckLength(absl::string_view field, int64_t v) {
   if (v <= 0 || v > kMaxExtent) return Invalid(field, absl::StrCat("expected 1 .. 2^53, got ", v));
   return absl::OkStatus();

@@ -13,10 +13,6 @@ namespace {
 using Kind = PositionSpec::Kind;
 using GridKind = TokenGrid::Kind;
 
-absl::Status Invalid(absl::string_view field, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
-}
-
 absl::string_view KindField(Kind kind) {
   switch (kind) {
     case Kind::kDefault: return "positions";

@@ -1,5 +1,5 @@
 // Early-return macros for absl::Status / absl::StatusOr, the one status idiom of the whole tree
-// (kernels, server, client and tests).
+// (kernels, server, client and tests), and the one INVALID_ARGUMENT-naming-a-field constructor.
 //
 //   POSENC_RETURN_IF_ERROR(ValidateRopeConfig(config));
 //   POSENC_ASSIGN_OR_RETURN(ApplyRopePlan plan, PlanApplyRope(args));
@@ -10,6 +10,17 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace posenc::kernels {
+
+// INVALID_ARGUMENT naming the request field: "config.rotary_dim: expected ..., got ...".
+inline absl::Status Invalid(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+}  // namespace posenc::kernels
 
 // Returns `expr` from the enclosing function when it is not OK. `expr` is an absl::Status.
 #define POSENC_RETURN_IF_ERROR(expr)                 \

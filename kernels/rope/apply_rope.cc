@@ -11,10 +11,6 @@
 namespace posenc::kernels {
 namespace {
 
-absl::Status Invalid(absl::string_view field, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
-}
-
 const char* LayoutName(TensorLayout layout) {
   switch (layout) {
     case TensorLayout::kBSHD: return "BSHD [batch, seq, heads, head_dim]";

@@ -15,10 +15,6 @@
 namespace posenc::kernels {
 namespace {
 
-absl::Status Invalid(absl::string_view field, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
-}
-
 absl::Status CheckFinite(absl::string_view field, double v) {
   if (!std::isfinite(v)) return Invalid(field, absl::StrCat("expected a finite number, got ", v));
   return absl::OkStatus();
