@@ -103,6 +103,8 @@ TEST(AdmissionServerTest, ConcurrentMaximalRequestsStayWithinTheBudget) {
     threads.emplace_back([&] {
       auto stub = Stub(**server);
       grpc::ClientContext context;
+      // Twelve fresh connections at once: wait for each to be up rather than fail the first try.
+      context.set_wait_for_ready(true);
       v1::AlibiBiasResponse resp;
       const grpc::Status s = stub->AlibiBias(&context, BigAlibi(), &resp);
       if (s.ok()) {
@@ -164,6 +166,7 @@ TEST(AdmissionServerTest, HealthAndSmallCallsAnswerWhileHeavyCallsRun) {
       auto stub = Stub(**server);
       while (!stop.load()) {
         grpc::ClientContext context;
+        context.set_wait_for_ready(true);
         v1::AlibiBiasResponse resp;
         const grpc::Status s = stub->AlibiBias(&context, BigAlibi(), &resp);
         if (s.ok()) heavy_done.fetch_add(1);
