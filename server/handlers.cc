@@ -292,50 +292,10 @@ absl::Status CheckOutputLimits(const Limits& limits, std::initializer_list<Plann
   return AdmitCurrentCall(static_cast<int64_t>(total_bytes));
 }
 
-grpc::Status HandleSinusoidal(const HandlerContext& ctx, const v1::SinusoidalRequest& req,
-                              v1::SinusoidalResponse* resp) {
-  return ToGrpcStatus(Sinusoidal(ctx, req, resp));
-}
+namespace {
 
-grpc::Status HandleAddPositionEncoding(const HandlerContext& ctx,
-                                       const v1::AddPositionEncodingRequest& req,
-                                       v1::AddPositionEncodingResponse* resp) {
-  return ToGrpcStatus(AddPositionEncoding(ctx, req, resp));
-}
-
-grpc::Status HandleRopeCache(const HandlerContext& ctx, const v1::RopeCacheRequest& req,
-                             v1::RopeCacheResponse* resp) {
-  return ToGrpcStatus(RopeCache(ctx, req, resp));
-}
-
-grpc::Status HandleApplyRope(const HandlerContext& ctx, const v1::ApplyRopeRequest& req,
-                             v1::ApplyRopeResponse* resp) {
-  return ToGrpcStatus(ApplyRope(ctx, req, resp));
-}
-
-grpc::Status HandleAlibiSlopes(const HandlerContext& ctx, const v1::AlibiSlopesRequest& req,
-                               v1::AlibiSlopesResponse* resp) {
-  return ToGrpcStatus(AlibiSlopes(ctx, req, resp));
-}
-
-grpc::Status HandleAlibiBias(const HandlerContext& ctx, const v1::AlibiBiasRequest& req,
-                             v1::AlibiBiasResponse* resp) {
-  return ToGrpcStatus(AlibiBias(ctx, req, resp));
-}
-
-grpc::Status HandleRelativeBias(const HandlerContext& ctx, const v1::RelativeBiasRequest& req,
-                                v1::RelativeBiasResponse* resp) {
-  return ToGrpcStatus(RelativeBias(ctx, req, resp));
-}
-
-grpc::Status HandleRelativeEmbedding(const HandlerContext& ctx,
-                                     const v1::RelativeEmbeddingRequest& req,
-                                     v1::RelativeEmbeddingResponse* resp) {
-  return ToGrpcStatus(RelativeEmbedding(ctx, req, resp));
-}
-
-grpc::Status HandleGetServerInfo(const HandlerContext& ctx, const v1::GetServerInfoRequest& /*req*/,
-                                 v1::GetServerInfoResponse* resp) {
+absl::Status GetServerInfo(const HandlerContext& ctx, const v1::GetServerInfoRequest& /*req*/,
+                           v1::GetServerInfoResponse* resp) {
   resp->set_version(POSENC_VERSION);
   resp->set_build(POSENC_BUILD_INFO);
   if (ctx.backend != nullptr) {
@@ -354,7 +314,17 @@ grpc::Status HandleGetServerInfo(const HandlerContext& ctx, const v1::GetServerI
       info->mutable_shape()->Assign(entry->shape.begin(), entry->shape.end());
     }
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
+
+}  // namespace
+
+#define POSENC_DEFINE_HANDLER_(Method)                                                   \
+  grpc::Status Handle##Method(const HandlerContext& ctx, const v1::Method##Request& req, \
+                              v1::Method##Response* resp) {                              \
+    return ToGrpcStatus(Method(ctx, req, resp));                                         \
+  }
+POSENC_FOR_EACH_RPC(POSENC_DEFINE_HANDLER_)
+#undef POSENC_DEFINE_HANDLER_
 
 }  // namespace posenc::server

@@ -70,26 +70,21 @@ struct PlannedOutput {
 // flight and heavy-call slots, RESOURCE_EXHAUSTED (retryable) when they are taken.
 absl::Status CheckOutputLimits(const Limits& limits, std::initializer_list<PlannedOutput> outputs);
 
-grpc::Status HandleSinusoidal(const HandlerContext& ctx, const v1::SinusoidalRequest& req,
-                              v1::SinusoidalResponse* resp);
-grpc::Status HandleAddPositionEncoding(const HandlerContext& ctx,
-                                       const v1::AddPositionEncodingRequest& req,
-                                       v1::AddPositionEncodingResponse* resp);
-grpc::Status HandleRopeCache(const HandlerContext& ctx, const v1::RopeCacheRequest& req,
-                             v1::RopeCacheResponse* resp);
-grpc::Status HandleApplyRope(const HandlerContext& ctx, const v1::ApplyRopeRequest& req,
-                             v1::ApplyRopeResponse* resp);
-grpc::Status HandleAlibiSlopes(const HandlerContext& ctx, const v1::AlibiSlopesRequest& req,
-                               v1::AlibiSlopesResponse* resp);
-grpc::Status HandleAlibiBias(const HandlerContext& ctx, const v1::AlibiBiasRequest& req,
-                             v1::AlibiBiasResponse* resp);
-grpc::Status HandleRelativeBias(const HandlerContext& ctx, const v1::RelativeBiasRequest& req,
-                                v1::RelativeBiasResponse* resp);
-grpc::Status HandleRelativeEmbedding(const HandlerContext& ctx,
-                                     const v1::RelativeEmbeddingRequest& req,
-                                     v1::RelativeEmbeddingResponse* resp);
-grpc::Status HandleGetServerInfo(const HandlerContext& ctx, const v1::GetServerInfoRequest& req,
-                                 v1::GetServerInfoResponse* resp);
+// The RPCs of posenc.v1.PositionEncoding, in the service's order (posenc.proto): X(Method).
+#define POSENC_FOR_EACH_RPC(X)                                                                 \
+  X(Sinusoidal)                                                                                \
+  X(AddPositionEncoding) X(RopeCache) X(ApplyRope) X(AlibiSlopes) X(AlibiBias) X(RelativeBias) \
+      X(RelativeEmbedding) X(GetServerInfo)
+
+// One handler per RPC:
+//   grpc::Status HandleApplyRope(const HandlerContext& ctx, const v1::ApplyRopeRequest& req,
+//                                v1::ApplyRopeResponse* resp);
+// and so on for every method of POSENC_FOR_EACH_RPC.
+#define POSENC_DECLARE_HANDLER_(Method)                                                  \
+  grpc::Status Handle##Method(const HandlerContext& ctx, const v1::Method##Request& req, \
+                              v1::Method##Response* resp);
+POSENC_FOR_EACH_RPC(POSENC_DECLARE_HANDLER_)
+#undef POSENC_DECLARE_HANDLER_
 
 }  // namespace posenc::server
 

@@ -18,9 +18,9 @@
 //   --metrics_address      POSENC_METRICS_ADDRESS      host:port of Prometheus /metrics (off)
 //   --log_format           POSENC_LOG_FORMAT           text (default) or json (one object a line)
 //   --log_level            POSENC_LOG_LEVEL            trace .. off (default info)
-// SIGTERM/SIGINT: health goes NOT_SERVING and new calls get UNAVAILABLE; after the grace the
-// listener closes; in-flight calls get until --drain_timeout after the signal (then they are
-// cancelled); exit 0.
+// SIGTERM/SIGINT: health goes NOT_SERVING and new calls get UNAVAILABLE; after the grace,
+// in-flight calls get until --drain_timeout after the signal to finish (then they are
+// cancelled), new ones still getting UNAVAILABLE, and the listener closes; exit 0.
 #include <signal.h>
 
 #include <chrono>

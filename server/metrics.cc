@@ -14,6 +14,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
+#include "server/process_metrics.h"
 
 namespace posenc::server {
 
@@ -22,6 +23,7 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Histogram>* duration = nullptr;
   prometheus::Family<prometheus::Counter>* request_bytes = nullptr;
   prometheus::Family<prometheus::Counter>* response_bytes = nullptr;
+  prometheus::Family<prometheus::Counter>* unparseable = nullptr;
 };
 
 namespace {
@@ -34,41 +36,45 @@ const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
   return buckets;
 }
 
+// Registers a metric family with its name and help text.
+template <typename Builder>
+auto& Register(Builder builder, const char* name, const char* help,
+               prometheus::Registry& registry) {
+  return builder.Name(name).Help(help).Register(registry);
+}
+
 }  // namespace
 
-Metrics::Metrics()
-    : registry_(std::make_shared<prometheus::Registry>()), families_(std::make_unique<Families>()) {
-  families_->requests = &prometheus::BuildCounter()
-                             .Name("posenc_requests_total")
-                             .Help("Finished RPCs by method and gRPC status code name")
-                             .Register(*registry_);
-  families_->duration = &prometheus::BuildHistogram()
-                             .Name("posenc_request_duration_seconds")
-                             .Help("RPC handling time in seconds (validation, compute, encoding)")
-                             .Register(*registry_);
-  families_->request_bytes = &prometheus::BuildCounter()
-                                  .Name("posenc_request_bytes_total")
-                                  .Help("Serialized request bytes received, by method")
-                                  .Register(*registry_);
-  families_->response_bytes = &prometheus::BuildCounter()
-                                   .Name("posenc_response_bytes_total")
-                                   .Help("Serialized response bytes sent (OK calls), by method")
-                                   .Register(*registry_);
-  in_flight_ = &prometheus::BuildGauge()
-                    .Name("posenc_in_flight_requests")
-                    .Help("RPCs being handled now")
-                    .Register(*registry_)
-                    .Add({});
-  cache_hits_ = &prometheus::BuildCounter()
-                     .Name("posenc_cache_hits_total")
-                     .Help("RoPE frequency cache hits (RopeCache, ApplyRope)")
-                     .Register(*registry_)
+Metrics::Metrics(const std::string& backend)
+    : registry_(std::make_shared<prometheus::Registry>()),
+      families_(std::make_unique<Families>()),
+      process_(std::make_shared<ProcessCollector>()) {
+  prometheus::Registry& r = *registry_;
+  families_->requests = &Register(prometheus::BuildCounter(), "posenc_requests_total",
+                                  "Finished RPCs by method and gRPC status code name", r);
+  families_->duration =
+      &Register(prometheus::BuildHistogram(), "posenc_request_duration_seconds",
+                "RPC handling time in seconds (validation, compute, encoding)", r);
+  families_->request_bytes = &Register(prometheus::BuildCounter(), "posenc_request_bytes_total",
+                                       "Serialized request bytes received, by method", r);
+  families_->response_bytes = &Register(prometheus::BuildCounter(), "posenc_response_bytes_total",
+                                        "Serialized response bytes sent (OK calls), by method", r);
+  families_->unparseable =
+      &Register(prometheus::BuildCounter(), "posenc_unparseable_requests_total",
+                "Requests whose bytes did not parse as the method's request message", r);
+  in_flight_ =
+      &Register(prometheus::BuildGauge(), "posenc_in_flight_requests", "RPCs being handled now", r)
+           .Add({});
+  cache_hits_ = &Register(prometheus::BuildCounter(), "posenc_cache_hits_total",
+                          "RoPE frequency cache hits (RopeCache, ApplyRope)", r)
                      .Add({});
-  cache_misses_ = &prometheus::BuildCounter()
-                       .Name("posenc_cache_misses_total")
-                       .Help("RoPE frequency cache misses (computed, then cached)")
-                       .Register(*registry_)
+  cache_misses_ = &Register(prometheus::BuildCounter(), "posenc_cache_misses_total",
+                            "RoPE frequency cache misses (computed, then cached)", r)
                        .Add({});
+  Register(prometheus::BuildGauge(), "posenc_build_info",
+           "Always 1; the labels say which posenc this is and what it computes on", r)
+      .Add({{"version", POSENC_VERSION}, {"build", POSENC_BUILD_INFO}, {"backend", backend}})
+      .Set(1);
 
   const google::protobuf::ServiceDescriptor* service =
       v1::SinusoidalRequest::descriptor()->file()->FindServiceByName("PositionEncoding");
@@ -88,6 +94,7 @@ Metrics::PerMethod* Metrics::AddMethod(const std::string& name) {
   per->duration = &families_->duration->Add({{"method", name}}, LatencyBuckets());
   per->request_bytes = &families_->request_bytes->Add({{"method", name}});
   per->response_bytes = &families_->response_bytes->Add({{"method", name}});
+  per->unparseable = &families_->unparseable->Add({{"method", name}});
   PerMethod* raw = per.get();
   methods_[name] = std::move(per);
   return raw;
@@ -111,6 +118,7 @@ absl::Status Metrics::Serve(const std::string& address) {
         absl::StrCat("--metrics_address: could not listen on \"", address, "\": ", e.what()));
   }
   exposer_->RegisterCollectable(registry_);
+  exposer_->RegisterCollectable(process_);
   const std::vector<int> ports = exposer_->GetListeningPorts();
   port_ = ports.empty() ? 0 : ports.front();
   if (port_ == 0) {
@@ -146,8 +154,15 @@ void Metrics::OnFinish(absl::string_view method, grpc::StatusCode code, double s
   per.response_bytes->Increment(static_cast<double>(response_bytes));
 }
 
+void Metrics::OnUnparseable(absl::string_view method) {
+  ForMethod(method).unparseable->Increment();
+}
+
 std::string Metrics::Text() const {
-  return prometheus::TextSerializer().Serialize(registry_->Collect());
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  for (prometheus::MetricFamily& family : process_->Collect())
+    families.push_back(std::move(family));
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 }  // namespace posenc::server

@@ -9,8 +9,12 @@
 //   posenc_request_bytes_total{method}           counter: serialized request bytes
 //   posenc_response_bytes_total{method}          counter: serialized response bytes (OK calls)
 //   posenc_in_flight_requests                    gauge: calls running now
+//   posenc_unparseable_requests_total{method}    counter: request bytes that did not parse
 //   posenc_cache_hits_total, posenc_cache_misses_total
 //                                                counters: the RoPE frequency cache
+//   posenc_build_info{version,build,backend}     gauge, always 1
+//   process_*                                    CPU, memory, descriptors, start time
+//                                                (process_metrics.h)
 //
 // Thread-safety: OnStart/OnFinish/Text may be called from any thread at once; Serve once,
 // before calls arrive.
@@ -30,6 +34,7 @@
 #include "absl/strings/string_view.h"
 
 namespace prometheus {
+class Collectable;
 class Counter;
 class Exposer;
 class Gauge;
@@ -42,8 +47,8 @@ namespace posenc::server {
 class Metrics {
  public:
   // Registers every metric (one series per method of posenc.v1.PositionEncoding) and serves
-  // nothing yet.
-  Metrics();
+  // nothing yet. `backend` labels posenc_build_info ("cpu (avx512, 2 threads)").
+  explicit Metrics(const std::string& backend = "");
   ~Metrics();
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
@@ -58,6 +63,8 @@ class Metrics {
   void OnStart();
   // One lookup of the RoPE frequency cache (kernels/rope/frequency_cache.h).
   void OnCacheLookup(bool hit);
+  // A request of `method` whose bytes did not parse (it is also counted by OnFinish).
+  void OnUnparseable(absl::string_view method);
   void OnFinish(absl::string_view method, grpc::StatusCode code, double seconds,
                 size_t request_bytes, size_t response_bytes);
 
@@ -71,6 +78,7 @@ class Metrics {
     prometheus::Histogram* duration = nullptr;
     prometheus::Counter* request_bytes = nullptr;
     prometheus::Counter* response_bytes = nullptr;
+    prometheus::Counter* unparseable = nullptr;
     std::array<std::atomic<prometheus::Counter*>, kCodes> requests{};  // added on first use
   };
   PerMethod& ForMethod(absl::string_view method);
@@ -79,6 +87,7 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> registry_;
   struct Families;
   std::unique_ptr<Families> families_;
+  std::shared_ptr<prometheus::Collectable> process_;  // process_* (process_metrics.h)
   prometheus::Gauge* in_flight_ = nullptr;
   prometheus::Counter* cache_hits_ = nullptr;
   prometheus::Counter* cache_misses_ = nullptr;

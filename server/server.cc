@@ -57,6 +57,7 @@ class PosencServerImpl final : public PosencServer {
   PosencServerImpl(const ServerOptions& options, std::unique_ptr<kernels::Backend> backend)
       : options_(options),
         backend_(std::move(backend)),
+        metrics_(absl::StrCat(backend_->name(), " (", backend_->detail(), ")")),
         rope_cache_(static_cast<size_t>(std::max<int64_t>(0, options.cache_entries)),
                     static_cast<size_t>(std::max<int64_t>(0, options.cache_bytes))),
         admission_(ResolveAdmission(options)),
@@ -93,6 +94,14 @@ class PosencServerImpl final : public PosencServer {
     builder.SetMaxSendMessageSize(max_bytes);
     // A second server on a busy port must fail, not silently share it (SO_REUSEPORT).
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    // gRPC's own memory (transport buffers of requests being read and responses being written)
+    // under a quota as large as the in-flight budget: under pressure gRPC shrinks its buffers and
+    // reads less instead of growing without bound. Our tensors are counted by admission_.
+    if (const int64_t bytes = admission_.options().max_inflight_bytes; bytes > 0) {
+      grpc::ResourceQuota quota("posenc");
+      quota.Resize(static_cast<size_t>(std::max(bytes, 3 * options_.max_message_bytes)));
+      builder.SetResourceQuota(quota);
+    }
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port_ == 0) {
@@ -127,6 +136,10 @@ class PosencServerImpl final : public PosencServer {
       std::this_thread::sleep_until(
           std::min(deadline, std::chrono::system_clock::now() + options_.drain_grace));
     }
+    // Then the calls still running finish (or reach the deadline) while new ones keep getting
+    // UNAVAILABLE from the service; only then does the listener close. gRPC would cancel a call
+    // that reaches a shutting-down server (CANCELLED, which clients do not retry).
+    service_.WaitUntilIdle(deadline);
     server_->Shutdown(deadline);
   }
 

@@ -71,8 +71,9 @@ class PosencServer {
   // "cpu (avx512, 2 threads)", "reference (...)": the backend serving requests.
   virtual std::string backend_description() const = 0;
   // Health goes NOT_SERVING and new calls are refused (UNAVAILABLE); after
-  // options.drain_grace (at most until `deadline`) the listener closes; in-flight calls get
-  // until `deadline`, then are cancelled (the kernels stop at their next cancellation check).
+  // options.drain_grace (at most until `deadline`) in-flight calls get until `deadline` to
+  // finish, then are cancelled (the kernels stop at their next cancellation check), and the
+  // listener closes: until it does, every new call gets UNAVAILABLE.
   virtual void Shutdown(std::chrono::system_clock::time_point deadline) = 0;
   // Blocks until the server has shut down.
   virtual void Wait() = 0;

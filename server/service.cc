@@ -1,40 +1,56 @@
 #include "server/service.h"
 
+#include <grpcpp/support/proto_buffer_reader.h>
+
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <new>
 #include <string>
+#include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
 #include "kernels/common/cancellation.h"
 #include "server/call_cancellation.h"
 #include "server/logging.h"
 #include "server/status.h"
 #include "server/summary.h"
 #include "server/tsan.h"
-#include "spdlog/spdlog.h"
 
 namespace posenc::server {
 namespace {
 
 // A call's reactor: finishes the call and, when gRPC is done with it (the response sent or the
-// call abandoned), releases what the call's admission holds.
-class AdmittedReactor final : public grpc::ServerUnaryReactor {
+// call abandoned), releases what the call's admission holds and leaves the in-flight count.
+class CallReactor final : public grpc::ServerUnaryReactor {
  public:
-  AdmittedReactor(AdmissionControl* control, int64_t request_bytes)
-      : admission_(control, request_bytes) {}
+  CallReactor(AdmissionControl* control, int64_t request_bytes, std::atomic<int64_t>* in_flight)
+      : admission_(control, request_bytes), in_flight_(in_flight) {
+    in_flight_->fetch_add(1, std::memory_order_acq_rel);
+  }
   CallAdmission& admission() { return admission_; }
   // gRPC runs OnDone on another thread than FinishCall's (server/tsan.h: no-ops outside TSan).
   void FinishCall(const grpc::Status& status) {
     TsanRelease(this);
     Finish(status);
   }
+  // A call refused at once (draining) does not count as in flight.
+  void LeaveInFlight() {
+    if (in_flight_ != nullptr) in_flight_->fetch_sub(1, std::memory_order_acq_rel);
+    in_flight_ = nullptr;
+  }
   void OnDone() override {
     TsanAcquire(this);
-    delete this;
+    std::atomic<int64_t>* in_flight = in_flight_;
+    delete this;  // the admission's bytes go back first
+    if (in_flight != nullptr) in_flight->fetch_sub(1, std::memory_order_acq_rel);
   }
 
  private:
   CallAdmission admission_;
+  std::atomic<int64_t>* in_flight_;
 };
 
 std::string RequestId(const grpc::CallbackServerContext& context) {
@@ -44,92 +60,161 @@ std::string RequestId(const grpc::CallbackServerContext& context) {
   return std::string(it->second.data(), it->second.size());
 }
 
-// Runs `handler`, turning exceptions into statuses, logs one access line and finishes the call.
-// While draining every call is refused (UNAVAILABLE). The handler runs under the call's
-// CallCancellation: the kernels stop once the deadline passes or the call is cancelled, and a
-// stopped (or failed) call's partly written response is freed at once.
+// Parses gRPC's request bytes without copying them first, then frees them (the parsed message
+// holds the payload from here on, as with gRPC's own parsing). ProtoBufferReader takes a
+// non-const buffer but only reads it; Clear() leaves gRPC an empty buffer to destroy.
+template <typename Request>
+bool ParseRequest(const grpc::ByteBuffer* bytes, Request* request) {
+  auto* buffer = const_cast<grpc::ByteBuffer*>(bytes);
+  bool parsed = false;
+  {
+    grpc::ProtoBufferReader reader(buffer);
+    parsed = reader.status().ok() && request->ParseFromZeroCopyStream(&reader);
+  }
+  buffer->Clear();
+  return parsed;
+}
+
+// Runs `handler` under the call's cancellation (deadline, client cancel, drain deadline) and
+// admission, turning exceptions into statuses.
 template <typename Request, typename Response, typename Handler>
-grpc::ServerUnaryReactor* Run(const char* method, grpc::CallbackServerContext* context,
-                              const Request* request, Response* response, bool draining,
-                              const std::atomic<int64_t>* abort_at_ns, Metrics* metrics,
-                              AdmissionControl* admission, absl::string_view backend,
-                              Handler handler) {
-  const auto start = std::chrono::steady_clock::now();
-  if (metrics != nullptr) metrics->OnStart();
-  // Before the handler: it may move tensor bytes out of the request (consume_requests).
-  const size_t request_bytes = request->ByteSizeLong();
-  auto* reactor = new AdmittedReactor(admission, static_cast<int64_t>(request_bytes));
-  const std::string input =
-      AccessLogEnabled(grpc::StatusCode::INTERNAL) ? SummarizeRequest(*request) : std::string();
+grpc::Status RunHandler(const char* method, Handler handler, const HandlerContext& ctx,
+                        const grpc::CallbackServerContext& context,
+                        const std::atomic<int64_t>* abort_at_ns, CallAdmission* admission,
+                        const Request& request, Response* response) {
+  const CallCancellation cancellation(context, abort_at_ns);
+  const kernels::ScopedCancellation scoped(&cancellation);
+  const ScopedCallAdmission admitted(admission);
   grpc::Status status;
-  if (draining) {
+  try {
+    status = handler(ctx, request, response);
+    // Work that finished past the deadline (or after a cancel) is not sent either.
+    if (status.ok()) status = ToGrpcStatus(cancellation.Check());
+  } catch (const std::bad_alloc&) {
+    status =
+        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, absl::StrCat(method, ": out of memory"));
+  } catch (const std::exception& e) {
+    status = grpc::Status(grpc::StatusCode::INTERNAL,
+                          absl::StrCat(method, ": internal error: ", e.what()));
+  } catch (...) {
+    status = grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat(method, ": internal error"));
+  }
+  admission->EndCompute();
+  return status;
+}
+
+}  // namespace
+
+PositionEncodingService::PositionEncodingService(HandlerContext ctx)
+    : ctx_([&ctx] {
+        ctx.consume_requests = true;  // each request is parsed by Serve and read once
+        return ctx;
+      }()) {
+  int index = 0;
+#define POSENC_REGISTER_(Method) \
+  Register<v1::Method##Request, v1::Method##Response>(index++, #Method, &Handle##Method);
+  POSENC_FOR_EACH_RPC(POSENC_REGISTER_)
+#undef POSENC_REGISTER_
+}
+
+template <typename Request, typename Response>
+void PositionEncodingService::Register(int index, const char* method,
+                                       Handler<Request, Response> handler) {
+  // The generated Service numbers its methods in the .proto's order; POSENC_FOR_EACH_RPC must
+  // list them in that order (checked here, once, at startup).
+  const google::protobuf::ServiceDescriptor* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
+          v1::PositionEncoding::service_full_name());
+  const google::protobuf::MethodDescriptor* descriptor =
+      service != nullptr && index < service->method_count() ? service->method(index) : nullptr;
+  if (descriptor == nullptr || descriptor->input_type() != Request::descriptor() ||
+      descriptor->name() != method) {
+    std::fprintf(stderr, "posenc: POSENC_FOR_EACH_RPC does not match posenc.proto at %s\n", method);
+    std::abort();
+  }
+  MarkMethodRawCallback(
+      index,
+      new grpc::internal::CallbackUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
+          [this, method, handler](grpc::CallbackServerContext* context,
+                                  const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+            return Serve<Request, Response>(method, handler, context, request, response);
+          }));
+}
+
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* PositionEncodingService::Serve(const char* method,
+                                                         Handler<Request, Response> handler,
+                                                         grpc::CallbackServerContext* context,
+                                                         const grpc::ByteBuffer* request_bytes,
+                                                         grpc::ByteBuffer* response_bytes) {
+  const auto start = std::chrono::steady_clock::now();
+  if (metrics_ != nullptr) metrics_->OnStart();
+  const size_t request_size = request_bytes->Length();
+  auto* reactor =
+      new CallReactor(admission_, static_cast<int64_t>(request_size), &calls_in_flight_);
+  Request request;
+  Response response;
+  std::string input;
+  grpc::Status status;
+  if (draining_.load(std::memory_order_acquire)) {
     status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "the server is draining (shutting down); retry on another replica");
+    reactor->LeaveInFlight();
+  } else if (!ParseRequest(request_bytes, &request)) {
+    status = grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("request: ", request_size, " bytes that do not parse as ",
+                     Request::descriptor()->full_name(), " (not protobuf, or another message)"));
+    if (metrics_ != nullptr) metrics_->OnUnparseable(method);
   } else if (context->deadline() < std::chrono::system_clock::now()) {
     status =
         grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline passed before the call ran");
   } else {
-    const CallCancellation cancellation(*context, abort_at_ns);
-    const kernels::ScopedCancellation scoped(&cancellation);
-    const ScopedCallAdmission admitted(&reactor->admission());
-    try {
-      status = handler(*request, response);
-      // Work that finished past the deadline (or after a cancel) is not sent either.
-      if (status.ok()) status = ToGrpcStatus(cancellation.Check());
-    } catch (const std::bad_alloc&) {
-      status = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                            std::string(method) + ": out of memory");
-    } catch (const std::exception& e) {
-      status = grpc::Status(grpc::StatusCode::INTERNAL,
-                            std::string(method) + ": internal error: " + e.what());
-    } catch (...) {
-      status = grpc::Status(grpc::StatusCode::INTERNAL, std::string(method) + ": internal error");
-    }
-    reactor->admission().EndCompute();
-    if (!status.ok() && response->GetArena() == nullptr) {
-      Response empty;
-      response->Swap(&empty);
-    }
+    // Before the handler: it may move tensor bytes out of the request (consume_requests).
+    if (AccessLogEnabled(grpc::StatusCode::INTERNAL)) input = SummarizeRequest(request);
+    status = RunHandler(method, handler, ctx_, *context, &abort_at_ns_, &reactor->admission(),
+                        request, &response);
   }
-  const size_t response_bytes = status.ok() ? response->ByteSizeLong() : 0;
+  size_t response_size = 0;
+  std::string output;
+  if (status.ok()) {
+    if (AccessLogEnabled(grpc::StatusCode::OK)) output = SummarizeResponse(response);
+    bool own_buffer = false;
+    status = grpc::SerializationTraits<Response>::Serialize(response, response_bytes, &own_buffer);
+    response_size = status.ok() ? response_bytes->Length() : 0;
+  }
+  {
+    Response freed;  // the payload lives on in response_bytes only
+    response.Swap(&freed);
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (metrics != nullptr) {
-    metrics->OnFinish(method, status.error_code(), seconds, request_bytes, response_bytes);
+  if (metrics_ != nullptr) {
+    metrics_->OnFinish(method, status.error_code(), seconds, request_size, response_size);
   }
   if (AccessLogEnabled(status.error_code())) {
-    const std::string request_id = RequestId(*context);
-    const std::string output = status.ok() ? SummarizeResponse(*response) : std::string();
-    LogAccess(AccessRecord{method, request_id, status.error_code(), seconds * 1e3, backend, input,
-                           output, request_bytes, response_bytes, status.error_message()});
+    LogAccess(AccessRecord{method, RequestId(*context), status.error_code(), seconds * 1e3,
+                           ctx_.backend->name(), input, output, request_size, response_size,
+                           status.error_message()});
   }
   reactor->FinishCall(status);
   return reactor;
 }
 
-}  // namespace
+void PositionEncodingService::StartDraining(std::chrono::system_clock::time_point abort_at) {
+  abort_at_ns_.store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(abort_at.time_since_epoch()).count(),
+      std::memory_order_relaxed);
+  draining_.store(true, std::memory_order_release);
+}
 
-#define POSENC_SERVICE_METHOD_(Method)                                                            \
-  grpc::ServerUnaryReactor* PositionEncodingService::Method(grpc::CallbackServerContext* context, \
-                                                            const v1::Method##Request* request,   \
-                                                            v1::Method##Response* response) {     \
-    return Run(#Method, context, request, response, draining_.load(std::memory_order_acquire),    \
-               &abort_at_ns_, metrics_, admission_, ctx_.backend->name(),                         \
-               [this](const v1::Method##Request& req, v1::Method##Response* resp) {               \
-                 return Handle##Method(ctx_, req, resp);                                          \
-               });                                                                                \
+bool PositionEncodingService::WaitUntilIdle(std::chrono::system_clock::time_point deadline) const {
+  // Polled: calls end on gRPC's threads, and a few milliseconds do not matter at shutdown.
+  while (calls_in_flight() > 0) {
+    if (std::chrono::system_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-
-POSENC_SERVICE_METHOD_(Sinusoidal)
-POSENC_SERVICE_METHOD_(AddPositionEncoding)
-POSENC_SERVICE_METHOD_(RopeCache)
-POSENC_SERVICE_METHOD_(ApplyRope)
-POSENC_SERVICE_METHOD_(AlibiSlopes)
-POSENC_SERVICE_METHOD_(AlibiBias)
-POSENC_SERVICE_METHOD_(RelativeBias)
-POSENC_SERVICE_METHOD_(RelativeEmbedding)
-POSENC_SERVICE_METHOD_(GetServerInfo)
-
-#undef POSENC_SERVICE_METHOD_
+  return true;
+}
 
 }  // namespace posenc::server

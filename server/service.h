@@ -1,13 +1,18 @@
-// PositionEncodingService: the gRPC callback service of posenc.v1.PositionEncoding.
+// PositionEncodingService: the gRPC service posenc.v1.PositionEncoding.
 //
-// Each method runs its handler (handlers.h) on the calling gRPC thread under the call's
-// admission (admission.h: bytes in flight, heavy-call slots), and finishes a reactor that holds
-// the admission until gRPC is done with the call (OnDone). Exceptions never escape:
-// std::bad_alloc becomes RESOURCE_EXHAUSTED, anything else INTERNAL (logged). One access log line
-// per call (logging.h) and its metrics (metrics.h).
+// Every method is registered on raw bytes (a callback handler of grpc::ByteBuffer), so the
+// service itself parses each request: bytes that are not a valid request message get
+// INVALID_ARGUMENT naming the message type, an access log line and the
+// posenc_unparseable_requests_total metric (gRPC's own parser would answer with a bare status
+// and no trace). A parsed request runs its handler (handlers.h) on the calling gRPC thread under
+// the call's admission (admission.h: bytes in flight, heavy-call slots); the response is
+// serialized into gRPC's buffer and the message freed at once, and the call's reactor holds the
+// admission until gRPC is done with the call (OnDone). Exceptions never escape: std::bad_alloc
+// becomes RESOURCE_EXHAUSTED, anything else INTERNAL (logged). One access log line per call
+// (logging.h) and its metrics (metrics.h).
 //
 // Thread-safety: all methods may run concurrently; the service holds only the read-only
-// HandlerContext.
+// HandlerContext and atomics.
 #ifndef POSENC_SERVER_SERVICE_H_
 #define POSENC_SERVER_SERVICE_H_
 
@@ -15,6 +20,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <limits>
 
 #include "posenc/v1/posenc.grpc.pb.h"
@@ -24,47 +30,20 @@
 
 namespace posenc::server {
 
-class PositionEncodingService final : public v1::PositionEncoding::CallbackService {
+class PositionEncodingService final : public v1::PositionEncoding::Service {
  public:
   // `ctx`'s backend and tables must outlive the service.
-  explicit PositionEncodingService(HandlerContext ctx) : ctx_(WithConsumedRequests(ctx)) {}
-
-  grpc::ServerUnaryReactor* Sinusoidal(grpc::CallbackServerContext* context,
-                                       const v1::SinusoidalRequest* request,
-                                       v1::SinusoidalResponse* response) override;
-  grpc::ServerUnaryReactor* AddPositionEncoding(grpc::CallbackServerContext* context,
-                                                const v1::AddPositionEncodingRequest* request,
-                                                v1::AddPositionEncodingResponse* response) override;
-  grpc::ServerUnaryReactor* RopeCache(grpc::CallbackServerContext* context,
-                                      const v1::RopeCacheRequest* request,
-                                      v1::RopeCacheResponse* response) override;
-  grpc::ServerUnaryReactor* ApplyRope(grpc::CallbackServerContext* context,
-                                      const v1::ApplyRopeRequest* request,
-                                      v1::ApplyRopeResponse* response) override;
-  grpc::ServerUnaryReactor* AlibiSlopes(grpc::CallbackServerContext* context,
-                                        const v1::AlibiSlopesRequest* request,
-                                        v1::AlibiSlopesResponse* response) override;
-  grpc::ServerUnaryReactor* AlibiBias(grpc::CallbackServerContext* context,
-                                      const v1::AlibiBiasRequest* request,
-                                      v1::AlibiBiasResponse* response) override;
-  grpc::ServerUnaryReactor* RelativeBias(grpc::CallbackServerContext* context,
-                                         const v1::RelativeBiasRequest* request,
-                                         v1::RelativeBiasResponse* response) override;
-  grpc::ServerUnaryReactor* RelativeEmbedding(grpc::CallbackServerContext* context,
-                                              const v1::RelativeEmbeddingRequest* request,
-                                              v1::RelativeEmbeddingResponse* response) override;
-  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
-                                          const v1::GetServerInfoRequest* request,
-                                          v1::GetServerInfoResponse* response) override;
+  explicit PositionEncodingService(HandlerContext ctx);
 
   // From now on every call is refused with UNAVAILABLE (the server is draining); calls already
   // running go on until `abort_at`, when their kernel work stops with CANCELLED.
-  void StartDraining(std::chrono::system_clock::time_point abort_at) {
-    abort_at_ns_.store(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(abort_at.time_since_epoch()).count(),
-        std::memory_order_relaxed);
-    draining_.store(true, std::memory_order_release);
-  }
+  void StartDraining(std::chrono::system_clock::time_point abort_at);
+  // Blocks until no call is in flight (every call's reactor done) or `deadline` passes; true when
+  // idle. With StartDraining first, the server can close its listener only when nothing runs,
+  // so that no call ever meets a half-shut server (gRPC cancels those: CANCELLED, not the
+  // retryable UNAVAILABLE).
+  bool WaitUntilIdle(std::chrono::system_clock::time_point deadline) const;
+  int64_t calls_in_flight() const { return calls_in_flight_.load(std::memory_order_acquire); }
 
   // Every call reports to `metrics` (OnStart/OnFinish) from now on; null = none. Set before the
   // server starts; `metrics` must outlive the service.
@@ -74,14 +53,23 @@ class PositionEncodingService final : public v1::PositionEncoding::CallbackServi
   void set_admission(AdmissionControl* admission) { admission_ = admission; }
 
  private:
-  static HandlerContext WithConsumedRequests(HandlerContext ctx) {
-    ctx.consume_requests = true;  // gRPC does not read a request again after its handler
-    return ctx;
-  }
+  template <typename Request, typename Response>
+  using Handler = grpc::Status (*)(const HandlerContext&, const Request&, Response*);
+
+  // Registers method number `index` of the service (the .proto's order) on raw bytes.
+  template <typename Request, typename Response>
+  void Register(int index, const char* method, Handler<Request, Response> handler);
+  // One call of `method`: parse, admit, handle, serialize, log, count.
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* Serve(const char* method, Handler<Request, Response> handler,
+                                  grpc::CallbackServerContext* context,
+                                  const grpc::ByteBuffer* request_bytes,
+                                  grpc::ByteBuffer* response_bytes);
 
   const HandlerContext ctx_;
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> abort_at_ns_{std::numeric_limits<int64_t>::max()};
+  std::atomic<int64_t> calls_in_flight_{0};
   Metrics* metrics_ = nullptr;
   AdmissionControl* admission_ = nullptr;
 };

@@ -20,39 +20,35 @@ stage "dependencies"
 bash deploy/install-deps.sh
 done_stage "dependencies"
 
-stage "configure + build (release)"
-cmake --preset release >/dev/null
-cmake --build --preset release -j "$jobs"
-done_stage "configure + build (release)"
+# build PRESET / test PRESET: one configure + build, one ctest run, each a timed stage.
+build_preset() {
+  stage "configure + build ($1)"
+  cmake --preset "$1" >/dev/null
+  cmake --build --preset "$1" -j "$jobs"
+  done_stage "configure + build ($1)"
+}
+test_preset() {
+  stage "tests ($1)"
+  ctest --preset "$1" -j "$jobs"
+  done_stage "tests ($1)"
+}
 
+build_preset release
 stage "style (clang-format, clang-tidy on kernels/)"
 bash tests/check_style.sh build/release
 done_stage "style (clang-format, clang-tidy on kernels/)"
-
-stage "tests (release)"
-ctest --preset release -j "$jobs"
-done_stage "tests (release)"
+test_preset release
 
 if [ "${POSENC_SANITIZERS:-0}" = 1 ]; then
-  stage "build (asan-ubsan)"
-  cmake --preset asan-ubsan >/dev/null
-  cmake --build --preset asan-ubsan -j "$jobs"
-  done_stage "build (asan-ubsan)"
-  stage "tests (asan-ubsan)"
-  ctest --preset asan-ubsan -j "$jobs"
-  done_stage "tests (asan-ubsan)"
+  build_preset asan-ubsan
+  test_preset asan-ubsan
 
   # ThreadSanitizer: its own tree (it cannot be mixed with ASan), only the three test binaries
   # (the tsan build preset's targets, which pull in posenc and posenc-server). Not run under TSan:
   # the CLI tests (CliTest, CliTlsTest: the CLI has no threads of its own, so they would only
   # exercise the uninstrumented gRPC client) and the suites without threads.
-  stage "build (tsan)"
-  cmake --preset tsan >/dev/null
-  cmake --build --preset tsan -j "$jobs"
-  done_stage "build (tsan)"
-  stage "tests (tsan)"
-  ctest --preset tsan -j "$jobs"
-  done_stage "tests (tsan)"
+  build_preset tsan
+  test_preset tsan
 
   # libFuzzer smoke: every target (tests/fuzz) replays its regressions and fuzzes 20 s under
   # ASan + UBSan with RSS and malloc limits; any finding fails.

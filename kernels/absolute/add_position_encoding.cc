@@ -85,6 +85,7 @@ absl::StatusOr<AddPositionEncodingPlan> PlanAddPositionEncoding(AddPositionEncod
   grid.seq = x_shape[x_shape.size() - 2];
   POSENC_ASSIGN_OR_RETURN(plan.positions, PlanPositions(std::move(args.positions), grid));
   plan.shift = p.sinusoidal && p.padding_idx ? *p.padding_idx + 1 : 0;
+  if (p.sinusoidal) plan.frequencies = SinusoidalFrequencies(*p.sinusoidal);
   plan.y = {"y", args.x.dtype, x_shape};
   plan.y.shape.back() = plan.out_dim;
   plan.params = std::move(p);

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -43,11 +44,12 @@ struct AddPositionEncodingPlan {
   AddPositionEncodingParams params;  // sinusoidal->dim filled in
   ConstTensorView x;
   PositionPlan positions;
-  int64_t dim = 0;      // D, x's width
-  int64_t pe_dim = 0;   // the encoding's width (D for ADD)
-  int64_t out_dim = 0;  // y's width: D (ADD) or D + pe_dim (CONCAT)
-  int64_t shift = 0;    // padding_idx + 1 for fairseq's sinusoids, else 0
-  OutputSpec y;         // x's shape (last dim out_dim), x's dtype
+  int64_t dim = 0;                       // D, x's width
+  int64_t pe_dim = 0;                    // the encoding's width (D for ADD)
+  int64_t out_dim = 0;                   // y's width: D (ADD) or D + pe_dim (CONCAT)
+  int64_t shift = 0;                     // padding_idx + 1 for fairseq's sinusoids, else 0
+  std::vector<long double> frequencies;  // sinusoidal: SinusoidalFrequencies, else empty
+  OutputSpec y;                          // x's shape (last dim out_dim), x's dtype
 };
 
 absl::StatusOr<AddPositionEncodingPlan> PlanAddPositionEncoding(AddPositionEncodingArgs args);

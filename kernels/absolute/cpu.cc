@@ -56,8 +56,7 @@ absl::Status AddT(const CpuContext& cpu, const AddPositionEncodingPlan& plan,
   const AddPositionEncodingParams& params = plan.params;
   const ConstTensorView& x = plan.x;
   const int64_t dim = plan.dim, out_dim = plan.out_dim, pe_dim = plan.pe_dim;
-  std::vector<long double> exact;
-  if (params.sinusoidal) exact = SinusoidalFrequencies(*params.sinusoidal);
+  const std::vector<long double>& exact = plan.frequencies;
   const SplitFrequencies w(exact);
   const int64_t nfreq = static_cast<int64_t>(exact.size());
   const T scale = static_cast<T>(params.scale);

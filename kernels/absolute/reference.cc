@@ -60,8 +60,7 @@ absl::Status AddPositionEncoding(const AddPositionEncodingPlan& plan,
   const AddPositionEncodingParams& params = plan.params;
   const ConstTensorView& x = plan.x;
   const int64_t dim = plan.dim, out_dim = plan.out_dim, pe_dim = plan.pe_dim;
-  std::vector<long double> omega;
-  if (params.sinusoidal) omega = SinusoidalFrequencies(*params.sinusoidal);
+  const std::vector<long double>& omega = plan.frequencies;
   std::vector<double> pe(static_cast<size_t>(pe_dim));
   std::vector<double> xs(static_cast<size_t>(dim));
   for (int64_t t = 0; t < positions.num_tokens; ++t) {

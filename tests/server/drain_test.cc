@@ -208,17 +208,18 @@ TEST(DrainTest, SigtermFinishesInFlightCallRefusesNewOnesAndExitsZero) {
     EXPECT_EQ(serving, 1);
   }
 
-  // About 1.5 s of reference-backend work (6 x 2048 x 2048 float64 T5 buckets), longer than
-  // the grace period: the call runs on after the listener closes. ThreadSanitizer (the tsan
-  // preset) makes the reference kernels ~15x slower: a quarter of the work keeps the call at a
-  // few seconds, still past the grace period and well inside the drain timeout.
+  // About 3 s of reference-backend work (12 x 2048 x 2048 float64 T5 buckets), longer than
+  // the grace period: the call runs on after the grace. ThreadSanitizer (the tsan preset) makes
+  // the reference kernels ~15x slower: a quarter of the work keeps the call at several seconds,
+  // still past the grace period and well inside the drain timeout.
 #if defined(__SANITIZE_THREAD__)
   constexpr int64_t kLen = 1024;
 #else
   constexpr int64_t kLen = 2048;
 #endif
   const auto call_start = Clock::now();
-  LongCall call = StartRelativeBias(stub.get(), kLen, 6);
+  constexpr int64_t kHeads = 12;
+  LongCall call = StartRelativeBias(stub.get(), kLen, kHeads);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   ASSERT_EQ(call.status.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
       << "the long call finished before the signal; the test needs a longer call";
@@ -236,11 +237,22 @@ TEST(DrainTest, SigtermFinishesInFlightCallRefusesNewOnesAndExitsZero) {
               health.ok() ? "answered" : health.error_message().c_str(), serving,
               static_cast<int>(refused.error_code()), refused.error_message().c_str());
 
+  // After the grace, while the long call still runs: a new call on the same connection is
+  // still refused with UNAVAILABLE (retryable), not cancelled by a half-shut server.
+  std::this_thread::sleep_until(signal_time + std::chrono::milliseconds(1300));
+  const bool still_running =
+      call.status.wait_for(std::chrono::seconds(0)) == std::future_status::timeout;
+  const grpc::Status after_grace = GetServerInfo(stub.get());
+  EXPECT_EQ(after_grace.error_code(), grpc::StatusCode::UNAVAILABLE) << after_grace.error_message();
+  std::printf("after the grace (long call %s): new call %d \"%s\"\n",
+              still_running ? "still running" : "already done",
+              static_cast<int>(after_grace.error_code()), after_grace.error_message().c_str());
+
   // The long call completes normally, after the signal.
   ASSERT_EQ(call.status.wait_for(std::chrono::seconds(60)), std::future_status::ready);
   const grpc::Status long_status = call.status.get();
   EXPECT_TRUE(long_status.ok()) << long_status.error_message();
-  EXPECT_EQ(call.bytes->load(), int64_t{6} * kLen * kLen * 4);
+  EXPECT_EQ(call.bytes->load(), kHeads * kLen * kLen * 4);
   EXPECT_GT(*call.finished, signal_time);
 
   // A new call after the listener closed is refused too.

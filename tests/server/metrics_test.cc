@@ -3,12 +3,14 @@
 #include "server/metrics.h"
 
 #include <arpa/inet.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <future>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -67,13 +69,13 @@ std::vector<Sample> ParseExposition(const std::string& text) {
     const size_t brace = metric.find('{');
     sample.name = metric.substr(0, brace);
     if (brace != std::string::npos) {
-      // k="v",k="v"} (our label values hold no quotes or commas)
-      std::string rest = metric.substr(brace + 1, metric.size() - brace - 2);
-      std::istringstream pairs(rest);
-      for (std::string pair; std::getline(pairs, pair, ',');) {
-        const size_t eq = pair.find('=');
-        if (eq == std::string::npos || pair.size() < eq + 3) continue;
-        sample.labels[pair.substr(0, eq)] = pair.substr(eq + 2, pair.size() - eq - 3);
+      // k="v",k="v"} (our label values hold no quotes; they may hold commas)
+      for (size_t pos = brace + 1; pos < metric.size();) {
+        const size_t eq = metric.find("=\"", pos);
+        const size_t close = eq == std::string::npos ? eq : metric.find('"', eq + 2);
+        if (close == std::string::npos) break;
+        sample.labels[metric.substr(pos, eq - pos)] = metric.substr(eq + 2, close - eq - 2);
+        pos = close + 2;  // past '"' and ',' (or '}')
       }
     }
     samples.push_back(std::move(sample));
@@ -122,9 +124,9 @@ TEST(MetricsTest, ServesCountersAndHistogramsOverHttp) {
     EXPECT_EQ(Call(stub.get(), bad, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     request_bytes += bad.ByteSizeLong();
   }
+  v1::GetServerInfoResponse info;
   {
     grpc::ClientContext context;
-    v1::GetServerInfoResponse info;
     ASSERT_TRUE(stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok());
   }
   // The same RoPE config three times (one miss, two hits), then another config (a miss).
@@ -183,6 +185,66 @@ TEST(MetricsTest, ServesCountersAndHistogramsOverHttp) {
   EXPECT_NE(body.find("# TYPE posenc_request_duration_seconds histogram"), std::string::npos);
   EXPECT_NE(body.find("# HELP posenc_cache_hits_total RoPE frequency cache hits"),
             std::string::npos);
+
+  // posenc_build_info and the process_* metrics (Linux /proc).
+  const std::string backend = (*server)->backend_description();
+  EXPECT_EQ(Find(samples, "posenc_build_info",
+                 {{"version", info.version()}, {"build", info.build()}, {"backend", backend}}),
+            1.0)
+      << body;
+  const auto rss = Find(samples, "process_resident_memory_bytes", {});
+  ASSERT_TRUE(rss.has_value()) << body;
+  EXPECT_GT(*rss, 1 << 20);
+  EXPECT_GE(Find(samples, "process_virtual_memory_bytes", {}).value_or(0), *rss);
+  EXPECT_GT(Find(samples, "process_open_fds", {}).value_or(0), 2.0);
+  EXPECT_GT(Find(samples, "process_max_fds", {}).value_or(0), 2.0);
+  EXPECT_GE(Find(samples, "process_cpu_seconds_total", {}).value_or(-1), 0.0);
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const auto start = Find(samples, "process_start_time_seconds", {});
+  ASSERT_TRUE(start.has_value());
+  EXPECT_LE(*start, now + 1);
+  EXPECT_GT(*start, now - 24 * 3600);
+  EXPECT_NE(body.find("# TYPE process_cpu_seconds_total counter"), std::string::npos);
+}
+
+// Bytes that are not a request message: INVALID_ARGUMENT naming the message type (gRPC's own
+// parser answered UNIMPLEMENTED with no message), counted, and the server keeps serving.
+TEST(MetricsTest, UnparseableRequestBytesAreInvalidArgumentAndCounted) {
+  ServerOptions options = testing::LocalServerOptions("reference");
+  options.metrics_address = "127.0.0.1:0";
+  auto server = PosencServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  grpc::GenericStub generic((*server)->InProcessChannel());
+  // A field tag whose varint never ends, then a length-delimited field longer than the message.
+  for (const std::string& bytes :
+       {std::string("\xff\xff\xff", 3), std::string("\x0a\x7f\x01", 3)}) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::Slice slice(bytes);
+    const grpc::ByteBuffer request(&slice, 1);
+    std::promise<grpc::Status> done;
+    grpc::ByteBuffer response;
+    generic.UnaryCall(&context, "/posenc.v1.PositionEncoding/ApplyRope", grpc::StubOptions(),
+                      &request, &response,
+                      [&done](grpc::Status status) { done.set_value(status); });
+    const grpc::Status status = done.get_future().get();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(status.error_message(),
+              "request: 3 bytes that do not parse as posenc.v1.ApplyRopeRequest (not protobuf, or "
+              "another message)");
+  }
+  const std::string http = HttpGet((*server)->metrics_port(), "/metrics");
+  const std::vector<Sample> samples = ParseExposition(http.substr(http.find("\r\n\r\n") + 4));
+  EXPECT_EQ(Find(samples, "posenc_unparseable_requests_total", {{"method", "ApplyRope"}}), 2.0);
+  EXPECT_EQ(Find(samples, "posenc_requests_total",
+                 {{"method", "ApplyRope"}, {"code", "INVALID_ARGUMENT"}}),
+            2.0);
+  auto stub = v1::PositionEncoding::NewStub((*server)->InProcessChannel());
+  v1::AlibiSlopesRequest good;
+  good.set_num_heads(8);
+  v1::AlibiSlopesResponse response;
+  EXPECT_TRUE(Call(stub.get(), good, &response).ok());
 }
 
 TEST(MetricsTest, OffByDefault) {
