@@ -10,6 +10,8 @@
 #include <grpcpp/support/status.h>
 
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <future>
 #include <limits>
 #include <string>
@@ -19,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "client/convert.h"
+#include "client/split.h"
 #include "kernels/common/status.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 
@@ -138,17 +141,209 @@ absl::StatusOr<HealthStatus> DecodeHealthCheckResponse(std::string_view in) {
   return static_cast<HealthStatus>(status);
 }
 
-// A unary method of the generated stub, e.g. &v1::PositionEncoding::Stub::RopeCache.
+// A unary method of the generated stub, e.g. &v1::PositionEncoding::Stub::RopeCache, and its
+// callback form, e.g. &v1::PositionEncoding::Stub::async::RopeCache.
 template <typename Request, typename Response>
 using Method = grpc::Status (v1::PositionEncoding::Stub::*)(grpc::ClientContext*, const Request&,
                                                             Response*);
+template <typename Request, typename Response>
+using AsyncMethod = void (v1::PositionEncoding::Stub::async::*)(grpc::ClientContext*,
+                                                                const Request*, Response*,
+                                                                std::function<void(grpc::Status)>);
 
 // Moves a tensor out of a response; `field` names it in the error for an inconsistent one.
 absl::StatusOr<Tensor> Take(v1::Tensor* tensor, absl::string_view field) {
   return internal::FromProto(std::move(*tensor), field);
 }
 
+// Response -> result: the one tensor `tensor` returns, or internal::FromProto of the whole.
+template <typename Response>
+auto TensorOf(v1::Tensor* (Response::*tensor)(), absl::string_view field) {
+  return [tensor, field](Response&& response) { return Take((response.*tensor)(), field); };
+}
+constexpr auto kWhole = [](auto&& response) { return internal::FromProto(std::move(response)); };
+
+// At most this many pieces of a split request are in flight at once.
+constexpr size_t kMaxPiecesInFlight = 8;
+
+// Bytes of an output of `elements` of `dtype` (default FLOAT32), saturating.
+int64_t OutputBytes(double elements, std::optional<DType> dtype) {
+  const double bytes = elements * static_cast<double>(DTypeSize(dtype.value_or(DType::kFloat32)));
+  return bytes >= 9e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(bytes);
+}
+
+// What a RoPE config adds to a request and its response besides tensors: its text and factors
+// (the response's derived values repeat the frequencies).
+int64_t ConfigBytes(const RopeConfig& config) {
+  return static_cast<int64_t>(
+      config.hf_config_json.size() +
+      16 * (config.scaling.long_factor.size() + config.scaling.short_factor.size()));
+}
+
 }  // namespace
+
+struct Client::Impl {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::PositionEncoding::Stub> stub;
+  std::unique_ptr<grpc::GenericStub> generic_stub;
+  ClientOptions options;
+  // The server's message limit: 0 until known (GetServerInfo, once it answers), -1 when the
+  // server reports none (then only the client's own limit applies).
+  mutable std::atomic<int64_t> server_limit{0};
+
+  Impl(std::shared_ptr<grpc::Channel> c, ClientOptions o)
+      : channel(std::move(c)),
+        stub(v1::PositionEncoding::NewStub(channel)),
+        generic_stub(std::make_unique<grpc::GenericStub>(channel)),
+        options(std::move(o)) {}
+
+  void PrepareContext(grpc::ClientContext* context, const CallOptions& call) const {
+    context->set_deadline(std::chrono::system_clock::now() +
+                          call.timeout.value_or(options.timeout));
+  }
+
+  // One unary call through the generated stub, e.g. Call(&Stub::RopeCache, request, &response).
+  template <typename Request, typename Response>
+  absl::Status Call(Method<Request, Response> method, const Request& request, Response* response,
+                    const CallOptions& call) const {
+    grpc::ClientContext context;
+    PrepareContext(&context, call);
+    return ToAbsl((stub.get()->*method)(&context, request, response));
+  }
+
+  // The request of `options` (internal::ToRequest) sent with Call; the response converted.
+  template <typename Options, typename Request, typename Response, typename Convert>
+  auto Unary(Method<Request, Response> method, const Options& options, const CallOptions& call,
+             Convert convert) const -> decltype(convert(std::declval<Response&&>())) {
+    POSENC_ASSIGN_OR_RETURN(const Request request, internal::ToRequest(options));
+    Response response;
+    POSENC_RETURN_IF_ERROR(Call(method, request, &response, call));
+    return convert(std::move(response));
+  }
+
+  // The same call through the callback API: the future is set on gRPC's thread when the call
+  // ends, with the converted response.
+  template <typename Options, typename Request, typename Response, typename Convert>
+  auto Start(AsyncMethod<Request, Response> method, const Options& options, const CallOptions& call,
+             Convert convert) const -> std::future<decltype(convert(std::declval<Response&&>()))> {
+    using Result = decltype(convert(std::declval<Response&&>()));
+    absl::StatusOr<Request> request = internal::ToRequest(options);
+    if (!request.ok()) {
+      std::promise<Result> failed;
+      failed.set_value(request.status());
+      return failed.get_future();
+    }
+    struct State {
+      grpc::ClientContext context;
+      Request request;
+      Response response;
+      std::promise<Result> promise;
+    };
+    auto state = std::make_shared<State>();
+    state->request = *std::move(request);
+    PrepareContext(&state->context, call);
+    std::future<Result> future = state->promise.get_future();
+    (stub->async()->*method)(&state->context, &state->request, &state->response,
+                             [state, convert](grpc::Status status) {
+                               if (status.ok()) {
+                                 state->promise.set_value(convert(std::move(state->response)));
+                               } else {
+                                 state->promise.set_value(ToAbsl(status));
+                               }
+                             });
+    return future;
+  }
+
+  // Every piece sent with Start (at most kMaxPiecesInFlight at once); the results in order, or
+  // the first error.
+  template <typename Options, typename Request, typename Response, typename Convert>
+  auto Gather(AsyncMethod<Request, Response> method, const std::vector<Options>& pieces,
+              const CallOptions& call, Convert convert) const
+      -> absl::StatusOr<
+          std::vector<typename decltype(convert(std::declval<Response&&>()))::value_type>> {
+    using Result = decltype(convert(std::declval<Response&&>()));
+    std::vector<std::future<Result>> in_flight;
+    std::vector<typename Result::value_type> out;
+    absl::Status first_error;
+    for (size_t next = 0, done = 0; done < pieces.size(); ++done) {
+      while (next < pieces.size() && next - done < kMaxPiecesInFlight) {
+        in_flight.push_back(Start(method, pieces[next++], call, convert));
+      }
+      Result result = in_flight[done].get();
+      if (!result.ok() && first_error.ok()) first_error = result.status();
+      if (result.ok() && first_error.ok()) out.push_back(*std::move(result));
+    }
+    if (!first_error.ok()) return first_error;
+    return out;
+  }
+
+  // The bytes of tensors each piece may carry when `bytes` of tensors (a request's, or its
+  // response's) with `extra` bytes of other fields do not fit in one message; 0 when they do or
+  // splitting is off.
+  int64_t SplitBudget(int64_t bytes, int64_t extra, const CallOptions& call) const {
+    const int64_t total = bytes + extra + internal::kMessageOverheadBytes;
+    if (!options.split_requests || total <= internal::kMessageOverheadBytes * 2) return 0;
+    // Past 128 KiB the server's own limit matters (asked once: no server has a smaller one).
+    int64_t limit = options.max_message_bytes;
+    if (const int64_t server = ServerLimit(call); server > 0) limit = std::min(limit, server);
+    if (total <= limit) return 0;
+    return std::max<int64_t>(1, limit - extra - internal::kMessageOverheadBytes);
+  }
+
+  int64_t ServerLimit(const CallOptions& call) const {
+    int64_t known = server_limit.load(std::memory_order_acquire);
+    if (known != 0) return known;
+    v1::GetServerInfoResponse info;
+    const absl::Status status =
+        Call(&v1::PositionEncoding::Stub::GetServerInfo, v1::GetServerInfoRequest(), &info, call);
+    // A failed call (unreachable, deadline) is asked again next time; an answer is kept.
+    if (!status.ok()) return -1;
+    known = info.limits().max_message_bytes() > 0 ? info.limits().max_message_bytes() : -1;
+    server_limit.store(known, std::memory_order_release);
+    return known;
+  }
+
+  // RESOURCE_EXHAUSTED when the smallest piece (one head, one query row) still does not fit.
+  static absl::Status TooLargeToSplit(absl::string_view what, int64_t most) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        what, ": even split ", most, " ways (one per ", what == "ApplyRope" ? "head" : "query row",
+        ") a piece would not fit in one message; raise the server's --max_message_bytes and "
+        "ClientOptions::max_message_bytes"));
+  }
+
+  // A bias-like request split along query rows when its output needs it; joined along the query
+  // axis (`rank_from_end` from the end of the output's shape).
+  template <typename Options, typename Request, typename Response, typename Convert>
+  auto ByQueryRows(const char* what, Method<Request, Response> method,
+                   AsyncMethod<Request, Response> async_method, const Options& options,
+                   int64_t output_bytes, const CallOptions& call, Convert convert,
+                   size_t rank_from_end) const -> decltype(convert(std::declval<Response&&>())) {
+    const int64_t budget = SplitBudget(output_bytes, 0, call);
+    if (budget == 0 || options.q_len <= 0) return Unary(method, options, call, convert);
+    const int64_t pieces = internal::PiecesForRows(
+        options.q_len, (output_bytes + options.q_len - 1) / options.q_len, budget);
+    if (pieces > options.q_len) return TooLargeToSplit(what, options.q_len);
+    POSENC_ASSIGN_OR_RETURN(
+        auto parts, Gather(async_method, internal::SplitQueryRows(options, pieces), call, convert));
+    return JoinRows(std::move(parts), rank_from_end);
+  }
+
+  static absl::StatusOr<Tensor> JoinRows(std::vector<Tensor> parts, size_t rank_from_end) {
+    if (parts.empty() || parts[0].shape.size() < rank_from_end) {
+      return absl::InternalError("split: a piece's result has too few dimensions");
+    }
+    return internal::ConcatAxis(parts, parts[0].shape.size() - rank_from_end);
+  }
+  static absl::StatusOr<AlibiBiasResult> JoinRows(std::vector<AlibiBiasResult> parts,
+                                                  size_t rank_from_end) {
+    std::vector<Tensor> biases;
+    for (AlibiBiasResult& part : parts) biases.push_back(std::move(part.bias));
+    AlibiBiasResult out;
+    POSENC_ASSIGN_OR_RETURN(out.bias, JoinRows(std::move(biases), rank_from_end));
+    out.slopes = std::move(parts[0].slopes);
+    return out;
+  }
+};
 
 std::string_view HealthStatusName(HealthStatus status) {
   switch (status) {
@@ -160,58 +355,6 @@ std::string_view HealthStatusName(HealthStatus status) {
   return "UNKNOWN";
 }
 
-struct Client::Impl {
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::PositionEncoding::Stub> stub;
-  std::unique_ptr<grpc::GenericStub> generic_stub;
-  std::chrono::milliseconds timeout;
-
-  Impl(std::shared_ptr<grpc::Channel> c, std::chrono::milliseconds t)
-      : channel(std::move(c)),
-        stub(v1::PositionEncoding::NewStub(channel)),
-        generic_stub(std::make_unique<grpc::GenericStub>(channel)),
-        timeout(t) {}
-
-  void PrepareContext(grpc::ClientContext* context) const {
-    context->set_deadline(std::chrono::system_clock::now() + timeout);
-  }
-
-  // One unary call through the generated stub, e.g. Call(&Stub::RopeCache, request, &response).
-  template <typename Request, typename Response>
-  absl::Status Call(Method<Request, Response> method, const Request& request,
-                    Response* response) const {
-    grpc::ClientContext context;
-    PrepareContext(&context);
-    return ToAbsl((stub.get()->*method)(&context, request, response));
-  }
-
-  // The request of `options` (internal::ToRequest) sent with Call; the response.
-  template <typename Options, typename Request, typename Response>
-  absl::StatusOr<Response> Send(Method<Request, Response> method, const Options& options) const {
-    POSENC_ASSIGN_OR_RETURN(const Request request, internal::ToRequest(options));
-    Response response;
-    POSENC_RETURN_IF_ERROR(Call(method, request, &response));
-    return response;
-  }
-
-  // Send for an RPC whose response is several fields: the client's result (internal::FromProto).
-  template <typename Options, typename Request, typename Response>
-  auto SendForResult(Method<Request, Response> method, const Options& options) const
-      -> decltype(internal::FromProto(std::declval<Response&&>())) {
-    POSENC_ASSIGN_OR_RETURN(Response response, Send(method, options));
-    return internal::FromProto(std::move(response));
-  }
-
-  // Send for an RPC whose response is one tensor: the tensor `tensor` returns, named `field`.
-  template <typename Options, typename Request, typename Response>
-  absl::StatusOr<Tensor> SendForTensor(Method<Request, Response> method, const Options& options,
-                                       v1::Tensor* (Response::*tensor)(),
-                                       absl::string_view field) const {
-    POSENC_ASSIGN_OR_RETURN(Response response, Send(method, options));
-    return Take((response.*tensor)(), field);
-  }
-};
-
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 
@@ -222,6 +365,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
     return absl::InvalidArgumentError(
         absl::StrCat("timeout: must be positive, got ", options.timeout.count(), "ms"));
   }
+  if (options.keepalive_time.count() < 0 || options.keepalive_timeout.count() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "keepalive_time: must be >= 0 (0 = off) and keepalive_timeout positive, got ",
+        options.keepalive_time.count(), "ms and ", options.keepalive_timeout.count(), "ms"));
+  }
   if (options.max_message_bytes <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_message_bytes: must be positive, got ", options.max_message_bytes));
@@ -230,6 +378,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
   args.SetMaxReceiveMessageSize(ClampToInt(options.max_message_bytes));
   args.SetMaxSendMessageSize(ClampToInt(options.max_message_bytes));
   args.SetServiceConfigJSON(ServiceConfigJson(options));
+  if (options.keepalive_time.count() > 0) {
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, ClampToInt(options.keepalive_time.count()));
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ClampToInt(options.keepalive_timeout.count()));
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  }
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   if (options.use_tls) {
     grpc::SslCredentialsOptions ssl;
@@ -245,64 +399,202 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
 
 std::unique_ptr<Client> Client::FromChannel(std::shared_ptr<grpc::Channel> channel,
                                             const ClientOptions& options) {
-  return std::unique_ptr<Client>(
-      new Client(std::make_unique<Impl>(std::move(channel), options.timeout)));
+  return std::unique_ptr<Client>(new Client(std::make_unique<Impl>(std::move(channel), options)));
 }
 
 std::shared_ptr<grpc::Channel> Client::channel() const { return impl_->channel; }
 
-absl::StatusOr<Tensor> Client::Sinusoidal(const SinusoidalOptions& options) const {
-  return impl_->SendForTensor(&v1::PositionEncoding::Stub::Sinusoidal, options,
-                              &v1::SinusoidalResponse::mutable_table, "table");
+using Stub = v1::PositionEncoding::Stub;
+
+absl::StatusOr<Tensor> Client::Sinusoidal(const SinusoidalOptions& options,
+                                          const CallOptions& call) const {
+  return impl_->Unary(&Stub::Sinusoidal, options, call,
+                      TensorOf(&v1::SinusoidalResponse::mutable_table, "table"));
 }
 
-absl::StatusOr<Tensor> Client::AddPositionEncoding(
-    const AddPositionEncodingOptions& options) const {
-  return impl_->SendForTensor(&v1::PositionEncoding::Stub::AddPositionEncoding, options,
-                              &v1::AddPositionEncodingResponse::mutable_y, "y");
+absl::StatusOr<Tensor> Client::AddPositionEncoding(const AddPositionEncodingOptions& options,
+                                                   const CallOptions& call) const {
+  return impl_->Unary(&Stub::AddPositionEncoding, options, call,
+                      TensorOf(&v1::AddPositionEncodingResponse::mutable_y, "y"));
 }
 
-absl::StatusOr<RopeCacheResult> Client::RopeCache(const RopeCacheOptions& options) const {
-  return impl_->SendForResult(&v1::PositionEncoding::Stub::RopeCache, options);
+absl::StatusOr<RopeCacheResult> Client::RopeCache(const RopeCacheOptions& options,
+                                                  const CallOptions& call) const {
+  return impl_->Unary(&Stub::RopeCache, options, call, kWhole);
 }
 
-absl::StatusOr<ApplyRopeResult> Client::ApplyRope(const ApplyRopeOptions& options) const {
-  return impl_->SendForResult(&v1::PositionEncoding::Stub::ApplyRope, options);
+absl::StatusOr<ApplyRopeResult> Client::ApplyRope(const ApplyRopeOptions& options,
+                                                  const CallOptions& call) const {
+  const int64_t budget = impl_->SplitBudget(internal::ApplyRopeTensorBytes(options),
+                                            ConfigBytes(options.config), call);
+  const size_t rank = options.q.shape.size();
+  if (budget == 0 || (rank != 3 && rank != 4) || !options.q.Validate().ok() ||
+      (options.k.has_value() && (options.k->shape.size() != rank || !options.k->Validate().ok()))) {
+    return impl_->Unary(&Stub::ApplyRope, options, call, kWhole);
+  }
+  const int64_t pieces = internal::ApplyRopePieces(options, budget);
+  if (pieces == 0) {
+    return Impl::TooLargeToSplit("ApplyRope", options.q.shape[internal::HeadAxis(options)]);
+  }
+  POSENC_ASSIGN_OR_RETURN(std::vector<ApplyRopeResult> parts,
+                          impl_->Gather(&Stub::async::ApplyRope,
+                                        internal::SplitApplyRope(options, pieces), call, kWhole));
+  return internal::JoinApplyRope(options, std::move(parts));
 }
 
-absl::StatusOr<Tensor> Client::AlibiSlopes(const AlibiSlopesOptions& options) const {
-  return impl_->SendForTensor(&v1::PositionEncoding::Stub::AlibiSlopes, options,
-                              &v1::AlibiSlopesResponse::mutable_slopes, "slopes");
+absl::StatusOr<Tensor> Client::AlibiSlopes(const AlibiSlopesOptions& options,
+                                           const CallOptions& call) const {
+  return impl_->Unary(&Stub::AlibiSlopes, options, call,
+                      TensorOf(&v1::AlibiSlopesResponse::mutable_slopes, "slopes"));
 }
 
-absl::StatusOr<AlibiBiasResult> Client::AlibiBias(const AlibiBiasOptions& options) const {
-  return impl_->SendForResult(&v1::PositionEncoding::Stub::AlibiBias, options);
+absl::StatusOr<AlibiBiasResult> Client::AlibiBias(const AlibiBiasOptions& options,
+                                                  const CallOptions& call) const {
+  if (options.form == BiasForm::kUnspecified && impl_->options.compact_biases &&
+      options.q_len > 1) {
+    AlibiBiasOptions compact = options;
+    compact.form = BiasForm::kCompact;
+    POSENC_ASSIGN_OR_RETURN(AlibiBiasResult result,
+                            impl_->Unary(&Stub::AlibiBias, compact, call, kWhole));
+    if (options.mode == AlibiMode::kBloom) {
+      POSENC_ASSIGN_OR_RETURN(result.bias, ExpandBloomRows(result.bias, options.q_len,
+                                                           options.query_offset, options.future));
+    } else {
+      POSENC_ASSIGN_OR_RETURN(result.bias,
+                              ExpandToeplitz(result.bias, options.q_len, options.k_len));
+    }
+    return result;
+  }
+  const double batch = options.attention_mask.has_value() && !options.attention_mask->shape.empty()
+                           ? static_cast<double>(options.attention_mask->shape[0])
+                           : 1.0;
+  const bool compact = options.form == BiasForm::kCompact;
+  const double elements =
+      batch * static_cast<double>(options.num_heads) *
+      (compact ? static_cast<double>(options.q_len + options.k_len)
+               : static_cast<double>(options.q_len) * static_cast<double>(options.k_len));
+  return impl_->ByQueryRows("AlibiBias", &Stub::AlibiBias, &Stub::async::AlibiBias, options,
+                            compact ? 0 : OutputBytes(elements, options.output_dtype), call, kWhole,
+                            2);
 }
 
-absl::StatusOr<Tensor> Client::RelativeBias(const RelativeBiasOptions& options) const {
-  return impl_->SendForTensor(&v1::PositionEncoding::Stub::RelativeBias, options,
-                              &v1::RelativeBiasResponse::mutable_bias, "bias");
+absl::StatusOr<Tensor> Client::RelativeBias(const RelativeBiasOptions& options,
+                                            const CallOptions& call) const {
+  const auto convert = TensorOf(&v1::RelativeBiasResponse::mutable_bias, "bias");
+  if (options.form == BiasForm::kUnspecified && impl_->options.compact_biases &&
+      options.q_len > 1) {
+    RelativeBiasOptions compact = options;
+    compact.form = BiasForm::kCompact;
+    POSENC_ASSIGN_OR_RETURN(const Tensor bias,
+                            impl_->Unary(&Stub::RelativeBias, compact, call, convert));
+    return ExpandToeplitz(bias, options.q_len, options.k_len);
+  }
+  if (options.form == BiasForm::kCompact) {
+    return impl_->Unary(&Stub::RelativeBias, options, call, convert);
+  }
+  const bool buckets = options.form == BiasForm::kBuckets;
+  const double heads =
+      buckets || !options.table_inline.has_value() || options.table_inline->shape.size() != 2
+          ? 1.0
+          : static_cast<double>(options.table_inline->shape[1]);
+  const double elements =
+      heads * static_cast<double>(options.q_len) * static_cast<double>(options.k_len);
+  return impl_->ByQueryRows(
+      "RelativeBias", &Stub::RelativeBias, &Stub::async::RelativeBias, options,
+      OutputBytes(elements, buckets ? std::optional(DType::kInt32) : options.output_dtype), call,
+      convert, 2);
 }
 
-absl::StatusOr<Tensor> Client::RelativeEmbedding(const RelativeEmbeddingOptions& options) const {
-  return impl_->SendForTensor(&v1::PositionEncoding::Stub::RelativeEmbedding, options,
-                              &v1::RelativeEmbeddingResponse::mutable_embeddings, "embeddings");
+absl::StatusOr<Tensor> Client::RelativeEmbedding(const RelativeEmbeddingOptions& options,
+                                                 const CallOptions& call) const {
+  const double dim = options.table_inline.has_value() && options.table_inline->shape.size() == 2
+                         ? static_cast<double>(options.table_inline->shape[1])
+                         : 1.0;
+  const double elements =
+      static_cast<double>(options.q_len) * static_cast<double>(options.k_len) * dim;
+  return impl_->ByQueryRows(
+      "RelativeEmbedding", &Stub::RelativeEmbedding, &Stub::async::RelativeEmbedding, options,
+      OutputBytes(elements, options.output_dtype), call,
+      TensorOf(&v1::RelativeEmbeddingResponse::mutable_embeddings, "embeddings"), 3);
 }
 
-absl::StatusOr<ServerInfo> Client::GetServerInfo() const {
+absl::StatusOr<ServerInfo> Client::GetServerInfo(const CallOptions& call) const {
   v1::GetServerInfoResponse response;
-  POSENC_RETURN_IF_ERROR(impl_->Call(&v1::PositionEncoding::Stub::GetServerInfo,
-                                     v1::GetServerInfoRequest(), &response));
+  POSENC_RETURN_IF_ERROR(
+      impl_->Call(&Stub::GetServerInfo, v1::GetServerInfoRequest(), &response, call));
   return internal::FromProto(response);
 }
 
-absl::StatusOr<HealthStatus> Client::Health(const std::string& service) const {
+// Asynchronous calls: one callback call when nothing is to be split or expanded; otherwise the
+// synchronous method on a thread of its own (its pieces are in flight together there).
+Future<Tensor> Client::SinusoidalAsync(SinusoidalOptions options, const CallOptions& call) const {
+  return impl_->Start(&Stub::async::Sinusoidal, options, call,
+                      TensorOf(&v1::SinusoidalResponse::mutable_table, "table"));
+}
+
+Future<Tensor> Client::AddPositionEncodingAsync(AddPositionEncodingOptions options,
+                                                const CallOptions& call) const {
+  return impl_->Start(&Stub::async::AddPositionEncoding, options, call,
+                      TensorOf(&v1::AddPositionEncodingResponse::mutable_y, "y"));
+}
+
+Future<RopeCacheResult> Client::RopeCacheAsync(RopeCacheOptions options,
+                                               const CallOptions& call) const {
+  return impl_->Start(&Stub::async::RopeCache, options, call, kWhole);
+}
+
+Future<ApplyRopeResult> Client::ApplyRopeAsync(ApplyRopeOptions options,
+                                               const CallOptions& call) const {
+  if (impl_->SplitBudget(internal::ApplyRopeTensorBytes(options), ConfigBytes(options.config),
+                         call) == 0) {
+    return impl_->Start(&Stub::async::ApplyRope, options, call, kWhole);
+  }
+  return std::async(std::launch::async, [this, options = std::move(options), call] {
+    return ApplyRope(options, call);
+  });
+}
+
+Future<Tensor> Client::AlibiSlopesAsync(AlibiSlopesOptions options, const CallOptions& call) const {
+  return impl_->Start(&Stub::async::AlibiSlopes, options, call,
+                      TensorOf(&v1::AlibiSlopesResponse::mutable_slopes, "slopes"));
+}
+
+Future<AlibiBiasResult> Client::AlibiBiasAsync(AlibiBiasOptions options,
+                                               const CallOptions& call) const {
+  return std::async(std::launch::async, [this, options = std::move(options), call] {
+    return AlibiBias(options, call);
+  });
+}
+
+Future<Tensor> Client::RelativeBiasAsync(RelativeBiasOptions options,
+                                         const CallOptions& call) const {
+  return std::async(std::launch::async, [this, options = std::move(options), call] {
+    return RelativeBias(options, call);
+  });
+}
+
+Future<Tensor> Client::RelativeEmbeddingAsync(RelativeEmbeddingOptions options,
+                                              const CallOptions& call) const {
+  return std::async(std::launch::async, [this, options = std::move(options), call] {
+    return RelativeEmbedding(options, call);
+  });
+}
+
+Future<ServerInfo> Client::GetServerInfoAsync(const CallOptions& call) const {
+  return impl_->Start(&Stub::async::GetServerInfo, v1::GetServerInfoRequest(), call,
+                      [](v1::GetServerInfoResponse&& response) -> absl::StatusOr<ServerInfo> {
+                        return internal::FromProto(response);
+                      });
+}
+
+absl::StatusOr<HealthStatus> Client::Health(const std::string& service,
+                                            const CallOptions& call) const {
   const std::string request_bytes = EncodeHealthCheckRequest(service);
   grpc::Slice slice(request_bytes);
   const grpc::ByteBuffer request(&slice, 1);
   grpc::ByteBuffer response;
   grpc::ClientContext context;
-  impl_->PrepareContext(&context);
+  impl_->PrepareContext(&context, call);
   std::promise<grpc::Status> done;
   impl_->generic_stub->UnaryCall(&context, kHealthCheckMethod, grpc::StubOptions(), &request,
                                  &response,

@@ -40,6 +40,10 @@ absl::StatusOr<v1::AlibiSlopesRequest> ToRequest(const AlibiSlopesOptions& optio
 absl::StatusOr<v1::AlibiBiasRequest> ToRequest(const AlibiBiasOptions& options);
 absl::StatusOr<v1::RelativeBiasRequest> ToRequest(const RelativeBiasOptions& options);
 absl::StatusOr<v1::RelativeEmbeddingRequest> ToRequest(const RelativeEmbeddingOptions& options);
+// GetServerInfo takes no options: its request as is.
+inline absl::StatusOr<v1::GetServerInfoRequest> ToRequest(const v1::GetServerInfoRequest& request) {
+  return request;
+}
 
 // The responses of several tensors; their bytes are moved out.
 absl::StatusOr<RopeCacheResult> FromProto(v1::RopeCacheResponse&& response);

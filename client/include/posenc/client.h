@@ -6,11 +6,20 @@
 // `std::optional` field is a proto3 `optional` field (nullopt = the documented default), and
 // enum value kUnspecified selects the documented default as on the wire.
 //
-// Every call is synchronous, applies the client's deadline (ClientOptions::timeout) and returns
-// the server's status unchanged: the absl::StatusCode equals the gRPC code and the message is the
+// Every RPC has a synchronous method and an asynchronous one (`...Async`, a std::future). A call
+// applies its deadline (CallOptions::timeout, else ClientOptions::timeout) and returns the
+// server's status unchanged: the absl::StatusCode equals the gRPC code and the message is the
 // server's (INVALID_ARGUMENT names the field, expected and received). A failure to reach the
 // server is UNAVAILABLE; a passed deadline DEADLINE_EXCEEDED. Local checks that fail before
 // anything is sent (e.g. an inconsistent Tensor) are INVALID_ARGUMENT.
+//
+// Large requests are split transparently (ClientOptions::split_requests): ApplyRope along heads,
+// biases and relative embeddings along query rows, each piece within the message limit (the
+// smaller of ClientOptions::max_message_bytes and the server's, learned once from
+// GetServerInfo), sent as calls in flight together and joined; the result is byte-identical to
+// one call. Biases come in their compact form and are expanded here when the caller leaves the
+// form unspecified (ClientOptions::compact_biases): a q x k matrix per head never crosses the
+// network.
 //
 //   auto client = posenc::client::Client::Connect("localhost:50051", {});
 //   if (!client.ok()) return client.status();
@@ -26,6 +35,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -323,7 +333,26 @@ struct ClientOptions {
   std::string tls_root_certs;
   std::string tls_client_key;
   std::string tls_client_cert;
+  // HTTP/2 keepalive pings every `keepalive_time` (0: off), also without calls in flight; a
+  // connection whose ping is not answered within `keepalive_timeout` is closed (and calls move
+  // to another address). Servers accept pings at most every 5 minutes unless configured.
+  std::chrono::milliseconds keepalive_time{0};
+  std::chrono::milliseconds keepalive_timeout{20'000};
+  // Split requests whose tensors or outputs would exceed the message limit (see above).
+  bool split_requests = true;
+  // Fetch biases in the compact form and expand them here when the form is left unspecified.
+  bool compact_biases = true;
 };
+
+// Per-call settings.
+struct CallOptions {
+  // This call's deadline, measured from its start; nullopt: ClientOptions::timeout.
+  std::optional<std::chrono::milliseconds> timeout;
+};
+
+// The result of an asynchronous call.
+template <typename T>
+using Future = std::future<absl::StatusOr<T>>;
 
 class Client {
  public:
@@ -341,20 +370,46 @@ class Client {
   Client& operator=(const Client&) = delete;
   ~Client();
 
-  absl::StatusOr<Tensor> Sinusoidal(const SinusoidalOptions& options) const;
-  absl::StatusOr<Tensor> AddPositionEncoding(const AddPositionEncodingOptions& options) const;
-  absl::StatusOr<RopeCacheResult> RopeCache(const RopeCacheOptions& options) const;
-  absl::StatusOr<ApplyRopeResult> ApplyRope(const ApplyRopeOptions& options) const;
-  absl::StatusOr<Tensor> AlibiSlopes(const AlibiSlopesOptions& options) const;
-  absl::StatusOr<AlibiBiasResult> AlibiBias(const AlibiBiasOptions& options) const;
-  absl::StatusOr<Tensor> RelativeBias(const RelativeBiasOptions& options) const;
-  absl::StatusOr<Tensor> RelativeEmbedding(const RelativeEmbeddingOptions& options) const;
-  absl::StatusOr<ServerInfo> GetServerInfo() const;
+  absl::StatusOr<Tensor> Sinusoidal(const SinusoidalOptions& options,
+                                    const CallOptions& call = {}) const;
+  absl::StatusOr<Tensor> AddPositionEncoding(const AddPositionEncodingOptions& options,
+                                             const CallOptions& call = {}) const;
+  absl::StatusOr<RopeCacheResult> RopeCache(const RopeCacheOptions& options,
+                                            const CallOptions& call = {}) const;
+  absl::StatusOr<ApplyRopeResult> ApplyRope(const ApplyRopeOptions& options,
+                                            const CallOptions& call = {}) const;
+  absl::StatusOr<Tensor> AlibiSlopes(const AlibiSlopesOptions& options,
+                                     const CallOptions& call = {}) const;
+  absl::StatusOr<AlibiBiasResult> AlibiBias(const AlibiBiasOptions& options,
+                                            const CallOptions& call = {}) const;
+  absl::StatusOr<Tensor> RelativeBias(const RelativeBiasOptions& options,
+                                      const CallOptions& call = {}) const;
+  absl::StatusOr<Tensor> RelativeEmbedding(const RelativeEmbeddingOptions& options,
+                                           const CallOptions& call = {}) const;
+  absl::StatusOr<ServerInfo> GetServerInfo(const CallOptions& call = {}) const;
+
+  // The same calls, asynchronous: the call is on its way when the method returns (a split
+  // request's pieces are sent from a thread of its own). The Client must outlive the futures.
+  Future<Tensor> SinusoidalAsync(SinusoidalOptions options, const CallOptions& call = {}) const;
+  Future<Tensor> AddPositionEncodingAsync(AddPositionEncodingOptions options,
+                                          const CallOptions& call = {}) const;
+  Future<RopeCacheResult> RopeCacheAsync(RopeCacheOptions options,
+                                         const CallOptions& call = {}) const;
+  Future<ApplyRopeResult> ApplyRopeAsync(ApplyRopeOptions options,
+                                         const CallOptions& call = {}) const;
+  Future<Tensor> AlibiSlopesAsync(AlibiSlopesOptions options, const CallOptions& call = {}) const;
+  Future<AlibiBiasResult> AlibiBiasAsync(AlibiBiasOptions options,
+                                         const CallOptions& call = {}) const;
+  Future<Tensor> RelativeBiasAsync(RelativeBiasOptions options, const CallOptions& call = {}) const;
+  Future<Tensor> RelativeEmbeddingAsync(RelativeEmbeddingOptions options,
+                                        const CallOptions& call = {}) const;
+  Future<ServerInfo> GetServerInfoAsync(const CallOptions& call = {}) const;
 
   // grpc.health.v1.Health/Check for `service` ("" = the server as a whole). The call itself
   // failing (e.g. UNAVAILABLE, or UNIMPLEMENTED without a health service) is an error status;
   // otherwise the serving status, whatever it is.
-  absl::StatusOr<HealthStatus> Health(const std::string& service = "") const;
+  absl::StatusOr<HealthStatus> Health(const std::string& service = "",
+                                      const CallOptions& call = {}) const;
 
   // The channel every call uses.
   std::shared_ptr<grpc::Channel> channel() const;

@@ -1,0 +1,328 @@
+// The client's transparent splitting, compact biases, asynchronous calls and per-call deadlines
+// (client/split.h, posenc/client.h), against two in-process servers on TCP: one with a 1 MiB
+// message limit (the client learns it from GetServerInfo and splits) and the shared one with the
+// default 256 MiB (one call: the result every split result must equal byte for byte).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/split.h"
+#include "client_test_util.h"
+#include "posenc/client.h"
+#include "server/server.h"
+
+namespace posenc::client {
+namespace {
+
+constexpr int64_t kSmallLimit = int64_t{1} << 20;
+
+// A cpu-backend server with a 1 MiB message limit, for the whole binary.
+server::PosencServer& SmallServer() {
+  static server::PosencServer* const server = [] {
+    server::ServerOptions options;
+    options.listen_address = "127.0.0.1:0";
+    options.backend = "cpu";
+    options.threads = 1;
+    options.max_message_bytes = kSmallLimit;
+    auto started = server::PosencServer::Start(options);
+    if (!started.ok()) std::abort();
+    return started->release();
+  }();
+  return *server;
+}
+
+std::unique_ptr<Client> Connect(int port, ClientOptions options = {}) {
+  auto client = Client::Connect(absl::StrCat("127.0.0.1:", port), options);
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? *std::move(client) : nullptr;
+}
+
+// A FLOAT32 tensor of `shape` with distinct values.
+Tensor Ramp(std::vector<int64_t> shape, float scale = 1e-3f) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<float> values(static_cast<size_t>(n));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = scale * static_cast<float>(i % 9973);
+  return *Tensor::FromFloats(values, std::move(shape));
+}
+
+class SplitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    split_ = Connect(SmallServer().port());
+    ClientOptions unsplit_options;
+    unsplit_options.split_requests = false;
+    small_unsplit_ = Connect(SmallServer().port(), unsplit_options);
+    // The reference server: the cpu backend too, so the bytes must agree exactly.
+    static server::PosencServer* const big = [] {
+      server::ServerOptions options;
+      options.listen_address = "127.0.0.1:0";
+      options.backend = "cpu";
+      options.threads = 1;
+      auto started = server::PosencServer::Start(options);
+      if (!started.ok()) std::abort();
+      return started->release();
+    }();
+    whole_ = Connect(big->port());
+    ASSERT_NE(split_, nullptr);
+    ASSERT_NE(whole_, nullptr);
+  }
+
+  std::unique_ptr<Client> split_;          // 1 MiB server, splitting on
+  std::unique_ptr<Client> small_unsplit_;  // 1 MiB server, splitting off
+  std::unique_ptr<Client> whole_;          // 256 MiB server: one call
+};
+
+void ExpectSameTensor(const Tensor& a, const Tensor& b, const std::string& what) {
+  EXPECT_EQ(a.dtype, b.dtype) << what;
+  EXPECT_EQ(a.shape, b.shape) << what;
+  EXPECT_TRUE(a.data == b.data) << what << ": the bytes differ";
+}
+
+TEST_F(SplitTest, ApplyRopeBshdGqaSplitsAlongHeadsByteIdentical) {
+  ApplyRopeOptions options;
+  options.q = Ramp({2, 256, 16, 64});  // 2 MiB
+  options.k = Ramp({2, 256, 4, 64});   // 0.5 MiB
+  options.positions = Positions::Offsets({3, 1000});
+  options.config.scaling.type = RopeScalingType::kDynamic;
+  options.config.scaling.factor = 4;
+  options.config.max_position_embeddings = 512;
+  const auto whole = whole_->ApplyRope(options);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const auto split = split_->ApplyRope(options);
+  ASSERT_TRUE(split.ok()) << split.status();
+  ExpectSameTensor(split->q, whole->q, "q");
+  ASSERT_TRUE(split->k.has_value());
+  ExpectSameTensor(*split->k, *whole->k, "k");
+  EXPECT_EQ(split->derived.seq_len, whole->derived.seq_len);
+  EXPECT_EQ(split->derived.inv_freq, whole->derived.inv_freq);
+
+  // Without splitting the same request is over the 1 MiB limit.
+  const auto refused = small_unsplit_->ApplyRope(options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+}
+
+TEST_F(SplitTest, ApplyRopeBhsdAndThdSplitByteIdentical) {
+  ApplyRopeOptions bhsd;
+  bhsd.q = Ramp({1, 12, 512, 64});
+  bhsd.layout = TensorLayout::kBHSD;
+  bhsd.config.rotary_dim = 32;
+  ApplyRopeOptions thd;
+  thd.q = Ramp({1000, 8, 64});
+  thd.k = Ramp({1000, 2, 64});
+  thd.layout = TensorLayout::kTHD;
+  thd.positions = Positions::CuSeqlens({0, 300, 1000});
+  for (const ApplyRopeOptions& options : {bhsd, thd}) {
+    const auto whole = whole_->ApplyRope(options);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    const auto split = split_->ApplyRope(options);
+    ASSERT_TRUE(split.ok()) << split.status();
+    ExpectSameTensor(split->q, whole->q, "q");
+    EXPECT_EQ(split->k.has_value(), options.k.has_value());
+    if (options.k.has_value()) ExpectSameTensor(*split->k, *whole->k, "k");
+  }
+}
+
+TEST_F(SplitTest, OneHeadOverTheLimitIsResourceExhaustedWithAHint) {
+  ApplyRopeOptions options;
+  options.q = Ramp({1, 8192, 1, 64});  // one head of 2 MiB
+  const auto refused = split_->ApplyRope(options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("one per head"), std::string::npos) << refused.status();
+}
+
+TEST_F(SplitTest, FullBiasesAndEmbeddingsSplitAlongQueryRowsByteIdentical) {
+  AlibiBiasOptions causal;
+  causal.num_heads = 16;
+  causal.q_len = 200;
+  causal.k_len = 300;
+  causal.form = BiasForm::kFull;  // 3.8 MiB
+  const auto alibi_whole = whole_->AlibiBias(causal);
+  const auto alibi_split = split_->AlibiBias(causal);
+  ASSERT_TRUE(alibi_whole.ok() && alibi_split.ok()) << alibi_split.status();
+  ExpectSameTensor(alibi_split->bias, alibi_whole->bias, "alibi causal");
+  ExpectSameTensor(alibi_split->slopes, alibi_whole->slopes, "slopes");
+
+  AlibiBiasOptions bloom = causal;
+  bloom.mode = AlibiMode::kBloom;
+  std::vector<int64_t> mask(2 * 300, 1);
+  for (int j = 0; j < 40; ++j) mask[static_cast<size_t>(j)] = 0;  // left padding in row 0
+  bloom.attention_mask = *Tensor::FromInt64s(mask, {2, 300});
+  const auto bloom_whole = whole_->AlibiBias(bloom);
+  const auto bloom_split = split_->AlibiBias(bloom);
+  ASSERT_TRUE(bloom_whole.ok() && bloom_split.ok()) << bloom_split.status();
+  ExpectSameTensor(bloom_split->bias, bloom_whole->bias, "alibi bloom");
+
+  RelativeBiasOptions t5;
+  t5.q_len = 300;
+  t5.k_len = 300;
+  t5.table_inline = Ramp({32, 8});
+  t5.form = BiasForm::kFull;  // 2.7 MiB
+  const auto t5_whole = whole_->RelativeBias(t5);
+  const auto t5_split = split_->RelativeBias(t5);
+  ASSERT_TRUE(t5_whole.ok() && t5_split.ok()) << t5_split.status();
+  ExpectSameTensor(*t5_split, *t5_whole, "t5 full");
+
+  RelativeBiasOptions buckets;
+  buckets.q_len = 700;
+  buckets.k_len = 700;
+  buckets.form = BiasForm::kBuckets;  // 1.9 MiB of INT32
+  const auto buckets_whole = whole_->RelativeBias(buckets);
+  const auto buckets_split = split_->RelativeBias(buckets);
+  ASSERT_TRUE(buckets_whole.ok() && buckets_split.ok()) << buckets_split.status();
+  ExpectSameTensor(*buckets_split, *buckets_whole, "t5 buckets");
+
+  RelativeEmbeddingOptions shaw;
+  shaw.q_len = 128;
+  shaw.k_len = 160;
+  shaw.max_relative = 16;
+  shaw.table_inline = Ramp({33, 16});  // 1.3 MiB out
+  const auto shaw_whole = whole_->RelativeEmbedding(shaw);
+  const auto shaw_split = split_->RelativeEmbedding(shaw);
+  ASSERT_TRUE(shaw_whole.ok() && shaw_split.ok()) << shaw_split.status();
+  ExpectSameTensor(*shaw_split, *shaw_whole, "shaw");
+}
+
+// An unspecified form comes compact over the wire and is expanded here: the same bytes as the
+// server's full form, and the 4 MiB bias fits the 1 MiB server without splitting.
+TEST_F(SplitTest, CompactBiasesByDefaultEqualTheFullForm) {
+  for (AlibiMode mode : {AlibiMode::kCausal, AlibiMode::kSymmetric, AlibiMode::kBloom}) {
+    AlibiBiasOptions options;
+    options.num_heads = 8;
+    options.q_len = 300;
+    options.k_len = 400;
+    options.query_offset = 50;
+    options.mode = mode;
+    AlibiBiasOptions full = options;
+    full.form = BiasForm::kFull;
+    const auto expected = whole_->AlibiBias(full);
+    const auto compact = small_unsplit_->AlibiBias(options);
+    ASSERT_TRUE(expected.ok() && compact.ok()) << compact.status();
+    ExpectSameTensor(compact->bias, expected->bias, absl::StrCat("alibi mode ", mode));
+  }
+  RelativeBiasOptions t5;
+  t5.q_len = 500;
+  t5.k_len = 500;
+  t5.table_inline = Ramp({32, 6});
+  t5.bidirectional = false;
+  RelativeBiasOptions full = t5;
+  full.form = BiasForm::kFull;
+  const auto expected = whole_->RelativeBias(full);
+  const auto compact = small_unsplit_->RelativeBias(t5);
+  ASSERT_TRUE(expected.ok() && compact.ok()) << compact.status();
+  ExpectSameTensor(*compact, *expected, "t5");
+}
+
+TEST_F(SplitTest, AsyncCallsOfEveryRpc) {
+  SinusoidalOptions sinusoidal;
+  sinusoidal.positions = Positions::Range(0, 16);
+  sinusoidal.params.dim = 32;
+  AddPositionEncodingOptions add;
+  add.x = Ramp({4, 32});
+  add.sinusoidal = SinusoidalParams{};
+  RopeCacheOptions cache;
+  cache.positions = Positions::Range(0, 8);
+  cache.config.head_dim = 64;
+  ApplyRopeOptions rope;
+  rope.q = Ramp({1, 64, 8, 64});
+  AlibiSlopesOptions slopes;
+  slopes.num_heads = 12;
+  AlibiBiasOptions alibi;
+  alibi.num_heads = 4;
+  alibi.q_len = 8;
+  alibi.k_len = 8;
+  RelativeBiasOptions t5;
+  t5.q_len = 8;
+  t5.k_len = 8;
+  t5.table_inline = Ramp({32, 2});
+  RelativeEmbeddingOptions shaw;
+  shaw.q_len = 4;
+  shaw.k_len = 4;
+  shaw.max_relative = 2;
+  shaw.table_inline = Ramp({5, 8});
+
+  // All in flight at once, then each compared with its synchronous twin.
+  std::vector<Future<ApplyRopeResult>> ropes;
+  for (int i = 0; i < 16; ++i) ropes.push_back(whole_->ApplyRopeAsync(rope));
+  auto f_sin = whole_->SinusoidalAsync(sinusoidal);
+  auto f_add = whole_->AddPositionEncodingAsync(add);
+  auto f_cache = whole_->RopeCacheAsync(cache);
+  auto f_slopes = whole_->AlibiSlopesAsync(slopes);
+  auto f_alibi = whole_->AlibiBiasAsync(alibi);
+  auto f_t5 = whole_->RelativeBiasAsync(t5);
+  auto f_shaw = whole_->RelativeEmbeddingAsync(shaw);
+  auto f_info = whole_->GetServerInfoAsync();
+  auto f_split = split_->ApplyRopeAsync(ApplyRopeOptions{.q = Ramp({1, 512, 16, 64})});
+
+  const auto rope_sync = whole_->ApplyRope(rope);
+  ASSERT_TRUE(rope_sync.ok());
+  for (auto& f : ropes) {
+    const auto r = f.get();
+    ASSERT_TRUE(r.ok()) << r.status();
+    ExpectSameTensor(r->q, rope_sync->q, "async rope");
+  }
+  ExpectSameTensor(*f_sin.get(), *whole_->Sinusoidal(sinusoidal), "sinusoidal");
+  ExpectSameTensor(*f_add.get(), *whole_->AddPositionEncoding(add), "add");
+  ExpectSameTensor(f_cache.get()->cos, whole_->RopeCache(cache)->cos, "cos");
+  ExpectSameTensor(*f_slopes.get(), *whole_->AlibiSlopes(slopes), "slopes");
+  ExpectSameTensor(f_alibi.get()->bias, whole_->AlibiBias(alibi)->bias, "alibi");
+  ExpectSameTensor(*f_t5.get(), *whole_->RelativeBias(t5), "t5");
+  ExpectSameTensor(*f_shaw.get(), *whole_->RelativeEmbedding(shaw), "shaw");
+  const auto info = f_info.get();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->backends.at(0).name, "cpu");
+  const auto split = f_split.get();
+  ASSERT_TRUE(split.ok()) << split.status();
+  ExpectSameTensor(split->q, whole_->ApplyRope(ApplyRopeOptions{.q = Ramp({1, 512, 16, 64})})->q,
+                   "async split");
+
+  // A failing async call carries the server's status.
+  AlibiSlopesOptions bad;
+  bad.num_heads = 0;
+  EXPECT_EQ(whole_->AlibiSlopesAsync(bad).get().status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SplitTest, PerCallDeadlineOverridesTheClientDefault) {
+  RelativeBiasOptions heavy;
+  heavy.q_len = 2048;
+  heavy.k_len = 2048;
+  heavy.table_inline = Ramp({32, 16});
+  heavy.form = BiasForm::kFull;
+  const auto expired = whole_->RelativeBias(heavy, CallOptions{std::chrono::milliseconds(1)});
+  EXPECT_EQ(expired.status().code(), absl::StatusCode::kDeadlineExceeded) << expired.status();
+  const auto async_expired =
+      whole_->RelativeBiasAsync(heavy, CallOptions{std::chrono::milliseconds(1)}).get();
+  EXPECT_EQ(async_expired.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(whole_->AlibiSlopes({.num_heads = 4}, CallOptions{std::chrono::seconds(10)}).ok());
+}
+
+TEST(SplitHelpersTest, SliceAndConcatAreInverse) {
+  const Tensor t = Ramp({3, 5, 4});
+  for (size_t axis = 0; axis < 3; ++axis) {
+    std::vector<Tensor> parts;
+    for (const auto& [begin, count] : internal::EvenRanges(t.shape[axis], 3)) {
+      parts.push_back(internal::SliceAxis(t, axis, begin, count));
+    }
+    const auto joined = internal::ConcatAxis(parts, axis);
+    ASSERT_TRUE(joined.ok()) << joined.status();
+    ExpectSameTensor(*joined, t, absl::StrCat("axis ", axis));
+  }
+  EXPECT_EQ(internal::PiecesFor(10, 3), 4);
+  EXPECT_EQ(internal::PiecesFor(9, 3), 3);
+  EXPECT_EQ(internal::PiecesFor(0, 3), 1);
+  const auto ranges = internal::EvenRanges(2, 3);
+  ASSERT_EQ(ranges.size(), 3u);
+  EXPECT_EQ(ranges[0].second + ranges[1].second + ranges[2].second, 2);
+  EXPECT_FALSE(internal::ConcatAxis({Ramp({2, 3}), Ramp({2, 4})}, 0).ok());
+}
+
+}  // namespace
+}  // namespace posenc::client
