@@ -378,6 +378,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
   args.SetMaxReceiveMessageSize(ClampToInt(options.max_message_bytes));
   args.SetMaxSendMessageSize(ClampToInt(options.max_message_bytes));
   args.SetServiceConfigJSON(ServiceConfigJson(options));
+  // Reconnect quickly after a replica restarts (gRPC's default first backoff is 1 s; with
+  // retries of UNAVAILABLE spanning ~1.5 s, a call would fail while the channel still waits).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
   if (options.keepalive_time.count() > 0) {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, ClampToInt(options.keepalive_time.count()));
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ClampToInt(options.keepalive_timeout.count()));
