@@ -128,7 +128,12 @@ absl::Status ParseFlags(std::span<const std::string> args, size_t start,
     }
     const FlagSpec* spec = FindFlag(groups, body);
     if (spec == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", AbslView(body)));
+      std::vector<std::string_view> names;
+      for (const FlagGroup* group : groups) {
+        for (const FlagSpec& candidate : *group) names.push_back(candidate.name);
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag --", AbslView(body), DidYouMean(body, names, "--")));
     }
     std::string_view text;
     if (spec->type == FlagType::kSwitch) {
@@ -149,6 +154,42 @@ absl::Status ParseFlags(std::span<const std::string> args, size_t start,
   }
   if (next != nullptr) *next = i;
   return absl::OkStatus();
+}
+
+namespace {
+
+// Levenshtein distance (insertions, deletions, substitutions), two rows.
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> previous(b.size() + 1), current(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) previous[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    current[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      current[j] = std::min(
+          {previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    }
+    std::swap(previous, current);
+  }
+  return previous[b.size()];
+}
+
+}  // namespace
+
+std::string DidYouMean(std::string_view word, std::span<const std::string_view> candidates,
+                       std::string_view prefix) {
+  const size_t allowed = std::max<size_t>(2, word.size() / 3);
+  std::string_view best;
+  size_t best_distance = allowed + 1;
+  for (std::string_view candidate : candidates) {
+    size_t distance = EditDistance(word, candidate);
+    if (word.size() >= 3 && candidate.starts_with(word)) distance = std::min<size_t>(distance, 1);
+    if (distance < best_distance) {
+      best = candidate;
+      best_distance = distance;
+    }
+  }
+  if (best.empty()) return "";
+  return absl::StrCat(" (did you mean '", AbslView(prefix), AbslView(best), "'?)");
 }
 
 std::string FlagsHelp(std::span<const FlagGroup* const> groups) {

@@ -76,6 +76,11 @@ absl::Status ParseFlags(std::span<const std::string> args, size_t start,
                         std::span<const FlagGroup* const> groups, bool stop_at_positional,
                         ParsedFlags* out, size_t* next);
 
+// The candidate closest to `word` (edit distance at most 2, or at most a third of the word's
+// length when longer; or a candidate `word` is a prefix of) as " (did you mean 'X'?)", else "".
+std::string DidYouMean(std::string_view word, std::span<const std::string_view> candidates,
+                       std::string_view prefix = "");
+
 // "  --name VALUE   help" lines, aligned, for every flag of `groups`.
 std::string FlagsHelp(std::span<const FlagGroup* const> groups);
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "absl/time/time.h"
 #include "client/cli/commands.h"
 #include "client/cli/flags.h"
 #include "client/cli/output.h"
@@ -80,21 +81,14 @@ std::string CommandHelp(const Command& command) {
 }
 
 // "30s", "500ms", "2m", "1.5" (seconds).
+// absl::ParseDuration's forms ("30s", "500ms", "1m30s", "1.5h"); positive and at most a year.
 std::optional<std::chrono::milliseconds> ParseTimeout(const std::string& text) {
-  absl::string_view number = text;
-  double scale_ms = 1000;
-  if (absl::ConsumeSuffix(&number, "ms")) {
-    scale_ms = 1;
-  } else if (absl::ConsumeSuffix(&number, "s")) {
-    scale_ms = 1000;
-  } else if (absl::ConsumeSuffix(&number, "m")) {
-    scale_ms = 60'000;
-  }
-  double value = 0;
-  if (!absl::SimpleAtod(number, &value) || !(value > 0) || value * scale_ms > 1e12) {
+  absl::Duration duration;
+  if (!absl::ParseDuration(text, &duration) || duration <= absl::ZeroDuration() ||
+      duration > absl::Hours(24 * 365)) {
     return std::nullopt;
   }
-  return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(value * scale_ms)));
+  return std::chrono::milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(duration)));
 }
 
 int UsageFailure(const std::string& message, const std::string& help_hint) {
@@ -134,7 +128,9 @@ int Run(const std::vector<std::string>& args) {
     if (c.name == name) command = &c;
   }
   if (command == nullptr) {
-    return UsageFailure(absl::StrCat("unknown subcommand '", name, "'"),
+    std::vector<std::string_view> names;
+    for (const Command& c : Commands()) names.push_back(c.name);
+    return UsageFailure(absl::StrCat("unknown subcommand '", name, "'", DidYouMean(name, names)),
                         "run 'posenc --help' for the list of subcommands");
   }
   const std::string hint = absl::StrCat("run 'posenc ", name, " --help' for usage");
@@ -156,7 +152,7 @@ int Run(const std::vector<std::string>& args) {
     std::optional<std::chrono::milliseconds> parsed = ParseTimeout(*timeout);
     if (!parsed.has_value()) {
       return UsageFailure(
-          absl::StrCat("--timeout expects a positive duration such as 30s or 500ms, got '",
+          absl::StrCat("--timeout expects a positive duration such as 30s, 500ms or 1m30s, got '",
                        *timeout, "'"),
           hint);
     }

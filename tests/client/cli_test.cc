@@ -200,6 +200,14 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
   ExpectExit("sinusoidal --positions 5:2 --dim 4", 2);
   ExpectExit("alibi-bias --heads 2", 2, &CliResult::err, "--q-len is required");
   ExpectExit("no-such-command", 2);
+  // Close misspellings get a suggestion.
+  ExpectExit("rope-cach --positions 0:4 --head-dim 8", 2, &CliResult::err,
+             "unknown subcommand 'rope-cach' (did you mean 'rope-cache'?)");
+  ExpectExit("alibi-slopes --head 4", 2, &CliResult::err,
+             "unknown flag --head (did you mean '--heads'?)");
+  ExpectExit("--timeout 1x info", 2, &CliResult::err, "--timeout expects a positive duration");
+  // Durations as absl::ParseDuration reads them.
+  ExpectExit("--timeout 1m30s alibi-slopes --heads 2", 0);
 }
 
 TEST_F(CliTest, HelpExitsZero) {
