@@ -52,8 +52,10 @@ int ClampToInt(int64_t v) {
   return static_cast<int>(std::clamp<int64_t>(v, 0, std::numeric_limits<int>::max()));
 }
 
-// The gRPC service config: load balancing and retries of UNAVAILABLE (every posenc RPC is
-// idempotent, so a retry is always safe).
+// The gRPC service config: load balancing and retries of UNAVAILABLE and of RESOURCE_EXHAUSTED
+// (every posenc RPC is idempotent, so a retry is always safe). The server marks which
+// RESOURCE_EXHAUSTED is worth a retry: a busy server's (admission) carries a retry pushback,
+// a request over a hard limit the pushback -1, which stops gRPC from retrying it.
 std::string ServiceConfigJson(const ClientOptions& options) {
   std::string config = "{";
   if (!options.load_balancing_policy.empty()) {
@@ -68,7 +70,7 @@ std::string ServiceConfigJson(const ClientOptions& options) {
                     R"({"service": "grpc.health.v1.Health"}], "retryPolicy": {"maxAttempts": )",
                     std::min(options.max_attempts, 5),
                     R"(, "initialBackoff": "0.1s", "maxBackoff": "2s", "backoffMultiplier": 2, )",
-                    R"("retryableStatusCodes": ["UNAVAILABLE"]}}])");
+                    R"("retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"]}}])");
   }
   return config + "}";
 }
@@ -190,6 +192,9 @@ struct Client::Impl {
   // The server's message limit: 0 until known (GetServerInfo, once it answers), -1 when the
   // server reports none (then only the client's own limit applies).
   mutable std::atomic<int64_t> server_limit{0};
+  // The server's --max_heavy_calls (0: unknown or unbounded): how many split pieces to keep in
+  // flight, so that they do not refuse one another.
+  mutable std::atomic<int64_t> server_heavy_calls{0};
 
   Impl(std::shared_ptr<grpc::Channel> c, ClientOptions o)
       : channel(std::move(c)),
@@ -262,11 +267,15 @@ struct Client::Impl {
       -> absl::StatusOr<
           std::vector<typename decltype(convert(std::declval<Response&&>()))::value_type>> {
     using Result = decltype(convert(std::declval<Response&&>()));
+    // Each piece is a heavy call on the server: no more in flight than it computes at once.
+    const int64_t heavy = server_heavy_calls.load(std::memory_order_relaxed);
+    const size_t most = heavy > 0 ? std::min<size_t>(kMaxPiecesInFlight, static_cast<size_t>(heavy))
+                                  : kMaxPiecesInFlight;
     std::vector<std::future<Result>> in_flight;
     std::vector<typename Result::value_type> out;
     absl::Status first_error;
     for (size_t next = 0, done = 0; done < pieces.size(); ++done) {
-      while (next < pieces.size() && next - done < kMaxPiecesInFlight) {
+      while (next < pieces.size() && next - done < most) {
         in_flight.push_back(Start(method, pieces[next++], call, convert));
       }
       Result result = in_flight[done].get();
@@ -299,6 +308,7 @@ struct Client::Impl {
     // A failed call (unreachable, deadline) is asked again next time; an answer is kept.
     if (!status.ok()) return -1;
     known = info.limits().max_message_bytes() > 0 ? info.limits().max_message_bytes() : -1;
+    server_heavy_calls.store(info.limits().max_heavy_calls(), std::memory_order_relaxed);
     server_limit.store(known, std::memory_order_release);
     return known;
   }

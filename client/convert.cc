@@ -325,6 +325,8 @@ absl::StatusOr<ServerInfo> FromProto(const v1::GetServerInfoResponse& response) 
   }
   info.max_message_bytes = response.limits().max_message_bytes();
   info.max_output_elements = response.limits().max_output_elements();
+  info.max_inflight_bytes = response.limits().max_inflight_bytes();
+  info.max_heavy_calls = response.limits().max_heavy_calls();
   for (const v1::TableInfo& t : response.tables()) {
     POSENC_ASSIGN_OR_RETURN(const DType dtype,
                             FromProto(t.dtype(), absl::StrCat("table ", t.name())));

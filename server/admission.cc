@@ -97,10 +97,16 @@ CallAdmission::~CallAdmission() {
 absl::Status CallAdmission::Admit(int64_t output_bytes) {
   if (control_ == nullptr || held_bytes_ > 0) return absl::OkStatus();
   const int64_t bytes = request_bytes_ + 2 * output_bytes;
-  if (absl::Status s = control_->AcquireBytes(bytes, request_bytes_); !s.ok()) return s;
+  if (absl::Status s = control_->AcquireBytes(bytes, request_bytes_); !s.ok()) {
+    refused_ = true;
+    return s;
+  }
   held_bytes_ = bytes;
   if (output_bytes > kHeavyCallBytes) {
-    if (absl::Status s = control_->AcquireHeavy(); !s.ok()) return s;
+    if (absl::Status s = control_->AcquireHeavy(); !s.ok()) {
+      refused_ = true;
+      return s;
+    }
     heavy_ = true;
   }
   return absl::OkStatus();

@@ -76,12 +76,15 @@ class CallAdmission {
   // AdmitCurrentCall); at most once a call.
   absl::Status Admit(int64_t output_bytes);
   void EndCompute();
+  // True when Admit refused the call (busy: worth retrying shortly, unlike a hard limit).
+  bool refused() const { return refused_; }
 
  private:
   AdmissionControl* const control_;  // null: admit everything
   const int64_t request_bytes_;
   int64_t held_bytes_ = 0;
   bool heavy_ = false;
+  bool refused_ = false;
 };
 
 // The calling thread's call admission (null outside a call), for CheckOutputLimits.

@@ -306,6 +306,8 @@ absl::Status GetServerInfo(const HandlerContext& ctx, const v1::GetServerInfoReq
   }
   resp->mutable_limits()->set_max_message_bytes(ctx.limits.max_message_bytes);
   resp->mutable_limits()->set_max_output_elements(ctx.limits.max_output_elements);
+  resp->mutable_limits()->set_max_inflight_bytes(ctx.limits.max_inflight_bytes);
+  resp->mutable_limits()->set_max_heavy_calls(ctx.limits.max_heavy_calls);
   if (ctx.tables != nullptr) {
     for (const TableRegistry::Entry* entry : ctx.tables->List()) {
       v1::TableInfo* info = resp->add_tables();

@@ -33,6 +33,9 @@ namespace posenc::server {
 struct Limits {
   int64_t max_output_elements = int64_t{1} << 26;  // per output tensor
   int64_t max_message_bytes = int64_t{256} << 20;  // all output tensors of one response
+  // The admission bounds (admission.h), reported by GetServerInfo; 0: unbounded.
+  int64_t max_inflight_bytes = 0;
+  int64_t max_heavy_calls = 0;
 };
 
 struct HandlerContext {
@@ -71,10 +74,11 @@ struct PlannedOutput {
 absl::Status CheckOutputLimits(const Limits& limits, std::initializer_list<PlannedOutput> outputs);
 
 // The RPCs of posenc.v1.PositionEncoding, in the service's order (posenc.proto): X(Method).
-#define POSENC_FOR_EACH_RPC(X)                                                                 \
-  X(Sinusoidal)                                                                                \
-  X(AddPositionEncoding) X(RopeCache) X(ApplyRope) X(AlibiSlopes) X(AlibiBias) X(RelativeBias) \
-      X(RelativeEmbedding) X(GetServerInfo)
+#define POSENC_FOR_EACH_RPC(X)                                                               \
+  X(Sinusoidal)                                                                              \
+  X(AddPositionEncoding)                                                                     \
+  X(RopeCache) X(ApplyRope) X(AlibiSlopes) X(AlibiBias) X(RelativeBias) X(RelativeEmbedding) \
+      X(GetServerInfo)
 
 // One handler per RPC:
 //   grpc::Status HandleApplyRope(const HandlerContext& ctx, const v1::ApplyRopeRequest& req,

@@ -61,9 +61,11 @@ class PosencServerImpl final : public PosencServer {
         rope_cache_(static_cast<size_t>(std::max<int64_t>(0, options.cache_entries)),
                     static_cast<size_t>(std::max<int64_t>(0, options.cache_bytes))),
         admission_(ResolveAdmission(options)),
-        service_(HandlerContext{backend_.get(),
-                                Limits{options.max_output_elements, options.max_message_bytes},
-                                &tables_, false, &rope_cache_, &metrics_}) {}
+        service_(HandlerContext{
+            backend_.get(),
+            Limits{options.max_output_elements, options.max_message_bytes,
+                   admission_.options().max_inflight_bytes, admission_.options().max_heavy_calls},
+            &tables_, false, &rope_cache_, &metrics_}) {}
 
   ~PosencServerImpl() override {
     Shutdown(std::chrono::system_clock::now());

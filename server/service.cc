@@ -175,6 +175,13 @@ grpc::ServerUnaryReactor* PositionEncodingService::Serve(const char* method,
     status = RunHandler(method, handler, ctx_, *context, &abort_at_ns_, &reactor->admission(),
                         request, &response);
   }
+  if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    // gRPC retry policies (A6) honour this: a busy server (admission refused the call) asks for a
+    // retry after the heavy-call wait; a request over a hard limit must not be retried at all.
+    context->AddTrailingMetadata(
+        "grpc-retry-pushback-ms",
+        reactor->admission().refused() ? absl::StrCat(kHeavyCallWait.count()) : "-1");
+  }
   size_t response_size = 0;
   std::string output;
   if (status.ok()) {

@@ -731,7 +731,9 @@ absl::StatusOr<CommandOutput> RunInfo(const ParsedFlags&, const client::Client& 
   }
   out.extras["backends"] = std::move(backends);
   out.extras["limits"] = {{"max_message_bytes", info.max_message_bytes},
-                          {"max_output_elements", info.max_output_elements}};
+                          {"max_output_elements", info.max_output_elements},
+                          {"max_inflight_bytes", info.max_inflight_bytes},
+                          {"max_heavy_calls", info.max_heavy_calls}};
   Json tables = Json::object();
   for (const client::ServerInfo::Table& t : info.tables) {
     tables[t.name] = absl::StrCat(std::string(client::DTypeName(t.dtype)), " [",

@@ -304,6 +304,32 @@ TEST_F(SplitTest, PerCallDeadlineOverridesTheClientDefault) {
   EXPECT_TRUE(whole_->AlibiSlopes({.num_heads = 4}, CallOptions{std::chrono::seconds(10)}).ok());
 }
 
+// A server computing one heavy call at a time (--max_heavy_calls=1): the client keeps one piece
+// in flight (GetServerInfo says so), and a busy refusal would be retried (pushback).
+TEST(SplitAdmissionTest, PiecesDoNotRefuseOneAnother) {
+  server::ServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.backend = "cpu";
+  options.threads = 1;
+  options.max_message_bytes = 8 << 20;
+  options.max_heavy_calls = 1;
+  auto server = server::PosencServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = Connect((*server)->port());
+  AlibiBiasOptions full;
+  full.num_heads = 16;
+  full.q_len = 1024;
+  full.k_len = 1024;
+  full.form = BiasForm::kFull;  // 64 MiB: 9 pieces of about 7 MiB, each a heavy call
+  const auto bias = client->AlibiBias(full);
+  ASSERT_TRUE(bias.ok()) << bias.status();
+  EXPECT_EQ(bias->bias.shape, (std::vector<int64_t>{16, 1024, 1024}));
+  const auto info = client->GetServerInfo();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->max_heavy_calls, 1);
+  EXPECT_GT(info->max_inflight_bytes, 0);
+}
+
 TEST(SplitHelpersTest, SliceAndConcatAreInverse) {
   const Tensor t = Ramp({3, 5, 4});
   for (size_t axis = 0; axis < 3; ++axis) {

@@ -112,6 +112,10 @@ TEST(AdmissionServerTest, ConcurrentMaximalRequestsStayWithinTheBudget) {
       } else if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
                  s.error_message().find("--max_inflight_bytes") != std::string::npos) {
         refused.fetch_add(1);
+        // A busy server asks for a retry (gRPC retry policies honour the pushback).
+        const auto& trailers = context.GetServerTrailingMetadata();
+        const auto pushback = trailers.find("grpc-retry-pushback-ms");
+        EXPECT_TRUE(pushback != trailers.end() && pushback->second == "100");
       } else {
         other.fetch_add(1);
         ADD_FAILURE() << s.error_code() << ": " << s.error_message();

@@ -140,6 +140,26 @@ TEST(PosencServerTest, GetServerInfo) {
   EXPECT_EQ(info.tables_size(), 0);
 }
 
+// An output over a hard limit is RESOURCE_EXHAUSTED that no retry can cure: the trailers say
+// so (grpc-retry-pushback-ms -1 stops gRPC retry policies).
+TEST(PosencServerTest, OutputOverALimitAsksForNoRetry) {
+  auto server = PosencServer::Start(testing::LocalServerOptions());
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::PositionEncoding::NewStub((*server)->InProcessChannel());
+  v1::AlibiBiasRequest req;
+  req.set_num_heads(64);
+  req.set_q_len(1 << 20);
+  req.set_k_len(1 << 20);
+  grpc::ClientContext context;
+  v1::AlibiBiasResponse resp;
+  const grpc::Status status = stub->AlibiBias(&context, req, &resp);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  const auto& trailers = context.GetServerTrailingMetadata();
+  const auto pushback = trailers.find("grpc-retry-pushback-ms");
+  ASSERT_NE(pushback, trailers.end());
+  EXPECT_EQ(pushback->second, "-1");
+}
+
 TEST(PosencServerTest, RequestOverMessageLimitIsRejectedByGrpc) {
   ServerOptions options = testing::LocalServerOptions();
   options.max_message_bytes = 4096;

@@ -305,6 +305,8 @@ struct ServerInfo {
   std::vector<Backend> backends;
   int64_t max_message_bytes = 0;
   int64_t max_output_elements = 0;
+  int64_t max_inflight_bytes = 0;  // admission bounds; 0: unbounded
+  int64_t max_heavy_calls = 0;
   std::vector<Table> tables;
 };
 
