@@ -9,6 +9,7 @@ packages=(
   openssl clang-format clang-tidy
   clang libclang-rt-14-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-grpcio python3-protobuf python3-numpy python3-pip python3-venv
 )
 missing=()
 for p in "${packages[@]}"; do

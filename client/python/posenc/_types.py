@@ -1,0 +1,458 @@
+"""The posenc client's value types: enums, positions, RoPE configurations and results.
+
+They mirror the C++ client (client/include/posenc/client.h) and the wire messages
+(proto/posenc/v1/posenc.proto, the reference for every field): an ``Optional`` field left at
+None is a proto3 ``optional`` field left unset (the documented default), and an enum argument
+left at None (or ``UNSPECIFIED``) selects the documented default, as on the wire. Enum
+arguments also take their names as strings, case-insensitively (``"gptj"``, ``"yarn"``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import os
+from typing import Any, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ._errors import local_error
+from ._tensor import DType
+
+__all__ = [
+    "SinusoidalLayout", "FreqScheme", "Combine", "RopeStyle", "RopeScalingType", "MropeLayout",
+    "RopeCacheLayout", "TensorLayout", "AlibiMode", "FutureMode", "BiasForm", "HealthStatus",
+    "Positions", "SinusoidalParams", "LearnedTable", "RopeScaling", "RopeConfig", "RopeDerived",
+    "RopeCacheResult", "ApplyRopeResult", "AlibiBiasResult", "BackendInfo", "TableInfo",
+    "ServerInfo", "TlsConfig",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Enums: the wire enums value for value (UNSPECIFIED = 0 selects the documented default).
+# ---------------------------------------------------------------------------------------------
+class SinusoidalLayout(enum.IntEnum):
+    """Column layout of a sinusoidal table (default INTERLEAVED)."""
+    UNSPECIFIED = 0
+    INTERLEAVED = 1
+    CONCAT = 2
+
+
+class FreqScheme(enum.IntEnum):
+    """Sinusoidal frequencies (default VASWANI for INTERLEAVED, T2T for CONCAT)."""
+    UNSPECIFIED = 0
+    VASWANI = 1
+    T2T = 2
+
+
+class Combine(enum.IntEnum):
+    """AddPositionEncoding: ``x*scale + PE`` (ADD, default) or ``[x*scale ; PE]`` (CONCAT)."""
+    UNSPECIFIED = 0
+    ADD = 1
+    CONCAT = 2
+
+
+class RopeStyle(enum.IntEnum):
+    """Rotation pairs: NEOX (rotate_half, default) or GPTJ (interleaved)."""
+    UNSPECIFIED = 0
+    NEOX = 1
+    GPTJ = 2
+
+
+class RopeScalingType(enum.IntEnum):
+    """The Hugging Face rope types plus static NTK (default DEFAULT)."""
+    UNSPECIFIED = 0
+    DEFAULT = 1
+    LINEAR = 2
+    NTK = 3
+    DYNAMIC = 4
+    YARN = 5
+    LLAMA3 = 6
+    LONGROPE = 7
+
+
+class MropeLayout(enum.IntEnum):
+    """M-RoPE section layout (default CONTIGUOUS, Qwen2-VL; INTERLEAVED is Qwen3-VL)."""
+    UNSPECIFIED = 0
+    CONTIGUOUS = 1
+    INTERLEAVED = 2
+
+
+class RopeCacheLayout(enum.IntEnum):
+    """RopeCache columns: COMPACT ``[n, d/2]`` (default), NEOX or GPTJ ``[n, d]``."""
+    UNSPECIFIED = 0
+    COMPACT = 1
+    NEOX = 2
+    GPTJ = 3
+
+
+class TensorLayout(enum.IntEnum):
+    """ApplyRope layout of q/k: BSHD (default), BHSD, or packed THD."""
+    UNSPECIFIED = 0
+    BSHD = 1
+    BHSD = 2
+    THD = 3
+
+
+class AlibiMode(enum.IntEnum):
+    """ALiBi: CAUSAL (default), SYMMETRIC or BLOOM."""
+    UNSPECIFIED = 0
+    CAUSAL = 1
+    SYMMETRIC = 2
+    BLOOM = 3
+
+
+class FutureMode(enum.IntEnum):
+    """What CAUSAL and BLOOM ALiBi put where a key lies after the query (default MASK: -inf)."""
+    UNSPECIFIED = 0
+    MASK = 1
+    ZERO = 2
+    LINEAR = 3
+
+
+class BiasForm(enum.IntEnum):
+    """FULL ``[H, q, k]`` (default), COMPACT (Toeplitz generator / BLOOM rows) or BUCKETS
+    (RelativeBias only: INT32 ``[q, k]``)."""
+    UNSPECIFIED = 0
+    FULL = 1
+    COMPACT = 2
+    BUCKETS = 3
+
+
+class HealthStatus(enum.IntEnum):
+    """``grpc.health.v1.HealthCheckResponse.ServingStatus``."""
+    UNKNOWN = 0
+    SERVING = 1
+    NOT_SERVING = 2
+    SERVICE_UNKNOWN = 3
+
+
+_ALIASES = {RopeScalingType: {"SU": "LONGROPE"}}
+
+
+def parse_enum(cls: type, value: Any, field: str) -> int:
+    """The wire number of an enum argument: None -> 0 (the default), a member, its name as a
+    string (case-insensitive; '-' for '_'), or its number."""
+    if value is None:
+        return 0
+    if isinstance(value, cls):
+        return int(value)
+    if isinstance(value, str):
+        key = value.strip().upper().replace("-", "_")
+        key = _ALIASES.get(cls, {}).get(key, key)
+        if key in cls.__members__:
+            return int(cls[key])
+    elif isinstance(value, (int, np.integer)) and not isinstance(value, bool) and int(
+            value) in cls._value2member_map_:
+        return int(value)
+    names = ", ".join(n.lower() for n in cls.__members__ if n != "UNSPECIFIED")
+    raise local_error(f"{field}: expected one of {names}, got {value!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Positions.
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, eq=False)
+class Positions:
+    """Where each token sits (``posenc.v1.Positions``). Build one with the factories.
+
+    Methods that take ``positions`` also accept shorthands: None (the default: 0 .. seq_len-1
+    in ops with a sequence axis), a Python ``range`` with step 1 (a range), or an integer
+    array / list (explicit ids).
+    """
+
+    kind: str = "default"  # default, range, offsets, ids, cu_seqlens, attention_mask
+    start: int = 0  # range
+    count: int = 0  # range
+    seq_offsets: Tuple[int, ...] = ()  # offsets; cu_seqlens (per-sequence start, may be empty)
+    seq_bounds: Tuple[int, ...] = ()  # cu_seqlens
+    array: Any = None  # ids or attention mask (numpy integer array)
+
+    @staticmethod
+    def default() -> "Positions":
+        """Absent on the wire: ops with a sequence axis use 0 .. seq_len-1 in every sequence."""
+        return Positions()
+
+    @staticmethod
+    def range(start: int, count: int = 0) -> "Positions":
+        """start, start+1, ..., start+count-1. In [batch, seq] ops count must be the sequence
+        length or 0 (= the sequence length)."""
+        return Positions("range", start=int(start), count=int(count))
+
+    @staticmethod
+    def offsets(offsets: Sequence[int]) -> "Positions":
+        """Token t of sequence b sits at ``offsets[b] + t``."""
+        return Positions("offsets", seq_offsets=tuple(int(o) for o in offsets))
+
+    @staticmethod
+    def ids(ids: Any) -> "Positions":
+        """Explicit int32/int64 ids: ``[S]``, ``[B, S]``, ``[T]`` (THD), any shape for tables
+        (the output gets ``ids.shape + [dim]``), ``[3, ...]`` for M-RoPE."""
+        return Positions("ids", array=np.asarray(ids))
+
+    @staticmethod
+    def cu_seqlens(cu_seqlens: Sequence[int], offsets: Sequence[int] = ()) -> "Positions":
+        """Packed sequences: sequence i holds tokens ``cu_seqlens[i] .. cu_seqlens[i+1]-1``;
+        its positions restart at ``offsets[i]`` (0 when ``offsets`` is empty)."""
+        return Positions("cu_seqlens", seq_bounds=tuple(int(c) for c in cu_seqlens),
+                         seq_offsets=tuple(int(o) for o in offsets))
+
+    @staticmethod
+    def attention_mask(mask: Any) -> "Positions":
+        """``[B, S]`` mask, 1 = real token, 0 = padding (a 1-D mask is one row); a real token's
+        position is the number of real tokens before it in its row."""
+        m = np.asarray(mask)
+        if m.ndim == 1:
+            m = m[None, :]
+        return Positions("attention_mask", array=m)
+
+    @staticmethod
+    def coerce(value: Any) -> "Positions":
+        """A Positions from an argument: a Positions, None, a step-1 ``range``, or ids."""
+        if value is None:
+            return Positions()
+        if isinstance(value, Positions):
+            return value
+        if isinstance(value, range):
+            if value.step != 1:
+                raise local_error(f"positions: a range must have step 1, got {value!r}")
+            return Positions.range(value.start, max(0, len(value)))
+        if isinstance(value, (int, float, str, bytes)):
+            raise local_error(f"positions: expected Positions, a range or an id array, got "
+                              f"{value!r}")
+        return Positions.ids(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Absolute encodings.
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class SinusoidalParams:
+    """A sinusoidal table: width ``dim`` (0 in AddPositionEncoding ADD: the width of x), base
+    (default 10000), layout and frequency scheme."""
+
+    dim: int = 0
+    base: Optional[float] = None
+    layout: Union[None, str, SinusoidalLayout] = None
+    freq_scheme: Union[None, str, FreqScheme] = None
+
+
+@dataclasses.dataclass
+class LearnedTable:
+    """A learned table ``E[max_pos, D]``: inline (a float array) or by name (a table the server
+    loaded at start-up); position p reads row ``p + table_offset``."""
+
+    table: Any = None  # numpy array (inline) or str (table name)
+    table_offset: int = 0
+
+
+# ---------------------------------------------------------------------------------------------
+# RoPE.
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class RopeScaling:
+    """Scaling parameters (``posenc.v1.RopeScaling``); each type reads only its own fields and a
+    field set for another type is INVALID_ARGUMENT (SPEC §2.2)."""
+
+    type: Union[None, str, RopeScalingType] = None
+    factor: Optional[float] = None
+    original_max_position_embeddings: Optional[int] = None
+    beta_fast: Optional[float] = None
+    beta_slow: Optional[float] = None
+    truncate: Optional[bool] = None
+    mscale: Optional[float] = None
+    mscale_all_dim: Optional[float] = None
+    attention_factor: Optional[float] = None
+    low_freq_factor: Optional[float] = None
+    high_freq_factor: Optional[float] = None
+    long_factor: Sequence[float] = ()
+    short_factor: Sequence[float] = ()
+
+    @classmethod
+    def from_dict(cls, scaling: Mapping[str, Any]) -> "RopeScaling":
+        """A RopeScaling from a Hugging Face style ``rope_scaling`` dict: ``rope_type`` (or
+        ``type``) and this class's field names; any other key is INVALID_ARGUMENT."""
+        values = dict(scaling)
+        kind = values.pop("rope_type", None)
+        kind = values.pop("type", kind)
+        names = {f.name for f in dataclasses.fields(cls)} - {"type"}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise local_error(f"config.scaling: {unknown[0]!r} is not a RopeScaling field "
+                              f"(a config.json goes whole into RopeConfig.from_hf)")
+        return cls(type=kind, **values)
+
+
+@dataclasses.dataclass
+class RopeConfig:
+    """A rotary configuration (``posenc.v1.RopeConfig``): the explicit fields, or the text of a
+    Hugging Face ``config.json`` in ``hf_config_json`` (then head_dim, rotary_dim, base,
+    scaling, max_position_embeddings and mrope_section stay unset; see :meth:`from_hf`).
+
+    ``head_dim`` 0 means the last dimension of q in ApplyRope; RopeCache needs it (or the
+    config.json). Methods taking a config also accept a ``dict`` (a parsed config.json), a
+    JSON string, or a path to a config.json file.
+    """
+
+    head_dim: int = 0
+    rotary_dim: Optional[int] = None
+    base: Optional[float] = None
+    style: Union[None, str, RopeStyle] = None
+    scaling: Union[None, RopeScaling, Mapping[str, Any]] = None  # a dict: RopeScaling.from_dict
+    max_position_embeddings: Optional[int] = None
+    mrope_section: Sequence[int] = ()
+    mrope_layout: Union[None, str, MropeLayout] = None
+    inverse: bool = False
+    apply_attention_factor: Optional[bool] = None
+    seq_len: Optional[int] = None
+    hf_config_json: str = ""
+    layer_type: str = ""
+
+    @classmethod
+    def from_hf(cls, config: Union[str, bytes, os.PathLike, Mapping[str, Any]], **fields: Any
+                ) -> "RopeConfig":
+        """A config from a Hugging Face ``config.json``: a dict, its JSON text, or a path.
+
+        The server reads the rope keys (rope_theta, rope_scaling / rope_parameters,
+        partial_rotary_factor, head_dim, ...; README "Hugging Face config.json") and reports
+        what it used in ``derived``. ``fields`` set the other fields (style, inverse,
+        seq_len, layer_type, apply_attention_factor, mrope_layout)."""
+        if isinstance(config, Mapping):
+            text = json.dumps(config)
+        elif isinstance(config, bytes):
+            text = config.decode("utf-8")
+        elif isinstance(config, os.PathLike) or (
+                isinstance(config, str) and not config.lstrip().startswith("{")):
+            try:
+                with open(config, "r", encoding="utf-8") as f:
+                    text = f.read()
+            except OSError as e:
+                raise local_error(f"config: not JSON text (no '{{') and not a readable file: "
+                                  f"{e}") from None
+        elif isinstance(config, str):
+            text = config
+        else:
+            raise local_error(f"config: expected a dict, JSON text or a path, got "
+                              f"{type(config).__name__}")
+        return cls(hf_config_json=text, **fields)
+
+    @classmethod
+    def coerce(cls, value: Any) -> "RopeConfig":
+        """A RopeConfig from an argument: a RopeConfig, None (all defaults), or a config.json
+        (dict, JSON text, path)."""
+        if value is None:
+            return cls()
+        if isinstance(value, RopeConfig):
+            return value
+        return cls.from_hf(value)
+
+
+@dataclasses.dataclass
+class RopeDerived:
+    """The values the server derived from a RopeConfig (``posenc.v1.RopeDerived``)."""
+
+    head_dim: int = 0
+    rotary_dim: int = 0
+    style: RopeStyle = RopeStyle.UNSPECIFIED
+    scaling_type: RopeScalingType = RopeScalingType.UNSPECIFIED
+    effective_base: float = 0.0
+    attention_factor: float = 1.0
+    attention_factor_applied: bool = True
+    inv_freq: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    seq_len: int = 0
+    yarn_low: float = 0.0
+    yarn_high: float = 0.0
+    longrope_long_factors: bool = False
+    factor: float = 1.0
+
+
+class RopeCacheResult(NamedTuple):
+    """``cos``, ``sin``: positions' shape + ``[d/2]`` (COMPACT) or + ``[d]``; ``derived``."""
+    cos: np.ndarray
+    sin: np.ndarray
+    derived: RopeDerived
+
+
+class ApplyRopeResult(NamedTuple):
+    """The rotated ``q`` and ``k`` (None when no k was sent) in the input dtype; ``derived``."""
+    q: np.ndarray
+    k: Optional[np.ndarray]
+    derived: RopeDerived
+
+
+class AlibiBiasResult(NamedTuple):
+    """``bias`` (``[H, q, k]``, ``[B, H, q, k]``, or a compact form when not expanded) and the
+    head ``slopes`` (float64 ``[H]``)."""
+    bias: np.ndarray
+    slopes: np.ndarray
+
+
+# ---------------------------------------------------------------------------------------------
+# Server information and connection settings.
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class BackendInfo:
+    name: str  # "reference", "cpu", "cuda"
+    detail: str  # ISA in use, device names
+    is_default: bool
+
+
+@dataclasses.dataclass
+class TableInfo:
+    name: str
+    dtype: DType
+    shape: Tuple[int, ...]
+
+
+@dataclasses.dataclass
+class ServerInfo:
+    """``GetServerInfo``: version, build, backends, limits and the tables loaded by name."""
+
+    version: str
+    build: str
+    backends: List[BackendInfo]
+    max_message_bytes: int
+    max_output_elements: int
+    tables: List[TableInfo]
+
+
+def _pem(value: Union[None, str, bytes]) -> Optional[bytes]:
+    if value is None:
+        return None
+    return value.encode("ascii") if isinstance(value, str) else bytes(value)
+
+
+@dataclasses.dataclass
+class TlsConfig:
+    """TLS settings of a Client: PEM contents (str or bytes), not file names
+    (:meth:`from_files` reads files).
+
+    ``root_certs`` None trusts the system's roots; ``client_cert`` + ``client_key`` enable
+    mutual TLS; ``server_name`` overrides the name the server's certificate is checked against
+    (gRPC's ssl_target_name_override), for targets given by IP address."""
+
+    root_certs: Union[None, str, bytes] = None
+    client_cert: Union[None, str, bytes] = None
+    client_key: Union[None, str, bytes] = None
+    server_name: Optional[str] = None
+
+    @classmethod
+    def from_files(cls, root_certs: Optional[str] = None, client_cert: Optional[str] = None,
+                   client_key: Optional[str] = None, server_name: Optional[str] = None
+                   ) -> "TlsConfig":
+        """Reads the PEM files that are given (paths)."""
+
+        def read(path: Optional[str]) -> Optional[bytes]:
+            if path is None:
+                return None
+            with open(path, "rb") as f:
+                return f.read()
+
+        return cls(read(root_certs), read(client_cert), read(client_key), server_name)
+
+    def pem(self) -> Tuple[Optional[bytes], Optional[bytes], Optional[bytes]]:
+        """(root_certs, client_key, client_cert) as bytes, for grpc.ssl_channel_credentials."""
+        if (self.client_cert is None) != (self.client_key is None):
+            raise local_error("tls: give both client_cert and client_key (mutual TLS) or neither")
+        return _pem(self.root_certs), _pem(self.client_key), _pem(self.client_cert)

@@ -1,0 +1,85 @@
+"""posenc-server as a child process for the Python client tests.
+
+The server listens on 127.0.0.1:0 (a free port chosen by the kernel) and logs the port it got
+("posenc-server listening on HOST:PORT ..."); a reader thread collects its output so that the
+pipe never fills. POSENC_SERVER_PATH names the binary (ctest sets it), else
+build/release/posenc-server of this checkout.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def server_path():
+    path = os.environ.get("POSENC_SERVER_PATH") or os.path.join(ROOT, "build", "release",
+                                                                 "posenc-server")
+    if not os.access(path, os.X_OK):
+        raise RuntimeError(f"posenc-server not found at {path} (build it, or set "
+                           "POSENC_SERVER_PATH)")
+    return path
+
+
+def golden_dir():
+    return os.environ.get("POSENC_GOLDEN_DIR") or os.path.join(ROOT, "tests", "golden")
+
+
+class ServerProcess:
+    """A running posenc-server; stop() (or the context manager) ends it."""
+
+    def __init__(self, *args, timeout=60.0):
+        argv = [server_path(), "--listen=127.0.0.1:0", "--drain_grace=0s",
+                "--drain_timeout=2s", *args]
+        self._output = []
+        self._lock = threading.Lock()
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.port = self._wait_for_port(timeout)
+        self.address = f"127.0.0.1:{self.port}"
+
+    def _read(self):
+        for line in iter(self.process.stdout.readline, b""):
+            with self._lock:
+                self._output.append(line.decode("utf-8", "replace"))
+                if len(self._output) > 2000:  # keep the start-up lines and the latest
+                    del self._output[20:1000]
+        self.process.stdout.close()
+
+    def output(self):
+        with self._lock:
+            return "".join(self._output)
+
+    def _wait_for_port(self, timeout):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            m = re.search(r"listening on \S*:(\d+)\s", self.output())
+            if m:
+                return int(m.group(1))
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"posenc-server did not start:\n{self.output()}")
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._reader.join(timeout=5)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
