@@ -46,8 +46,10 @@ _HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 
 
 def _service_config(max_attempts: int, load_balancing_policy: str) -> str:
-    """The gRPC service config: load balancing and retries of UNAVAILABLE (every posenc RPC is
-    idempotent, so a retry is always safe). gRPC caps maxAttempts at 5."""
+    """The gRPC service config: load balancing and retries of UNAVAILABLE and of a busy server's
+    RESOURCE_EXHAUSTED (every posenc RPC is idempotent, so a retry is always safe; over a hard
+    limit the server sends grpc-retry-pushback-ms -1, which stops the retries). gRPC caps
+    maxAttempts at 5."""
     config: dict = {}
     if load_balancing_policy:
         config["loadBalancingConfig"] = [{load_balancing_policy: {}}]
@@ -59,7 +61,7 @@ def _service_config(max_attempts: int, load_balancing_policy: str) -> str:
                 "initialBackoff": "0.1s",
                 "maxBackoff": "2s",
                 "backoffMultiplier": 2,
-                "retryableStatusCodes": ["UNAVAILABLE"],
+                "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"],
             },
         }]
     return json.dumps(config)
@@ -270,6 +272,9 @@ class Client:
         server's max_output_elements), send ApplyRope in parts along the tokens and a FULL T5
         bias in parts along the heads, and fetch a FULL ALiBi bias compact and expand it;
         the results are what one call would give (default True; see :meth:`apply_rope`).
+      compact_biases: with ``form`` left unset, fetch ALiBi and T5 biases in their compact
+        form and expand them here (the same array as FULL, a fraction of the bytes on the
+        wire; default True, as in the C++ client).
 
     Raises :class:`posenc.InvalidArgumentError` for an empty target or invalid options.
     """
@@ -279,7 +284,8 @@ class Client:
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, max_attempts: int = 3,
                  load_balancing_policy: str = "round_robin",
                  channel: Optional[grpc.Channel] = None,
-                 channel_options: Sequence[tuple] = (), split_requests: bool = True):
+                 channel_options: Sequence[tuple] = (), split_requests: bool = True,
+                 compact_biases: bool = True):
         self._timeout = _timeout_arg(timeout)
         if isinstance(max_message_bytes, bool) or not isinstance(max_message_bytes, int) or (
                 max_message_bytes <= 0):
@@ -290,6 +296,7 @@ class Client:
             raise local_error(f"max_attempts: must be an integer >= 1, got {max_attempts!r}")
         self._max_message_bytes = min(max_message_bytes, 2**31 - 1)
         self._split_requests = bool(split_requests)
+        self._compact_biases = bool(compact_biases)
         self._split_limits = None  # _split.Limits, asked once when a request is large
         self.target = target
         if channel is not None:
@@ -512,7 +519,7 @@ class Client:
           query_offset: default ``k_len - q_len`` (decode); may be negative.
           mode: ``"causal"`` (default), ``"symmetric"`` or ``"bloom"``.
           future: ``"mask"`` (-inf, default), ``"zero"`` or ``"linear"``.
-          form: ``"full"`` (default) or ``"compact"``: the server sends the Toeplitz
+          form: ``"full"`` or ``"compact"`` (default with ``compact_biases``, else full): the server sends the Toeplitz
             generator ``[H, q_len + k_len - 1]`` (BLOOM: the rows ``[H, k_len]``), a fraction
             of the bytes, and with ``expand=True`` (the default) the client expands it locally
             to the same ``[H, q_len, k_len]`` as FULL; ``expand=False`` returns the compact
@@ -534,6 +541,8 @@ class Client:
         if max_bias is not None:
             request.max_bias = float(max_bias)
         request.form = parse_enum(BiasForm, form, "form")
+        if request.form == BiasForm.UNSPECIFIED and self._compact_biases and request.q_len > 1:
+            request.form = BiasForm.COMPACT
         if attention_mask is not None:
             _tensor.set_int_tensor(request.attention_mask, attention_mask, "attention_mask")
         _set_output_dtype(request, dtype)
@@ -572,7 +581,7 @@ class Client:
             for ``form="buckets"``.
           bidirectional: default True (encoder); False for T5 decoders.
           num_buckets: default 32. max_distance: default 128.
-          form: ``"full"`` (default, ``[H, q, k]``), ``"compact"`` (the Toeplitz generator
+          form: ``"full"`` (``[H, q, k]``), ``"compact"`` (the default with ``compact_biases``: the Toeplitz generator
             ``[H, q + k - 1]``, expanded locally to ``[H, q, k]`` unless ``expand=False``) or
             ``"buckets"`` (int32 ``[q, k]``).
           dtype: float32 (default), float16, bfloat16 or float64 (ignored for buckets).
@@ -590,6 +599,8 @@ class Client:
             request.max_distance = int(max_distance)
         _set_table(request, table)
         request.form = parse_enum(BiasForm, form, "form")
+        if request.form == BiasForm.UNSPECIFIED and self._compact_biases and request.q_len > 1:
+            request.form = BiasForm.COMPACT
         if request.form != BiasForm.BUCKETS:
             _set_output_dtype(request, dtype)
         if self._split_requests and request.form in (BiasForm.UNSPECIFIED, BiasForm.FULL):
