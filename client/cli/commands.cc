@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "client/cli/bench.h"
 #include "client/cli/npy.h"
 #include "kernels/common/file.h"
 #include "kernels/common/status.h"
@@ -764,6 +765,10 @@ bool IsUsageError(const absl::Status& status) {
   return status.GetPayload(kUsagePayloadUrl).has_value();
 }
 
+absl::StatusOr<client::RopeConfig> ReadRopeConfigFlags(const ParsedFlags& flags) {
+  return RopeConfigFromFlags(flags);
+}
+
 const std::vector<Command>& Commands() {
   static const std::vector<Command>* const kCommands = new std::vector<Command>{
       {"sinusoidal",
@@ -814,6 +819,11 @@ const std::vector<Command>& Commands() {
        "--random-table 7",
        {&kRelativeFlags, &kRelativeEmbeddingFlags, &kOutputDTypeFlags},
        &RunRelativeEmbedding},
+      {"bench",
+       "load generator: calls in flight, QPS, latency percentiles, errors, MB/s",
+       kBenchDetails,
+       {&kBenchFlags, &kRopeConfigFlags},
+       &RunBench},
       {"info", "server version, build, backends, limits and loaded tables", "", {}, &RunInfo},
       {"health",
        "grpc.health.v1 check; exit code 0 only when SERVING",

@@ -1,4 +1,4 @@
-// The subcommands of the posenc CLI: one per RPC, plus `info` and `health`.
+// The subcommands of the posenc CLI: one per RPC, plus `info`, `health` and `bench` (bench.h).
 //
 // A command reads its (already type-checked) flags, builds the request with the public client
 // library, makes the call, writes any .npy files it was asked for and returns what to print.
@@ -34,6 +34,10 @@ const std::vector<Command>& Commands();
 // An INVALID_ARGUMENT status marked as a command-line usage error.
 absl::Status UsageError(std::string_view message);
 bool IsUsageError(const absl::Status& status);
+
+// Reads the RoPE configuration flags of rope-cache and apply-rope (which `bench` takes too) into
+// a RopeConfig.
+absl::StatusOr<client::RopeConfig> ReadRopeConfigFlags(const ParsedFlags& flags);
 
 }  // namespace posenc::cli
 

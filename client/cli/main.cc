@@ -3,9 +3,10 @@
 //   posenc [--server HOST:PORT] [--format table|json|none] [--timeout 30s] [--full]
 //          SUBCOMMAND [flags]
 //
-// Global flags may also follow the subcommand. Exit codes: 0 success; 1 the call (or a file)
-// failed, with "error: CODE: message" on stderr, or `health` found the server not SERVING;
-// 2 usage error. `posenc --help` lists the subcommands, `posenc SUBCOMMAND --help` their flags.
+// Global flags may also follow the subcommand (a repeated flag: the last one wins). Exit codes:
+// 0 success; 1 the call (or a file) failed, with "error: CODE: message" on stderr, or `health`
+// found the server not SERVING, or a `bench` call failed; 2 usage error; 130 `bench` stopped by
+// Ctrl-C. `posenc --help` lists the subcommands, `posenc SUBCOMMAND --help` their flags.
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -209,7 +210,7 @@ int Run(const std::vector<std::string>& args) {
   }
   TableOptions table_options;
   table_options.full = flags.Switch("full");
-  PrintOutput(*output, output_format, table_options, std::cout);
+  PrintOutput(*output, output->format.value_or(output_format), table_options, std::cout);
   return output->exit_code;
 }
 

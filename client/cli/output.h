@@ -17,6 +17,7 @@
 #define POSENC_CLIENT_CLI_OUTPUT_H_
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -41,6 +42,8 @@ struct CommandOutput {
   std::vector<NamedTensor> tensors;  // the first is the main output
   nlohmann::ordered_json extras = nlohmann::ordered_json::object();
   int exit_code = 0;  // e.g. 1 for `health` when the server is not SERVING
+  // Set by a command's own switch (`bench --json`): overrides the global --format.
+  std::optional<OutputFormat> format;
 };
 
 struct TableOptions {

@@ -2,8 +2,10 @@
 // TCP: table output, JSON output, exit codes and stderr of errors, and .npy round trips (input
 // files written here byte by byte, outputs read back with tests/common/npy.h, the parser of the
 // .npy codec whose writer the CLI uses; tests/kernels/npy_test.cc checks both halves against
-// hand-written bytes).
+// hand-written bytes), and `posenc bench` (summary, JSON, usage errors, a dead server).
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -313,6 +315,93 @@ TEST_F(CliTest, BigEndianAndBoolNpyInputsAreRead) {
   ASSERT_EQ(from_file.exit_code, 0) << from_file.err;
   ASSERT_EQ(from_list.exit_code, 0) << from_list.err;
   EXPECT_EQ(nlohmann::json::parse(from_file.out), nlohmann::json::parse(from_list.out));
+}
+
+// Small shapes: the shared server runs the reference backend.
+constexpr char kSmallBench[] = "bench --tokens 8 --heads 2 --head-dim 8 --max-relative 2";
+
+TEST_F(CliTest, BenchCountRunPrintsTheSummary) {
+  CliResult r = Run(absl::StrCat(kSmallBench, " --op mix --count 24 --concurrency 3"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* line : {"op: mix", "calls: 24", "errors: 0", "errors_by_code: (none)",
+                           "qps: ", "  p50: ", "  p90: ", "  p99: ", "  max: ", "mb_per_s: "}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+  }
+  // stderr is not a terminal here: no progress line.
+  EXPECT_TRUE(r.err.empty()) << r.err;
+}
+
+TEST_F(CliTest, BenchJsonSummary) {
+  CliResult r =
+      Run(absl::StrCat(kSmallBench, " --op mix --count 40 --concurrency 4 --interval 1h --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);  // one object, nothing else
+  EXPECT_EQ(j["op"], "mix");
+  EXPECT_EQ(j["calls"], 40);
+  EXPECT_EQ(j["errors"], 0);
+  EXPECT_TRUE(j["errors_by_code"].empty());
+  EXPECT_FALSE(j.contains("first_error"));
+  EXPECT_GT(j["qps"].get<double>(), 0);
+  EXPECT_GT(j["mb_per_s"].get<double>(), 0);
+  EXPECT_GT(j["payload_bytes"].get<int64_t>(), 0);
+  const nlohmann::json& latency = j["latency_ms"];
+  EXPECT_GT(latency["p50"].get<double>(), 0);
+  EXPECT_LE(latency["p50"].get<double>(), latency["p90"].get<double>());
+  EXPECT_LE(latency["p90"].get<double>(), latency["p99"].get<double>());
+  EXPECT_LE(latency["p99"].get<double>(), latency["max"].get<double>());
+  // An interval longer than the run: one interval holding every call.
+  ASSERT_EQ(j["intervals"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["intervals"][0]["calls"], 40);
+}
+
+TEST_F(CliTest, BenchEveryOpSucceeds) {
+  for (const char* op : {"sinusoidal", "add_position_encoding", "rope_cache", "apply_rope",
+                         "alibi_slopes", "alibi_bias", "relative_bias", "relative_embedding"}) {
+    CliResult r = Run(absl::StrCat(kSmallBench, " --count 2 --concurrency 1 --json --op ", op));
+    ASSERT_EQ(r.exit_code, 0) << op << "\n" << r.out << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["op"], op);
+    EXPECT_EQ(j["calls"], 2) << op;
+    EXPECT_GT(j["payload_bytes"].get<int64_t>(), 0) << op;
+  }
+}
+
+TEST_F(CliTest, BenchUsageErrorsExitTwo) {
+  ExpectExit("bench --concurrency 0", 2, &CliResult::err, "--concurrency expects 1 .. 1024");
+  ExpectExit("bench --duration 10", 2, &CliResult::err, "--duration expects a duration");
+  ExpectExit("bench --duration 0s", 2, &CliResult::err, "--duration expects a duration");
+  ExpectExit("bench --warmup -1s", 2, &CliResult::err, "--warmup expects a duration");
+  ExpectExit("bench --duration 1s --count 3", 2, &CliResult::err, "not both");
+  ExpectExit("bench --count 0", 2, &CliResult::err, "--count expects 1 ..");
+  ExpectExit("bench --op nope", 2, &CliResult::err, "--op expects sinusoidal|");
+  ExpectExit("bench --tokens 0", 2, &CliResult::err, "--tokens expects 1 ..");
+  ExpectExit("bench --tokens 1048576 --heads 1024", 2, &CliResult::err, "over the bench's limit");
+  ExpectExit("bench --help", 0, &CliResult::out, "example: posenc bench");
+}
+
+TEST_F(CliTest, BenchAgainstADeadPortReportsErrorsAndExitsOne) {
+  // A port bound but not listening: every connection is refused.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in address = {};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int port = ntohs(address.sin_port);
+
+  // The later --server wins over the fixture's.
+  CliResult r = Run(absl::StrCat("bench --count 4 --concurrency 2 --json --server 127.0.0.1:", port,
+                                 " --timeout 10s"));
+  ::close(fd);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);  // the summary comes first
+  EXPECT_EQ(j["calls"], 4);
+  EXPECT_EQ(j["errors"], 4);
+  EXPECT_EQ(j["errors_by_code"]["UNAVAILABLE"], 4) << j.dump();
+  EXPECT_NE(j["first_error"].get<std::string>().find("UNAVAILABLE"), std::string::npos);
+  EXPECT_EQ(j["payload_bytes"], 0);
 }
 
 }  // namespace
