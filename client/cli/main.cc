@@ -5,7 +5,8 @@
 //
 // Global flags may also follow the subcommand. Exit codes: 0 success; 1 the call (or a file)
 // failed, with "error: CODE: message" on stderr, or `health` found the server not SERVING;
-// 2 usage error. `posenc --help` lists the subcommands, `posenc SUBCOMMAND --help` their flags.
+// 2 usage error (also an output file that cannot be written: checked before any call).
+// `posenc --help` lists the subcommands, `posenc SUBCOMMAND --help` their flags.
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -20,6 +21,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/flags.h"
 #include "client/cli/output.h"
+#include "client/cli/png.h"
 #include "kernels/common/file.h"
 #include "posenc/client.h"
 
@@ -73,6 +75,7 @@ std::string CommandHelp(const Command& command) {
   if (!command.details.empty()) {
     absl::StrAppend(&out, absl::string_view(command.details.data(), command.details.size()), "\n");
   }
+  absl::StrAppend(&out, HeatmapHelp(command.name));
   if (!command.flags.empty()) absl::StrAppend(&out, "\nflags:\n", FlagsHelp(command.flags));
   const FlagGroup* groups[] = {&kGlobalFlags};
   absl::StrAppend(&out, "\nglobal flags:\n", FlagsHelp(groups));
@@ -151,6 +154,11 @@ int Run(const std::vector<std::string>& args) {
     return EXIT_SUCCESS;
   }
 
+  // Output files (--npy, --png, --out-*) must be writable before any call is made.
+  if (absl::Status s = CheckOutputFiles(flags); !s.ok()) {
+    return UsageFailure(std::string(s.message()), hint);
+  }
+
   client::ClientOptions options;
   if (std::optional<std::string> timeout = flags.String("timeout")) {
     std::optional<std::chrono::milliseconds> parsed = ParseTimeout(*timeout);
@@ -209,6 +217,10 @@ int Run(const std::vector<std::string>& args) {
     }
     std::cerr << "error: " << absl::StatusCodeToString(output.status().code()) << ": "
               << output.status().message() << "\n";
+    return kExitFailure;
+  }
+  if (absl::Status s = MaybeWriteHeatmap(command->name, flags, *output); !s.ok()) {
+    std::cerr << "error: " << absl::StatusCodeToString(s.code()) << ": " << s.message() << "\n";
     return kExitFailure;
   }
   TableOptions table_options;
