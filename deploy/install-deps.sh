@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libspdlog-dev nlohmann-json3-dev prometheus-cpp-dev
+  libabsl-dev libspdlog-dev nlohmann-json3-dev prometheus-cpp-dev libpng-dev
   openssl clang-format clang-tidy python3
   clang libclang-rt-14-dev
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -16,7 +16,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "client/cli/bench.h"
+#include "client/cli/check.h"
 #include "client/cli/npy.h"
+#include "client/cli/png.h"
 #include "kernels/common/file.h"
 #include "kernels/common/status.h"
 
@@ -102,6 +104,7 @@ const FlagGroup kSinusoidalFlags = {
     {"dtype", FlagType::kChoice, "", "output dtype (default float32)",
      "float32|float16|bfloat16|float64"},
     {"npy", FlagType::kString, "FILE", "also write the table to FILE as .npy"},
+    kPngFlag,
 };
 
 const FlagGroup kAddFlags = {
@@ -116,6 +119,7 @@ const FlagGroup kAddFlags = {
     {"scale", FlagType::kDouble, "S", "multiply x by S first (e.g. sqrt(D))"},
     {"padding-idx", FlagType::kInt, "N", "fairseq padding_idx (sinusoidal)"},
     {"npy", FlagType::kString, "FILE", "also write y to FILE as .npy"},
+    kPngFlag,
 };
 
 const FlagGroup kRopeCacheFlags = {
@@ -125,6 +129,7 @@ const FlagGroup kRopeCacheFlags = {
      "compact|neox|gptj"},
     {"out-cos", FlagType::kString, "FILE", "write cos to FILE as .npy"},
     {"out-sin", FlagType::kString, "FILE", "write sin to FILE as .npy"},
+    kPngFlag,
 };
 
 const FlagGroup kApplyRopeFlags = {
@@ -137,6 +142,7 @@ const FlagGroup kApplyRopeFlags = {
     {"out-q", FlagType::kString, "FILE", "write the rotated q to FILE as .npy"},
     {"npy", FlagType::kString, "FILE", "same as --out-q"},
     {"out-k", FlagType::kString, "FILE", "write the rotated k to FILE as .npy"},
+    kPngFlag,
 };
 
 const FlagGroup kAlibiSlopesFlags = {
@@ -159,6 +165,7 @@ const FlagGroup kAlibiBiasFlags = {
      "with --form compact: expand the compact form locally to full matrices"},
     {"mask", FlagType::kString, "MASK",
      "bloom: attention mask, a list 0,1,1 ([1, k]) or mask.npy [B, k]"},
+    kPngFlag,
 };
 
 const FlagGroup kRelativeFlags = {
@@ -181,11 +188,13 @@ const FlagGroup kRelativeBiasFlags = {
      "full|compact|buckets"},
     {"expand", FlagType::kSwitch, "",
      "with --form compact: expand the compact form locally to full matrices"},
+    kPngFlag,
 };
 
 const FlagGroup kRelativeEmbeddingFlags = {
     {"max-relative", FlagType::kInt, "K", "clip distance K (table rows 2K+1)"},
     {"embed-dim", FlagType::kInt, "D", "width of --random-table (default 4)"},
+    kPngFlag,
 };
 
 const FlagGroup kHealthFlags = {
@@ -721,6 +730,15 @@ absl::StatusOr<CommandOutput> RunRelativeEmbedding(const ParsedFlags& flags,
   return out;
 }
 
+// `check` (check.h) with the shared position and RoPE configuration flags.
+absl::StatusOr<CommandOutput> RunCheckCommand(const ParsedFlags& flags,
+                                              const client::Client& client) {
+  std::vector<int64_t> labels;
+  POSENC_ASSIGN_OR_RETURN(Positions positions, PositionsFromFlags(flags, &labels));
+  POSENC_ASSIGN_OR_RETURN(client::RopeConfig config, RopeConfigFromFlags(flags));
+  return RunCheck(flags, client, std::move(positions), std::move(config));
+}
+
 absl::StatusOr<CommandOutput> RunInfo(const ParsedFlags&, const client::Client& client) {
   POSENC_ASSIGN_OR_RETURN(client::ServerInfo info, client.GetServerInfo());
   CommandOutput out;
@@ -796,6 +814,11 @@ const std::vector<Command>& Commands() {
        "q/k come from --q/--k .npy files or are generated with --shape (and --k-heads).",
        {&kApplyRopeFlags, &kTensorInputFlags, &kPositionFlags, &kRopeConfigFlags},
        &RunApplyRope},
+      {"check",
+       kCheckSummary,
+       kCheckDetails,
+       {&CheckFlags(), &kPositionFlags, &kRopeConfigFlags},
+       &RunCheckCommand},
       {"alibi-slopes",
        "ALiBi head slopes",
        "example: posenc alibi-slopes --heads 12",

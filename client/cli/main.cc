@@ -5,8 +5,9 @@
 //
 // Global flags may also follow the subcommand (a repeated flag: the last one wins). Exit codes:
 // 0 success; 1 the call (or a file) failed, with "error: CODE: message" on stderr, or `health`
-// found the server not SERVING, or a `bench` call failed; 2 usage error; 130 `bench` stopped by
-// Ctrl-C. `posenc --help` lists the subcommands, `posenc SUBCOMMAND --help` their flags.
+// found the server not SERVING, or a `bench` call failed; 2 usage error (also an output file that
+// cannot be written: checked before any call); 130 `bench` stopped by Ctrl-C. `posenc --help`
+// lists the subcommands, `posenc SUBCOMMAND --help` their flags.
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -22,6 +23,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/flags.h"
 #include "client/cli/output.h"
+#include "client/cli/png.h"
 #include "kernels/common/file.h"
 #include "posenc/client.h"
 
@@ -75,6 +77,7 @@ std::string CommandHelp(const Command& command) {
   if (!command.details.empty()) {
     absl::StrAppend(&out, absl::string_view(command.details.data(), command.details.size()), "\n");
   }
+  absl::StrAppend(&out, HeatmapHelp(command.name));
   if (!command.flags.empty()) absl::StrAppend(&out, "\nflags:\n", FlagsHelp(command.flags));
   const FlagGroup* groups[] = {&kGlobalFlags};
   absl::StrAppend(&out, "\nglobal flags:\n", FlagsHelp(groups));
@@ -148,6 +151,11 @@ int Run(const std::vector<std::string>& args) {
     return EXIT_SUCCESS;
   }
 
+  // Output files (--npy, --png, --out-*) must be writable before any call is made.
+  if (absl::Status s = CheckOutputFiles(flags); !s.ok()) {
+    return UsageFailure(std::string(s.message()), hint);
+  }
+
   client::ClientOptions options;
   if (std::optional<std::string> timeout = flags.String("timeout")) {
     std::optional<std::chrono::milliseconds> parsed = ParseTimeout(*timeout);
@@ -206,6 +214,10 @@ int Run(const std::vector<std::string>& args) {
     }
     std::cerr << "error: " << absl::StatusCodeToString(output.status().code()) << ": "
               << output.status().message() << "\n";
+    return kExitFailure;
+  }
+  if (absl::Status s = MaybeWriteHeatmap(command->name, flags, *output); !s.ok()) {
+    std::cerr << "error: " << absl::StatusCodeToString(s.code()) << ": " << s.message() << "\n";
     return kExitFailure;
   }
   TableOptions table_options;

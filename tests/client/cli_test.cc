@@ -2,19 +2,24 @@
 // TCP: table output, JSON output, exit codes and stderr of errors, and .npy round trips (input
 // files written here byte by byte, outputs read back with tests/common/npy.h, the parser of the
 // .npy codec whose writer the CLI uses; tests/kernels/npy_test.cc checks both halves against
-// hand-written bytes), and `posenc bench` (summary, JSON, usage errors, a dead server).
+// hand-written bytes), `posenc bench` (summary, JSON, usage errors, a dead server); --png
+// pictures decoded with libpng, and `posenc check` on caches and rotations of known error.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <png.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -402,6 +407,317 @@ TEST_F(CliTest, BenchAgainstADeadPortReportsErrorsAndExitsOne) {
   EXPECT_EQ(j["errors_by_code"]["UNAVAILABLE"], 4) << j.dump();
   EXPECT_NE(j["first_error"].get<std::string>().find("UNAVAILABLE"), std::string::npos);
   EXPECT_EQ(j["payload_bytes"], 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// --png heatmaps.
+// ---------------------------------------------------------------------------------------------
+
+struct Picture {
+  int width = 0;
+  int height = 0;
+  std::vector<uint8_t> rgb;
+
+  std::array<uint8_t, 3> At(int x, int y) const {
+    const size_t i = (static_cast<size_t>(y) * width + x) * 3;
+    return {rgb[i], rgb[i + 1], rgb[i + 2]};
+  }
+  // Pixels of a colour map (saturated: the channels differ by more than 40), i.e. neither the
+  // white background, the black/grey text and frames, nor the grey of masked cells.
+  int64_t Colourful() const {
+    int64_t n = 0;
+    for (size_t i = 0; i < rgb.size(); i += 3) {
+      const int hi = std::max({rgb[i], rgb[i + 1], rgb[i + 2]});
+      const int lo = std::min({rgb[i], rgb[i + 1], rgb[i + 2]});
+      n += hi - lo > 40;
+    }
+    return n;
+  }
+  int64_t Count(std::array<uint8_t, 3> colour) const {
+    int64_t n = 0;
+    for (size_t i = 0; i < rgb.size(); i += 3) {
+      n += rgb[i] == colour[0] && rgb[i + 1] == colour[1] && rgb[i + 2] == colour[2];
+    }
+    return n;
+  }
+  size_t DistinctColours() const {
+    std::set<uint32_t> colours;
+    for (size_t i = 0; i < rgb.size(); i += 3) {
+      colours.insert(uint32_t{rgb[i]} << 16 | uint32_t{rgb[i + 1]} << 8 | rgb[i + 2]);
+    }
+    return colours.size();
+  }
+};
+
+// Decodes a PNG file with libpng (any PNG, converted to 8-bit RGB).
+Picture DecodePng(const std::string& path) {
+  png_image image;
+  std::memset(&image, 0, sizeof(image));
+  image.version = PNG_IMAGE_VERSION;
+  Picture picture;
+  if (png_image_begin_read_from_file(&image, path.c_str()) == 0) {
+    ADD_FAILURE() << path << ": " << image.message;
+    return picture;
+  }
+  image.format = PNG_FORMAT_RGB;
+  picture.width = static_cast<int>(image.width);
+  picture.height = static_cast<int>(image.height);
+  picture.rgb.resize(PNG_IMAGE_SIZE(image));
+  if (png_image_finish_read(&image, nullptr, picture.rgb.data(), 0, nullptr) == 0) {
+    ADD_FAILURE() << path << ": " << image.message;
+    picture = Picture();
+  }
+  return picture;
+}
+
+// "PNG 442x614" from the CLI's "wrote FILE (PNG WxH: ...)" line.
+std::pair<int, int> ReportedSize(const std::string& err) {
+  int w = 0;
+  int h = 0;
+  const size_t at = err.find("(PNG ");
+  if (at != std::string::npos) std::sscanf(err.c_str() + at, "(PNG %dx%d", &w, &h);
+  return {w, h};
+}
+
+TEST_F(CliTest, PngHeatmapOfATable) {
+  // 128 positions x 64 channels: one panel magnified 4x (256 x 512 px), a colour bar beside it.
+  const CliResult r = Run(
+      absl::StrCat("sinusoidal --positions 0:128 --dim 64 --format none --png ", Path("t.png")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Picture p = DecodePng(Path("t.png"));
+  EXPECT_EQ(std::make_pair(p.width, p.height), ReportedSize(r.err)) << r.err;
+  EXPECT_GE(p.width, 256 + 20);
+  EXPECT_LE(p.width, 1200);
+  EXPECT_GE(p.height, 512);
+  EXPECT_LE(p.height, 1200);
+  // The panel's 256 x 512 pixels plus the colour bar (20 x at most 400) are coloured.
+  EXPECT_GE(p.Colourful(), 256 * 512);
+  EXPECT_LE(p.Colourful(), 256 * 512 + 20 * 400);
+  EXPECT_GE(p.DistinctColours(), 50u);
+}
+
+TEST_F(CliTest, PngHeatmapOfBiasesHasAPanelPerHead) {
+  // 4 causal heads of 16 x 16, magnified 16x: 136 of the 256 cells of each are finite (coloured),
+  // the 120 in the future -inf (grey).
+  const CliResult r = Run(absl::StrCat(
+      "alibi-bias --heads 4 --q-len 16 --k-len 16 --format none --png ", Path("a.png")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Picture p = DecodePng(Path("a.png"));
+  EXPECT_EQ(std::make_pair(p.width, p.height), ReportedSize(r.err)) << r.err;
+  EXPECT_GE(p.width, 4 * 256);
+  const int64_t cells = 4 * 136 * 256;
+  EXPECT_GE(p.Colourful(), cells);
+  EXPECT_LE(p.Colourful(), cells + 20 * 400);
+  EXPECT_GE(p.Count({200, 200, 200}), 4 * 120 * 256);  // the masked grey, and its legend swatch
+  EXPECT_GE(p.DistinctColours(), 20u);
+
+  // 20 heads: only the first 16 are drawn.
+  const CliResult many = Run(absl::StrCat(
+      "alibi-bias --heads 20 --q-len 16 --k-len 16 --format none --png ", Path("b.png")));
+  ASSERT_EQ(many.exit_code, 0) << many.err;
+  const Picture q = DecodePng(Path("b.png"));
+  EXPECT_GE(q.Colourful(), 16 * 136 * 256);
+  EXPECT_LE(q.Colourful(), 16 * 136 * 256 + 20 * 400);
+}
+
+TEST_F(CliTest, PngOfOtherCommands) {
+  for (const std::string& args :
+       {std::string("rope-cache --positions 0:64 --head-dim 16"),
+        std::string("relative-bias --q-len 8 --k-len 8 --random-table 1 --heads 2"),
+        std::string("relative-embedding --q-len 5 --k-len 5 --max-relative 2 --random-table 7"),
+        std::string("apply-rope --shape 1,8,2,8 --fill iota"),
+        std::string("add --shape 2,8,4 --fill random --positions 0:8")}) {
+    const CliResult r = Run(absl::StrCat(args, " --format none --png ", Path("x.png")));
+    ASSERT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+    const Picture p = DecodePng(Path("x.png"));
+    EXPECT_EQ(std::make_pair(p.width, p.height), ReportedSize(r.err)) << args;
+    EXPECT_GE(p.DistinctColours(), 8u) << args;
+    EXPECT_GE(p.Colourful(), 64 * 64) << args;
+  }
+}
+
+TEST_F(CliTest, OutputFilesAreCheckedBeforeTheCall) {
+  // Nothing listens on port 1: a usage error (exit 2) rather than UNAVAILABLE (exit 1) shows that
+  // the path was checked first.
+  const std::string missing = Path("no/such/dir/out");
+  for (const std::string flag : {"--png", "--npy"}) {
+    const CliResult r = Run(absl::StrCat("--server 127.0.0.1:1 sinusoidal --positions 0:4 --dim 4 ",
+                                         flag, " ", missing));
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(absl::StrCat(flag, ": cannot write '", missing, "'")), std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("does not exist"), std::string::npos) << r.err;
+  }
+  const CliResult dir = Run(absl::StrCat("rope-cache --positions 0:4 --head-dim 8 --out-cos ",
+                                         Path("")));  // the test's directory itself
+  EXPECT_EQ(dir.exit_code, 2) << dir.err;
+  EXPECT_NE(dir.err.find("is a directory"), std::string::npos) << dir.err;
+}
+
+TEST_F(CliTest, HelpMentionsPngAndCheck) {
+  ExpectExit("sinusoidal --help", 0, &CliResult::out, "--png FILE");
+  ExpectExit("alibi-bias --help", 0, &CliResult::out, "--png alibi.png");
+  ExpectExit("check --help", 0, &CliResult::out, "example: posenc check --cos");
+  ExpectExit("check --help", 0, &CliResult::out, "--tolerance X");
+  ExpectExit("--help", 0, &CliResult::out, "check");
+}
+
+// ---------------------------------------------------------------------------------------------
+// posenc check.
+// ---------------------------------------------------------------------------------------------
+
+TEST_F(CliTest, CheckAFloat16CacheAgainstTheExactValues) {
+  const std::string cos = Path("cos16.npy");
+  const std::string sin = Path("sin16.npy");
+  ASSERT_EQ(Run(absl::StrCat("rope-cache --positions 0:3000 --head-dim 16 --dtype float16 "
+                             "--format none --out-cos ",
+                             cos, " --out-sin ", sin))
+                .exit_code,
+            0);
+  const std::string args =
+      absl::StrCat("--format json check --head-dim 16 --cos ", cos, " --sin ", sin);
+  // Correctly rounded float16: within the default tolerance (2^-10), off by up to half an ulp.
+  const CliResult loose = Run(args);
+  ASSERT_EQ(loose.exit_code, 0) << loose.err << loose.out;
+  const nlohmann::json j = nlohmann::json::parse(loose.out);
+  EXPECT_GT(j["max_abs_error"].get<double>(), 1e-5);
+  EXPECT_LE(j["max_abs_error"].get<double>(), std::ldexp(1.0, -12) * 1.001);
+  EXPECT_EQ(j["tolerance"].get<double>(), std::ldexp(1.0, -10));
+  EXPECT_EQ(j["values"].get<int64_t>(), 2 * 3000 * 8);
+  EXPECT_EQ(j["bands"].size(), 3u);  // [0, 1024), [1024, 2048), [2048, 4096)
+  EXPECT_TRUE(j["bands"].contains("[2048, 4096)")) << j["bands"];
+  const int64_t at = j["at_position"].get<int64_t>();
+  EXPECT_TRUE(at >= 0 && at < 3000) << at;
+
+  // A float32 tolerance fails it: exit 1, the failure said on stdout, the plot drawn (red bars).
+  const CliResult tight = Run(absl::StrCat(args, " --tolerance 1e-6 --png ", Path("err.png")));
+  EXPECT_EQ(tight.exit_code, 1) << tight.err;
+  const nlohmann::json t = nlohmann::json::parse(tight.out);
+  EXPECT_EQ(t["result"].get<std::string>().rfind("FAIL: ", 0), 0u) << t["result"];
+  EXPECT_GT(t["over_tolerance"].get<int64_t>(), 0);
+  const Picture plot = DecodePng(Path("err.png"));
+  EXPECT_EQ(std::make_pair(plot.width, plot.height), ReportedSize(tight.err)) << tight.err;
+  EXPECT_GT(plot.Count({215, 48, 39}), 10000);  // bars over the tolerance (and its line)
+  EXPECT_GE(plot.DistinctColours(), 4u);
+}
+
+// A float32 cache with one value off by 1e-3: found at its position and element.
+TEST_F(CliTest, CheckFindsAPerturbedValue) {
+  const std::string cos = Path("cos.npy");
+  ASSERT_EQ(Run(absl::StrCat("rope-cache --positions 1000:4000 --head-dim 8 --base 500000 "
+                             "--format none --out-cos ",
+                             cos))
+                .exit_code,
+            0);
+  absl::StatusOr<posenc::testing::NpyArray> exact = posenc::testing::ReadNpy(cos);
+  ASSERT_TRUE(exact.ok()) << exact.status();
+  ASSERT_EQ(exact->shape, (std::vector<int64_t>{3000, 4}));
+  std::vector<float> values(exact->values.begin(), exact->values.end());
+  values[2500 * 4 + 3] += 1e-3f;
+  WriteFloat32Npy(Path("bad.npy"), {3000, 4}, values);
+
+  const std::string args = absl::StrCat(
+      "--format json check --head-dim 8 --base 500000 "
+      "--positions 1000:4000 --cos ",
+      Path("bad.npy"));
+  const CliResult strict = Run(args);  // default float32 tolerance 1e-6
+  EXPECT_EQ(strict.exit_code, 1) << strict.err;
+  const nlohmann::json j = nlohmann::json::parse(strict.out);
+  EXPECT_NEAR(j["max_abs_error"].get<double>(), 1e-3, 1e-6);
+  EXPECT_EQ(j["at_position"].get<int64_t>(), 3500);
+  EXPECT_EQ(j["at_element"], "cos[2500, 3]");
+  EXPECT_EQ(j["over_tolerance"].get<int64_t>(), 1);
+  EXPECT_NEAR(j["bands"]["[2048, 4096)"].get<double>(), 1e-3, 1e-6);
+  EXPECT_LT(j["bands"]["[1024, 2048)"].get<double>(), 1e-6);  // float32 rounding only
+  EXPECT_EQ(Run(absl::StrCat(args, " --tolerance 1e-2")).exit_code, 0);
+
+  // The unperturbed file passes; table output says so.
+  const CliResult good =
+      Run(absl::StrCat("check --head-dim 8 --base 500000 --positions 1000:4000 --cos ", cos));
+  EXPECT_EQ(good.exit_code, 0) << good.err;
+  EXPECT_NE(good.out.find("result: PASS"), std::string::npos) << good.out;
+}
+
+TEST_F(CliTest, CheckFullWidthCachesAndRotations) {
+  // A neox-layout [T, d] cache (what `rope-cache --layout neox` writes) and a gptj one.
+  for (const char* layout : {"neox", "gptj"}) {
+    const std::string style = std::string(layout) == "gptj" ? " --style gptj" : "";
+    ASSERT_EQ(Run(absl::StrCat("rope-cache --positions 0:50 --head-dim 8 --format none --layout ",
+                               layout, style, " --out-sin ", Path("s.npy")))
+                  .exit_code,
+              0);
+    const CliResult r =
+        Run(absl::StrCat("--format json check --head-dim 8", style, " --sin ", Path("s.npy")));
+    EXPECT_EQ(r.exit_code, 0) << layout << r.err;
+    EXPECT_LT(nlohmann::json::parse(r.out)["max_abs_error"].get<double>(), 1e-7) << layout;
+    // Read with the other layout, the same file is wrong.
+    const CliResult wrong = Run(absl::StrCat("check --head-dim 8", style, " --cache-layout ",
+                                             std::string(layout) == "gptj" ? "neox" : "gptj",
+                                             " --sin ", Path("s.npy")));
+    EXPECT_EQ(wrong.exit_code, 1) << layout;
+  }
+
+  // A float32 rotation by posenc, checked against the float64 one; then a perturbed one.
+  std::vector<float> q(1 * 6 * 2 * 8);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.37f * static_cast<float>(i)) + 0.1f;
+  WriteFloat32Npy(Path("q.npy"), {1, 6, 2, 8}, q);
+  ASSERT_EQ(Run(absl::StrCat("apply-rope --q ", Path("q.npy"),
+                             " --positions 5000:5006 --format none --out-q ", Path("rot.npy")))
+                .exit_code,
+            0);
+  const std::string args =
+      absl::StrCat("--format json check --positions 5000:5006 --input ", Path("q.npy"));
+  const CliResult ok = Run(absl::StrCat(args, " --rotated ", Path("rot.npy")));
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_LT(nlohmann::json::parse(ok.out)["max_abs_error"].get<double>(), 1e-6);
+
+  absl::StatusOr<posenc::testing::NpyArray> rot = posenc::testing::ReadNpy(Path("rot.npy"));
+  ASSERT_TRUE(rot.ok()) << rot.status();
+  std::vector<float> bad(rot->values.begin(), rot->values.end());
+  bad[(0 * 6 + 4) * 16 + 1 * 8 + 5] -= 0.01f;  // token 4 (position 5004), head 1, channel 5
+  WriteFloat32Npy(Path("bad.npy"), {1, 6, 2, 8}, bad);
+  const CliResult off = Run(absl::StrCat(args, " --rotated ", Path("bad.npy")));
+  EXPECT_EQ(off.exit_code, 1) << off.err;
+  const nlohmann::json j = nlohmann::json::parse(off.out);
+  EXPECT_EQ(j["at_position"].get<int64_t>(), 5004);
+  EXPECT_EQ(j["at_element"], "rotated[0, 4, 1, 5]");
+  EXPECT_NEAR(j["max_abs_error"].get<double>(), 0.01, 1e-6);
+}
+
+TEST_F(CliTest, CheckBadInputsAreClearErrors) {
+  ASSERT_EQ(Run(absl::StrCat("rope-cache --positions 0:30 --head-dim 16 --format none --out-cos ",
+                             Path("c30.npy")))
+                .exit_code,
+            0);
+  ASSERT_EQ(Run(absl::StrCat("rope-cache --positions 0:20 --head-dim 16 --format none --out-sin ",
+                             Path("s20.npy")))
+                .exit_code,
+            0);
+  // cos and sin of different shapes.
+  ExpectExit(
+      absl::StrCat("check --head-dim 16 --cos ", Path("c30.npy"), " --sin ", Path("s20.npy")), 1,
+      &CliResult::err, "differ in shape");
+  // A cache for another rotary dim: its last axis is neither d/2 nor d.
+  ExpectExit(absl::StrCat("check --head-dim 64 --cos ", Path("c30.npy")), 1, &CliResult::err,
+             "the last axis must be d/2 = 32 (compact) or d = 64");
+  // More rows than positions.
+  ExpectExit(absl::StrCat("check --head-dim 16 --positions 0:10 --cos ", Path("c30.npy")), 1,
+             &CliResult::err, "holds 30 rows (tokens), but the positions give 10");
+  // A missing file.
+  ExpectExit(absl::StrCat("check --head-dim 16 --cos ", Path("missing.npy")), 1, &CliResult::err,
+             Path("missing.npy") + ": cannot open");
+  // Rotated tensors of different shapes.
+  WriteFloat32Npy(Path("x.npy"), {1, 2, 1, 4}, std::vector<float>(8, 1.0f));
+  WriteFloat32Npy(Path("y.npy"), {1, 2, 2, 4}, std::vector<float>(16, 1.0f));
+  ExpectExit(absl::StrCat("check --input ", Path("x.npy"), " --rotated ", Path("y.npy")), 1,
+             &CliResult::err, "differ in shape");
+  // Usage: no input, both kinds, half a pair.
+  ExpectExit("check --head-dim 16", 2, &CliResult::err, "give a cache");
+  ExpectExit(absl::StrCat("check --cos ", Path("c30.npy"), " --rotated ", Path("x.npy")), 2);
+  ExpectExit(absl::StrCat("check --rotated ", Path("x.npy")), 2, &CliResult::err,
+             "--rotated and --input go together");
+  ExpectExit(absl::StrCat("check --head-dim 16 --tolerance -1 --cos ", Path("c30.npy")), 2,
+             &CliResult::err, "--tolerance expects a number >= 0");
 }
 
 }  // namespace
