@@ -5,7 +5,8 @@
 //
 // Global flags may also follow the subcommand. Exit codes: 0 success; 1 the call (or a file)
 // failed, with "error: CODE: message" on stderr, or `health` found the server not SERVING;
-// 2 usage error. `posenc --help` lists the subcommands, `posenc SUBCOMMAND --help` their flags.
+// 2 usage error. `posenc --help` lists the subcommands, `posenc SUBCOMMAND --help` their flags;
+// `posenc --version` prints the version.
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -43,8 +44,16 @@ const FlagGroup kGlobalFlags = {
     {"tls-cert", FlagType::kString, "FILE",
      "PEM client certificate for mutual TLS (with --tls-key)"},
     {"tls-key", FlagType::kString, "FILE", "PEM private key of --tls-cert"},
+    {"version", FlagType::kSwitch, "", "print the version and exit"},
     {"help", FlagType::kSwitch, "", "show help (also -h)"},
 };
+
+// "posenc 0.1.0 (Release build, GNU 12.2.0)": CMake's PROJECT_VERSION, build type and compiler.
+int PrintVersion() {
+  std::cout << "posenc " << POSENC_VERSION << " (" << POSENC_BUILD_TYPE << " build, "
+            << POSENC_COMPILER << ")\n";
+  return EXIT_SUCCESS;
+}
 
 std::string MainHelp() {
   std::string out =
@@ -111,6 +120,7 @@ int Run(const std::vector<std::string>& args) {
       !s.ok()) {
     return UsageFailure(std::string(s.message()), "run 'posenc --help' for usage");
   }
+  if (flags.Switch("version")) return PrintVersion();
   if (next == args.size()) {
     if (flags.Switch("help")) {
       std::cout << MainHelp();
@@ -150,6 +160,7 @@ int Run(const std::vector<std::string>& args) {
     std::cout << CommandHelp(*command);
     return EXIT_SUCCESS;
   }
+  if (flags.Switch("version")) return PrintVersion();
 
   client::ClientOptions options;
   if (std::optional<std::string> timeout = flags.String("timeout")) {
