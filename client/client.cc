@@ -3,9 +3,7 @@
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
-#include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/channel_arguments.h>
 #include <grpcpp/support/status.h>
 
@@ -16,12 +14,12 @@
 #include <limits>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "client/convert.h"
 #include "client/split.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "kernels/common/status.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 
@@ -75,74 +73,6 @@ std::string ServiceConfigJson(const ClientOptions& options) {
   return config + "}";
 }
 
-// grpc.health.v1 without its generated code (Debian's gRPC packages do not ship health.proto):
-// the messages are tiny, so they are written and read here by hand.
-//   HealthCheckRequest  { string service = 1; }
-//   HealthCheckResponse { ServingStatus status = 1; }   (enum: varint)
-constexpr char kHealthCheckMethod[] = "/grpc.health.v1.Health/Check";
-
-void AppendVarint(uint64_t v, std::string* out) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
-
-bool ReadVarint(std::string_view* in, uint64_t* v) {
-  *v = 0;
-  for (int shift = 0; shift < 64 && !in->empty(); shift += 7) {
-    const auto byte = static_cast<uint8_t>(in->front());
-    in->remove_prefix(1);
-    *v |= static_cast<uint64_t>(byte & 0x7f) << shift;
-    if ((byte & 0x80) == 0) return true;
-  }
-  return false;
-}
-
-std::string EncodeHealthCheckRequest(const std::string& service) {
-  std::string out;
-  if (!service.empty()) {
-    out.push_back(0x0a);  // field 1, wire type 2 (length-delimited)
-    AppendVarint(service.size(), &out);
-    out += service;
-  }
-  return out;
-}
-
-absl::StatusOr<HealthStatus> DecodeHealthCheckResponse(std::string_view in) {
-  uint64_t status = 0;  // absent = UNKNOWN (proto3 default)
-  while (!in.empty()) {
-    uint64_t tag = 0;
-    if (!ReadVarint(&in, &tag)) break;
-    const uint64_t field = tag >> 3;
-    uint64_t value = 0;
-    switch (tag & 7) {
-      case 0:  // varint
-        if (!ReadVarint(&in, &value)) return absl::InternalError("malformed health response");
-        if (field == 1) status = value;
-        break;
-      case 1:  // fixed64
-        if (in.size() < 8) return absl::InternalError("malformed health response");
-        in.remove_prefix(8);
-        break;
-      case 2:  // length-delimited
-        if (!ReadVarint(&in, &value) || value > in.size()) {
-          return absl::InternalError("malformed health response");
-        }
-        in.remove_prefix(value);
-        break;
-      case 5:  // fixed32
-        if (in.size() < 4) return absl::InternalError("malformed health response");
-        in.remove_prefix(4);
-        break;
-      default: return absl::InternalError("malformed health response");
-    }
-  }
-  if (status > static_cast<uint64_t>(HealthStatus::kServiceUnknown)) return HealthStatus::kUnknown;
-  return static_cast<HealthStatus>(status);
-}
-
 // A unary method of the generated stub, e.g. &v1::PositionEncoding::Stub::RopeCache, and its
 // callback form, e.g. &v1::PositionEncoding::Stub::async::RopeCache.
 template <typename Request, typename Response>
@@ -187,7 +117,7 @@ int64_t ConfigBytes(const RopeConfig& config) {
 struct Client::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::PositionEncoding::Stub> stub;
-  std::unique_ptr<grpc::GenericStub> generic_stub;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_stub;
   ClientOptions options;
   // The server's message limit: 0 until known (GetServerInfo, once it answers), -1 when the
   // server reports none (then only the client's own limit applies).
@@ -199,7 +129,7 @@ struct Client::Impl {
   Impl(std::shared_ptr<grpc::Channel> c, ClientOptions o)
       : channel(std::move(c)),
         stub(v1::PositionEncoding::NewStub(channel)),
-        generic_stub(std::make_unique<grpc::GenericStub>(channel)),
+        health_stub(grpc::health::v1::Health::NewStub(channel)),
         options(std::move(o)) {}
 
   void PrepareContext(grpc::ClientContext* context, const CallOptions& call) const {
@@ -604,25 +534,25 @@ Future<ServerInfo> Client::GetServerInfoAsync(const CallOptions& call) const {
 
 absl::StatusOr<HealthStatus> Client::Health(const std::string& service,
                                             const CallOptions& call) const {
-  const std::string request_bytes = EncodeHealthCheckRequest(service);
-  grpc::Slice slice(request_bytes);
-  const grpc::ByteBuffer request(&slice, 1);
-  grpc::ByteBuffer response;
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
   grpc::ClientContext context;
   impl_->PrepareContext(&context, call);
+  // The callback API, as the hand-encoded GenericStub call this replaced, so the client behaves
+  // as before (a channel used only by blocking calls reads a draining server's GOAWAY late).
   std::promise<grpc::Status> done;
-  impl_->generic_stub->UnaryCall(&context, kHealthCheckMethod, grpc::StubOptions(), &request,
-                                 &response,
-                                 [&done](grpc::Status status) { done.set_value(status); });
-  const grpc::Status status = done.get_future().get();
-  if (!status.ok()) return ToAbsl(status);
-  std::vector<grpc::Slice> slices;
-  if (!response.Dump(&slices).ok()) return absl::InternalError("unreadable health response");
-  std::string bytes;
-  for (const grpc::Slice& s : slices) {
-    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  impl_->health_stub->async()->Check(&context, &request, &response,
+                                     [&done](grpc::Status status) { done.set_value(status); });
+  POSENC_RETURN_IF_ERROR(ToAbsl(done.get_future().get()));
+  // proto3 enums are open: a value this client does not know reads as UNKNOWN.
+  switch (response.status()) {
+    case grpc::health::v1::HealthCheckResponse::SERVING: return HealthStatus::kServing;
+    case grpc::health::v1::HealthCheckResponse::NOT_SERVING: return HealthStatus::kNotServing;
+    case grpc::health::v1::HealthCheckResponse::SERVICE_UNKNOWN:
+      return HealthStatus::kServiceUnknown;
+    default: return HealthStatus::kUnknown;
   }
-  return DecodeHealthCheckResponse(bytes);
 }
 
 }  // namespace posenc::client

@@ -21,8 +21,13 @@
 // SIGTERM/SIGINT: health goes NOT_SERVING and new calls get UNAVAILABLE; after the grace,
 // in-flight calls get until --drain_timeout after the signal to finish (then they are
 // cancelled), new ones still getting UNAVAILABLE, and the listener closes; exit 0.
+// --help (-h) lists the flags with their environment variables and defaults, --version prints
+// "posenc-server VERSION (BUILD_TYPE build, COMPILER)"; both exit 0. An unknown flag, a missing
+// or malformed value, a stray argument or a bad environment value exits 2 naming it; a server
+// that cannot start exits 1.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -31,11 +36,19 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "server/logging.h"
 #include "server/server.h"
@@ -102,6 +115,172 @@ ABSL_FLAG(std::string, log_level, "info",
           "(env POSENC_LOG_LEVEL)");
 
 namespace {
+
+constexpr char kProgram[] = "posenc-server";
+constexpr char kDescription[] =
+    "Serves posenc.v1.PositionEncoding, grpc.health.v1.Health and server reflection over gRPC. "
+    "Each flag has an environment variable (named in its help), used when the flag is not on "
+    "the command line. SIGTERM or SIGINT drains the server (--drain_grace, --drain_timeout). "
+    "Exit status: 0 after a drain; 1 when the server cannot start (bad TLS file, bad table, "
+    "address in use); 2 for an unknown flag or a bad flag or environment value.";
+
+// "posenc-server 0.1.0 (Release build, GNU 12.2.0)": CMake's PROJECT_VERSION, build type and
+// compiler (CMakeLists.txt).
+std::string VersionLine() {
+  return absl::StrCat(kProgram, " ", POSENC_VERSION, " (", POSENC_BUILD_TYPE, " build, ",
+                      POSENC_COMPILER, ")");
+}
+
+// The flags of this program are the ones defined in this file; Abseil's own (--flagfile,
+// --fromenv, --helpfull, ...) stay out of --help (--helpfull lists them).
+bool IsServerFlagFile(absl::string_view filename) {
+  return absl::EndsWith(filename, "server/main.cc");
+}
+
+void ConfigureUsage() {
+  absl::SetProgramUsageMessage(kDescription);  // absl prints it after "posenc-server: "
+  absl::FlagsUsageConfig config;
+  config.contains_helpshort_flags = IsServerFlagFile;
+  config.contains_help_flags = IsServerFlagFile;
+  config.contains_helppackage_flags = IsServerFlagFile;
+  config.version_string = [] { return VersionLine() + "\n"; };
+  // Flags report the file they are defined in; show it from the repository root.
+  config.normalize_filename = [](absl::string_view filename) {
+    const size_t server = filename.rfind("server/main.cc");
+    return std::string(server == absl::string_view::npos ? filename : filename.substr(server));
+  };
+  absl::SetFlagsUsageConfig(config);
+}
+
+// `text` broken into lines of at most `width` columns (words longer than that stay whole), each
+// starting with `indent` spaces.
+std::string Wrap(absl::string_view text, size_t indent, size_t width) {
+  std::string out;
+  std::string line;
+  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    if (!line.empty() && indent + line.size() + 1 + word.size() > width) {
+      absl::StrAppend(&out, std::string(indent, ' '), line, "\n");
+      line.clear();
+    }
+    absl::StrAppend(&line, line.empty() ? "" : " ", word);
+  }
+  if (!line.empty()) absl::StrAppend(&out, std::string(indent, ' '), line, "\n");
+  return out;
+}
+
+// --help: every flag of this file with its default and its help (which names the environment
+// variable), sorted by name.
+std::string Help() {
+  std::vector<const absl::CommandLineFlag*> flags;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (!flag->IsRetired() && IsServerFlagFile(flag->Filename())) flags.push_back(flag);
+  }
+  std::sort(flags.begin(), flags.end(),
+            [](const absl::CommandLineFlag* a, const absl::CommandLineFlag* b) {
+              return a->Name() < b->Name();
+            });
+  std::string out = absl::StrCat("usage: ", kProgram, " [--flag=value ...]\n\n",
+                                 Wrap(kDescription, 0, 100), "\nflags:\n");
+  for (const absl::CommandLineFlag* flag : flags) {
+    // Each help text ends with "(env POSENC_...)": that goes on the flag's line.
+    std::string help = flag->Help();
+    std::string env;
+    if (const size_t at = help.rfind(" (env "); at != std::string::npos && help.back() == ')') {
+      env = absl::StrCat("env ", help.substr(at + 6, help.size() - at - 7), ", ");
+      help.resize(at);
+    }
+    const std::string value = flag->DefaultValue();
+    absl::StrAppend(&out, "  --", flag->Name(), " (", env, "default ",
+                    flag->IsOfType<std::string>() ? absl::StrCat("\"", value, "\"") : value, ")\n",
+                    Wrap(help, 6, 100));
+  }
+  absl::StrAppend(&out, "  --help, -h\n",
+                  Wrap("this help; --helpfull adds Abseil's own flags", 6, 100), "  --version\n",
+                  Wrap("the version, build type and compiler", 6, 100));
+  return out;
+}
+
+// --help / -h and --version, answered before anything else is looked at (even a bad
+// environment value). Returns true when one was answered.
+bool AnswerHelpOrVersion(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg == "--help" || arg == "-help" || arg == "-h") {
+      std::fputs(Help().c_str(), stdout);
+      return true;
+    }
+    if (arg == "--version" || arg == "-version") {
+      std::printf("%s\n", VersionLine().c_str());
+      return true;
+    }
+  }
+  return false;
+}
+
+bool UsageError(const std::string& message) {
+  std::fprintf(stderr, "%s: %s\n(%s --help lists the flags)\n", kProgram, message.c_str(),
+               kProgram);
+  return false;
+}
+
+// Checks the command line before absl::ParseCommandLine sees it, with the grammar Abseil uses
+// (-name, --name=value, --name value, --[no]bool, everything after "--" positional), so that
+// every usage error exits with status 2 (Abseil's parser exits 1): an unknown flag, a missing
+// or malformed value of one of this program's flags, a positional argument (there are none).
+// The values are parsed here (and set: the same values absl::ParseCommandLine sets after);
+// Abseil's own flags (--flagfile, --helpfull, ...) are left to absl::ParseCommandLine. Returns
+// false after printing the error.
+bool CheckCommandLine(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--") {
+      if (i + 1 < argc) return UsageError(absl::StrCat("unexpected argument '", argv[i + 1], "'"));
+      break;
+    }
+    if (arg.size() < 2 || arg[0] != '-') {
+      return UsageError(absl::StrCat("unexpected argument '", arg, "'"));
+    }
+    absl::string_view name = arg.substr(arg[1] == '-' ? 2 : 1);
+    absl::string_view value;
+    const size_t eq = name.find('=');
+    const bool has_value = eq != absl::string_view::npos;
+    if (has_value) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    // Abseil's usage flags (not registered flags; values only after '='): absl::ParseCommandLine
+    // answers them.
+    if (name == "help" || name == "helpfull" || name == "helpshort" || name == "helppackage" ||
+        name == "helpmatch" || name == "helpon" || name == "version" || name == "only_check_args") {
+      continue;
+    }
+    absl::CommandLineFlag* flag = name.empty() ? nullptr : absl::FindCommandLineFlag(name);
+    bool negative = false;
+    if (flag == nullptr && absl::StartsWith(name, "no")) {
+      flag = absl::FindCommandLineFlag(name.substr(2));
+      negative = flag != nullptr && flag->IsOfType<bool>() && !has_value;
+      if (!negative) flag = nullptr;
+    }
+    if (flag == nullptr || flag->IsRetired()) {
+      return UsageError(absl::StrCat("unknown flag '", arg, "'"));
+    }
+    std::string text(value);
+    if (flag->IsOfType<bool>()) {
+      if (!has_value) text = negative ? "false" : "true";
+    } else if (!has_value) {
+      if (i + 1 >= argc) return UsageError(absl::StrCat("--", name, ": missing value"));
+      text = argv[++i];
+    }
+    if (!IsServerFlagFile(flag->Filename())) continue;
+    std::string error;
+    if (!flag->ParseFrom(text, &error)) {
+      return UsageError(absl::StrCat(
+          "--", name, ": ", error.empty() ? absl::StrCat("bad value '", text, "'") : error));
+    }
+  }
+  return true;
+}
 
 // Environment defaults go in before the command line is parsed, so a flag given on the
 // command line wins. Returns false (after printing why) on an unparsable value.
@@ -171,8 +350,11 @@ bool ApplyEnvironment() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("posenc-server: the posenc position-encoding gRPC service");
+  ConfigureUsage();
+  if (AnswerHelpOrVersion(argc, argv)) return 0;
+  // The environment first, then the command line over it.
   if (!ApplyEnvironment()) return 2;
+  if (!CheckCommandLine(argc, argv)) return 2;
   absl::ParseCommandLine(argc, argv);
 
   posenc::server::ServerOptions options;

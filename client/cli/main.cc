@@ -7,7 +7,8 @@
 // 0 success; 1 the call (or a file) failed, with "error: CODE: message" on stderr, or `health`
 // found the server not SERVING, or a `bench` call failed; 2 usage error (also an output file that
 // cannot be written: checked before any call); 130 `bench` stopped by Ctrl-C. `posenc --help`
-// lists the subcommands, `posenc SUBCOMMAND --help` their flags.
+// lists the subcommands, `posenc SUBCOMMAND --help` their flags; `posenc --version` prints the
+// version.
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -47,8 +48,16 @@ const FlagGroup kGlobalFlags = {
     {"tls-cert", FlagType::kString, "FILE",
      "PEM client certificate for mutual TLS (with --tls-key)"},
     {"tls-key", FlagType::kString, "FILE", "PEM private key of --tls-cert"},
+    {"version", FlagType::kSwitch, "", "print the version and exit"},
     {"help", FlagType::kSwitch, "", "show help (also -h)"},
 };
+
+// "posenc 0.1.0 (Release build, GNU 12.2.0)": CMake's PROJECT_VERSION, build type and compiler.
+int PrintVersion() {
+  std::cout << "posenc " << POSENC_VERSION << " (" << POSENC_BUILD_TYPE << " build, "
+            << POSENC_COMPILER << ")\n";
+  return EXIT_SUCCESS;
+}
 
 std::string MainHelp() {
   std::string out =
@@ -109,6 +118,7 @@ int Run(const std::vector<std::string>& args) {
       !s.ok()) {
     return UsageFailure(std::string(s.message()), "run 'posenc --help' for usage");
   }
+  if (flags.Switch("version")) return PrintVersion();
   if (next == args.size()) {
     if (flags.Switch("help")) {
       std::cout << MainHelp();
@@ -150,6 +160,7 @@ int Run(const std::vector<std::string>& args) {
     std::cout << CommandHelp(*command);
     return EXIT_SUCCESS;
   }
+  if (flags.Switch("version")) return PrintVersion();
 
   // Output files (--npy, --png, --out-*) must be writable before any call is made.
   if (absl::Status s = CheckOutputFiles(flags); !s.ok()) {

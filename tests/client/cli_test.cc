@@ -222,6 +222,12 @@ TEST_F(CliTest, HelpExitsZero) {
   ExpectExit("apply-rope --help", 0, &CliResult::out, "--out-q FILE");
 }
 
+TEST_F(CliTest, VersionPrintsTheProjectVersion) {
+  ExpectExit("--version", 0, &CliResult::out,
+             absl::StrCat("posenc ", POSENC_PROJECT_VERSION, " ("));
+  ExpectExit("info --version", 0, &CliResult::out, absl::StrCat("posenc ", POSENC_PROJECT_VERSION));
+}
+
 TEST_F(CliTest, HealthAndInfo) {
   CliResult health = Run("health");
   EXPECT_EQ(health.exit_code, 0) << health.err;
