@@ -17,8 +17,8 @@ namespace {
 static_assert(static_cast<int>(SinusoidalLayout::kConcat) == v1::SINUSOIDAL_LAYOUT_CONCAT);
 static_assert(static_cast<int>(FreqScheme::kT2t) == v1::FREQ_SCHEME_T2T);
 static_assert(static_cast<int>(Combine::kConcat) == v1::COMBINE_CONCAT);
-static_assert(static_cast<int>(RopeStyle::kGptj) == v1::ROPE_STYLE_GPTJ);
-static_assert(static_cast<int>(RopeScalingType::kLongrope) == v1::ROPE_SCALING_LONGROPE);
+static_assert(static_cast<int>(RopeStyle::kDeepseek) == v1::ROPE_STYLE_DEEPSEEK);
+static_assert(static_cast<int>(RopeScalingType::kProportional) == v1::ROPE_SCALING_PROPORTIONAL);
 static_assert(static_cast<int>(MropeLayout::kInterleaved) == v1::MROPE_LAYOUT_INTERLEAVED);
 static_assert(static_cast<int>(RopeCacheLayout::kGptj) == v1::ROPE_CACHE_LAYOUT_GPTJ);
 static_assert(static_cast<int>(TensorLayout::kTHD) == v1::TENSOR_LAYOUT_THD);
@@ -157,6 +157,7 @@ void ToProto(const RopeConfig& config, v1::RopeConfig* out) {
   SetIf(scaling, &v1::RopeScaling::set_high_freq_factor, s.high_freq_factor);
   scaling->mutable_long_factor()->Assign(s.long_factor.begin(), s.long_factor.end());
   scaling->mutable_short_factor()->Assign(s.short_factor.begin(), s.short_factor.end());
+  SetIf(scaling, &v1::RopeScaling::set_partial_rotary_factor, s.partial_rotary_factor);
   // An all-default scaling is the same as an absent one on the wire; keep the request minimal.
   if (scaling->ByteSizeLong() == 0) out->clear_scaling();
 
@@ -185,6 +186,10 @@ RopeDerived FromProto(const v1::RopeDerived& derived) {
   out.yarn_high = derived.yarn_high();
   out.longrope_long_factors = derived.longrope_long_factors();
   out.factor = derived.factor();
+  out.warnings.assign(derived.warnings().begin(), derived.warnings().end());
+  out.nope = derived.nope();
+  out.layer_type = derived.layer_type();
+  out.model_type = derived.model_type();
   return out;
 }
 

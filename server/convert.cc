@@ -26,9 +26,9 @@ static_assert(static_cast<int>(kernels::SinusoidalLayout::kConcat) + 1 ==
               v1::SINUSOIDAL_LAYOUT_CONCAT);
 static_assert(static_cast<int>(kernels::FreqScheme::kT2t) == v1::FREQ_SCHEME_T2T);
 static_assert(static_cast<int>(kernels::Combine::kConcat) + 1 == v1::COMBINE_CONCAT);
-static_assert(static_cast<int>(kernels::RopeStyle::kGptj) + 1 == v1::ROPE_STYLE_GPTJ);
-static_assert(static_cast<int>(kernels::RopeScalingType::kLongrope) + 1 ==
-              v1::ROPE_SCALING_LONGROPE);
+static_assert(static_cast<int>(kernels::RopeStyle::kDeepseek) + 1 == v1::ROPE_STYLE_DEEPSEEK);
+static_assert(static_cast<int>(kernels::RopeScalingType::kProportional) + 1 ==
+              v1::ROPE_SCALING_PROPORTIONAL);
 static_assert(static_cast<int>(kernels::MropeLayout::kInterleaved) + 1 ==
               v1::MROPE_LAYOUT_INTERLEAVED);
 static_assert(static_cast<int>(kernels::RopeCacheLayout::kGptj) + 1 == v1::ROPE_CACHE_LAYOUT_GPTJ);
@@ -152,7 +152,7 @@ absl::Status CheckFinite(double value, absl::string_view field) {
 }
 
 v1::RopeStyle ToProtoRopeStyle(kernels::RopeStyle style) {
-  return style == kernels::RopeStyle::kGptj ? v1::ROPE_STYLE_GPTJ : v1::ROPE_STYLE_NEOX;
+  return static_cast<v1::RopeStyle>(static_cast<int>(style) + 1);
 }
 
 v1::RopeScalingType ToProtoRopeScalingType(kernels::RopeScalingType type) {
@@ -164,6 +164,7 @@ v1::RopeScalingType ToProtoRopeScalingType(kernels::RopeScalingType type) {
     case kernels::RopeScalingType::kYarn: return v1::ROPE_SCALING_YARN;
     case kernels::RopeScalingType::kLlama3: return v1::ROPE_SCALING_LLAMA3;
     case kernels::RopeScalingType::kLongrope: return v1::ROPE_SCALING_LONGROPE;
+    case kernels::RopeScalingType::kProportional: return v1::ROPE_SCALING_PROPORTIONAL;
   }
   return v1::ROPE_SCALING_UNSPECIFIED;
 }
@@ -286,6 +287,8 @@ absl::Status ToRopeScaling(const v1::RopeScaling& scaling, kernels::RopeScaling*
                               "low_freq_factor", &out->low_freq_factor));
   POSENC_RETURN_IF_ERROR(take(scaling.has_high_freq_factor(), scaling.high_freq_factor(),
                               "high_freq_factor", &out->high_freq_factor));
+  POSENC_RETURN_IF_ERROR(take(scaling.has_partial_rotary_factor(), scaling.partial_rotary_factor(),
+                              "partial_rotary_factor", &out->partial_rotary_factor));
   if (scaling.has_original_max_position_embeddings()) {
     out->original_max_position_embeddings = scaling.original_max_position_embeddings();
   }
@@ -305,7 +308,8 @@ absl::Status ToRopeScaling(const v1::RopeScaling& scaling, kernels::RopeScaling*
 
 }  // namespace
 
-absl::StatusOr<kernels::RopeConfig> ToRopeConfig(const v1::RopeConfig& config) {
+absl::StatusOr<kernels::RopeConfig> ToRopeConfig(const v1::RopeConfig& config,
+                                                 RopeConfigNotes* notes) {
   kernels::RopeConfig out;
   POSENC_ASSIGN_OR_RETURN(out.style, ToRopeStyle(config.style(), "config.style"));
   POSENC_ASSIGN_OR_RETURN(out.mrope_layout,
@@ -315,11 +319,18 @@ absl::StatusOr<kernels::RopeConfig> ToRopeConfig(const v1::RopeConfig& config) {
     POSENC_RETURN_IF_ERROR(CheckNoHfConflicts(config));
     POSENC_ASSIGN_OR_RETURN(HfRopeConfig hf,
                             ParseHfRopeConfig(config.hf_config_json(), config.layer_type()));
-    const kernels::RopeStyle style = hf.style.value_or(out.style);
+    // A style in the request overrides the architecture's (a caller with permuted weights).
+    const kernels::RopeStyle style =
+        config.style() == v1::ROPE_STYLE_UNSPECIFIED ? hf.style : out.style;
     const kernels::MropeLayout mrope_layout = hf.mrope_layout.value_or(out.mrope_layout);
     out = std::move(hf.config);
     out.style = style;
     out.mrope_layout = mrope_layout;
+    if (notes != nullptr) {
+      notes->warnings = std::move(hf.warnings);
+      notes->layer_type = std::move(hf.layer_type);
+      notes->model_type = std::move(hf.model_type);
+    }
   } else {
     if (!config.layer_type().empty()) {
       return absl::InvalidArgumentError(
@@ -354,7 +365,7 @@ absl::StatusOr<kernels::RopeConfig> ToRopeConfig(const v1::RopeConfig& config) {
 }
 
 void FillRopeDerived(const kernels::RopeConfig& config, const kernels::RopeFrequencies& freqs,
-                     v1::RopeDerived* derived) {
+                     v1::RopeDerived* derived, const RopeConfigNotes* notes) {
   derived->set_head_dim(freqs.head_dim);
   derived->set_rotary_dim(freqs.rotary_dim);
   derived->set_style(ToProtoRopeStyle(config.style));
@@ -369,6 +380,12 @@ void FillRopeDerived(const kernels::RopeConfig& config, const kernels::RopeFrequ
   derived->set_yarn_high(freqs.yarn_high);
   derived->set_longrope_long_factors(freqs.longrope_long_factors);
   derived->set_factor(freqs.factor);
+  derived->set_nope(freqs.nope);
+  if (notes != nullptr) {
+    for (const std::string& w : notes->warnings) derived->add_warnings(w);
+    derived->set_layer_type(notes->layer_type);
+    derived->set_model_type(notes->model_type);
+  }
 }
 
 }  // namespace posenc::server

@@ -13,7 +13,9 @@
 #define POSENC_SERVER_CONVERT_H_
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -117,11 +119,18 @@ absl::StatusOr<kernels::SinusoidalParams> ToSinusoidalParams(const v1::Sinusoida
 // The request's RopeConfig (field prefix "config."), explicit or from hf_config_json (see
 // hf_config.h; the explicit fields it replaces must then be unset). Checks enums and finite
 // doubles; the op's Plan*/ComputeRopeFrequencies validate the rest.
-absl::StatusOr<kernels::RopeConfig> ToRopeConfig(const v1::RopeConfig& config);
+// What hf_config_json normalization reports beside the config (empty without it).
+struct RopeConfigNotes {
+  std::vector<std::string> warnings;
+  std::string layer_type;
+  std::string model_type;
+};
+absl::StatusOr<kernels::RopeConfig> ToRopeConfig(const v1::RopeConfig& config,
+                                                 RopeConfigNotes* notes = nullptr);
 
-// Reports what a RoPE call used.
+// Reports what a RoPE call used (and the normalization's notes, when given).
 void FillRopeDerived(const kernels::RopeConfig& config, const kernels::RopeFrequencies& freqs,
-                     v1::RopeDerived* derived);
+                     v1::RopeDerived* derived, const RopeConfigNotes* notes = nullptr);
 
 }  // namespace posenc::server
 

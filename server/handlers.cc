@@ -124,7 +124,8 @@ absl::Status AddPositionEncoding(const HandlerContext& ctx,
 absl::Status RopeCache(const HandlerContext& ctx, const v1::RopeCacheRequest& req,
                        v1::RopeCacheResponse* resp) {
   kernels::RopeCacheArgs args;
-  POSENC_ASSIGN_OR_RETURN(args.config, ToRopeConfig(req.config()));
+  RopeConfigNotes notes;
+  POSENC_ASSIGN_OR_RETURN(args.config, ToRopeConfig(req.config(), &notes));
   POSENC_ASSIGN_OR_RETURN(args.output_dtype, OutputDType(req.output_dtype(), "output_dtype"));
   POSENC_ASSIGN_OR_RETURN(args.layout, ToRopeCacheLayout(req.layout(), "layout"));
   POSENC_RETURN_IF_ERROR(ToPositionSpec(PositionsOrNull(req.has_positions(), req.positions()),
@@ -136,7 +137,7 @@ absl::Status RopeCache(const HandlerContext& ctx, const v1::RopeCacheRequest& re
                                                 AllocateOutput(plan.cos, resp->mutable_cos()),
                                                 AllocateOutput(plan.sin, resp->mutable_sin())));
   CountCacheLookup(ctx, info);
-  FillRopeDerived(plan.config, *info.frequencies, resp->mutable_derived());
+  FillRopeDerived(plan.config, *info.frequencies, resp->mutable_derived(), &notes);
   return absl::OkStatus();
 }
 
@@ -147,7 +148,8 @@ absl::Status ApplyRope(const HandlerContext& ctx, const v1::ApplyRopeRequest& re
   if (req.has_k()) {
     POSENC_ASSIGN_OR_RETURN(args.k, ToConstView(req.k(), DTypeClass::kFloat, "k"));
   }
-  POSENC_ASSIGN_OR_RETURN(args.config, ToRopeConfig(req.config()));
+  RopeConfigNotes notes;
+  POSENC_ASSIGN_OR_RETURN(args.config, ToRopeConfig(req.config(), &notes));
   POSENC_ASSIGN_OR_RETURN(args.layout, ToTensorLayout(req.layout(), "layout"));
   POSENC_RETURN_IF_ERROR(ToPositionSpec(PositionsOrNull(req.has_positions(), req.positions()),
                                         "positions", &args.positions));
@@ -163,7 +165,7 @@ absl::Status ApplyRope(const HandlerContext& ctx, const v1::ApplyRopeRequest& re
   POSENC_ASSIGN_OR_RETURN(kernels::RopeRunInfo info,
                           kernels::RunApplyRope(*ctx.backend, plan, ctx.rope_cache, q, k));
   CountCacheLookup(ctx, info);
-  FillRopeDerived(plan.config, *info.frequencies, resp->mutable_derived());
+  FillRopeDerived(plan.config, *info.frequencies, resp->mutable_derived(), &notes);
   return absl::OkStatus();
 }
 

@@ -74,6 +74,7 @@ struct PlannedOutput {
 absl::Status CheckOutputLimits(const Limits& limits, std::initializer_list<PlannedOutput> outputs);
 
 // The RPCs of posenc.v1.PositionEncoding, in the service's order (posenc.proto): X(Method).
+// (clang-format 14 reflows this macro differently on every run: kept by hand.)
 // clang-format off
 #define POSENC_FOR_EACH_RPC(X) \
   X(Sinusoidal)                \

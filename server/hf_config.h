@@ -1,29 +1,33 @@
-// Reads the rotary configuration out of a Hugging Face config.json (SPEC §2.2).
+// Reads the rotary configuration out of a Hugging Face config.json the way transformers does
+// (SPEC §2.2, README "Hugging Face config.json").
 //
-// Keys read (all others are ignored):
-//   rope_theta | rotary_emb_base                      -> base (default 10000)
-//   rope_parameters | rope_scaling                    -> scaling ("type" is an alias of
-//       "rope_type"; may also hold rope_theta, partial_rotary_factor, mrope_section,
-//       mrope_interleaved; a dict keyed by layer type, e.g. {"full_attention": {...}}, needs
-//       the request's layer_type)
-//   partial_rotary_factor | rotary_pct | rotary_dim   -> rotary_dim (the first two as
-//       int(head_dim * fraction), as Hugging Face computes it; rotary_dim is absolute)
-//   qk_rope_head_dim | head_dim | hidden_size / num_attention_heads -> head_dim
-//   max_position_embeddings                           -> max_position_embeddings
-//   original_max_position_embeddings (top level)      -> overrides the nested one
-//   rope_interleave: true                             -> GPTJ style
+// 1. The text model: `text_config` when the file has one (Gemma 3/4, Llama 4, Qwen-VL), else the
+//    top level; its `model_type` (or the top level's) picks the architecture's defaults: the
+//    configuration class's rope_theta, head_dim, max_position_embeddings, partial rotary,
+//    pairing and layer pattern (the table in hf_config.cc names the transformers file of each).
+// 2. The RoPE parameters: v5 `rope_parameters` or v4 `rope_scaling`, either flat or keyed by
+//    layer type; legacy per-layer keys (Gemma 3's rope_local_base_freq, ModernBERT's
+//    global_rope_theta / local_rope_theta) become per-layer entries as transformers' conversion
+//    does. Standardized as transformers: `type` -> `rope_type`, "su" -> longrope, "mrope" ->
+//    default, a top-level original_max_position_embeddings overrides a nested one, YaRN's
+//    `truncate`, llama3 with high_freq_factor <= low_freq_factor (a step), absent keys from the
+//    class defaults.
+// 3. Per layer: the model's layer types (`layer_types`, or the architecture's pattern) and NoPE
+//    layers (Llama 4, Cohere 2, SmolLM 3); the request's layer_type picks one by name or index.
+// 4. Pairing: NEOX unless the architecture pairs otherwise (GPT-J, Cohere, Llama 4, DeepSeek V2,
+//    GLM/ChatGLM: GPTJ; DeepSeek V3 / Kimi K2 `rope_interleave`, default true: DEEPSEEK).
 //
-// Rope types: default, linear, ntk, dynamic, yarn, llama3, longrope; "mrope" (Qwen2-VL's
-// legacy name) means default and "su" (early Phi-3) means longrope. Keys inside rope_scaling
-// must be valid for the type (Hugging Face's lists); unknown types, invalid keys, wrong value
-// types and malformed JSON are INVALID_ARGUMENT, prefixed "config.hf_config_json: " and naming
-// the key.
+// Keys inside the RoPE dict that transformers does not read for the rope type are warnings, not
+// errors (transformers only logs them). Unknown rope types, values of the wrong JSON type and
+// malformed JSON are INVALID_ARGUMENT, prefixed "config.hf_config_json: " and naming the key.
 //
 // Thread-safety: pure functions.
 #ifndef POSENC_SERVER_HF_CONFIG_H_
 #define POSENC_SERVER_HF_CONFIG_H_
 
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -31,13 +35,27 @@
 
 namespace posenc::server {
 
-struct HfRopeConfig {
-  // head_dim (0 when the file gives no way to derive it), rotary_dim, base, scaling,
-  // max_position_embeddings and mrope_section; the other members keep their defaults.
+// One distinct RoPE of a model: a layer type and the layers that have it.
+struct HfLayerRope {
+  std::string layer_type;       // "" when the model does not name its layer types
+  std::vector<int64_t> layers;  // layer indices (empty when the file does not say)
   kernels::RopeConfig config;
-  // Set when the file decides them (rope_interleave: true; mrope_interleaved present).
-  std::optional<kernels::RopeStyle> style;
+};
+
+struct HfRopeConfig {
+  // The selected layer's config: head_dim (0 when the file gives no way to derive it),
+  // rotary_dim, base, scaling, max_position_embeddings, mrope_section, style, nope; the other
+  // members keep their defaults.
+  kernels::RopeConfig config;
+  // The pairing the architecture uses (request fields may override it).
+  kernels::RopeStyle style = kernels::RopeStyle::kNeox;
+  // Set when the file decides it (mrope_interleaved present).
   std::optional<kernels::MropeLayout> mrope_layout;
+  std::string model_type;  // whose defaults applied ("" when the file has none)
+  std::string layer_type;  // the selected layer type ("" when all layers are alike)
+  std::vector<std::string> warnings;
+  // Every distinct RoPE of the model, in order of first layer.
+  std::vector<HfLayerRope> layer_ropes;
 };
 
 // The largest config.json text accepted (published ones are under 100 KB) and the deepest
@@ -46,8 +64,8 @@ struct HfRopeConfig {
 inline constexpr size_t kMaxHfConfigBytes = size_t{1} << 20;
 inline constexpr int kMaxHfConfigDepth = 64;
 
-// `layer_type` selects an entry of a rope_parameters dict keyed by layer type; it must be
-// empty otherwise.
+// `layer_type` selects a layer by type name or decimal index; it may be empty when every layer
+// has the same RoPE.
 absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json_text,
                                                absl::string_view layer_type);
 

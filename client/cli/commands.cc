@@ -64,13 +64,14 @@ const FlagGroup kSinusoidalParamFlags = {
 const FlagGroup kRopeConfigFlags = {
     {"hf-config", FlagType::kString, "FILE",
      "a Hugging Face config.json as the RoPE configuration"},
-    {"layer-type", FlagType::kString, "NAME", "layer type for per-layer rope_parameters"},
+    {"layer-type", FlagType::kString, "NAME",
+     "with --hf-config: the layer's type (sliding_attention, ...) or index"},
     {"head-dim", FlagType::kInt, "N", "head width (apply-rope: default the last dim of q)"},
     {"rotary-dim", FlagType::kInt, "N", "rotated channels d (even, default head-dim)"},
     {"base", FlagType::kDouble, "B", "rope_theta (default 10000)"},
-    {"style", FlagType::kChoice, "", "rotation pairs (default neox)", "neox|gptj"},
+    {"style", FlagType::kChoice, "", "rotation pairs (default neox)", "neox|gptj|deepseek"},
     {"scaling", FlagType::kChoice, "", "rope scaling type (default: none)",
-     "default|linear|ntk|dynamic|yarn|llama3|longrope"},
+     "default|linear|ntk|dynamic|yarn|llama3|longrope|proportional"},
     {"factor", FlagType::kDouble, "S", "scaling factor s"},
     {"original-max-pos", FlagType::kInt, "N", "original_max_position_embeddings L0"},
     {"max-pos", FlagType::kInt, "N", "max_position_embeddings Lmax"},
@@ -84,6 +85,8 @@ const FlagGroup kRopeConfigFlags = {
     {"high-freq-factor", FlagType::kDouble, "X", "llama3 high_freq_factor"},
     {"long-factor", FlagType::kDoubleList, "LIST", "longrope long_factor (d/2 values)"},
     {"short-factor", FlagType::kDoubleList, "LIST", "longrope short_factor (d/2 values)"},
+    {"partial-rotary-factor", FlagType::kDouble, "P",
+     "proportional: fraction of the frequencies that rotate"},
     {"mrope-section", FlagType::kIntList, "T,H,W", "M-RoPE sections (sum d/2)"},
     {"mrope-layout", FlagType::kChoice, "", "M-RoPE layout (default contiguous)",
      "contiguous|interleaved"},
@@ -323,9 +326,11 @@ absl::StatusOr<client::RopeConfig> RopeConfigFromFlags(const ParsedFlags& flags)
   config.head_dim = flags.Int("head-dim").value_or(0);
   config.rotary_dim = flags.Int("rotary-dim");
   config.base = flags.Double("base");
-  config.style = ChoiceFlag(
-      flags, "style", {{"neox", client::RopeStyle::kNeox}, {"gptj", client::RopeStyle::kGptj}},
-      client::RopeStyle::kUnspecified);
+  config.style = ChoiceFlag(flags, "style",
+                            {{"neox", client::RopeStyle::kNeox},
+                             {"gptj", client::RopeStyle::kGptj},
+                             {"deepseek", client::RopeStyle::kDeepseek}},
+                            client::RopeStyle::kUnspecified);
   client::RopeScaling& s = config.scaling;
   s.type = ChoiceFlag(flags, "scaling",
                       {{"default", RopeScalingType::kDefault},
@@ -334,7 +339,8 @@ absl::StatusOr<client::RopeConfig> RopeConfigFromFlags(const ParsedFlags& flags)
                        {"dynamic", RopeScalingType::kDynamic},
                        {"yarn", RopeScalingType::kYarn},
                        {"llama3", RopeScalingType::kLlama3},
-                       {"longrope", RopeScalingType::kLongrope}},
+                       {"longrope", RopeScalingType::kLongrope},
+                       {"proportional", RopeScalingType::kProportional}},
                       RopeScalingType::kUnspecified);
   s.factor = flags.Double("factor");
   s.original_max_position_embeddings = flags.Int("original-max-pos");
@@ -348,6 +354,7 @@ absl::StatusOr<client::RopeConfig> RopeConfigFromFlags(const ParsedFlags& flags)
   s.high_freq_factor = flags.Double("high-freq-factor");
   s.long_factor = flags.DoubleList("long-factor");
   s.short_factor = flags.DoubleList("short-factor");
+  s.partial_rotary_factor = flags.Double("partial-rotary-factor");
   config.max_position_embeddings = flags.Int("max-pos");
   config.mrope_section = flags.IntList("mrope-section");
   config.mrope_layout = ChoiceFlag(flags, "mrope-layout",
@@ -361,8 +368,9 @@ absl::StatusOr<client::RopeConfig> RopeConfigFromFlags(const ParsedFlags& flags)
 }
 
 std::string_view ScalingName(client::RopeScalingType type) {
-  static constexpr std::string_view kNames[] = {"default", "default", "linear", "ntk",
-                                                "dynamic", "yarn",    "llama3", "longrope"};
+  static constexpr std::string_view kNames[] = {"default", "default",  "linear",
+                                                "ntk",     "dynamic",  "yarn",
+                                                "llama3",  "longrope", "proportional"};
   return kNames[static_cast<int>(type)];
 }
 
@@ -370,7 +378,9 @@ Json DerivedToJson(const client::RopeDerived& d) {
   Json j;
   j["head_dim"] = d.head_dim;
   j["rotary_dim"] = d.rotary_dim;
-  j["style"] = d.style == client::RopeStyle::kGptj ? "gptj" : "neox";
+  j["style"] = d.style == client::RopeStyle::kGptj       ? "gptj"
+               : d.style == client::RopeStyle::kDeepseek ? "deepseek"
+                                                         : "neox";
   j["scaling"] = std::string(ScalingName(d.scaling_type));
   j["effective_base"] = d.effective_base;
   j["factor"] = d.factor;
@@ -384,6 +394,10 @@ Json DerivedToJson(const client::RopeDerived& d) {
   if (d.scaling_type == client::RopeScalingType::kLongrope) {
     j["longrope_factors"] = d.longrope_long_factors ? "long" : "short";
   }
+  if (!d.model_type.empty()) j["model_type"] = d.model_type;
+  if (!d.layer_type.empty()) j["layer_type"] = d.layer_type;
+  if (d.nope) j["nope"] = true;
+  if (!d.warnings.empty()) j["warnings"] = d.warnings;
   j["inv_freq"] = d.inv_freq;
   return j;
 }

@@ -130,6 +130,8 @@ absl::StatusOr<RopeRunInfo> RunApplyRope(const Backend& backend, const ApplyRope
                                          const TensorView& k) {
   return RunWithFrequencies(plan.positions, plan.config, cache,
                             [&](const RopeFrequencies& freqs, const ResolvedPositions& positions) {
+                              // A NoPE layer: q and k pass through untouched.
+                              if (plan.config.nope) return absl::OkStatus();
                               return backend.ApplyRope(plan, freqs, positions, q, k);
                             });
 }

@@ -29,7 +29,7 @@ absl::Status CheckPositive(absl::string_view field, double v) {
 // Which optional scaling fields each type reads.
 struct Allowed {
   bool factor = false, original = false, yarn = false, attention_factor = false, llama3 = false,
-       longrope = false;
+       longrope = false, proportional = false;
 };
 
 Allowed AllowedFields(RopeScalingType type) {
@@ -44,6 +44,7 @@ Allowed AllowedFields(RopeScalingType type) {
     case RopeScalingType::kLongrope:
       a.factor = a.original = a.attention_factor = a.longrope = true;
       break;
+    case RopeScalingType::kProportional: a.factor = a.proportional = true; break;
   }
   return a;
 }
@@ -79,6 +80,7 @@ absl::string_view RopeScalingTypeName(RopeScalingType type) {
     case RopeScalingType::kYarn: return "yarn";
     case RopeScalingType::kLlama3: return "llama3";
     case RopeScalingType::kLongrope: return "longrope";
+    case RopeScalingType::kProportional: return "proportional";
   }
   return "unknown";
 }
@@ -150,6 +152,9 @@ absl::Status ValidateFields(const RopeConfig& c) {
     if (!sc.long_factor.empty()) return not_for_type("long_factor");
     if (!sc.short_factor.empty()) return not_for_type("short_factor");
   }
+  if (sc.partial_rotary_factor && !allowed.proportional) {
+    return not_for_type("partial_rotary_factor");
+  }
 
   if (sc.factor) {
     POSENC_RETURN_IF_ERROR(CheckPositive("config.scaling.factor", *sc.factor));
@@ -219,9 +224,10 @@ absl::Status ValidateFields(const RopeConfig& c) {
       }
       POSENC_RETURN_IF_ERROR(CheckPositive("config.scaling.low_freq_factor", *sc.low_freq_factor));
       POSENC_RETURN_IF_ERROR(CheckFinite("config.scaling.high_freq_factor", *sc.high_freq_factor));
-      if (!(*sc.high_freq_factor > *sc.low_freq_factor)) {
+      // Equal factors are Llama 4 Scout's: a step at L0/low, no smoothed band.
+      if (!(*sc.high_freq_factor >= *sc.low_freq_factor)) {
         return Invalid("config.scaling.high_freq_factor",
-                       absl::StrCat("expected > low_freq_factor = ", *sc.low_freq_factor, ", got ",
+                       absl::StrCat("expected >= low_freq_factor = ", *sc.low_freq_factor, ", got ",
                                     *sc.high_freq_factor));
       }
       break;
@@ -248,6 +254,15 @@ absl::Status ValidateFields(const RopeConfig& c) {
       }
       break;
     }
+    case RopeScalingType::kProportional:
+      if (sc.partial_rotary_factor &&
+          (!std::isfinite(*sc.partial_rotary_factor) || *sc.partial_rotary_factor < 0 ||
+           *sc.partial_rotary_factor > 1)) {
+        return Invalid(
+            "config.scaling.partial_rotary_factor",
+            absl::StrCat("expected a fraction in [0, 1], got ", *sc.partial_rotary_factor));
+      }
+      break;
   }
 
   if (!c.mrope_section.empty()) {
@@ -369,12 +384,13 @@ RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& c, int64_t max_pos
       const long double l0 = static_cast<long double>(*sc.original_max_position_embeddings);
       const long double low = *sc.low_freq_factor, high = *sc.high_freq_factor;
       const long double low_wavelen = l0 / low, high_wavelen = l0 / high;
+      // Hugging Face's order: long wavelengths divided first, then the band between smoothed.
+      // With low == high the band is the single wavelength L0/low (kept: g taken as 1).
       for (auto& w : f.inv_freq) {
         const long double wavelen = 2 * std::numbers::pi_v<long double> / w;
-        if (wavelen < high_wavelen) continue;
         if (wavelen > low_wavelen) {
           w /= s;
-        } else {
+        } else if (wavelen >= high_wavelen && high > low) {
           const long double g = (l0 / wavelen - low) / (high - low);
           w = (1 - g) * w / s + g * w;
         }
@@ -397,6 +413,23 @@ RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& c, int64_t max_pos
       }
       break;
     }
+    case RopeScalingType::kProportional: {
+      const long double s = sc.factor.value_or(1.0);
+      f.factor = sc.factor.value_or(1.0);
+      // int(p * d // 2) in Hugging Face's float arithmetic.
+      const double p = sc.partial_rotary_factor.value_or(1.0);
+      const auto rotating =
+          std::min<int64_t>(static_cast<int64_t>(std::floor(p * static_cast<double>(d) / 2)), half);
+      for (int64_t j = 0; j < half; ++j) {
+        f.inv_freq[j] = j < rotating ? f.inv_freq[j] / s : 0.0L;
+      }
+      break;
+    }
+  }
+  if (c.nope) {
+    f.nope = true;
+    std::fill(f.inv_freq.begin(), f.inv_freq.end(), 0.0L);
+    f.attention_factor = 1.0;
   }
   return f;
 }

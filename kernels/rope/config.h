@@ -4,11 +4,16 @@
 //   omega_j = b^(-2j/d) (then scaled), theta = p * omega_j, j = 0 .. d/2-1, d = rotary_dim.
 //   NEOX pairs (x_j, x_{j+d/2}):  [x0 .. x(d/2-1) | x(d/2) .. x(d-1) | pass-through]
 //   GPTJ pairs (x_{2j}, x_{2j+1}): [x0 x1 | x2 x3 | ... | pass-through]
+//   DEEPSEEK: GPTJ pairs in, NEOX order out (DeepSeek V3's rope_interleave: the rotary channels
+//     are de-interleaved, y = [x0 x2 x4 .. | x1 x3 x5 ..], then rotated as NEOX; the same dot
+//     products as GPTJ, the output a fixed permutation of it). Inverse: rotate, re-interleave.
 //   x'_a = m*(x_a cos - x_b sin),  x'_b = m*(x_b cos + x_a sin)   (m: attention factor)
 //   inverse: rotate by -theta and divide by m.
 //
-// Scaling types (Hugging Face's rope_type): linear, ntk, dynamic, yarn, llama3, longrope; M-RoPE
-// splits the frequencies over (t, h, w) position components.
+// Scaling types (Hugging Face's rope_type): linear, ntk, dynamic, yarn, llama3, longrope,
+// proportional; M-RoPE splits the frequencies over (t, h, w) position components. A NoPE config
+// (a layer without rotary embedding, Llama 4's every fourth) has zero frequencies: RopeCache
+// gives cos 1, sin 0 and ApplyRope passes q/k through untouched.
 #ifndef POSENC_KERNELS_ROPE_CONFIG_H_
 #define POSENC_KERNELS_ROPE_CONFIG_H_
 
@@ -26,8 +31,17 @@ namespace posenc::kernels {
 // the cap bounds what one request can make the server compute and cache (d/2 frequencies).
 inline constexpr int64_t kMaxRopeHeadDim = int64_t{1} << 16;
 
-enum class RopeStyle { kNeox, kGptj };
-enum class RopeScalingType { kDefault, kLinear, kNtk, kDynamic, kYarn, kLlama3, kLongrope };
+enum class RopeStyle { kNeox, kGptj, kDeepseek };
+enum class RopeScalingType {
+  kDefault,
+  kLinear,
+  kNtk,
+  kDynamic,
+  kYarn,
+  kLlama3,
+  kLongrope,
+  kProportional,
+};
 enum class MropeLayout { kContiguous, kInterleaved };
 
 struct RopeScaling {
@@ -44,6 +58,9 @@ struct RopeScaling {
   std::optional<double> high_freq_factor;
   std::vector<double> long_factor;
   std::vector<double> short_factor;
+  // proportional (Gemma 4): the fraction p of the frequencies that rotate; omega_j = b^(-2j/d)
+  // for j < floor(p*d/2), 0 after (those channels pass through), all divided by factor.
+  std::optional<double> partial_rotary_factor;
 };
 
 struct RopeConfig {
@@ -58,6 +75,8 @@ struct RopeConfig {
   bool inverse = false;
   bool apply_attention_factor = true;
   std::optional<int64_t> seq_len;
+  // A layer without rotary embedding (NoPE): every frequency 0, ApplyRope leaves q/k as they are.
+  bool nope = false;
   // Set when the config was read from a Hugging Face config.json that gives the head dim: its
   // validation errors are then reported against the JSON ("config.hf_config_json: ...").
   bool from_hf_config_json = false;
@@ -82,6 +101,7 @@ struct RopeFrequencies {
   int64_t seq_len = 0;          // used by dynamic/longrope, else 0
   double yarn_low = 0.0, yarn_high = 0.0;
   bool longrope_long_factors = false;
+  bool nope = false;  // the config's nope: inv_freq all 0
 
   // The multiplier of cos and sin: m when applied, else 1.
   double CosSinScale() const { return attention_factor_applied ? attention_factor : 1.0; }

@@ -115,6 +115,57 @@ void RotateToken(const SimdKernels& simd, const TensorView& x, int64_t base, int
   }
 }
 
+// DEEPSEEK: the first 2*half channels of each of `heads` rows (element type E, the storage type)
+// move between GPT-J pair order [x0 x1 x2 x3 ..] and NEOX order [x0 x2 .. | x1 x3 ..]: forward
+// de-interleaves before the NEOX rotation, inverse re-interleaves after it. A permutation, so
+// the rotation's arithmetic is the NEOX loop's, exactly.
+template <typename E>
+void PermuteRows(void* data, int64_t base, int64_t heads, int64_t head_stride, int64_t half,
+                 bool deinterleave, std::vector<unsigned char>* scratch) {
+  scratch->resize(static_cast<size_t>(2 * half) * sizeof(E));
+  E* tmp = reinterpret_cast<E*>(scratch->data());
+  for (int64_t h = 0; h < heads; ++h) {
+    E* row = static_cast<E*>(data) + base + h * head_stride;
+    std::memcpy(tmp, row, static_cast<size_t>(2 * half) * sizeof(E));
+    for (int64_t j = 0; j < half; ++j) {
+      if (deinterleave) {
+        row[j] = tmp[2 * j];
+        row[j + half] = tmp[2 * j + 1];
+      } else {
+        row[2 * j] = tmp[j];
+        row[2 * j + 1] = tmp[j + half];
+      }
+    }
+  }
+}
+
+void PermuteToken(const TensorView& x, int64_t base, int64_t heads, int64_t head_stride,
+                  int64_t half, bool deinterleave, std::vector<unsigned char>* scratch) {
+  switch (DTypeSize(x.dtype)) {
+    case 2:
+      PermuteRows<uint16_t>(x.data, base, heads, head_stride, half, deinterleave, scratch);
+      break;
+    case 4:
+      PermuteRows<uint32_t>(x.data, base, heads, head_stride, half, deinterleave, scratch);
+      break;
+    default: PermuteRows<uint64_t>(x.data, base, heads, head_stride, half, deinterleave, scratch);
+  }
+}
+
+// RotateToken in `style`: DEEPSEEK is a permutation around the NEOX rotation.
+template <typename T>
+void RotateTokenStyled(const SimdKernels& simd, const TensorView& x, int64_t base, int64_t heads,
+                       int64_t head_stride, const T* c, const T* s, int64_t half, RopeStyle style,
+                       bool inverse, std::vector<unsigned char>* scratch) {
+  if (style != RopeStyle::kDeepseek) {
+    RotateToken<T>(simd, x, base, heads, head_stride, c, s, half, style == RopeStyle::kGptj);
+    return;
+  }
+  if (!inverse) PermuteToken(x, base, heads, head_stride, half, /*deinterleave=*/true, scratch);
+  RotateToken<T>(simd, x, base, heads, head_stride, c, s, half, /*gptj=*/false);
+  if (inverse) PermuteToken(x, base, heads, head_stride, half, /*deinterleave=*/false, scratch);
+}
+
 template <typename T>
 absl::Status ApplyRopeT(const CpuContext& cpu, const ApplyRopePlan& plan,
                         const RopeFrequencies& freqs, const ResolvedPositions& positions,
@@ -122,22 +173,26 @@ absl::Status ApplyRopeT(const CpuContext& cpu, const ApplyRopePlan& plan,
   const int64_t half = freqs.rotary_dim / 2;
   const SplitFrequencies w(freqs.inv_freq);
   const CosSinFactors f(plan.config, freqs);
-  const bool gptj = plan.config.style == RopeStyle::kGptj;
+  const RopeStyle style = plan.config.style;
+  const bool inverse = plan.config.inverse;
   // Angles once per token, shared by all heads of q and k.
   const int64_t per_token = (plan.q_heads + plan.k_heads) * plan.head_dim;
   return cpu.pool.ParallelFor(plan.tokens, Grain(per_token), [&](int64_t t0, int64_t t1) {
     std::vector<T> c(static_cast<size_t>(half)), s(c.size());
     std::vector<double> pbuf(static_cast<size_t>(half) + 1);
+    std::vector<unsigned char> scratch;
     for (int64_t t = t0; t < t1; ++t) {
       if (!positions.IsValid(t)) continue;  // padding passes through unchanged
       int64_t stride;
       const double* p = TokenPositions(plan.config, positions, t, half, pbuf.data(), &stride);
       SinCos<T>(cpu.simd, p, stride, w, freqs.inv_freq, half, f.scale, f.sign, c.data(), s.data());
-      RotateToken<T>(cpu.simd, q, ApplyRopePlan::TokenBase(plan.q_strides, plan.seq, t),
-                     plan.q_heads, plan.q_strides.head, c.data(), s.data(), half, gptj);
+      RotateTokenStyled<T>(cpu.simd, q, ApplyRopePlan::TokenBase(plan.q_strides, plan.seq, t),
+                           plan.q_heads, plan.q_strides.head, c.data(), s.data(), half, style,
+                           inverse, &scratch);
       if (plan.has_k()) {
-        RotateToken<T>(cpu.simd, k, ApplyRopePlan::TokenBase(plan.k_strides, plan.seq, t),
-                       plan.k_heads, plan.k_strides.head, c.data(), s.data(), half, gptj);
+        RotateTokenStyled<T>(cpu.simd, k, ApplyRopePlan::TokenBase(plan.k_strides, plan.seq, t),
+                             plan.k_heads, plan.k_strides.head, c.data(), s.data(), half, style,
+                             inverse, &scratch);
       }
     }
   });

@@ -40,12 +40,14 @@ std::string RopeFrequencyCache::Key(const RopeConfig& c, int64_t max_position) {
   for (double v : s.long_factor) PutD(key, v);
   PutI(key, static_cast<int64_t>(s.short_factor.size()));
   for (double v : s.short_factor) PutD(key, v);
+  PutOpt(key, s.partial_rotary_factor);
   PutOpt(key, c.max_position_embeddings);
   PutI(key, static_cast<int64_t>(c.mrope_section.size()));
   for (int64_t v : c.mrope_section) PutI(key, v);
   key.push_back(static_cast<char>(c.mrope_layout));
   key.push_back(c.inverse ? 1 : 0);
   key.push_back(c.apply_attention_factor ? 1 : 0);
+  key.push_back(c.nope ? 1 : 0);
   // Only dynamic and longrope read seq_len; for the others it must not split the cache.
   const bool reads_seq_len =
       s.type == RopeScalingType::kDynamic || s.type == RopeScalingType::kLongrope;

@@ -23,18 +23,34 @@ void RowCosSin(const RopeConfig& config, const RopeFrequencies& freqs,
   }
 }
 
-// Rotates the `heads` head rows of one token, head h at x[base + h * head_stride].
-void RotateToken(RopeStyle style, int64_t base, int64_t heads, int64_t head_stride, int64_t half,
-                 const long double* c, const long double* sn, const TensorView& x) {
+// Rotates the `heads` head rows of one token, head h at x[base + h * head_stride]. DEEPSEEK reads
+// GPT-J pairs and writes them at NEOX places (inverse: reads NEOX places, writes GPT-J pairs),
+// so every channel is read before any is written.
+void RotateToken(RopeStyle style, bool inverse, int64_t base, int64_t heads, int64_t head_stride,
+                 int64_t half, const long double* c, const long double* sn, const TensorView& x) {
+  std::vector<long double> in(static_cast<size_t>(2 * half));
   for (int64_t h = 0; h < heads; ++h) {
     const int64_t row = base + h * head_stride;
+    for (int64_t i = 0; i < 2 * half; ++i) in[i] = LoadAsDouble(x.data, x.dtype, row + i);
     for (int64_t j = 0; j < half; ++j) {
-      const int64_t ia = row + (style == RopeStyle::kNeox ? j : 2 * j);
-      const int64_t ib = row + (style == RopeStyle::kNeox ? j + half : 2 * j + 1);
-      const long double xa = LoadAsDouble(x.data, x.dtype, ia);
-      const long double xb = LoadAsDouble(x.data, x.dtype, ib);
-      StoreFromDouble(x.data, x.dtype, ia, static_cast<double>(xa * c[j] - xb * sn[j]));
-      StoreFromDouble(x.data, x.dtype, ib, static_cast<double>(xb * c[j] + xa * sn[j]));
+      const int64_t neox_a = j, neox_b = j + half, gptj_a = 2 * j, gptj_b = 2 * j + 1;
+      int64_t ra = neox_a, rb = neox_b, wa = neox_a, wb = neox_b;  // read and write channels
+      if (style == RopeStyle::kGptj) {
+        ra = wa = gptj_a;
+        rb = wb = gptj_b;
+      } else if (style == RopeStyle::kDeepseek) {
+        if (inverse) {
+          wa = gptj_a;
+          wb = gptj_b;
+        } else {
+          ra = gptj_a;
+          rb = gptj_b;
+        }
+      }
+      const long double xa = in[ra];
+      const long double xb = in[rb];
+      StoreFromDouble(x.data, x.dtype, row + wa, static_cast<double>(xa * c[j] - xb * sn[j]));
+      StoreFromDouble(x.data, x.dtype, row + wb, static_cast<double>(xb * c[j] + xa * sn[j]));
     }
   }
 }
@@ -82,11 +98,13 @@ absl::Status ApplyRope(const ApplyRopePlan& plan, const RopeFrequencies& freqs,
   for (int64_t t = 0; t < plan.tokens; ++t) {
     if (!positions.IsValid(t)) continue;  // padding passes through unchanged
     RowCosSin(plan.config, freqs, positions, t, c.data(), sn.data());
-    RotateToken(plan.config.style, ApplyRopePlan::TokenBase(plan.q_strides, plan.seq, t),
-                plan.q_heads, plan.q_strides.head, half, c.data(), sn.data(), q);
+    RotateToken(plan.config.style, plan.config.inverse,
+                ApplyRopePlan::TokenBase(plan.q_strides, plan.seq, t), plan.q_heads,
+                plan.q_strides.head, half, c.data(), sn.data(), q);
     if (plan.has_k()) {
-      RotateToken(plan.config.style, ApplyRopePlan::TokenBase(plan.k_strides, plan.seq, t),
-                  plan.k_heads, plan.k_strides.head, half, c.data(), sn.data(), k);
+      RotateToken(plan.config.style, plan.config.inverse,
+                  ApplyRopePlan::TokenBase(plan.k_strides, plan.seq, t), plan.k_heads,
+                  plan.k_strides.head, half, c.data(), sn.data(), k);
     }
   }
   return absl::OkStatus();

@@ -2,6 +2,7 @@
 // resolution (the golden cases are in golden_test.cc).
 #include <cmath>
 #include <limits>
+#include <numbers>
 #include <numeric>
 #include <random>
 #include <utility>
@@ -303,7 +304,7 @@ absl::Status Apply(const RopeRun& run, Buffer& q, Buffer* k) {
 }
 
 TEST(RopeTest, InverseUndoesForwardWithAttentionFactor) {
-  for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj}) {
+  for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj, RopeStyle::kDeepseek}) {
     RopeRun run;
     run.config.style = style;
     run.config.rotary_dim = 24;
@@ -442,6 +443,114 @@ TEST(RopeTest, Float32CosSinExactAtTheLargestPosition) {
   }
 }
 
+TEST(RopeTest, DeepseekStyleIsGptjPairsInNeoxOrder) {
+  // transformers' DeepSeek V3 (rope_interleave): q.view(..., d/2, 2).transpose(-1, -2), then
+  // rotate_half. The result is the GPT-J rotation with channel 2j moved to j and 2j+1 to j+d/2;
+  // channels past rotary_dim stay where they are.
+  for (DType dtype : {DType::kFloat64, DType::kFloat32, DType::kBFloat16}) {
+    RopeRun run;
+    run.config.rotary_dim = 8;
+    run.config.base = 500000;
+    run.positions = RangeSpec(12345, 0);
+    const Buffer x = Random(dtype, {1, 3, 2, 12}, 3);
+    Buffer gptj = x, deepseek = x;
+    run.config.style = RopeStyle::kGptj;
+    ASSERT_TRUE(Apply(run, gptj, nullptr).ok());
+    run.config.style = RopeStyle::kDeepseek;
+    ASSERT_TRUE(Apply(run, deepseek, nullptr).ok());
+    for (int64_t row = 0; row < 6; ++row) {
+      for (int64_t j = 0; j < 4; ++j) {
+        EXPECT_EQ(deepseek.at(row * 12 + j), gptj.at(row * 12 + 2 * j)) << row << " " << j;
+        EXPECT_EQ(deepseek.at(row * 12 + 4 + j), gptj.at(row * 12 + 2 * j + 1)) << row << " " << j;
+      }
+      for (int64_t i = 8; i < 12; ++i) EXPECT_EQ(deepseek.at(row * 12 + i), x.at(row * 12 + i));
+    }
+    // The cpu backend permutes around its NEOX loop: the same values.
+    auto cpu = MakeCpuBackend({});
+    ASSERT_TRUE(cpu.ok());
+    Buffer on_cpu = x;
+    auto plan = PlanApplyRope({.config = run.config, .q = on_cpu.view, .positions = run.positions});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_TRUE(RunApplyRope(**cpu, *plan, nullptr, on_cpu.view, TensorView{}).ok());
+    for (int64_t i = 0; i < x.size(); ++i) {
+      EXPECT_NEAR(on_cpu.at(i), deepseek.at(i), dtype == DType::kBFloat16 ? 1e-2 : 1e-6) << i;
+    }
+  }
+}
+
+TEST(RopeTest, NopeLayerPassesThroughAndCachesIdentity) {
+  RopeRun run;
+  run.config.nope = true;
+  run.config.scaling.type = RopeScalingType::kLinear;
+  run.config.scaling.factor = 8;
+  run.positions = RangeSpec(77, 0);
+  const Buffer x = Random(DType::kFloat32, {2, 3, 2, 16}, 5);
+  Buffer q = x;
+  Buffer k = x;
+  ASSERT_TRUE(Apply(run, q, &k).ok());
+  for (int64_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(q.at(i), x.at(i));
+    ASSERT_EQ(k.at(i), x.at(i));
+  }
+  RopeConfig c = run.config;
+  c.head_dim = 16;
+  auto plan = PlanRopeCache({.config = c, .positions = RangeSpec(1000, 3)});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  Buffer cos(plan->cos), sin(plan->sin);
+  auto info = RunRopeCache(Ref(), *plan, /*cache=*/nullptr, cos.view, sin.view);
+  ASSERT_TRUE(info.ok());
+  EXPECT_TRUE(info->frequencies->nope);
+  for (int64_t i = 0; i < cos.size(); ++i) {
+    EXPECT_EQ(cos.at(i), 1.0);
+    EXPECT_EQ(sin.at(i), 0.0);
+  }
+}
+
+TEST(RopeTest, ProportionalAndLlama3StepFrequencies) {
+  // Gemma 4's proportional RoPE: exponents over the full width, a quarter rotating.
+  RopeConfig c;
+  c.head_dim = 512;
+  c.base = 1e6;
+  c.scaling.type = RopeScalingType::kProportional;
+  c.scaling.partial_rotary_factor = 0.25;
+  auto f = ComputeRopeFrequencies(c, 0);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->inv_freq.size(), 256u);
+  for (int j = 0; j < 256; ++j) {
+    const double want = j < 64 ? std::pow(1e6, -2.0 * j / 512) : 0.0;
+    EXPECT_NEAR(static_cast<double>(f->inv_freq[j]), want, 1e-15 * want) << j;
+  }
+  c.scaling.factor = 4;
+  f = ComputeRopeFrequencies(c, 0);
+  ASSERT_TRUE(f.ok());
+  EXPECT_NEAR(static_cast<double>(f->inv_freq[1]), std::pow(1e6, -2.0 / 512) / 4, 1e-17);
+  c.scaling.partial_rotary_factor = 1.5;
+  EXPECT_FALSE(ComputeRopeFrequencies(c, 0).ok());
+
+  // llama3 with low_freq_factor == high_freq_factor (Llama 4 Scout): wavelengths above L0/low
+  // divided by the factor, the rest kept, nothing smoothed.
+  RopeConfig l;
+  l.head_dim = 128;
+  l.base = 500000;
+  l.scaling.type = RopeScalingType::kLlama3;
+  l.scaling.factor = 16;
+  l.scaling.low_freq_factor = 1;
+  l.scaling.high_freq_factor = 1;
+  l.scaling.original_max_position_embeddings = 8192;
+  f = ComputeRopeFrequencies(l, 0);
+  ASSERT_TRUE(f.ok()) << f.status();
+  int kept = 0, divided = 0;
+  for (int j = 0; j < 64; ++j) {
+    const long double w = std::pow(500000.0L, -2.0L * j / 128);
+    const bool long_wave = 2 * std::numbers::pi_v<long double> / w > 8192;
+    const double want = static_cast<double>(long_wave ? w / 16 : w);
+    EXPECT_NEAR(static_cast<double>(f->inv_freq[j]), want, 1e-15 * want) << j;
+    (long_wave ? divided : kept) += 1;
+  }
+  EXPECT_EQ(kept, 35);
+  EXPECT_EQ(divided, 29);
+}
+
 TEST(RopeTest, FrequenciesOfEveryScalingType) {
   RopeConfig c;
   c.head_dim = 8;
@@ -509,7 +618,7 @@ TEST(RopeTest, ValidationNamesTheField) {
   c.scaling.low_freq_factor = 4;
   c.scaling.high_freq_factor = 1;
   c.scaling.original_max_position_embeddings = 8192;
-  EXPECT_THAT(msg(c), HasSubstr("config.scaling.high_freq_factor: expected > low_freq_factor"));
+  EXPECT_THAT(msg(c), HasSubstr("config.scaling.high_freq_factor: expected >= low_freq_factor"));
   c = ok;
   c.scaling.type = RopeScalingType::kYarn;
   c.scaling.factor = 4;

@@ -197,6 +197,12 @@ std::vector<std::pair<std::string, RopeConfig>> RopeConfigs(int64_t head_dim, in
                                      .long_factor = long_factor,
                                      .short_factor = short_factor},
                                     10000.0, 131072));
+  out.emplace_back("proportional",
+                   with({.type = T::kProportional, .factor = 2, .partial_rotary_factor = 0.5}));
+  RopeScaling llama3_step = extended(T::kLlama3, 16, 8192);  // Llama 4 Scout: low == high
+  llama3_step.low_freq_factor = 1;
+  llama3_step.high_freq_factor = 1;
+  out.emplace_back("llama3_step", with(llama3_step, 500000));
   out.emplace_back("yarn_inverse",
                    with({.type = T::kYarn, .factor = 4, .original_max_position_embeddings = 2048},
                         10000.0, std::nullopt, /*inverse=*/true));
@@ -235,7 +241,7 @@ TEST_P(ParityTest, ApplyRopeEveryLayoutStyleScalingAndPositionMode) {
   int combos = 0;
   for (DType dtype : kFloatTypes) {
     for (TensorLayout layout : {TensorLayout::kBSHD, TensorLayout::kBHSD}) {
-      for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj}) {
+      for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj, RopeStyle::kDeepseek}) {
         for (int64_t rotary : {int64_t{16}, int64_t{10}}) {  // full and partial rotary
           for (auto& [sname, config0] : RopeConfigs(16, rotary)) {
             for (PositionCase pc : BatchSeqPositions()) {
@@ -253,8 +259,10 @@ TEST_P(ParityTest, ApplyRopeEveryLayoutStyleScalingAndPositionMode) {
               ASSERT_TRUE(got.ok()) << got.status();
               const std::string what = Tag() + " ApplyRope " + Name(dtype) +
                                        (layout == TensorLayout::kBSHD ? " BSHD " : " BHSD ") +
-                                       (style == RopeStyle::kNeox ? "neox " : "gptj ") + "rot" +
-                                       std::to_string(rotary) + " " + sname + " " + pc.name;
+                                       (style == RopeStyle::kNeox   ? "neox "
+                                        : style == RopeStyle::kGptj ? "gptj "
+                                                                    : "deepseek ") +
+                                       "rot" + std::to_string(rotary) + " " + sname + " " + pc.name;
               ExpectParity(want->q, got->q, Kind::kApply, want->magnitude, what + " q");
               ExpectParity(want->k, got->k, Kind::kApply, want->magnitude, what + " k");
               ++combos;
@@ -264,7 +272,7 @@ TEST_P(ParityTest, ApplyRopeEveryLayoutStyleScalingAndPositionMode) {
       }
     }
   }
-  EXPECT_EQ(combos, 4 * 2 * 2 * 2 * 8 * 6);
+  EXPECT_EQ(combos, 4 * 2 * 3 * 2 * 10 * 6);
 }
 
 TEST_P(ParityTest, ApplyRopePackedAndMrope) {

@@ -122,7 +122,7 @@ TEST(HfConfigTest, Llama31) {
   EXPECT_EQ(c.scaling.high_freq_factor, 4.0);
   EXPECT_EQ(c.scaling.original_max_position_embeddings, 8192);
   EXPECT_EQ(c.max_position_embeddings, 131072);
-  EXPECT_FALSE(hf->style.has_value());
+  EXPECT_EQ(hf->style, kernels::RopeStyle::kNeox);
 
   const v1::RopeDerived d = Derived(kLlama31);
   EXPECT_EQ(d.head_dim(), 128);
@@ -263,9 +263,14 @@ TEST(HfConfigTest, RopeParametersKeyedByLayerType) {
   EXPECT_EQ(sliding->config.base, 1e4);
 
   EXPECT_EQ(ParseHfRopeConfig(kJson, "").status().message(),
-            "config.layer_type: required: hf_config_json's rope_parameters is keyed by layer "
-            "type (full_attention, sliding_attention)");
-  EXPECT_NE(ParseHfRopeConfig(kJson, "global").status().message().find("\"global\" is not a key"),
+            "config.layer_type: required: the layers of this model differ (full_attention: "
+            "layers not listed; sliding_attention: layers not listed); give a layer type or a "
+            "layer index");
+  EXPECT_NE(ParseHfRopeConfig(kJson, "global")
+                .status()
+                .message()
+                .find("\"global\" is not a layer type of this model (full_attention, "
+                      "sliding_attention; a layer index also works)"),
             std::string::npos);
   EXPECT_FALSE(ParseHfRopeConfig(kMistral7b, "full_attention").ok());
 }
@@ -287,10 +292,11 @@ TEST(HfConfigTest, Qwen2VlMropeAndInterleave) {
   ASSERT_TRUE(hf.ok()) << hf.status();
   EXPECT_EQ(hf->mrope_layout, kernels::MropeLayout::kInterleaved);
 
+  // rope_interleave (DeepSeek V3's key): de-interleave, then rotate_half.
   constexpr char kInterleave[] = R"({"qk_rope_head_dim": 64, "rope_interleave": true})";
   hf = ParseHfRopeConfig(kInterleave, "");
   ASSERT_TRUE(hf.ok()) << hf.status();
-  EXPECT_EQ(hf->style, kernels::RopeStyle::kGptj);
+  EXPECT_EQ(hf->style, kernels::RopeStyle::kDeepseek);
 }
 
 TEST(HfConfigTest, TopLevelOriginalOverridesNestedAndIntegralFloatsAreIntegers) {
@@ -313,11 +319,10 @@ TEST(HfConfigTest, Errors) {
   const Bad cases[] = {
       {"", "malformed JSON"},
       {"[1, 2]", "expected a JSON object, got array"},
-      {R"({"head_dim": 64, "rope_scaling": {"rope_type": "llama3", "factor": 8,
-           "beta_fast": 32}})",
-       "rope_scaling.beta_fast is not valid for rope_type 'llama3'"},
-      {R"({"head_dim": 64, "rope_scaling": {"rope_type": "default", "factor": 2}})",
-       "rope_scaling.factor is not valid for rope_type 'default'"},
+      {R"({"head_dim": 64, "rope_scaling": {"rope_type": "xpos"}})",
+       "rope_scaling.rope_type: unknown rope type 'xpos'"},
+      {R"({"text_config": [1]})", "text_config must be an object"},
+      {R"({"head_dim": 64, "layer_types": "full"})", "layer_types must be an array"},
       {R"({"head_dim": 64, "rope_scaling": {"rope_type": 3}})", "rope_type must be a string"},
       {R"({"head_dim": 64, "rope_scaling": "linear"})", "rope_scaling must be an object"},
       {R"({"head_dim": 64.5})", "head_dim must be an integer"},
@@ -338,6 +343,106 @@ TEST(HfConfigTest, Errors) {
     EXPECT_NE(hf.status().message().find(c.message_part), std::string::npos)
         << hf.status().message() << "\nexpected: " << c.message_part;
   }
+}
+
+TEST(HfConfigTest, KeysTransformersDoesNotReadAreWarnings) {
+  // transformers logs unused keys and goes on; so does posenc, reporting them.
+  constexpr char kJson[] = R"({"model_type": "qwen3", "head_dim": 128, "rope_theta": 1000000,
+    "max_position_embeddings": 131072,
+    "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768,
+                     "attn_factor": 0.8, "low_freq_factor": 1}})";
+  auto hf = ParseHfRopeConfig(kJson, "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->config.scaling.type, RopeScalingType::kYarn);
+  EXPECT_FALSE(hf->config.scaling.low_freq_factor.has_value());
+  ASSERT_EQ(hf->warnings.size(), 2u);
+  EXPECT_EQ(hf->warnings[0],
+            "rope_scaling.attn_factor: not read for rope_type 'yarn' (ignored, as transformers "
+            "does)");
+  EXPECT_EQ(hf->model_type, "qwen3");
+
+  TestContext t;
+  v1::RopeCacheRequest req;
+  req.mutable_positions()->mutable_range()->set_count(1);
+  req.mutable_config()->set_hf_config_json(kJson);
+  v1::RopeCacheResponse resp;
+  grpc::Status status = HandleRopeCache(t.ctx, req, &resp);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(resp.derived().warnings_size(), 2);
+  EXPECT_EQ(resp.derived().model_type(), "qwen3");
+  EXPECT_NEAR(resp.derived().attention_factor(), 0.1 * std::log(4.0) + 1, 1e-15);
+
+  // A model_type posenc has no row for: generic defaults, said so.
+  hf = ParseHfRopeConfig(R"({"model_type": "newarch", "head_dim": 64})", "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  ASSERT_EQ(hf->warnings.size(), 1u);
+  EXPECT_NE(hf->warnings[0].find("'newarch' has no architecture defaults"), std::string::npos);
+}
+
+TEST(HfConfigTest, ArchitectureDefaultsAndLayers) {
+  // Gemma 3 text config with nothing but the head: transformers' class defaults fill the rest.
+  constexpr char kGemma3[] = R"({"model_type": "gemma3", "text_config": {
+    "model_type": "gemma3_text", "head_dim": 128, "num_hidden_layers": 12,
+    "rope_scaling": {"rope_type": "linear", "factor": 8.0}}})";
+  auto sliding = ParseHfRopeConfig(kGemma3, "sliding_attention");
+  ASSERT_TRUE(sliding.ok()) << sliding.status();
+  EXPECT_EQ(sliding->config.base, 10000.0);
+  EXPECT_EQ(sliding->config.scaling.type, RopeScalingType::kDefault);
+  EXPECT_EQ(sliding->config.max_position_embeddings, 131072);
+  auto full = ParseHfRopeConfig(kGemma3, "11");
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->layer_type, "full_attention");
+  EXPECT_EQ(full->config.base, 1e6);
+  EXPECT_EQ(full->config.scaling.factor, 8.0);
+  ASSERT_EQ(full->layer_ropes.size(), 2u);
+  EXPECT_EQ(full->layer_ropes[1].layers, (std::vector<int64_t>{5, 11}));
+  EXPECT_NE(ParseHfRopeConfig(kGemma3, "12").status().message().find("layer index 12 is not"),
+            std::string::npos);
+
+  // Cohere 2: interleaved pairs; full-attention layers (every 4th) have no RoPE.
+  constexpr char kCohere2[] = R"({"model_type": "cohere2", "hidden_size": 4096,
+    "num_attention_heads": 32, "num_hidden_layers": 8, "rope_theta": 50000})";
+  auto nope = ParseHfRopeConfig(kCohere2, "3");
+  ASSERT_TRUE(nope.ok()) << nope.status();
+  EXPECT_TRUE(nope->config.nope);
+  EXPECT_EQ(nope->style, kernels::RopeStyle::kGptj);
+  auto rope = ParseHfRopeConfig(kCohere2, "sliding_attention");
+  ASSERT_TRUE(rope.ok()) << rope.status();
+  EXPECT_FALSE(rope->config.nope);
+
+  // ChatGLM (remote code): half the head rotates, interleaved, base 10000 * rope_ratio.
+  auto glm = ParseHfRopeConfig(R"({"model_type": "chatglm", "kv_channels": 128,
+    "hidden_size": 4096, "num_attention_heads": 32, "rope_ratio": 500, "seq_length": 131072})",
+                               "");
+  ASSERT_TRUE(glm.ok()) << glm.status();
+  EXPECT_EQ(glm->config.head_dim, 128);
+  EXPECT_EQ(glm->config.rotary_dim, 64);
+  EXPECT_EQ(glm->config.base, 5e6);
+  EXPECT_EQ(glm->style, kernels::RopeStyle::kGptj);
+  EXPECT_EQ(glm->config.max_position_embeddings, 131072);
+
+  // StableLM's class default partial_rotary_factor 0.25; GPT-NeoX's rotary_pct default 0.25.
+  auto stablelm = ParseHfRopeConfig(
+      R"({"model_type": "stablelm", "hidden_size": 2560, "num_attention_heads": 32})", "");
+  ASSERT_TRUE(stablelm.ok()) << stablelm.status();
+  EXPECT_EQ(stablelm->config.rotary_dim, 20);
+  auto neox = ParseHfRopeConfig(
+      R"({"model_type": "gpt_neox", "hidden_size": 6144, "num_attention_heads": 64})", "");
+  ASSERT_TRUE(neox.ok()) << neox.status();
+  EXPECT_EQ(neox->config.rotary_dim, 24);
+
+  // DeepSeek V2: interleaved pairs in GPT-J order; V3 without rope_interleave: DEEPSEEK; V3 with
+  // rope_interleave false: NEOX.
+  auto v2 = ParseHfRopeConfig(R"({"model_type": "deepseek_v2"})", "");
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_EQ(v2->style, kernels::RopeStyle::kGptj);
+  EXPECT_EQ(v2->config.head_dim, 64);
+  auto v3 = ParseHfRopeConfig(R"({"model_type": "kimi_k2", "qk_rope_head_dim": 64})", "");
+  ASSERT_TRUE(v3.ok()) << v3.status();
+  EXPECT_EQ(v3->style, kernels::RopeStyle::kDeepseek);
+  auto v3_off = ParseHfRopeConfig(R"({"model_type": "deepseek_v3", "rope_interleave": false})", "");
+  ASSERT_TRUE(v3_off.ok()) << v3_off.status();
+  EXPECT_EQ(v3_off->style, kernels::RopeStyle::kNeox);
 }
 
 TEST(HfConfigTest, HostileJsonIsRejectedWithoutCrashing) {

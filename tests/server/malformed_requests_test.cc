@@ -283,13 +283,13 @@ std::vector<BadCase> AllCases() {
           },
           "config.scaling.low_freq_factor"),
       Apply(
-          "llama3_high_not_above_low",
+          "llama3_high_below_low",
           [](R& r) {
             auto* s = r.mutable_config()->mutable_scaling();
             s->set_type(v1::ROPE_SCALING_LLAMA3);
             s->set_factor(8);
             s->set_low_freq_factor(4);
-            s->set_high_freq_factor(4);
+            s->set_high_freq_factor(2);
             s->set_original_max_position_embeddings(8192);
           },
           "config.scaling.high_freq_factor"),
@@ -389,15 +389,14 @@ std::vector<BadCase> AllCases() {
           },
           "rope_scaling.rope_type: unknown rope type 'banana'"),
       Cache(
-          "hf_key_invalid_for_type",
+          "hf_value_of_wrong_type",
           [](C& r) {
             r.mutable_config()->set_head_dim(0);
             r.mutable_config()->set_hf_config_json(
                 R"({"head_dim": 64, "max_position_embeddings": 8192,
-                      "rope_scaling": {"rope_type": "yarn", "factor": 4,
-                                       "low_freq_factor": 1.0}})");
+                      "rope_scaling": {"rope_type": "yarn", "factor": "four"}})");
           },
-          "rope_scaling.low_freq_factor is not valid for rope_type 'yarn'"),
+          "rope_scaling.factor must be a number, got string"),
       Cache(
           "hf_conflicting_head_dim",
           [](C& r) { r.mutable_config()->set_hf_config_json(kLlamaJson); }, "config.head_dim"),

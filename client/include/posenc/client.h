@@ -128,7 +128,7 @@ struct AddPositionEncodingOptions {
 // ---------------------------------------------------------------------------------------------
 // Rotary position embedding.
 // ---------------------------------------------------------------------------------------------
-enum class RopeStyle { kUnspecified, kNeox, kGptj };  // default NEOX
+enum class RopeStyle { kUnspecified, kNeox, kGptj, kDeepseek };  // default NEOX
 enum class RopeScalingType {
   kUnspecified,  // DEFAULT
   kDefault,
@@ -138,6 +138,7 @@ enum class RopeScalingType {
   kYarn,
   kLlama3,
   kLongrope,
+  kProportional,
 };
 
 // Scaling parameters; each type reads only its own fields (SPEC §2.2).
@@ -155,6 +156,7 @@ struct RopeScaling {
   std::optional<double> high_freq_factor;
   std::vector<double> long_factor;
   std::vector<double> short_factor;
+  std::optional<double> partial_rotary_factor;  // proportional
 };
 
 enum class MropeLayout { kUnspecified, kContiguous, kInterleaved };  // default CONTIGUOUS
@@ -193,6 +195,10 @@ struct RopeDerived {
   double yarn_high = 0;
   bool longrope_long_factors = false;
   double factor = 1;
+  std::vector<std::string> warnings;  // hf_config_json: what transformers only warns about
+  bool nope = false;                  // a layer without RoPE: q/k pass through
+  std::string layer_type;             // hf_config_json: the layer type used
+  std::string model_type;             // hf_config_json: whose defaults applied
 };
 
 enum class RopeCacheLayout { kUnspecified, kCompact, kNeox, kGptj };  // default COMPACT

@@ -54,10 +54,12 @@ class Combine(enum.IntEnum):
 
 
 class RopeStyle(enum.IntEnum):
-    """Rotation pairs: NEOX (rotate_half, default) or GPTJ (interleaved)."""
+    """Rotation pairs: NEOX (rotate_half, default), GPTJ (interleaved) or DEEPSEEK
+    (de-interleave, then rotate_half: transformers' DeepSeek V3 / Kimi K2 output order)."""
     UNSPECIFIED = 0
     NEOX = 1
     GPTJ = 2
+    DEEPSEEK = 3
 
 
 class RopeScalingType(enum.IntEnum):
@@ -70,6 +72,7 @@ class RopeScalingType(enum.IntEnum):
     YARN = 5
     LLAMA3 = 6
     LONGROPE = 7
+    PROPORTIONAL = 8
 
 
 class MropeLayout(enum.IntEnum):
@@ -266,6 +269,7 @@ class RopeScaling:
     attention_factor: Optional[float] = None
     low_freq_factor: Optional[float] = None
     high_freq_factor: Optional[float] = None
+    partial_rotary_factor: Optional[float] = None  # PROPORTIONAL
     long_factor: Sequence[float] = ()
     short_factor: Sequence[float] = ()
 
@@ -365,6 +369,10 @@ class RopeDerived:
     yarn_high: float = 0.0
     longrope_long_factors: bool = False
     factor: float = 1.0
+    warnings: Sequence[str] = ()  # hf_config_json: keys transformers would only warn about
+    nope: bool = False  # the layer has no rotary embedding (ApplyRope passes q/k through)
+    layer_type: str = ""  # hf_config_json: the layer type used
+    model_type: str = ""  # hf_config_json: the model_type whose defaults applied
 
 
 class RopeCacheResult(NamedTuple):

@@ -177,7 +177,8 @@ def _set_rope_config(msg: pb.RopeConfig, config: RopeConfig) -> None:
         out = msg.scaling
         out.type = parse_enum(RopeScalingType, s.type, "config.scaling.type")
         for name in ("factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
-                     "attention_factor", "low_freq_factor", "high_freq_factor"):
+                     "attention_factor", "low_freq_factor", "high_freq_factor",
+                     "partial_rotary_factor"):
             value = getattr(s, name)
             if value is not None:
                 setattr(out, name, float(value))
@@ -221,6 +222,10 @@ def _derived(msg: pb.RopeDerived) -> RopeDerived:
         yarn_high=msg.yarn_high,
         longrope_long_factors=msg.longrope_long_factors,
         factor=msg.factor,
+        warnings=tuple(msg.warnings),
+        nope=msg.nope,
+        layer_type=msg.layer_type,
+        model_type=msg.model_type,
     )
 
 

@@ -1,0 +1,260 @@
+// Every published config.json of tests/hf_configs (see its README) through the normalizer and
+// the RopeCache / ApplyRope handlers on the reference and cpu backends, against what Hugging Face
+// transformers computes (`hf_expected`): inv_freq (float64, 1e-12 relative), attention scaling,
+// pairing, head and rotary dims, per layer type where the model's layers differ, and the cos/sin
+// tables those frequencies give.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "nlohmann/json.hpp"
+#include "server/handlers.h"
+#include "server/hf_config.h"
+#include "tests/server/server_test_util.h"
+
+#ifndef POSENC_HF_CONFIGS_DIR
+#error "POSENC_HF_CONFIGS_DIR must name tests/hf_configs"
+#endif
+
+namespace posenc::server {
+namespace {
+
+using Json = nlohmann::json;
+
+Json Load(const std::string& name) {
+  std::ifstream in(std::string(POSENC_HF_CONFIGS_DIR) + "/" + name + ".json");
+  EXPECT_TRUE(in.good()) << name;
+  std::stringstream text;
+  text << in.rdbuf();
+  return Json::parse(text.str());
+}
+
+// The two backends every case runs on.
+struct Backends {
+  std::unique_ptr<kernels::Backend> reference = kernels::MakeReferenceBackend();
+  std::unique_ptr<kernels::Backend> cpu = *kernels::MakeCpuBackend({});
+};
+
+v1::RopeStyle Style(const std::string& hf) {
+  if (hf == "neox") return v1::ROPE_STYLE_NEOX;
+  if (hf == "gptj" || hf == "llama4_complex") return v1::ROPE_STYLE_GPTJ;
+  if (hf == "deepseek_interleave") return v1::ROPE_STYLE_DEEPSEEK;
+  ADD_FAILURE() << "unknown rotation_style " << hf;
+  return v1::ROPE_STYLE_UNSPECIFIED;
+}
+
+void ExpectRelative(double got, double want, const std::string& what) {
+  if (want == 0) {
+    EXPECT_EQ(got, 0.0) << what;
+  } else {
+    EXPECT_LE(std::fabs(got - want), 1e-12 * std::fabs(want))
+        << what << ": got " << got << ", want " << want;
+  }
+}
+
+// inv_freq_float64 {count, first[3], last[3]} against the derived inv_freq.
+void ExpectInvFreq(const v1::RopeDerived& d, const Json& expected, const std::string& what) {
+  ASSERT_EQ(d.inv_freq_size(), expected["count"].get<int>()) << what;
+  const int n = d.inv_freq_size();
+  for (int i = 0; i < 3; ++i) {
+    ExpectRelative(d.inv_freq(i), expected["first"][i].get<double>(),
+                   what + " inv_freq[" + std::to_string(i) + "]");
+    ExpectRelative(d.inv_freq(n - 3 + i), expected["last"][i].get<double>(),
+                   what + " inv_freq[" + std::to_string(n - 3 + i) + "]");
+  }
+}
+
+struct Call {
+  std::string json;
+  std::string layer_type;
+  int64_t seq_len = 1;  // the tables at initialization (dynamic: base; longrope: short factors)
+  bool mrope = false;   // positions as M-RoPE ids [3, n] (text tokens: t = h = w)
+};
+
+// RopeCache (FLOAT64, COMPACT) at positions 0 .. 2 and 4097 on `backend`; checks the table
+// against the derived frequencies and returns the response.
+v1::RopeCacheResponse Cache(const kernels::Backend& backend, const Call& call,
+                            const std::string& what) {
+  TableRegistry tables;
+  HandlerContext ctx{&backend, Limits{}, &tables};
+  v1::RopeCacheRequest req;
+  *req.mutable_positions()->mutable_ids() =
+      call.mrope ? testing::Int64Tensor({3, 4}, {0, 1, 2, 4097, 0, 1, 2, 4097, 0, 1, 2, 4097})
+                 : testing::Int64Tensor({4}, {0, 1, 2, 4097});
+  req.mutable_config()->set_hf_config_json(call.json);
+  req.mutable_config()->set_layer_type(call.layer_type);
+  if (call.seq_len > 0) req.mutable_config()->set_seq_len(call.seq_len);
+  req.set_output_dtype(v1::DTYPE_FLOAT64);
+  v1::RopeCacheResponse resp;
+  const grpc::Status status = HandleRopeCache(ctx, req, &resp);
+  EXPECT_TRUE(status.ok()) << what << ": " << status.error_message();
+  if (!status.ok()) return resp;
+  const v1::RopeDerived& d = resp.derived();
+  const int half = d.inv_freq_size();
+  const auto* cos = reinterpret_cast<const double*>(resp.cos().data().data());
+  const auto* sin = reinterpret_cast<const double*>(resp.sin().data().data());
+  const double m = d.attention_factor_applied() ? d.attention_factor() : 1.0;
+  const int64_t positions[] = {0, 1, 2, 4097};
+  for (int t = 0; t < 4; ++t) {
+    for (int j = 0; j < half; ++j) {
+      const long double angle = static_cast<long double>(positions[t]) * d.inv_freq(j);
+      EXPECT_NEAR(cos[t * half + j], static_cast<double>(std::cos(angle)) * m, 1e-9)
+          << what << " p=" << positions[t] << " j=" << j;
+      EXPECT_NEAR(sin[t * half + j], static_cast<double>(std::sin(angle)) * m, 1e-9)
+          << what << " p=" << positions[t] << " j=" << j;
+    }
+  }
+  return resp;
+}
+
+// One expected block (flat hf_expected, an as_published / with_model_card_yarn variant, or a
+// per_layer_type entry with the file-level fields as fallback).
+void Check(const Call& call, const Json& block, const Json& file_level, const std::string& what) {
+  Backends backends;
+  for (const kernels::Backend* backend : {backends.reference.get(), backends.cpu.get()}) {
+    const std::string where = what + " [" + std::string(backend->name()) + "]";
+    const v1::RopeCacheResponse resp = Cache(*backend, call, where);
+    const v1::RopeDerived& d = resp.derived();
+    if (block.contains("inv_freq_float64")) ExpectInvFreq(d, block["inv_freq_float64"], where);
+    if (block.contains("attention_scaling")) {
+      EXPECT_NEAR(d.attention_factor(), block["attention_scaling"].get<double>(), 1e-15) << where;
+    }
+    const Json& style = block.contains("rotation_style") ? block : file_level;
+    if (style.contains("rotation_style")) {
+      EXPECT_EQ(d.style(), Style(style["rotation_style"].get<std::string>())) << where;
+    }
+    if (block.contains("head_dim_used")) {
+      EXPECT_EQ(d.head_dim(), block["head_dim_used"].get<int64_t>()) << where;
+      EXPECT_EQ(d.rotary_dim(), d.head_dim()) << where;  // proportional: a full-width table
+    } else if (file_level.contains("head_dim")) {
+      EXPECT_EQ(d.head_dim(), file_level["head_dim"].get<int64_t>()) << where;
+    }
+    if (block.contains("rotary_dim")) {
+      EXPECT_EQ(d.rotary_dim(), block["rotary_dim"].get<int64_t>()) << where;
+    }
+    if (block.contains("rope_theta") && d.scaling_type() != v1::ROPE_SCALING_DYNAMIC) {
+      EXPECT_EQ(d.effective_base(), block["rope_theta"].get<double>()) << where;
+    }
+    if (block.contains("factor")) {
+      EXPECT_EQ(d.factor(), block["factor"].get<double>()) << where;
+    }
+    if (block.contains("correction_range_used")) {
+      EXPECT_NEAR(d.yarn_low(), block["correction_range_used"][0].get<double>(), 1e-12) << where;
+      EXPECT_NEAR(d.yarn_high(), block["correction_range_used"][1].get<double>(), 1e-12) << where;
+    }
+    EXPECT_FALSE(d.nope()) << where;
+  }
+}
+
+std::string ConfigText(const Json& file, bool with_overlay) {
+  Json config = file["config"];
+  if (with_overlay) {
+    for (auto it = file["config_overlay"]["keys"].begin();
+         it != file["config_overlay"]["keys"].end(); ++it) {
+      config[it.key()] = it.value();
+    }
+  }
+  return config.dump();
+}
+
+class HfConfigsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HfConfigsTest, MatchesTransformers) {
+  const std::string name = GetParam();
+  const Json file = Load(name);
+  const Json& expected = file["hf_expected"];
+  const std::string json = ConfigText(file, false);
+
+  if (expected.contains("as_published")) {  // qwen2.5: the file, then with the card's YaRN
+    Check({json}, expected["as_published"], expected["as_published"], name + " as published");
+    Check({ConfigText(file, true)}, expected["with_model_card_yarn"],
+          expected["with_model_card_yarn"], name + " with the card's yarn");
+    return;
+  }
+  if (expected.contains("per_layer")) {
+    // Llama 4: the flat values are the RoPE layers'; every NoPE layer passes q/k through.
+    const Json& nope_layers = expected["per_layer"]["nope_layers"];
+    Check({json, "chunked_attention"}, expected, expected, name + " chunked_attention");
+    Check({json, "0"}, expected, expected, name + " layer 0");
+    Backends backends;
+    for (const Json& layer : nope_layers) {
+      for (const std::string& selector :
+           {std::to_string(layer.get<int>()), std::string("full_attention")}) {
+        const v1::RopeCacheResponse resp =
+            Cache(*backends.cpu, {json, selector}, name + " NoPE " + selector);
+        EXPECT_TRUE(resp.derived().nope()) << selector;
+        for (double w : resp.derived().inv_freq()) EXPECT_EQ(w, 0.0) << selector;
+      }
+    }
+    int nope_count = 0;
+    for (int i = 0; i < 48; ++i) {
+      const Call call{json, std::to_string(i)};
+      nope_count += Cache(*backends.reference, call, name).derived().nope() ? 1 : 0;
+    }
+    EXPECT_EQ(nope_count, expected["per_layer"]["nope_layer_count"].get<int>());
+  } else if (expected.contains("inv_freq_float64")) {
+    Check({.json = json, .mrope = expected.contains("mrope")}, expected, expected, name);
+  }
+  if (expected.contains("example_seq_len_2M")) {  // dynamic NTK past max_position_embeddings
+    const Json& example = expected["example_seq_len_2M"];
+    Backends backends;
+    const Call call{json, "", example["seq_len"].get<int64_t>()};
+    const v1::RopeDerived d = Cache(*backends.cpu, call, name + " long").derived();
+    EXPECT_NEAR(d.effective_base(), example["effective_base"].get<double>(),
+                1e-12 * example["effective_base"].get<double>());
+    ExpectInvFreq(d, example["inv_freq_float64"], name + " long");
+  }
+  if (expected.contains("long_factor_inv_freq_float64")) {  // LongRoPE past L0
+    Backends backends;
+    const int64_t l0 = expected["original_max_position_embeddings"].get<int64_t>();
+    for (const kernels::Backend* backend : {backends.reference.get(), backends.cpu.get()}) {
+      const v1::RopeDerived d = Cache(*backend, {json, "", l0 + 1}, name + " long").derived();
+      EXPECT_TRUE(d.longrope_long_factors());
+      ExpectInvFreq(d, expected["long_factor_inv_freq_float64"], name + " long");
+      EXPECT_NEAR(d.attention_factor(), expected["attention_scaling"].get<double>(), 1e-15);
+    }
+  }
+  if (expected.contains("per_layer_type")) {
+    const Json& per_layer = expected["per_layer_type"];
+    for (auto it = per_layer.begin(); it != per_layer.end(); ++it) {
+      const Json& block = it.value();
+      Check({json, it.key()}, block, expected, name + " " + it.key());
+      // Each listed layer index selects the same RoPE.
+      for (const Json& layer : block["layers"]) {
+        Check({json, std::to_string(layer.get<int>())}, block, expected,
+              name + " layer " + std::to_string(layer.get<int>()));
+      }
+    }
+  }
+}
+
+std::vector<std::string> AllConfigs() {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(POSENC_HF_CONFIGS_DIR)) {
+    if (entry.path().extension() == ".json") names.push_back(entry.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Published, HfConfigsTest, ::testing::ValuesIn(AllConfigs()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string n = info.param;
+                           for (char& c : n) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return n;
+                         });
+
+TEST(HfConfigsTest, AllTwentyFiveArePresent) { EXPECT_EQ(AllConfigs().size(), 25u); }
+
+}  // namespace
+}  // namespace posenc::server
