@@ -59,6 +59,10 @@ std::string ServiceConfigJson(const ClientOptions& options) {
   if (!options.load_balancing_policy.empty()) {
     absl::StrAppend(&config, R"("loadBalancingConfig": [{")", options.load_balancing_policy,
                     R"(": {}}])");
+    // The server's overall status ("" service): NOT_SERVING from the start of a drain.
+    if (options.health_check) {
+      absl::StrAppend(&config, R"(, "healthCheckConfig": {"serviceName": ""})");
+    }
   }
   if (options.max_attempts > 1) {
     if (config.size() > 1) config += ", ";

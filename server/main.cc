@@ -474,5 +474,11 @@ int main(int argc, char** argv) {
   (*server)->Wait();
   waiter.join();
   spdlog::info("posenc-server stopped");
-  return 0;
+  // Every call is done and the listener is closed: exit now, without the destructors. gRPC
+  // 1.51's teardown (grpc_shutdown, from ~grpc::Server) joins its executor threads, and after a
+  // large response one of them can sit in a poll for up to ~10 s, which would push the exit past
+  // --drain_timeout and into the orchestrator's kill timeout.
+  spdlog::default_logger()->flush();
+  std::fflush(nullptr);
+  std::_Exit(0);
 }

@@ -141,8 +141,14 @@ class PosencServerImpl final : public PosencServer {
     // Then the calls still running finish (or reach the deadline) while new ones keep getting
     // UNAVAILABLE from the service; only then does the listener close. gRPC would cancel a call
     // that reaches a shutting-down server (CANCELLED, which clients do not retry).
-    service_.WaitUntilIdle(deadline);
-    server_->Shutdown(deadline);
+    // Once our calls are done, what is left are other services' streams, chiefly clients'
+    // grpc.health.v1 Watch streams (client-side health checking), which would otherwise hold the
+    // shutdown until the deadline: they get a moment (calls refused just now finish sending
+    // UNAVAILABLE), then are cancelled.
+    const bool idle = service_.WaitUntilIdle(deadline);
+    server_->Shutdown(
+        idle ? std::min(deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(250))
+             : deadline);
   }
 
   void Wait() override {

@@ -8,6 +8,9 @@
 # (the test list is the tsan test preset's filter in CMakePresets.json; suppressions for the
 # uninstrumented gRPC/Abseil/spdlog in tests/tsan.supp), and last builds the libFuzzer targets
 # with clang and runs each for 20 s (tests/fuzz/run_smoke.sh).
+# After the release tests it cross-compiles kernels/ for aarch64 (tests/deploy/cross_aarch64.sh)
+# and runs the container test (tests/deploy/container_test.sh: the image, compose and Kubernetes
+# files with podman); POSENC_CROSS_TEST=0 and POSENC_CONTAINER_TEST=0 skip them locally.
 # Usage: tests/run_all.sh            (from anywhere; needs root or sudo for apt on first run)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,6 +41,23 @@ stage "style (clang-format, clang-tidy on kernels/)"
 bash tests/check_style.sh build/release
 done_stage "style (clang-format, clang-tidy on kernels/)"
 test_preset release
+
+# Portability: kernels/ cross-compiled for aarch64 (Debian's g++-aarch64-linux-gnu, installed
+# when missing), the x86 SIMD levels left out. POSENC_CROSS_TEST=0 skips it.
+if [ "${POSENC_CROSS_TEST:-1}" = 1 ]; then
+  stage "cross-compile kernels/ for aarch64"
+  bash tests/deploy/cross_aarch64.sh build/aarch64
+  done_stage "cross-compile kernels/ for aarch64"
+fi
+
+# The deployment files for real (podman): deploy/Dockerfile built and run, deploy/compose.yaml
+# with two replicas, the Kubernetes base with `podman kube play` (tests/deploy/container_test.sh;
+# installs podman when missing). POSENC_CONTAINER_TEST=0 skips it on a workstation; CI runs it.
+if [ "${POSENC_CONTAINER_TEST:-1}" = 1 ]; then
+  stage "containers (image, compose, kube play)"
+  bash tests/deploy/container_test.sh build/release/posenc
+  done_stage "containers (image, compose, kube play)"
+fi
 
 if [ "${POSENC_SANITIZERS:-0}" = 1 ]; then
   build_preset asan-ubsan

@@ -26,6 +26,7 @@
 
 #include "gtest/gtest.h"
 #include "posenc/v1/posenc.grpc.pb.h"
+#include "tests/server/server_process.h"
 #include "tests/server/server_test_util.h"
 
 namespace posenc::server {
@@ -33,108 +34,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using testing::HealthCheck;
+using testing::ServerProcess;
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
-
-// posenc-server as a child process; its stdout and stderr are collected by a reader thread.
-// The destructor kills (SIGKILL) and reaps a child that is still running.
-class ServerProcess {
- public:
-  explicit ServerProcess(const std::vector<std::string>& args) {
-    int fds[2];
-    if (pipe(fds) != 0) return;
-    std::vector<std::string> argv_storage = {POSENC_SERVER_PATH};
-    argv_storage.insert(argv_storage.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& a : argv_storage) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(fds[1], STDOUT_FILENO);
-      dup2(fds[1], STDERR_FILENO);
-      close(fds[0]);
-      close(fds[1]);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(fds[1]);
-    if (pid_ < 0) {
-      close(fds[0]);
-      return;
-    }
-    reader_ = std::thread([this, fd = fds[0]] {
-      char buffer[4096];
-      for (;;) {
-        const ssize_t n = read(fd, buffer, sizeof(buffer));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        std::lock_guard<std::mutex> lock(mu_);
-        output_.append(buffer, static_cast<size_t>(n));
-      }
-      close(fd);
-    });
-  }
-
-  ~ServerProcess() {
-    if (pid_ > 0 && !exit_status_.has_value()) {
-      kill(pid_, SIGKILL);
-      int status = 0;
-      waitpid(pid_, &status, 0);
-    }
-    if (reader_.joinable()) reader_.join();
-  }
-
-  bool started() const { return pid_ > 0; }
-  pid_t pid() const { return pid_; }
-
-  std::string output() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return output_;
-  }
-
-  // The port from the "listening on HOST:PORT" line, or 0 when it did not come in `timeout`.
-  int WaitForPort(std::chrono::seconds timeout) {
-    const auto end = Clock::now() + timeout;
-    while (Clock::now() < end) {
-      const std::string out = output();
-      const size_t at = out.find("listening on ");
-      if (at != std::string::npos) {
-        const size_t space = out.find(' ', at + 13);
-        const size_t colon = out.rfind(':', space);
-        if (space != std::string::npos && colon != std::string::npos && colon > at) {
-          return std::atoi(out.substr(colon + 1, space - colon - 1).c_str());
-        }
-      }
-      if (WaitForExit(std::chrono::milliseconds(20)).has_value()) return 0;
-    }
-    return 0;
-  }
-
-  // The wait status once the child has exited within `timeout`, else nullopt.
-  std::optional<int> WaitForExit(std::chrono::milliseconds timeout) {
-    if (exit_status_.has_value()) return exit_status_;
-    const auto end = Clock::now() + timeout;
-    for (;;) {
-      int status = 0;
-      const pid_t r = waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) {
-        exit_status_ = status;
-        return exit_status_;
-      }
-      if (r < 0 || Clock::now() >= end) return std::nullopt;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  }
-
- private:
-  pid_t pid_ = -1;
-  std::optional<int> exit_status_;
-  std::thread reader_;
-  std::mutex mu_;
-  std::string output_;
-};
 
 std::shared_ptr<grpc::Channel> Connect(int port) {
   grpc::ChannelArguments args;

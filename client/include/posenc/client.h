@@ -335,6 +335,10 @@ struct ClientOptions {
   // gRPC load-balancing policy over the addresses the target resolves to ("round_robin" spreads
   // calls over the replicas behind a DNS name; "pick_first" is gRPC's default).
   std::string load_balancing_policy = "round_robin";
+  // Client-side health checking (round_robin): the channel watches grpc.health.v1 on every
+  // address and sends no new call to one that is not SERVING, e.g. a replica draining after
+  // SIGTERM, so calls move to the others before the draining replica refuses them.
+  bool health_check = true;
   // TLS: when `use_tls`, the channel uses SSL credentials with these PEM strings (empty root
   // certificates: the system's roots; a client key/cert pair enables mTLS).
   bool use_tls = false;
