@@ -162,7 +162,9 @@ const FlagGroup kAlibiBiasFlags = {
     {"future", FlagType::kChoice, "", "keys after the query (default mask = -inf)",
      "mask|zero|linear"},
     {"max-bias", FlagType::kDouble, "B", "maximum bias (default 8)"},
-    {"form", FlagType::kChoice, "", "full matrices or the compact form (default full)",
+    {"form", FlagType::kChoice, "",
+     "full matrices over the wire, or the compact form (default: full matrices, fetched "
+     "compact and expanded here)",
      "full|compact"},
     {"expand", FlagType::kSwitch, "",
      "with --form compact: expand the compact form locally to full matrices"},
@@ -543,6 +545,9 @@ absl::StatusOr<CommandOutput> RunAdd(const ParsedFlags& flags, const client::Cli
 }
 
 absl::StatusOr<CommandOutput> RunRopeCache(const ParsedFlags& flags, const client::Client& client) {
+  if (!flags.Has("head-dim") && !flags.Has("hf-config")) {
+    return UsageError("--head-dim is required (or --hf-config FILE, which gives it)");
+  }
   client::RopeCacheOptions options;
   std::vector<int64_t> labels;
   POSENC_ASSIGN_OR_RETURN(options.positions, PositionsFromFlags(flags, &labels));

@@ -225,6 +225,13 @@ int Run(const std::vector<std::string>& args) {
     }
     std::cerr << "error: " << absl::StatusCodeToString(output.status().code()) << ": "
               << output.status().message() << "\n";
+    if (output.status().code() == absl::StatusCode::kResourceExhausted &&
+        (command->name == "alibi-bias" || command->name == "relative-bias") &&
+        flags.String("form").value_or("") == "full") {
+      std::cerr << "hint: the compact form carries q_len + k_len - 1 values per head instead of "
+                   "q_len x k_len: leave --form unset (fetched compact, expanded here) or use "
+                   "--form compact\n";
+    }
     return kExitFailure;
   }
   if (absl::Status s = MaybeWriteHeatmap(command->name, flags, *output); !s.ok()) {
@@ -233,7 +240,13 @@ int Run(const std::vector<std::string>& args) {
   }
   TableOptions table_options;
   table_options.full = flags.Switch("full");
-  PrintOutput(*output, output->format.value_or(output_format), table_options, std::cout);
+  // A .npy written to standard output (`--npy -`) is the whole of it.
+  bool npy_on_stdout = false;
+  for (std::string_view flag : {"npy", "out-cos", "out-sin", "out-q", "out-k"}) {
+    npy_on_stdout |= flags.String(flag).value_or("") == "-";
+  }
+  PrintOutput(*output, npy_on_stdout ? OutputFormat::kNone : output->format.value_or(output_format),
+              table_options, std::cout);
   return output->exit_code;
 }
 

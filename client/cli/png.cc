@@ -313,6 +313,7 @@ absl::Status CheckOutputFiles(const ParsedFlags& flags) {
     if (!path.has_value()) continue;
     const std::string what = absl::StrCat("--", std::string(flag), ": cannot write '", *path, "'");
     if (path->empty()) return UsageError(absl::StrCat("--", std::string(flag), " needs a path"));
+    if (*path == "-" && flag != "png") continue;  // standard output
     std::error_code ec;
     const fs::path file(*path);
     fs::path dir = file.parent_path();

@@ -206,6 +206,7 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
   ExpectExit("alibi-slopes --heads many", 2, &CliResult::err, "--heads expects an integer");
   ExpectExit("sinusoidal --positions 5:2 --dim 4", 2);
   ExpectExit("alibi-bias --heads 2", 2, &CliResult::err, "--q-len is required");
+  ExpectExit("rope-cache --positions 0:4", 2, &CliResult::err, "--head-dim is required");
   ExpectExit("no-such-command", 2);
   // Close misspellings get a suggestion.
   ExpectExit("rope-cach --positions 0:4 --head-dim 8", 2, &CliResult::err,
@@ -215,6 +216,15 @@ TEST_F(CliTest, UsageErrorsExitTwo) {
   ExpectExit("--timeout 1x info", 2, &CliResult::err, "--timeout expects a positive duration");
   // Durations as absl::ParseDuration reads them.
   ExpectExit("--timeout 1m30s alibi-slopes --heads 2", 0);
+}
+
+TEST_F(CliTest, NpyToStandardOutputIsTheWholeOutput) {
+  CliResult r = Run("sinusoidal --positions 0:4 --dim 4 --npy -");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_GE(r.out.size(), 10u);
+  EXPECT_EQ(r.out.substr(0, 6), "\x93NUMPY");
+  EXPECT_NE(r.out.find("'shape': (4, 4)"), std::string::npos);
+  EXPECT_EQ(r.out.size() % 64, (128 + 4 * 4 * 4) % 64);  // header padded to 64, then 16 floats
 }
 
 TEST_F(CliTest, HelpExitsZero) {
