@@ -108,6 +108,31 @@ int64_t OutputBytes(double elements, std::optional<DType> dtype) {
   return bytes >= 9e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(bytes);
 }
 
+// AddPositionEncoding's y: x's shape with the last axis D (ADD) or D + the encoding's width
+// (CONCAT), in x's dtype.
+int64_t AddPositionEncodingOutputBytes(const AddPositionEncodingOptions& options) {
+  const Tensor& x = options.x;
+  const int64_t width = x.shape.empty() ? 0 : x.shape.back();
+  int64_t pe_width = width;
+  if (options.sinusoidal.has_value() && options.sinusoidal->dim > 0) {
+    pe_width = options.sinusoidal->dim;
+  } else if (options.learned.has_value() && options.learned->table_inline.has_value() &&
+             options.learned->table_inline->shape.size() == 2) {
+    pe_width = options.learned->table_inline->shape[1];
+  }
+  const int64_t y_width = options.combine == Combine::kConcat ? width + pe_width : width;
+  return OutputBytes(static_cast<double>(x.data.size()) /
+                         static_cast<double>(DTypeSize(x.dtype) * std::max<int64_t>(1, width)) *
+                         static_cast<double>(y_width),
+                     x.dtype);
+}
+
+int64_t InlineTableBytes(const AddPositionEncodingOptions& options) {
+  return options.learned.has_value() && options.learned->table_inline.has_value()
+             ? static_cast<int64_t>(options.learned->table_inline->data.size())
+             : 0;
+}
+
 // What a RoPE config adds to a request and its response besides tensors: its text and factors
 // (the response's derived values repeat the frequencies).
 int64_t ConfigBytes(const RopeConfig& config) {
@@ -363,8 +388,22 @@ absl::StatusOr<Tensor> Client::Sinusoidal(const SinusoidalOptions& options,
 
 absl::StatusOr<Tensor> Client::AddPositionEncoding(const AddPositionEncodingOptions& options,
                                                    const CallOptions& call) const {
-  return impl_->Unary(&Stub::AddPositionEncoding, options, call,
-                      TensorOf(&v1::AddPositionEncodingResponse::mutable_y, "y"));
+  const auto convert = TensorOf(&v1::AddPositionEncodingResponse::mutable_y, "y");
+  const Tensor& x = options.x;
+  const int64_t y_bytes = AddPositionEncodingOutputBytes(options);
+  const int64_t rows = x.shape.empty() ? 1 : x.shape[0];
+  const int64_t budget = impl_->SplitBudget(static_cast<int64_t>(x.data.size()) + y_bytes,
+                                            InlineTableBytes(options), call);
+  if (budget > 0 && rows > 0) {
+    if (auto pieces = internal::SplitAddPositionEncoding(
+            options, y_bytes / std::max<int64_t>(1, rows), budget)) {
+      POSENC_ASSIGN_OR_RETURN(
+          std::vector<Tensor> parts,
+          impl_->Gather(&Stub::async::AddPositionEncoding, *pieces, call, convert));
+      return internal::ConcatAxis(parts, 0);
+    }
+  }
+  return impl_->Unary(&Stub::AddPositionEncoding, options, call, convert);
 }
 
 absl::StatusOr<RopeCacheResult> Client::RopeCache(const RopeCacheOptions& options,
@@ -483,8 +522,15 @@ Future<Tensor> Client::SinusoidalAsync(SinusoidalOptions options, const CallOpti
 
 Future<Tensor> Client::AddPositionEncodingAsync(AddPositionEncodingOptions options,
                                                 const CallOptions& call) const {
-  return impl_->Start(&Stub::async::AddPositionEncoding, options, call,
-                      TensorOf(&v1::AddPositionEncodingResponse::mutable_y, "y"));
+  if (impl_->SplitBudget(
+          static_cast<int64_t>(options.x.data.size()) + AddPositionEncodingOutputBytes(options),
+          InlineTableBytes(options), call) == 0) {
+    return impl_->Start(&Stub::async::AddPositionEncoding, options, call,
+                        TensorOf(&v1::AddPositionEncodingResponse::mutable_y, "y"));
+  }
+  return std::async(std::launch::async, [this, options = std::move(options), call] {
+    return AddPositionEncoding(options, call);
+  });
 }
 
 Future<RopeCacheResult> Client::RopeCacheAsync(RopeCacheOptions options,

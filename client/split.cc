@@ -158,4 +158,54 @@ absl::StatusOr<ApplyRopeResult> JoinApplyRope(const ApplyRopeOptions& options,
   return out;
 }
 
+std::optional<std::vector<AddPositionEncodingOptions>> SplitAddPositionEncoding(
+    const AddPositionEncodingOptions& options, int64_t y_row_bytes, int64_t budget) {
+  using Kind = Positions::Kind;
+  const Tensor& x = options.x;
+  const Positions& p = options.positions;
+  if ((x.shape.size() != 2 && x.shape.size() != 3) || !x.Validate().ok()) return std::nullopt;
+  const bool by_batch = x.shape.size() == 3;
+  const int64_t rows = x.shape[0];  // B, or T for [T, D]
+  // What slicing the positions along the split axis takes.
+  const bool ids_per_row = p.kind == Kind::kIds && p.tensor.shape.size() == 2;
+  const bool ids_shared = p.kind == Kind::kIds && p.tensor.shape.size() == 1;
+  if (p.kind == Kind::kCuSeqlens || (p.kind == Kind::kIds && !ids_per_row && !ids_shared)) {
+    return std::nullopt;
+  }
+  if (!by_batch && (p.kind == Kind::kOffsets || p.kind == Kind::kAttentionMask || ids_per_row)) {
+    return std::nullopt;
+  }
+  if ((p.kind == Kind::kOffsets && static_cast<int64_t>(p.offsets.size()) != rows) ||
+      ((ids_per_row || p.kind == Kind::kAttentionMask) &&
+       (p.tensor.shape.size() != 2 || p.tensor.shape[0] != rows || !p.tensor.Validate().ok()))) {
+    return std::nullopt;
+  }
+  const int64_t row_bytes =
+      static_cast<int64_t>(x.data.size()) / std::max<int64_t>(1, rows) + y_row_bytes;
+  const int64_t pieces = PiecesForRows(rows, row_bytes, budget);
+  if (pieces > rows) return std::nullopt;
+  std::vector<AddPositionEncodingOptions> out;
+  for (const auto& [begin, count] : EvenRanges(rows, pieces)) {
+    if (count == 0) continue;
+    AddPositionEncodingOptions piece = options;
+    piece.x = SliceAxis(x, 0, begin, count);
+    if (by_batch) {
+      if (p.kind == Kind::kOffsets) {
+        piece.positions.offsets.assign(p.offsets.begin() + begin,
+                                       p.offsets.begin() + begin + count);
+      } else if (ids_per_row || p.kind == Kind::kAttentionMask) {
+        piece.positions.tensor = SliceAxis(p.tensor, 0, begin, count);
+      }
+    } else if (ids_shared) {
+      piece.positions.tensor = SliceAxis(p.tensor, 0, begin, count);
+    } else {
+      // [T, D]: tokens begin .. begin+count-1 of the default 0 .. T-1 or of the range.
+      const int64_t start = p.kind == Kind::kRange ? p.start : 0;
+      piece.positions = Positions::Range(start + begin, count);
+    }
+    out.push_back(std::move(piece));
+  }
+  return out;
+}
+
 }  // namespace posenc::client::internal

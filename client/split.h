@@ -5,6 +5,11 @@
 //   ApplyRope          along heads (q and k each cut into the same number of head ranges): every
 //                      piece keeps every token, so positions, seq_len and the dynamic/LongRoPE
 //                      choices are those of the whole request, and the result is byte-identical.
+//   AddPositionEncoding
+//                      along tokens: x [B, T, D] by batch rows (positions: default, range,
+//                      offsets, ids [T] or [B, T], attention mask [B, T], sliced to match), x
+//                      [T, D] by token ranges (positions: default, range, ids [T]); other
+//                      position kinds are sent whole.
 //   AlibiBias, RelativeBias, RelativeEmbedding
 //                      along query rows: piece r holds rows [b, b + n) with q_len = n and
 //                      query_offset = (the request's query offset) + b; keys are untouched.
@@ -15,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -52,6 +58,12 @@ int64_t ApplyRopePieces(const ApplyRopeOptions& options, int64_t budget);
 std::vector<ApplyRopeOptions> SplitApplyRope(const ApplyRopeOptions& options, int64_t pieces);
 absl::StatusOr<ApplyRopeResult> JoinApplyRope(const ApplyRopeOptions& options,
                                               std::vector<ApplyRopeResult> parts);
+
+// AddPositionEncoding: the pieces of `options` (each with at most `budget` bytes of x and y
+// together, `y_row_bytes` per row of the split axis), or nullopt when its positions cannot be
+// sliced along that axis (or a single row is over the budget).
+std::optional<std::vector<AddPositionEncodingOptions>> SplitAddPositionEncoding(
+    const AddPositionEncodingOptions& options, int64_t y_row_bytes, int64_t budget);
 
 // Query-row pieces of a bias or relative-embedding request (q_len and query_offset set).
 template <typename Options>

@@ -190,6 +190,40 @@ TEST_F(SplitTest, FullBiasesAndEmbeddingsSplitAlongQueryRowsByteIdentical) {
   ExpectSameTensor(*shaw_split, *shaw_whole, "shaw");
 }
 
+TEST_F(SplitTest, AddPositionEncodingSplitsAlongTokensByteIdentical) {
+  // [B, T, D] by batch rows, with positions of every kind that slices by row.
+  AddPositionEncodingOptions batch;
+  batch.x = Ramp({6, 256, 128});  // 768 KiB in, 1.5 MiB out (CONCAT)
+  batch.sinusoidal = SinusoidalParams{.dim = 128};
+  batch.combine = Combine::kConcat;
+  batch.scale = 2.0;
+  std::vector<int64_t> mask(6 * 256, 1);
+  for (int j = 0; j < 17; ++j) mask[static_cast<size_t>(256 + j)] = 0;  // row 1 left-padded
+  std::vector<int64_t> ids(6 * 256);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i % 300);
+  for (const Positions& positions :
+       {Positions::Default(), Positions::Range(7, 256), Positions::Offsets({0, 5, 9, 100, 3, 1}),
+        Positions::Ids(ids, {6, 256}), Positions::AttentionMask(mask, {6, 256})}) {
+    AddPositionEncodingOptions options = batch;
+    options.positions = positions;
+    const auto whole = whole_->AddPositionEncoding(options);
+    const auto split = split_->AddPositionEncoding(options);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    ASSERT_TRUE(split.ok()) << split.status();
+    ExpectSameTensor(*split, *whole, absl::StrCat("positions kind ", positions.kind));
+  }
+  // [T, D] by token ranges, a learned table inline.
+  AddPositionEncodingOptions tokens;
+  tokens.x = Ramp({4096, 32});  // 512 KiB in and out, beside a 525 KiB table
+  tokens.positions = Positions::Range(100, 4096);
+  tokens.learned = LearnedTable{.table_inline = Ramp({4200, 32}, 1e-4f)};
+  const auto whole = whole_->AddPositionEncoding(tokens);
+  const auto split = split_->AddPositionEncodingAsync(tokens).get();
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_TRUE(split.ok()) << split.status();
+  ExpectSameTensor(*split, *whole, "tokens");
+}
+
 // An unspecified form comes compact over the wire and is expanded here: the same bytes as the
 // server's full form, and the 4 MiB bias fits the 1 MiB server without splitting.
 TEST_F(SplitTest, CompactBiasesByDefaultEqualTheFullForm) {
