@@ -513,6 +513,15 @@ absl::StatusOr<ServerInfo> Client::GetServerInfo(const CallOptions& call) const 
   return internal::FromProto(response);
 }
 
+absl::StatusOr<DescribeRopeResult> Client::DescribeRope(const RopeConfig& config,
+                                                        const CallOptions& call) const {
+  v1::DescribeRopeRequest request;
+  internal::ToProto(config, request.mutable_config());
+  v1::DescribeRopeResponse response;
+  POSENC_RETURN_IF_ERROR(impl_->Call(&Stub::DescribeRope, request, &response, call));
+  return internal::FromProto(response);
+}
+
 // Asynchronous calls: one callback call when nothing is to be split or expanded; otherwise the
 // synchronous method on a thread of its own (its pieces are in flight together there).
 Future<Tensor> Client::SinusoidalAsync(SinusoidalOptions options, const CallOptions& call) const {

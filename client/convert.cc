@@ -321,6 +321,29 @@ absl::StatusOr<AlibiBiasResult> FromProto(v1::AlibiBiasResponse&& response) {
   return result;
 }
 
+DescribeRopeResult FromProto(const v1::DescribeRopeResponse& response) {
+  DescribeRopeResult out;
+  out.model_type = response.model_type();
+  for (const v1::RopeLayerGroup& g : response.groups()) {
+    RopeLayerGroup& group = out.groups.emplace_back();
+    group.layers.assign(g.layers().begin(), g.layers().end());
+    group.layer_type = g.layer_type();
+    group.derived = FromProto(g.derived());
+    group.base = g.base();
+    group.max_position_embeddings = g.max_position_embeddings();
+    group.original_max_position_embeddings = g.original_max_position_embeddings();
+    group.longrope_switch_seq_len = g.longrope_switch_seq_len();
+    if (g.has_softmax_scale_multiplier()) {
+      group.softmax_scale_multiplier = g.softmax_scale_multiplier();
+    }
+    group.mrope_section.assign(g.mrope_section().begin(), g.mrope_section().end());
+    group.warnings.assign(g.warnings().begin(), g.warnings().end());
+  }
+  out.warnings.assign(response.warnings().begin(), response.warnings().end());
+  out.num_layers = response.num_layers();
+  return out;
+}
+
 absl::StatusOr<ServerInfo> FromProto(const v1::GetServerInfoResponse& response) {
   ServerInfo info;
   info.version = response.version();

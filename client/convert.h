@@ -50,6 +50,7 @@ absl::StatusOr<RopeCacheResult> FromProto(v1::RopeCacheResponse&& response);
 absl::StatusOr<ApplyRopeResult> FromProto(v1::ApplyRopeResponse&& response);
 absl::StatusOr<AlibiBiasResult> FromProto(v1::AlibiBiasResponse&& response);
 absl::StatusOr<ServerInfo> FromProto(const v1::GetServerInfoResponse& response);
+DescribeRopeResult FromProto(const v1::DescribeRopeResponse& response);
 
 }  // namespace posenc::client::internal
 

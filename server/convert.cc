@@ -1,5 +1,6 @@
 #include "server/convert.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -386,6 +387,69 @@ void FillRopeDerived(const kernels::RopeConfig& config, const kernels::RopeFrequ
     derived->set_layer_type(notes->layer_type);
     derived->set_model_type(notes->model_type);
   }
+}
+
+absl::StatusOr<std::vector<HfLayerRope>> ToLayerRopeConfigs(const v1::RopeConfig& config,
+                                                            RopeConfigNotes* notes) {
+  if (config.hf_config_json().empty()) {
+    HfLayerRope one;
+    POSENC_ASSIGN_OR_RETURN(one.config, ToRopeConfig(config, notes));
+    std::vector<HfLayerRope> groups;
+    groups.push_back(std::move(one));
+    return groups;
+  }
+  if (!config.layer_type().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.layer_type: DescribeRope describes every layer; leave it empty, got \"",
+        kernels::Abbreviate(config.layer_type()), "\""));
+  }
+  POSENC_ASSIGN_OR_RETURN(const kernels::RopeStyle style,
+                          ToRopeStyle(config.style(), "config.style"));
+  POSENC_ASSIGN_OR_RETURN(const kernels::MropeLayout mrope_layout,
+                          ToMropeLayout(config.mrope_layout(), "config.mrope_layout"));
+  POSENC_RETURN_IF_ERROR(CheckNoHfConflicts(config));
+  POSENC_ASSIGN_OR_RETURN(HfRopeConfig hf,
+                          ParseHfRopeConfig(config.hf_config_json(), "", /*all_layers=*/true));
+  std::vector<std::string> warnings = std::move(hf.warnings);
+  for (HfLayerRope& group : hf.layer_ropes) {
+    kernels::RopeConfig& c = group.config;
+    // As ToRopeConfig: a style in the request overrides the architecture's.
+    if (config.style() != v1::ROPE_STYLE_UNSPECIFIED) c.style = style;
+    c.mrope_layout = hf.mrope_layout.value_or(mrope_layout);
+    c.inverse = config.inverse();
+    c.apply_attention_factor =
+        config.has_apply_attention_factor() ? config.apply_attention_factor() : true;
+    if (config.has_seq_len()) c.seq_len = config.seq_len();
+    c.from_hf_config_json = c.head_dim > 0;
+    for (const std::string& w : group.warnings) {
+      if (std::find(warnings.begin(), warnings.end(), w) == warnings.end()) warnings.push_back(w);
+    }
+  }
+  if (notes != nullptr) {
+    notes->warnings = std::move(warnings);
+    notes->model_type = std::move(hf.model_type);
+  }
+  return std::move(hf.layer_ropes);
+}
+
+void FillRopeLayerGroup(const HfLayerRope& group, const kernels::RopeFrequencies& freqs,
+                        v1::RopeLayerGroup* out) {
+  const kernels::RopeConfig& config = group.config;
+  out->mutable_layers()->Assign(group.layers.begin(), group.layers.end());
+  out->set_layer_type(group.layer_type);
+  FillRopeDerived(config, freqs, out->mutable_derived());
+  out->set_base(config.base);
+  out->set_max_position_embeddings(config.max_position_embeddings.value_or(0));
+  const int64_t original = kernels::RopeOriginalContext(config);
+  out->set_original_max_position_embeddings(original);
+  if (config.scaling.type == kernels::RopeScalingType::kLongrope && !config.nope) {
+    out->set_longrope_switch_seq_len(original);
+  }
+  if (const std::optional<double> m = kernels::RopeSoftmaxScaleMultiplier(config); m.has_value()) {
+    out->set_softmax_scale_multiplier(*m);
+  }
+  out->mutable_mrope_section()->Assign(config.mrope_section.begin(), config.mrope_section.end());
+  for (const std::string& w : group.warnings) out->add_warnings(w);
 }
 
 }  // namespace posenc::server

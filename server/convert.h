@@ -25,6 +25,7 @@
 #include "kernels/common/types.h"
 #include "kernels/ops.h"
 #include "posenc/v1/posenc.pb.h"
+#include "server/hf_config.h"
 
 namespace posenc::server {
 
@@ -131,6 +132,18 @@ absl::StatusOr<kernels::RopeConfig> ToRopeConfig(const v1::RopeConfig& config,
 // Reports what a RoPE call used (and the normalization's notes, when given).
 void FillRopeDerived(const kernels::RopeConfig& config, const kernels::RopeFrequencies& freqs,
                      v1::RopeDerived* derived, const RopeConfigNotes* notes = nullptr);
+
+// DescribeRope: every distinct RoPE of the model of config.hf_config_json (config.layer_type
+// must be empty), the request's style, inverse, apply_attention_factor and seq_len applied to
+// each; an explicit config is one group without layers. notes gets the model_type and the
+// warnings of every group, without duplicates.
+absl::StatusOr<std::vector<HfLayerRope>> ToLayerRopeConfigs(const v1::RopeConfig& config,
+                                                            RopeConfigNotes* notes);
+
+// Reports one group of DescribeRope: its layers, the derived values of its frequencies, and the
+// config's base, context, LongRoPE switch and softmax-scale multiplier (kernels/rope/config.h).
+void FillRopeLayerGroup(const HfLayerRope& group, const kernels::RopeFrequencies& freqs,
+                        v1::RopeLayerGroup* out);
 
 }  // namespace posenc::server
 

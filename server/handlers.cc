@@ -321,6 +321,26 @@ absl::Status GetServerInfo(const HandlerContext& ctx, const v1::GetServerInfoReq
   return absl::OkStatus();
 }
 
+absl::Status DescribeRope(const HandlerContext& ctx, const v1::DescribeRopeRequest& req,
+                          v1::DescribeRopeResponse* resp) {
+  RopeConfigNotes notes;
+  POSENC_ASSIGN_OR_RETURN(std::vector<HfLayerRope> groups,
+                          ToLayerRopeConfigs(req.config(), &notes));
+  // No tensors: d/2 frequencies per group (head_dim is capped); cancellation and admission only.
+  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {}));
+  int64_t num_layers = 0;
+  for (const HfLayerRope& group : groups) {
+    POSENC_ASSIGN_OR_RETURN(kernels::RopeFrequencies freqs,
+                            kernels::ComputeRopeFrequencies(group.config, /*max_position=*/-1));
+    FillRopeLayerGroup(group, freqs, resp->add_groups());
+    num_layers += static_cast<int64_t>(group.layers.size());
+  }
+  resp->set_model_type(notes.model_type);
+  for (const std::string& w : notes.warnings) resp->add_warnings(w);
+  resp->set_num_layers(num_layers);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 #define POSENC_DEFINE_HANDLER_(Method)                                                   \

@@ -85,7 +85,8 @@ absl::Status CheckOutputLimits(const Limits& limits, std::initializer_list<Plann
   X(AlibiBias)                 \
   X(RelativeBias)              \
   X(RelativeEmbedding)         \
-  X(GetServerInfo)
+  X(GetServerInfo)             \
+  X(DescribeRope)
 // clang-format on
 
 // One handler per RPC:

@@ -837,7 +837,7 @@ absl::Status LayerTypes(const TextModel& m, std::vector<std::string>* types,
 }  // namespace
 
 absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json_text,
-                                               absl::string_view layer_type) {
+                                               absl::string_view layer_type, bool all_layers) {
   // Bounded before parsing: a JSON tree takes some 30 times its text in memory, and every level
   // of nesting a stack frame.
   if (json_text.size() > kMaxHfConfigBytes) {
@@ -1033,7 +1033,7 @@ absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json_text,
   if (layer_type.empty()) {
     bool all_alike = true;
     for (const Group& g : groups) all_alike = all_alike && g.key == groups.front().key;
-    if (!all_alike) {
+    if (!all_alike && !all_layers) {
       return absl::InvalidArgumentError(
           absl::StrCat("config.layer_type: required: the layers of this model differ (",
                        describe_groups(), "); give a layer type or a layer index"));
@@ -1104,7 +1104,10 @@ absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json_text,
       out.warnings.push_back(w);
     }
   }
-  for (Group& g : groups) out.layer_ropes.push_back(std::move(g.rope));
+  for (Group& g : groups) {
+    g.rope.warnings = std::move(g.warnings);
+    out.layer_ropes.push_back(std::move(g.rope));
+  }
 
   return out;
 }

@@ -40,6 +40,7 @@ struct HfLayerRope {
   std::string layer_type;       // "" when the model does not name its layer types
   std::vector<int64_t> layers;  // layer indices (empty when the file does not say)
   kernels::RopeConfig config;
+  std::vector<std::string> warnings;  // the normalizer's warnings about this layer's RoPE
 };
 
 struct HfRopeConfig {
@@ -65,9 +66,11 @@ inline constexpr size_t kMaxHfConfigBytes = size_t{1} << 20;
 inline constexpr int kMaxHfConfigDepth = 64;
 
 // `layer_type` selects a layer by type name or decimal index; it may be empty when every layer
-// has the same RoPE.
+// has the same RoPE, or with `all_layers` (DescribeRope: every layer's RoPE is in layer_ropes;
+// an empty layer_type then selects the first layer's instead of failing where layers differ).
 absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json_text,
-                                               absl::string_view layer_type);
+                                               absl::string_view layer_type,
+                                               bool all_layers = false);
 
 }  // namespace posenc::server
 

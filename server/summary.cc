@@ -195,4 +195,22 @@ std::string SummarizeResponse(const v1::RelativeEmbeddingResponse& response) {
 
 std::string SummarizeResponse(const v1::GetServerInfoResponse& /*response*/) { return ""; }
 
+std::string SummarizeRequest(const v1::DescribeRopeRequest& request) {
+  std::string out;
+  if (!request.config().hf_config_json().empty()) {
+    Add(&out, "hf_config_json_bytes",
+        static_cast<int64_t>(request.config().hf_config_json().size()));
+  } else {
+    Add(&out, "head_dim", request.config().head_dim());
+  }
+  return out;
+}
+
+std::string SummarizeResponse(const v1::DescribeRopeResponse& response) {
+  std::string out;
+  Add(&out, "groups", response.groups_size());
+  if (response.warnings_size() > 0) Add(&out, "warnings", response.warnings_size());
+  return out;
+}
+
 }  // namespace posenc::server

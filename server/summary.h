@@ -24,6 +24,7 @@ std::string SummarizeRequest(const v1::AlibiBiasRequest& request);
 std::string SummarizeRequest(const v1::RelativeBiasRequest& request);
 std::string SummarizeRequest(const v1::RelativeEmbeddingRequest& request);
 std::string SummarizeRequest(const v1::GetServerInfoRequest& request);
+std::string SummarizeRequest(const v1::DescribeRopeRequest& request);
 
 std::string SummarizeResponse(const v1::SinusoidalResponse& response);
 std::string SummarizeResponse(const v1::AddPositionEncodingResponse& response);
@@ -34,6 +35,7 @@ std::string SummarizeResponse(const v1::AlibiBiasResponse& response);
 std::string SummarizeResponse(const v1::RelativeBiasResponse& response);
 std::string SummarizeResponse(const v1::RelativeEmbeddingResponse& response);
 std::string SummarizeResponse(const v1::GetServerInfoResponse& response);
+std::string SummarizeResponse(const v1::DescribeRopeResponse& response);
 
 }  // namespace posenc::server
 

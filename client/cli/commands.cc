@@ -1,5 +1,6 @@
 #include "client/cli/commands.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <iostream>
@@ -12,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
@@ -781,6 +783,105 @@ absl::StatusOr<CommandOutput> RunInfo(const ParsedFlags&, const client::Client& 
   return out;
 }
 
+// "0-4, 6-10, 12": the layer indices as runs.
+std::string LayerRuns(const std::vector<int64_t>& layers) {
+  std::vector<std::string> runs;
+  for (size_t i = 0; i < layers.size();) {
+    size_t j = i;
+    while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
+    runs.push_back(j == i ? absl::StrCat(layers[i]) : absl::StrCat(layers[i], "-", layers[j]));
+    i = j + 1;
+  }
+  return runs.empty() ? std::string("-") : absl::StrJoin(runs, ",");
+}
+
+std::string StyleName(client::RopeStyle style) {
+  return style == client::RopeStyle::kGptj       ? "gptj"
+         : style == client::RopeStyle::kDeepseek ? "deepseek"
+                                                 : "neox";
+}
+
+std::string Num(double v) { return absl::StrFormat("%.6g", v); }
+
+absl::StatusOr<CommandOutput> RunDescribe(const ParsedFlags& flags, const client::Client& client) {
+  if (!flags.Has("hf-config") && !flags.Has("head-dim")) {
+    return UsageError("--hf-config FILE is required (or an explicit config with --head-dim)");
+  }
+  POSENC_ASSIGN_OR_RETURN(client::RopeConfig config, RopeConfigFromFlags(flags));
+  POSENC_ASSIGN_OR_RETURN(client::DescribeRopeResult result, client.DescribeRope(config));
+  CommandOutput out;
+  if (!result.model_type.empty()) out.extras["model_type"] = result.model_type;
+  if (result.num_layers > 0) out.extras["num_layers"] = result.num_layers;
+  Json groups = Json::array();
+  std::vector<std::vector<std::string>> rows = {{"layers", "n", "layer_type", "rope", "base",
+                                                 "head", "rot", "pairs", "factor", "attn",
+                                                 "softmax", "max_pos", "orig_pos"}};
+  for (const client::RopeLayerGroup& g : result.groups) {
+    const client::RopeDerived& d = g.derived;
+    Json j;
+    j["layers"] = g.layers;
+    j["layer_type"] = g.layer_type;
+    j["nope"] = d.nope;
+    j["rope_type"] = std::string(ScalingName(d.scaling_type));
+    j["base"] = g.base;
+    j["effective_base"] = d.effective_base;
+    j["head_dim"] = d.head_dim;
+    j["rotary_dim"] = d.rotary_dim;
+    j["style"] = StyleName(d.style);
+    j["factor"] = d.factor;
+    j["attention_factor"] = d.attention_factor;
+    j["softmax_scale_multiplier"] =
+        g.softmax_scale_multiplier.has_value() ? Json(*g.softmax_scale_multiplier) : Json(nullptr);
+    j["max_position_embeddings"] = g.max_position_embeddings;
+    j["original_max_position_embeddings"] = g.original_max_position_embeddings;
+    if (d.scaling_type == client::RopeScalingType::kLongrope) {
+      j["longrope_switch_seq_len"] = g.longrope_switch_seq_len;
+    }
+    if (!g.mrope_section.empty()) j["mrope_section"] = g.mrope_section;
+    j["warnings"] = g.warnings;
+    groups.push_back(std::move(j));
+
+    const bool nope = d.nope;
+    std::string base = Num(g.base);
+    if (!nope && d.effective_base != g.base)
+      absl::StrAppend(&base, " (", Num(d.effective_base), ")");
+    rows.push_back({LayerRuns(g.layers), absl::StrCat(g.layers.size()),
+                    g.layer_type.empty() ? "-" : g.layer_type,
+                    nope ? "NoPE" : std::string(ScalingName(d.scaling_type)), nope ? "-" : base,
+                    absl::StrCat(d.head_dim), nope ? "-" : absl::StrCat(d.rotary_dim),
+                    nope ? "-" : StyleName(d.style), nope ? "-" : Num(d.factor),
+                    nope ? "-" : Num(d.attention_factor),
+                    g.softmax_scale_multiplier ? Num(*g.softmax_scale_multiplier) : "-",
+                    g.max_position_embeddings ? absl::StrCat(g.max_position_embeddings) : "-",
+                    g.original_max_position_embeddings
+                        ? absl::StrCat(g.original_max_position_embeddings,
+                                       g.longrope_switch_seq_len ? " (longrope switch)" : "")
+                        : "-"});
+  }
+  out.extras["groups"] = std::move(groups);
+  out.extras["warnings"] = result.warnings;
+  // The table: model_type, num_layers, one aligned row per group, then the warnings.
+  std::string text;
+  if (!result.model_type.empty()) absl::StrAppend(&text, "model_type: ", result.model_type, "\n");
+  if (result.num_layers > 0) absl::StrAppend(&text, "num_layers: ", result.num_layers, "\n");
+  std::vector<size_t> widths(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      absl::StrAppend(&line, c == 0 ? "" : "  ", row[c],
+                      std::string(widths[c] - row[c].size(), ' '));
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    absl::StrAppend(&text, line, "\n");
+  }
+  for (const std::string& w : result.warnings) absl::StrAppend(&text, "warning: ", w, "\n");
+  out.text = std::move(text);
+  return out;
+}
+
 absl::StatusOr<CommandOutput> RunHealth(const ParsedFlags& flags, const client::Client& client) {
   POSENC_ASSIGN_OR_RETURN(client::HealthStatus status,
                           client.Health(flags.String("service").value_or("")));
@@ -866,6 +967,15 @@ const std::vector<Command>& Commands() {
        kBenchDetails,
        {&kBenchFlags, &kRopeConfigFlags},
        &RunBench},
+      {"describe",
+       "every layer's RoPE of a model: types, bases, pairing, scaling, NoPE, context, warnings",
+       "example: posenc describe --hf-config config.json\n"
+       "         posenc --format json describe --hf-config config.json\n"
+       "Layers with the same RoPE form one row; base shows b' in parentheses where ntk/dynamic\n"
+       "change it; softmax is the multiplier of the softmax scale the model applies (DeepSeek\n"
+       "YaRN: mscale(factor, mscale_all_dim)^2), - where posenc knows of none.",
+       {&kRopeConfigFlags},
+       &RunDescribe},
       {"info", "server version, build, backends, limits and loaded tables", "", {}, &RunInfo},
       {"health",
        "grpc.health.v1 check; exit code 0 only when SERVING",

@@ -187,7 +187,11 @@ void PrintOutput(const CommandOutput& output, OutputFormat format, const TableOp
       return;
     }
     case OutputFormat::kTable:
-      PrintExtras(output.extras, "", out);
+      if (output.text.empty()) {
+        PrintExtras(output.extras, "", out);
+      } else {
+        out << output.text;
+      }
       for (size_t i = 0; i < output.tensors.size(); ++i) {
         const NamedTensor& t = output.tensors[i];
         if (i > 0 || !output.extras.empty()) out << "\n";

@@ -41,6 +41,9 @@ struct NamedTensor {
 struct CommandOutput {
   std::vector<NamedTensor> tensors;  // the first is the main output
   nlohmann::ordered_json extras = nlohmann::ordered_json::object();
+  // Table format only: when set, these preformatted lines are printed instead of the extras (a
+  // command's own table, e.g. `describe`); JSON always shows the extras.
+  std::string text;
   int exit_code = 0;  // e.g. 1 for `health` when the server is not SERVING
   // Set by a command's own switch (`bench --json`): overrides the global --format.
   std::optional<OutputFormat> format;

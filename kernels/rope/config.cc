@@ -296,6 +296,19 @@ absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeConfig& config,
   return ComputeValidRopeFrequencies(config, max_position);
 }
 
+int64_t RopeOriginalContext(const RopeConfig& config) {
+  return OriginalContextAndFactor(config).first;
+}
+
+std::optional<double> RopeSoftmaxScaleMultiplier(const RopeConfig& config) {
+  const RopeScaling& sc = config.scaling;
+  if (config.nope || sc.type != RopeScalingType::kYarn || sc.mscale_all_dim.value_or(0) == 0) {
+    return std::nullopt;
+  }
+  const double m = YarnMscale(OriginalContextAndFactor(config).second, *sc.mscale_all_dim);
+  return m * m;
+}
+
 RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& c, int64_t max_position) {
   RopeFrequencies f;
   f.head_dim = c.head_dim;

@@ -115,6 +115,17 @@ absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeConfig& config,
 // runs and the frequency cache call this, so a config is validated once per call.
 RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& config, int64_t max_position);
 
+// The original context L0 of a scaling: scaling.original_max_position_embeddings, else
+// max_position_embeddings, else 0. LongRoPE uses long_factor when seq_len > L0.
+int64_t RopeOriginalContext(const RopeConfig& config);
+
+// The multiplier of the attention softmax scale (1/sqrt(qk head dim)) that the model applies
+// besides the rotation, where the config decides it: DeepSeek-style YaRN (mscale_all_dim set and
+// != 0) multiplies it by mscale(s, mscale_all_dim)^2, mscale(s, k) = 0.1 * k * ln(s) + 1 for
+// s > 1, else 1 (transformers' DeepseekV3Attention; s is the factor). Empty otherwise (no known
+// multiplier).
+std::optional<double> RopeSoftmaxScaleMultiplier(const RopeConfig& config);
+
 // M-RoPE: which position component (0=t, 1=h, 2=w) frequency j uses; 0 without M-RoPE.
 int MropeComponent(const RopeConfig& config, int64_t j);
 

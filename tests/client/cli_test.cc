@@ -34,6 +34,9 @@
 #ifndef POSENC_CLI_PATH
 #error "POSENC_CLI_PATH must name the posenc binary (tests/CMakeLists.txt)"
 #endif
+#ifndef POSENC_HF_CONFIGS_DIR
+#error "POSENC_HF_CONFIGS_DIR must name tests/hf_configs"
+#endif
 
 namespace posenc::client {
 namespace {
@@ -224,6 +227,37 @@ TEST_F(CliTest, HelpExitsZero) {
 TEST_F(CliTest, VersionPrintsTheProjectVersion) {
   ExpectOutput("--version", absl::StrCat("posenc ", POSENC_PROJECT_VERSION, " ("));
   ExpectOutput("info --version", absl::StrCat("posenc ", POSENC_PROJECT_VERSION));
+}
+
+TEST_F(CliTest, DescribeListsEveryLayerGroup) {
+  // The config of the test file (tests/hf_configs wraps it with what transformers computes).
+  std::ifstream in(std::string(POSENC_HF_CONFIGS_DIR) + "/llama-4-scout-17b-16e-instruct.json");
+  ASSERT_TRUE(in.good());
+  const nlohmann::json file = nlohmann::json::parse(in);
+  std::ofstream(Path("config.json")) << file["config"].dump();
+
+  CliResult table = Run(absl::StrCat("describe --hf-config ", Path("config.json")));
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("model_type: llama4_text"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("num_layers: 48"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("NoPE"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("llama3"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("warning: "), std::string::npos) << table.out;
+
+  CliResult json = Run(absl::StrCat("--format json describe --hf-config ", Path("config.json")));
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json j = nlohmann::json::parse(json.out);
+  ASSERT_EQ(j["groups"].size(), 2u);
+  EXPECT_EQ(j["groups"][0]["rope_type"], "llama3");
+  EXPECT_EQ(j["groups"][0]["style"], "gptj");
+  EXPECT_EQ(j["groups"][0]["base"], 500000.0);
+  EXPECT_TRUE(j["groups"][0]["softmax_scale_multiplier"].is_null());
+  EXPECT_EQ(j["groups"][1]["nope"], true);
+  EXPECT_EQ(j["groups"][1]["layers"], file["hf_expected"]["per_layer"]["nope_layers"]);
+  EXPECT_FALSE(j["warnings"].empty());
+
+  CliResult usage = Run("describe");
+  EXPECT_EQ(usage.exit_code, 2) << usage.err;
 }
 
 TEST_F(CliTest, HealthAndInfo) {

@@ -256,5 +256,123 @@ INSTANTIATE_TEST_SUITE_P(Published, HfConfigsTest, ::testing::ValuesIn(AllConfig
 
 TEST(HfConfigsTest, AllTwentyFiveArePresent) { EXPECT_EQ(AllConfigs().size(), 25u); }
 
+// DescribeRope on the multi-layer-type models: the groups, their layers, types, bases, NoPE and
+// the softmax-scale multiplier, against hf_expected.
+v1::DescribeRopeResponse Describe(const std::string& name) {
+  const std::unique_ptr<kernels::Backend> backend = kernels::MakeReferenceBackend();
+  HandlerContext ctx{backend.get(), Limits{}, nullptr};
+  v1::DescribeRopeRequest req;
+  req.mutable_config()->set_hf_config_json(ConfigText(Load(name), false));
+  v1::DescribeRopeResponse resp;
+  const grpc::Status status = HandleDescribeRope(ctx, req, &resp);
+  EXPECT_TRUE(status.ok()) << name << ": " << status.error_message();
+  return resp;
+}
+
+std::vector<int64_t> Layers(const Json& list) { return list.get<std::vector<int64_t>>(); }
+
+TEST(DescribeRopeTest, Gemma3SlidingAndFullLayers) {
+  const Json want = Load("gemma-3-27b-it")["hf_expected"]["per_layer_type"];
+  const v1::DescribeRopeResponse resp = Describe("gemma-3-27b-it");
+  EXPECT_EQ(resp.model_type(), "gemma3_text");
+  EXPECT_EQ(resp.num_layers(), 62);
+  ASSERT_EQ(resp.groups_size(), 2);
+  const v1::RopeLayerGroup& sliding = resp.groups(0);
+  const v1::RopeLayerGroup& full = resp.groups(1);
+  EXPECT_EQ(sliding.layer_type(), "sliding_attention");
+  EXPECT_EQ(std::vector<int64_t>(sliding.layers().begin(), sliding.layers().end()),
+            Layers(want["sliding_attention"]["layers"]));
+  EXPECT_EQ(sliding.base(), 10000.0);
+  EXPECT_EQ(sliding.derived().scaling_type(), v1::ROPE_SCALING_DEFAULT);
+  EXPECT_EQ(sliding.derived().head_dim(), 128);
+  EXPECT_EQ(sliding.derived().rotary_dim(), 128);
+  EXPECT_EQ(sliding.derived().style(), v1::ROPE_STYLE_NEOX);
+  EXPECT_FALSE(sliding.derived().nope());
+  EXPECT_EQ(full.layer_type(), "full_attention");
+  EXPECT_EQ(std::vector<int64_t>(full.layers().begin(), full.layers().end()),
+            Layers(want["full_attention"]["layers"]));
+  EXPECT_EQ(full.base(), 1e6);
+  EXPECT_EQ(full.derived().scaling_type(), v1::ROPE_SCALING_LINEAR);
+  EXPECT_EQ(full.derived().factor(), 8.0);
+  EXPECT_EQ(full.derived().attention_factor(), 1.0);
+  EXPECT_EQ(full.max_position_embeddings(), 131072);
+  for (const v1::RopeLayerGroup& g : resp.groups()) {
+    EXPECT_FALSE(g.has_softmax_scale_multiplier());
+    EXPECT_EQ(g.longrope_switch_seq_len(), 0);
+    EXPECT_EQ(g.derived().inv_freq_size(), 64);
+  }
+}
+
+TEST(DescribeRopeTest, Llama4NoPELayersAndTheLlama3Warning) {
+  const Json want = Load("llama-4-scout-17b-16e-instruct")["hf_expected"];
+  const v1::DescribeRopeResponse resp = Describe("llama-4-scout-17b-16e-instruct");
+  EXPECT_EQ(resp.model_type(), "llama4_text");
+  EXPECT_EQ(resp.num_layers(), 48);
+  ASSERT_EQ(resp.groups_size(), 2);
+  const v1::RopeLayerGroup& rope = resp.groups(0);
+  const v1::RopeLayerGroup& nope = resp.groups(1);
+  EXPECT_FALSE(rope.derived().nope());
+  EXPECT_EQ(rope.layers_size(), 36);
+  EXPECT_EQ(rope.base(), 500000.0);
+  EXPECT_EQ(rope.derived().scaling_type(), v1::ROPE_SCALING_LLAMA3);
+  EXPECT_EQ(rope.derived().style(), v1::ROPE_STYLE_GPTJ);
+  EXPECT_EQ(rope.derived().factor(), 16.0);
+  EXPECT_EQ(rope.max_position_embeddings(), 10485760);
+  EXPECT_EQ(rope.original_max_position_embeddings(), 8192);
+  EXPECT_TRUE(nope.derived().nope());
+  EXPECT_EQ(std::vector<int64_t>(nope.layers().begin(), nope.layers().end()),
+            Layers(want["per_layer"]["nope_layers"]));
+  for (double w : nope.derived().inv_freq()) EXPECT_EQ(w, 0.0);
+  // low_freq_factor == high_freq_factor: transformers warns, posenc reports it.
+  ASSERT_FALSE(resp.warnings().empty());
+  bool found = false;
+  for (const std::string& w : resp.warnings())
+    found = found || w.find("high_freq_factor") != w.npos;
+  EXPECT_TRUE(found) << resp.warnings(0);
+  EXPECT_FALSE(rope.warnings().empty());
+}
+
+TEST(DescribeRopeTest, DeepSeekV3SoftmaxScaleMultiplier) {
+  const Json want = Load("deepseek-v3")["hf_expected"];
+  const v1::DescribeRopeResponse resp = Describe("deepseek-v3");
+  EXPECT_EQ(resp.model_type(), "deepseek_v3");
+  EXPECT_EQ(resp.num_layers(), 61);
+  ASSERT_EQ(resp.groups_size(), 1);
+  const v1::RopeLayerGroup& g = resp.groups(0);
+  EXPECT_EQ(g.layers_size(), 61);
+  EXPECT_EQ(g.layer_type(), "");
+  EXPECT_EQ(g.base(), 10000.0);
+  EXPECT_EQ(g.derived().scaling_type(), v1::ROPE_SCALING_YARN);
+  EXPECT_EQ(g.derived().style(), v1::ROPE_STYLE_DEEPSEEK);
+  EXPECT_EQ(g.derived().rotary_dim(), 64);
+  EXPECT_EQ(g.derived().attention_factor(), 1.0);
+  EXPECT_EQ(g.max_position_embeddings(), 163840);
+  EXPECT_EQ(g.original_max_position_embeddings(), 4096);
+  ASSERT_TRUE(g.has_softmax_scale_multiplier());
+  ExpectRelative(g.softmax_scale_multiplier(), want["softmax_scale"]["multiplier"].get<double>(),
+                 "softmax_scale_multiplier");
+}
+
+TEST(DescribeRopeTest, ExplicitConfigIsOneGroupAndLayerTypeIsRefused) {
+  const std::unique_ptr<kernels::Backend> backend = kernels::MakeReferenceBackend();
+  HandlerContext ctx{backend.get(), Limits{}, nullptr};
+  v1::DescribeRopeRequest req;
+  req.mutable_config()->set_head_dim(64);
+  req.mutable_config()->set_base(5e5);
+  v1::DescribeRopeResponse resp;
+  ASSERT_TRUE(HandleDescribeRope(ctx, req, &resp).ok());
+  ASSERT_EQ(resp.groups_size(), 1);
+  EXPECT_EQ(resp.groups(0).layers_size(), 0);
+  EXPECT_EQ(resp.groups(0).base(), 5e5);
+  EXPECT_EQ(resp.groups(0).derived().inv_freq_size(), 32);
+
+  v1::DescribeRopeRequest by_layer;
+  by_layer.mutable_config()->set_hf_config_json(ConfigText(Load("gemma-3-27b-it"), false));
+  by_layer.mutable_config()->set_layer_type("5");
+  const grpc::Status status = HandleDescribeRope(ctx, by_layer, &resp);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("config.layer_type"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace posenc::server

@@ -201,6 +201,29 @@ struct RopeDerived {
   std::string model_type;             // hf_config_json: whose defaults applied
 };
 
+// DescribeRope: the layers that share one RoPE (posenc.proto RopeLayerGroup).
+struct RopeLayerGroup {
+  std::vector<int64_t> layers;          // layer indices; empty when the file does not give them
+  std::string layer_type;               // "" when the model does not name its layer types
+  RopeDerived derived;                  // head_dim, rotary_dim, style, scaling, inv_freq, nope, ...
+  double base = 0;                      // b as read (rope_theta or the architecture's default)
+  int64_t max_position_embeddings = 0;  // 0: not given
+  int64_t original_max_position_embeddings = 0;  // the context the scaling extends; 0: unknown
+  int64_t longrope_switch_seq_len = 0;  // LongRoPE: long_factor when seq_len > this; else 0
+  // The multiplier of the softmax scale the model applies besides the rotation (DeepSeek YaRN:
+  // mscale(factor, mscale_all_dim)^2); empty where posenc knows of none.
+  std::optional<double> softmax_scale_multiplier;
+  std::vector<int64_t> mrope_section;
+  std::vector<std::string> warnings;
+};
+
+struct DescribeRopeResult {
+  std::string model_type;
+  std::vector<RopeLayerGroup> groups;  // in order of first layer
+  std::vector<std::string> warnings;   // every group's, without duplicates
+  int64_t num_layers = 0;              // 0: the file does not give it
+};
+
 enum class RopeCacheLayout { kUnspecified, kCompact, kNeox, kGptj };  // default COMPACT
 
 // RopeCache: cos(p*omega_j)*m and sin(p*omega_j)*m.
@@ -399,6 +422,10 @@ class Client {
   absl::StatusOr<Tensor> RelativeEmbedding(const RelativeEmbeddingOptions& options,
                                            const CallOptions& call = {}) const;
   absl::StatusOr<ServerInfo> GetServerInfo(const CallOptions& call = {}) const;
+  // Every layer's RoPE of a model: `config` is usually {.hf_config_json = text} (layer_type
+  // empty); an explicit config gives one group.
+  absl::StatusOr<DescribeRopeResult> DescribeRope(const RopeConfig& config,
+                                                  const CallOptions& call = {}) const;
 
   // The same calls, asynchronous: the call is on its way when the method returns (a split
   // request's pieces are sent from a thread of its own). The Client must outlive the futures.
