@@ -28,6 +28,7 @@
 #include "client_test_util.h"
 #include "nlohmann/json.hpp"
 #include "posenc/client.h"
+#include "tests/common/command.h"
 #include "tests/common/npy.h"
 
 #ifndef POSENC_CLI_PATH
@@ -37,11 +38,7 @@
 namespace posenc::client {
 namespace {
 
-struct CliResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using CliResult = ::posenc::testing::CommandResult;
 
 class CliTest : public ::testing::Test {
  protected:
@@ -57,25 +54,9 @@ class CliTest : public ::testing::Test {
 
   // Runs `posenc --server 127.0.0.1:PORT <args>`; stdout and stderr captured separately.
   CliResult Run(const std::string& args) const {
-    const std::string err_path = Path("stderr.txt");
-    const std::string command = absl::StrCat(POSENC_CLI_PATH, " --server ",
-                                             testing::ServerAddress(), " ", args, " 2>", err_path);
-    CliResult result;
-    FILE* pipe = ::popen(command.c_str(), "r");
-    if (pipe == nullptr) {
-      ADD_FAILURE() << "popen failed: " << command;
-      return result;
-    }
-    char buffer[4096];
-    size_t n;
-    while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.out.append(buffer, n);
-    const int status = ::pclose(pipe);
-    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    std::ifstream err(err_path);
-    std::stringstream ss;
-    ss << err.rdbuf();
-    result.err = ss.str();
-    return result;
+    return ::posenc::testing::RunCommand(
+        absl::StrCat(POSENC_CLI_PATH, " --server ", testing::ServerAddress(), " ", args),
+        Path("stderr.txt"));
   }
 
   // Runs `args`, expecting exit code `code` and, when `stream` is given, `needle` in that stream
@@ -87,6 +68,15 @@ class CliTest : public ::testing::Test {
     if (stream != nullptr) {
       EXPECT_NE((r.*stream).find(needle), std::string::npos) << r.*stream;
     }
+  }
+
+  // A usage error: exit code 2 and `needle` in stderr.
+  void ExpectUsageError(const std::string& args, const std::string& needle) const {
+    ExpectExit(args, 2, &CliResult::err, needle);
+  }
+  // Exit code 0 and `needle` in stdout.
+  void ExpectOutput(const std::string& args, const std::string& needle) const {
+    ExpectExit(args, 0, &CliResult::out, needle);
   }
 
   std::filesystem::path dir_;
@@ -201,19 +191,18 @@ TEST_F(CliTest, ServerErrorsPrintTheCodeAndExitOne) {
 }
 
 TEST_F(CliTest, UsageErrorsExitTwo) {
-  ExpectExit("sinusoidal --positions 0:4 --dim 6 --no-such-flag", 2, &CliResult::err,
-             "unknown flag --no-such-flag");
-  ExpectExit("alibi-slopes --heads many", 2, &CliResult::err, "--heads expects an integer");
+  ExpectUsageError("sinusoidal --positions 0:4 --dim 6 --no-such-flag",
+                   "unknown flag --no-such-flag");
+  ExpectUsageError("alibi-slopes --heads many", "--heads expects an integer");
   ExpectExit("sinusoidal --positions 5:2 --dim 4", 2);
-  ExpectExit("alibi-bias --heads 2", 2, &CliResult::err, "--q-len is required");
-  ExpectExit("rope-cache --positions 0:4", 2, &CliResult::err, "--head-dim is required");
+  ExpectUsageError("alibi-bias --heads 2", "--q-len is required");
+  ExpectUsageError("rope-cache --positions 0:4", "--head-dim is required");
   ExpectExit("no-such-command", 2);
   // Close misspellings get a suggestion.
-  ExpectExit("rope-cach --positions 0:4 --head-dim 8", 2, &CliResult::err,
-             "unknown subcommand 'rope-cach' (did you mean 'rope-cache'?)");
-  ExpectExit("alibi-slopes --head 4", 2, &CliResult::err,
-             "unknown flag --head (did you mean '--heads'?)");
-  ExpectExit("--timeout 1x info", 2, &CliResult::err, "--timeout expects a positive duration");
+  ExpectUsageError("rope-cach --positions 0:4 --head-dim 8",
+                   "unknown subcommand 'rope-cach' (did you mean 'rope-cache'?)");
+  ExpectUsageError("alibi-slopes --head 4", "unknown flag --head (did you mean '--heads'?)");
+  ExpectUsageError("--timeout 1x info", "--timeout expects a positive duration");
   // Durations as absl::ParseDuration reads them.
   ExpectExit("--timeout 1m30s alibi-slopes --heads 2", 0);
 }
@@ -228,14 +217,13 @@ TEST_F(CliTest, NpyToStandardOutputIsTheWholeOutput) {
 }
 
 TEST_F(CliTest, HelpExitsZero) {
-  ExpectExit("--help", 0, &CliResult::out, "apply-rope");
-  ExpectExit("apply-rope --help", 0, &CliResult::out, "--out-q FILE");
+  ExpectOutput("--help", "apply-rope");
+  ExpectOutput("apply-rope --help", "--out-q FILE");
 }
 
 TEST_F(CliTest, VersionPrintsTheProjectVersion) {
-  ExpectExit("--version", 0, &CliResult::out,
-             absl::StrCat("posenc ", POSENC_PROJECT_VERSION, " ("));
-  ExpectExit("info --version", 0, &CliResult::out, absl::StrCat("posenc ", POSENC_PROJECT_VERSION));
+  ExpectOutput("--version", absl::StrCat("posenc ", POSENC_PROJECT_VERSION, " ("));
+  ExpectOutput("info --version", absl::StrCat("posenc ", POSENC_PROJECT_VERSION));
 }
 
 TEST_F(CliTest, HealthAndInfo) {
@@ -388,16 +376,16 @@ TEST_F(CliTest, BenchEveryOpSucceeds) {
 }
 
 TEST_F(CliTest, BenchUsageErrorsExitTwo) {
-  ExpectExit("bench --concurrency 0", 2, &CliResult::err, "--concurrency expects 1 .. 1024");
-  ExpectExit("bench --duration 10", 2, &CliResult::err, "--duration expects a duration");
-  ExpectExit("bench --duration 0s", 2, &CliResult::err, "--duration expects a duration");
-  ExpectExit("bench --warmup -1s", 2, &CliResult::err, "--warmup expects a duration");
-  ExpectExit("bench --duration 1s --count 3", 2, &CliResult::err, "not both");
-  ExpectExit("bench --count 0", 2, &CliResult::err, "--count expects 1 ..");
-  ExpectExit("bench --op nope", 2, &CliResult::err, "--op expects sinusoidal|");
-  ExpectExit("bench --tokens 0", 2, &CliResult::err, "--tokens expects 1 ..");
-  ExpectExit("bench --tokens 1048576 --heads 1024", 2, &CliResult::err, "over the bench's limit");
-  ExpectExit("bench --help", 0, &CliResult::out, "example: posenc bench");
+  ExpectUsageError("bench --concurrency 0", "--concurrency expects 1 .. 1024");
+  ExpectUsageError("bench --duration 10", "--duration expects a duration");
+  ExpectUsageError("bench --duration 0s", "--duration expects a duration");
+  ExpectUsageError("bench --warmup -1s", "--warmup expects a duration");
+  ExpectUsageError("bench --duration 1s --count 3", "not both");
+  ExpectUsageError("bench --count 0", "--count expects 1 ..");
+  ExpectUsageError("bench --op nope", "--op expects sinusoidal|");
+  ExpectUsageError("bench --tokens 0", "--tokens expects 1 ..");
+  ExpectUsageError("bench --tokens 1048576 --heads 1024", "over the bench's limit");
+  ExpectOutput("bench --help", "example: posenc bench");
 }
 
 TEST_F(CliTest, BenchAgainstADeadPortReportsErrorsAndExitsOne) {
@@ -571,11 +559,11 @@ TEST_F(CliTest, OutputFilesAreCheckedBeforeTheCall) {
 }
 
 TEST_F(CliTest, HelpMentionsPngAndCheck) {
-  ExpectExit("sinusoidal --help", 0, &CliResult::out, "--png FILE");
-  ExpectExit("alibi-bias --help", 0, &CliResult::out, "--png alibi.png");
-  ExpectExit("check --help", 0, &CliResult::out, "example: posenc check --cos");
-  ExpectExit("check --help", 0, &CliResult::out, "--tolerance X");
-  ExpectExit("--help", 0, &CliResult::out, "check");
+  ExpectOutput("sinusoidal --help", "--png FILE");
+  ExpectOutput("alibi-bias --help", "--png alibi.png");
+  ExpectOutput("check --help", "example: posenc check --cos");
+  ExpectOutput("check --help", "--tolerance X");
+  ExpectOutput("--help", "check");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -728,10 +716,10 @@ TEST_F(CliTest, CheckBadInputsAreClearErrors) {
   ExpectExit(absl::StrCat("check --input ", Path("x.npy"), " --rotated ", Path("y.npy")), 1,
              &CliResult::err, "differ in shape");
   // Usage: no input, both kinds, half a pair.
-  ExpectExit("check --head-dim 16", 2, &CliResult::err, "give a cache");
+  ExpectUsageError("check --head-dim 16", "give a cache");
   ExpectExit(absl::StrCat("check --cos ", Path("c30.npy"), " --rotated ", Path("x.npy")), 2);
-  ExpectExit(absl::StrCat("check --rotated ", Path("x.npy")), 2, &CliResult::err,
-             "--rotated and --input go together");
+  ExpectUsageError(absl::StrCat("check --rotated ", Path("x.npy")),
+                   "--rotated and --input go together");
   ExpectExit(absl::StrCat("check --head-dim 16 --tolerance -1 --cos ", Path("c30.npy")), 2,
              &CliResult::err, "--tolerance expects a number >= 0");
 }

@@ -20,33 +20,13 @@
 #include "gtest/gtest.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "server/server.h"
+#include "tests/server/server_process.h"
 #include "tests/server/server_test_util.h"
 
 namespace posenc::server {
 namespace {
 
-// GET `path` from 127.0.0.1:port; the whole response (status line, headers, body) or "".
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string response;
-  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request =
-        "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-    if (send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size())) {
-      char buffer[4096];
-      for (ssize_t n; (n = recv(fd, buffer, sizeof(buffer), 0)) > 0;) {
-        response.append(buffer, static_cast<size_t>(n));
-      }
-    }
-  }
-  close(fd);
-  return response;
-}
+using testing::HttpGet;
 
 // One sample of the text exposition: name{labels} value.
 struct Sample {

@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
+#include "tests/common/command.h"
 
 #ifndef POSENC_SERVER_PATH
 #error "POSENC_SERVER_PATH must name the posenc-server binary (tests/CMakeLists.txt)"
@@ -30,11 +31,7 @@
 namespace posenc::server {
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using Result = ::posenc::testing::CommandResult;
 
 // Runs `[env] posenc-server args` under `timeout 20`; stdout and stderr captured separately.
 Result RunServer(const std::string& args, const std::string& env = "") {
@@ -43,23 +40,8 @@ Result RunServer(const std::string& args, const std::string& env = "") {
        absl::StrCat("posenc_server_flags_", ::getpid(), "_",
                     ::testing::UnitTest::GetInstance()->current_test_info()->name(), ".err"))
           .string();
-  const std::string command =
-      absl::StrCat(env, " timeout 20 ", POSENC_SERVER_PATH, " ", args, " 2>", err_path);
-  Result result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    ADD_FAILURE() << "popen failed: " << command;
-    return result;
-  }
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.out.append(buffer, n);
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream err(err_path);
-  std::stringstream ss;
-  ss << err.rdbuf();
-  result.err = ss.str();
+  Result result = ::posenc::testing::RunCommand(
+      absl::StrCat(env, " timeout 20 ", POSENC_SERVER_PATH, " ", args), err_path);
   std::filesystem::remove(err_path);
   return result;
 }
