@@ -47,6 +47,23 @@ absl::StatusOr<kernels::ConstTensorView> ResolveTable(const HandlerContext& ctx,
       absl::StrCat(inline_field, " / ", name_field, ": a table is required, got neither"));
 }
 
+// The table of a RelativeBias / RelativeEmbedding request: table_inline or table_name.
+template <typename Request>
+absl::StatusOr<kernels::ConstTensorView> ResolveRequestTable(const HandlerContext& ctx,
+                                                             const Request& req) {
+  return ResolveTable(ctx, req.has_table_inline(), req.table_inline(),
+                      req.table_case() == Request::kTableName, req.table_name(), "table_inline",
+                      "table_name");
+}
+
+// The query/key extent every bias and relative-embedding request has.
+template <typename Request, typename Params>
+void CopyQueryKeyExtent(const Request& req, Params& params) {
+  params.q_len = req.q_len();
+  params.k_len = req.k_len();
+  if (req.has_query_offset()) params.query_offset = req.query_offset();
+}
+
 // Puts `in`'s bytes (planned as `spec`) into `out` and returns a view onto them: ApplyRope
 // rotates there in place. With ctx.consume_requests the bytes move (no copy: the request is not
 // read again); otherwise they are copied.
@@ -63,6 +80,18 @@ kernels::TensorView MoveToResponse(const HandlerContext& ctx, const v1::Tensor& 
   return kernels::TensorView{spec.dtype, spec.shape, out->mutable_data()->data()};
 }
 
+// The handlers with one output: plans `args`, checks the output `spec` of the plan against the
+// limits and runs the plan into `out`.
+template <typename Args, typename Plan>
+absl::Status PlanAndRun(const HandlerContext& ctx, Args args, absl::StatusOr<Plan> (*plan_fn)(Args),
+                        absl::Status (*run_fn)(const kernels::Backend&, const Plan&,
+                                               const kernels::TensorView&),
+                        kernels::OutputSpec Plan::*spec, v1::Tensor* out) {
+  POSENC_ASSIGN_OR_RETURN(Plan plan, plan_fn(std::move(args)));
+  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.*spec}));
+  return run_fn(*ctx.backend, plan, AllocateOutput(plan.*spec, out));
+}
+
 void CountCacheLookup(const HandlerContext& ctx, const kernels::RopeRunInfo& info) {
   if (ctx.rope_cache != nullptr && ctx.metrics != nullptr)
     ctx.metrics->OnCacheLookup(info.cache_hit);
@@ -75,10 +104,8 @@ absl::Status Sinusoidal(const HandlerContext& ctx, const v1::SinusoidalRequest& 
   POSENC_ASSIGN_OR_RETURN(args.output_dtype, OutputDType(req.output_dtype(), "output_dtype"));
   POSENC_RETURN_IF_ERROR(ToPositionSpec(PositionsOrNull(req.has_positions(), req.positions()),
                                         "positions", &args.positions));
-  POSENC_ASSIGN_OR_RETURN(kernels::SinusoidalPlan plan, kernels::PlanSinusoidal(std::move(args)));
-  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.table}));
-  return kernels::RunSinusoidal(*ctx.backend, plan,
-                                AllocateOutput(plan.table, resp->mutable_table()));
+  return PlanAndRun(ctx, std::move(args), &kernels::PlanSinusoidal, &kernels::RunSinusoidal,
+                    &kernels::SinusoidalPlan::table, resp->mutable_table());
 }
 
 absl::Status AddPositionEncoding(const HandlerContext& ctx,
@@ -114,11 +141,9 @@ absl::Status AddPositionEncoding(const HandlerContext& ctx,
     case v1::AddPositionEncodingRequest::SOURCE_NOT_SET:
       break;  // the plan names the missing source
   }
-  POSENC_ASSIGN_OR_RETURN(kernels::AddPositionEncodingPlan plan,
-                          kernels::PlanAddPositionEncoding(std::move(args)));
-  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.y}));
-  return kernels::RunAddPositionEncoding(*ctx.backend, plan,
-                                         AllocateOutput(plan.y, resp->mutable_y()));
+  return PlanAndRun(ctx, std::move(args), &kernels::PlanAddPositionEncoding,
+                    &kernels::RunAddPositionEncoding, &kernels::AddPositionEncodingPlan::y,
+                    resp->mutable_y());
 }
 
 absl::Status RopeCache(const HandlerContext& ctx, const v1::RopeCacheRequest& req,
@@ -192,9 +217,7 @@ absl::Status AlibiBias(const HandlerContext& ctx, const v1::AlibiBiasRequest& re
   kernels::AlibiBiasArgs args;
   kernels::AlibiBiasParams& params = args.params;
   params.num_heads = req.num_heads();
-  params.q_len = req.q_len();
-  params.k_len = req.k_len();
-  if (req.has_query_offset()) params.query_offset = req.query_offset();
+  CopyQueryKeyExtent(req, params);
   POSENC_ASSIGN_OR_RETURN(params.mode, ToAlibiMode(req.mode(), "mode"));
   POSENC_ASSIGN_OR_RETURN(params.future, ToFutureMode(req.future(), "future"));
   POSENC_ASSIGN_OR_RETURN(params.max_bias, MaxBias(req.has_max_bias(), req.max_bias()));
@@ -214,9 +237,7 @@ absl::Status RelativeBias(const HandlerContext& ctx, const v1::RelativeBiasReque
                           v1::RelativeBiasResponse* resp) {
   kernels::RelativeBiasArgs args;
   kernels::RelativeBiasParams& params = args.params;
-  params.q_len = req.q_len();
-  params.k_len = req.k_len();
-  if (req.has_query_offset()) params.query_offset = req.query_offset();
+  CopyQueryKeyExtent(req, params);
   if (req.has_key_offset()) params.key_offset = req.key_offset();
   if (req.has_bidirectional()) params.bidirectional = req.bidirectional();
   if (req.has_num_buckets()) params.num_buckets = req.num_buckets();
@@ -229,37 +250,24 @@ absl::Status RelativeBias(const HandlerContext& ctx, const v1::RelativeBiasReque
   // A table is optional for BUCKETS (the plan requires it for the other forms).
   if (params.form != kernels::BiasForm::kBuckets ||
       req.table_case() != v1::RelativeBiasRequest::TABLE_NOT_SET) {
-    POSENC_ASSIGN_OR_RETURN(params.table,
-                            ResolveTable(ctx, req.has_table_inline(), req.table_inline(),
-                                         req.table_case() == v1::RelativeBiasRequest::kTableName,
-                                         req.table_name(), "table_inline", "table_name"));
+    POSENC_ASSIGN_OR_RETURN(params.table, ResolveRequestTable(ctx, req));
   }
-  POSENC_ASSIGN_OR_RETURN(kernels::RelativeBiasPlan plan,
-                          kernels::PlanRelativeBias(std::move(args)));
-  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.bias}));
-  return kernels::RunRelativeBias(*ctx.backend, plan,
-                                  AllocateOutput(plan.bias, resp->mutable_bias()));
+  return PlanAndRun(ctx, std::move(args), &kernels::PlanRelativeBias, &kernels::RunRelativeBias,
+                    &kernels::RelativeBiasPlan::bias, resp->mutable_bias());
 }
 
 absl::Status RelativeEmbedding(const HandlerContext& ctx, const v1::RelativeEmbeddingRequest& req,
                                v1::RelativeEmbeddingResponse* resp) {
   kernels::RelativeEmbeddingArgs args;
   kernels::RelativeEmbeddingParams& params = args.params;
-  params.q_len = req.q_len();
-  params.k_len = req.k_len();
+  CopyQueryKeyExtent(req, params);
   params.max_relative = req.max_relative();
-  if (req.has_query_offset()) params.query_offset = req.query_offset();
   if (req.has_key_offset()) params.key_offset = req.key_offset();
-  POSENC_ASSIGN_OR_RETURN(params.table,
-                          ResolveTable(ctx, req.has_table_inline(), req.table_inline(),
-                                       req.table_case() == v1::RelativeEmbeddingRequest::kTableName,
-                                       req.table_name(), "table_inline", "table_name"));
+  POSENC_ASSIGN_OR_RETURN(params.table, ResolveRequestTable(ctx, req));
   POSENC_ASSIGN_OR_RETURN(args.output_dtype, OutputDType(req.output_dtype(), "output_dtype"));
-  POSENC_ASSIGN_OR_RETURN(kernels::RelativeEmbeddingPlan plan,
-                          kernels::PlanRelativeEmbedding(std::move(args)));
-  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.embeddings}));
-  return kernels::RunRelativeEmbedding(*ctx.backend, plan,
-                                       AllocateOutput(plan.embeddings, resp->mutable_embeddings()));
+  return PlanAndRun(ctx, std::move(args), &kernels::PlanRelativeEmbedding,
+                    &kernels::RunRelativeEmbedding, &kernels::RelativeEmbeddingPlan::embeddings,
+                    resp->mutable_embeddings());
 }
 
 }  // namespace

@@ -206,6 +206,24 @@ struct Workload {
 };
 
 int64_t Bytes(const Tensor& t) { return static_cast<int64_t>(t.data.size()); }
+int64_t Bytes(const client::RopeCacheResult& r) { return Bytes(r.cos) + Bytes(r.sin); }
+int64_t Bytes(const client::ApplyRopeResult& r) {
+  return Bytes(r.q) + (r.k.has_value() ? Bytes(*r.k) : 0);
+}
+int64_t Bytes(const client::AlibiBiasResult& r) { return Bytes(r.bias) + Bytes(r.slopes); }
+
+// A workload that calls `method` with `o`; the tensor bytes of its result.
+template <typename Options, typename Result>
+Workload MakeWorkload(int64_t request_bytes, Options o,
+                      absl::StatusOr<Result> (client::Client::*method)(const Options&,
+                                                                       const client::CallOptions&)
+                          const) {
+  return Workload{request_bytes,
+                  [o = std::move(o), method](const client::Client& c) -> absl::StatusOr<int64_t> {
+                    POSENC_ASSIGN_OR_RETURN(Result r, (c.*method)(o, client::CallOptions{}));
+                    return Bytes(r);
+                  }};
+}
 
 // Uniform in [-1, 1], the same for the same seed.
 absl::StatusOr<Tensor> RandomTensor(std::vector<int64_t> shape, DType dtype, uint64_t seed) {
@@ -223,10 +241,7 @@ absl::StatusOr<Workload> SinusoidalWorkload(const BenchShape& s) {
   o.positions = client::Positions::Range(0, s.tokens);
   o.params.dim = s.head_dim;
   o.output_dtype = s.dtype;
-  return Workload{0, [o](const client::Client& c) -> absl::StatusOr<int64_t> {
-                    POSENC_ASSIGN_OR_RETURN(Tensor table, c.Sinusoidal(o));
-                    return Bytes(table);
-                  }};
+  return MakeWorkload(0, std::move(o), &client::Client::Sinusoidal);
 }
 
 absl::StatusOr<Workload> AddWorkload(const BenchShape& s) {
@@ -234,10 +249,7 @@ absl::StatusOr<Workload> AddWorkload(const BenchShape& s) {
   POSENC_ASSIGN_OR_RETURN(o.x, RandomTensor({s.batch, s.tokens, s.head_dim}, s.dtype, 1));
   o.sinusoidal = client::SinusoidalParams{};
   const int64_t request_bytes = Bytes(o.x);
-  return Workload{request_bytes, [o](const client::Client& c) -> absl::StatusOr<int64_t> {
-                    POSENC_ASSIGN_OR_RETURN(Tensor y, c.AddPositionEncoding(o));
-                    return Bytes(y);
-                  }};
+  return MakeWorkload(request_bytes, std::move(o), &client::Client::AddPositionEncoding);
 }
 
 absl::StatusOr<Workload> RopeCacheWorkload(const BenchShape& s) {
@@ -245,10 +257,7 @@ absl::StatusOr<Workload> RopeCacheWorkload(const BenchShape& s) {
   o.positions = client::Positions::Range(0, s.tokens);
   o.config = s.rope;
   o.output_dtype = s.dtype;
-  return Workload{0, [o](const client::Client& c) -> absl::StatusOr<int64_t> {
-                    POSENC_ASSIGN_OR_RETURN(client::RopeCacheResult r, c.RopeCache(o));
-                    return Bytes(r.cos) + Bytes(r.sin);
-                  }};
+  return MakeWorkload(0, std::move(o), &client::Client::RopeCache);
 }
 
 absl::StatusOr<Workload> ApplyRopeWorkload(const BenchShape& s) {
@@ -260,61 +269,47 @@ absl::StatusOr<Workload> ApplyRopeWorkload(const BenchShape& s) {
   }
   o.config = s.rope;
   const int64_t request_bytes = Bytes(o.q) + (o.k.has_value() ? Bytes(*o.k) : 0);
-  return Workload{request_bytes, [o](const client::Client& c) -> absl::StatusOr<int64_t> {
-                    POSENC_ASSIGN_OR_RETURN(client::ApplyRopeResult r, c.ApplyRope(o));
-                    return Bytes(r.q) + (r.k.has_value() ? Bytes(*r.k) : 0);
-                  }};
+  return MakeWorkload(request_bytes, std::move(o), &client::Client::ApplyRope);
 }
 
 absl::StatusOr<Workload> AlibiSlopesWorkload(const BenchShape& s) {
   client::AlibiSlopesOptions o;
   o.num_heads = s.heads;
   o.output_dtype = s.dtype;
-  return Workload{0, [o](const client::Client& c) -> absl::StatusOr<int64_t> {
-                    POSENC_ASSIGN_OR_RETURN(Tensor slopes, c.AlibiSlopes(o));
-                    return Bytes(slopes);
-                  }};
+  return MakeWorkload(0, std::move(o), &client::Client::AlibiSlopes);
+}
+
+// Options of the [q, k] ops: q_len queries against `tokens` keys, in the output dtype.
+template <typename Options>
+Options BiasOptions(const BenchShape& s) {
+  Options o;
+  o.q_len = s.q_len;
+  o.k_len = s.tokens;
+  o.output_dtype = s.dtype;
+  return o;
 }
 
 absl::StatusOr<Workload> AlibiBiasWorkload(const BenchShape& s) {
-  client::AlibiBiasOptions o;
+  auto o = BiasOptions<client::AlibiBiasOptions>(s);
   o.num_heads = s.heads;
-  o.q_len = s.q_len;
-  o.k_len = s.tokens;
-  o.output_dtype = s.dtype;
-  return Workload{0, [o](const client::Client& c) -> absl::StatusOr<int64_t> {
-                    POSENC_ASSIGN_OR_RETURN(client::AlibiBiasResult r, c.AlibiBias(o));
-                    return Bytes(r.bias) + Bytes(r.slopes);
-                  }};
+  return MakeWorkload(0, std::move(o), &client::Client::AlibiBias);
 }
 
 absl::StatusOr<Workload> RelativeBiasWorkload(const BenchShape& s) {
-  client::RelativeBiasOptions o;
-  o.q_len = s.q_len;
-  o.k_len = s.tokens;
+  auto o = BiasOptions<client::RelativeBiasOptions>(s);
   // The default 32 buckets.
   POSENC_ASSIGN_OR_RETURN(o.table_inline, RandomTensor({32, s.heads}, DType::kFloat32, 4));
-  o.output_dtype = s.dtype;
   const int64_t request_bytes = Bytes(*o.table_inline);
-  return Workload{request_bytes, [o](const client::Client& c) -> absl::StatusOr<int64_t> {
-                    POSENC_ASSIGN_OR_RETURN(Tensor bias, c.RelativeBias(o));
-                    return Bytes(bias);
-                  }};
+  return MakeWorkload(request_bytes, std::move(o), &client::Client::RelativeBias);
 }
 
 absl::StatusOr<Workload> RelativeEmbeddingWorkload(const BenchShape& s) {
-  client::RelativeEmbeddingOptions o;
-  o.q_len = s.q_len;
-  o.k_len = s.tokens;
+  auto o = BiasOptions<client::RelativeEmbeddingOptions>(s);
   o.max_relative = s.max_relative;
   POSENC_ASSIGN_OR_RETURN(o.table_inline,
                           RandomTensor({2 * s.max_relative + 1, s.head_dim}, DType::kFloat32, 5));
-  o.output_dtype = s.dtype;
   const int64_t request_bytes = Bytes(*o.table_inline);
-  return Workload{request_bytes, [o](const client::Client& c) -> absl::StatusOr<int64_t> {
-                    POSENC_ASSIGN_OR_RETURN(Tensor embeddings, c.RelativeEmbedding(o));
-                    return Bytes(embeddings);
-                  }};
+  return MakeWorkload(request_bytes, std::move(o), &client::Client::RelativeEmbedding);
 }
 
 // The order of `mix`.

@@ -20,6 +20,7 @@
 #include "kernels/common/positions.h"
 #include "kernels/ops.h"
 #include "posenc/client.h"
+#include "tests/common/rope_configs.h"
 
 namespace posenc::client {
 namespace {
@@ -347,15 +348,8 @@ TEST_F(ClientE2ETest, RopeCacheHfConfigLlama3BFloat16MatchesExplicitReference) {
       "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
                        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})";
   options.output_dtype = DType::kBFloat16;
-  kernels::RopeConfig config;
-  config.head_dim = 64;
-  config.base = 500000.0;
+  kernels::RopeConfig config = ::posenc::testing::Llama3Rope(32.0, 1.0, 4.0, /*head_dim=*/64);
   config.max_position_embeddings = 131072;
-  config.scaling.type = kernels::RopeScalingType::kLlama3;
-  config.scaling.factor = 32.0;
-  config.scaling.low_freq_factor = 1.0;
-  config.scaling.high_freq_factor = 4.0;
-  config.scaling.original_max_position_embeddings = 8192;
   CheckRopeCache(*client_, options, config);
 }
 

@@ -16,6 +16,7 @@
 #include "kernels/common/types.h"
 #include "kernels/ops.h"
 #include "tests/common/buffers.h"
+#include "tests/common/rope_configs.h"
 
 namespace posenc::kernels {
 namespace {
@@ -529,14 +530,7 @@ TEST(RopeTest, ProportionalAndLlama3StepFrequencies) {
 
   // llama3 with low_freq_factor == high_freq_factor (Llama 4 Scout): wavelengths above L0/low
   // divided by the factor, the rest kept, nothing smoothed.
-  RopeConfig l;
-  l.head_dim = 128;
-  l.base = 500000;
-  l.scaling.type = RopeScalingType::kLlama3;
-  l.scaling.factor = 16;
-  l.scaling.low_freq_factor = 1;
-  l.scaling.high_freq_factor = 1;
-  l.scaling.original_max_position_embeddings = 8192;
+  const RopeConfig l = ::posenc::testing::Llama3Rope(16, 1, 1);
   f = ComputeRopeFrequencies(l, 0);
   ASSERT_TRUE(f.ok()) << f.status();
   int kept = 0, divided = 0;

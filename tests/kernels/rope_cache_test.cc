@@ -12,23 +12,14 @@
 #include "kernels/rope/config.h"
 #include "kernels/rope/frequency_cache.h"
 #include "tests/common/buffers.h"
+#include "tests/common/rope_configs.h"
 
 namespace posenc::kernels {
 namespace {
 
 constexpr size_t kBytes = size_t{1} << 20;  // far above what these tests store
 
-RopeConfig Llama3() {
-  RopeConfig c;
-  c.head_dim = 128;
-  c.base = 500000;
-  c.scaling.type = RopeScalingType::kLlama3;
-  c.scaling.factor = 8;
-  c.scaling.low_freq_factor = 1;
-  c.scaling.high_freq_factor = 4;
-  c.scaling.original_max_position_embeddings = 8192;
-  return c;
-}
+RopeConfig Llama3() { return ::posenc::testing::Llama3Rope(8, 1, 4); }
 
 TEST(RopeFrequencyCacheTest, HitsReturnExactlyWhatComputeReturns) {
   RopeFrequencyCache cache(8, kBytes);

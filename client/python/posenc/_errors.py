@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Dict, Optional
 
 import grpc
 
@@ -75,110 +75,35 @@ class PosencError(Exception):
         return f"{type(self).__name__}({self.code!r}, {self.message!r}, {self.details!r})"
 
 
-class CancelledError(PosencError):
-    """The call was cancelled."""
-
-    CODE = grpc.StatusCode.CANCELLED
-
-
-class UnknownError(PosencError):
-    """A posenc call failed with UNKNOWN."""
-
-    CODE = grpc.StatusCode.UNKNOWN
-
-
-class InvalidArgumentError(PosencError, ValueError):
-    """A malformed request: the message names the field, the expected and the received value."""
-
-    CODE = grpc.StatusCode.INVALID_ARGUMENT
-
-
-class DeadlineExceededError(PosencError):
-    """The call's timeout passed before the server answered."""
-
-    CODE = grpc.StatusCode.DEADLINE_EXCEEDED
-
-
-class NotFoundError(PosencError):
-    """E.g. a health check of a service the server does not know."""
-
-    CODE = grpc.StatusCode.NOT_FOUND
-
-
-class AlreadyExistsError(PosencError):
-    """A posenc call failed with ALREADY_EXISTS."""
-
-    CODE = grpc.StatusCode.ALREADY_EXISTS
-
-
-class PermissionDeniedError(PosencError):
-    """A posenc call failed with PERMISSION_DENIED."""
-
-    CODE = grpc.StatusCode.PERMISSION_DENIED
-
-
-class ResourceExhaustedError(PosencError):
-    """An output over the server's limits, or the server busy (retry later or elsewhere)."""
-
-    CODE = grpc.StatusCode.RESOURCE_EXHAUSTED
-
-
-class FailedPreconditionError(PosencError):
-    """A posenc call failed with FAILED_PRECONDITION."""
-
-    CODE = grpc.StatusCode.FAILED_PRECONDITION
-
-
-class AbortedError(PosencError):
-    """A posenc call failed with ABORTED."""
-
-    CODE = grpc.StatusCode.ABORTED
-
-
-class OutOfRangeError(PosencError, ValueError):
-    """A position past a learned table."""
-
-    CODE = grpc.StatusCode.OUT_OF_RANGE
-
-
-class UnimplementedError(PosencError):
-    """A posenc call failed with UNIMPLEMENTED."""
-
-    CODE = grpc.StatusCode.UNIMPLEMENTED
-
-
-class InternalError(PosencError):
-    """The server failed, or it sent a response the client cannot read."""
-
-    CODE = grpc.StatusCode.INTERNAL
-
-
-class UnavailableError(PosencError):
-    """The server could not be reached, or it is draining."""
-
-    CODE = grpc.StatusCode.UNAVAILABLE
-
-
-class DataLossError(PosencError):
-    """A posenc call failed with DATA_LOSS."""
-
-    CODE = grpc.StatusCode.DATA_LOSS
-
-
-class UnauthenticatedError(PosencError):
-    """A posenc call failed with UNAUTHENTICATED."""
-
-    CODE = grpc.StatusCode.UNAUTHENTICATED
-
-
-_BY_CODE = {
-    cls.CODE: cls
-    for cls in (CancelledError, UnknownError, InvalidArgumentError, DeadlineExceededError,
-                NotFoundError, AlreadyExistsError, PermissionDeniedError,
-                ResourceExhaustedError, FailedPreconditionError, AbortedError, OutOfRangeError,
-                UnimplementedError, InternalError, UnavailableError, DataLossError,
-                UnauthenticatedError)
+# One subclass per status code but OK, named after it (INVALID_ARGUMENT: InvalidArgumentError),
+# each a module attribute like a class statement's; docstrings beyond "A posenc call failed
+# with CODE." and the codes whose errors are also ValueErrors.
+_DOCS = {
+    grpc.StatusCode.CANCELLED: "The call was cancelled.",
+    grpc.StatusCode.INVALID_ARGUMENT:
+        "A malformed request: the message names the field, the expected and the received value.",
+    grpc.StatusCode.DEADLINE_EXCEEDED: "The call's timeout passed before the server answered.",
+    grpc.StatusCode.NOT_FOUND: "E.g. a health check of a service the server does not know.",
+    grpc.StatusCode.RESOURCE_EXHAUSTED:
+        "An output over the server's limits, or the server busy (retry later or elsewhere).",
+    grpc.StatusCode.OUT_OF_RANGE: "A position past a learned table.",
+    grpc.StatusCode.INTERNAL: "The server failed, or it sent a response the client cannot read.",
+    grpc.StatusCode.UNAVAILABLE: "The server could not be reached, or it is draining.",
 }
+_VALUE_ERRORS = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE)
+
+_BY_CODE: Dict[grpc.StatusCode, type] = {}
+for _code in grpc.StatusCode:
+    if _code is grpc.StatusCode.OK:
+        continue
+    _name = "".join(word.capitalize() for word in _code.name.split("_")) + "Error"
+    _bases = (PosencError, ValueError) if _code in _VALUE_ERRORS else (PosencError,)
+    _BY_CODE[_code] = globals()[_name] = type(_name, _bases, {
+        "__doc__": _DOCS.get(_code, f"A posenc call failed with {_code.name}."),
+        "__module__": __name__,
+        "CODE": _code,
+    })
+del _code, _name, _bases
 
 
 def error_for(code: grpc.StatusCode, message: str, details: Optional[str] = None,

@@ -32,95 +32,40 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 # Enums: the wire enums value for value (UNSPECIFIED = 0 selects the documented default).
 # ---------------------------------------------------------------------------------------------
-class SinusoidalLayout(enum.IntEnum):
-    """Column layout of a sinusoidal table (default INTERLEAVED)."""
-    UNSPECIFIED = 0
-    INTERLEAVED = 1
-    CONCAT = 2
-
-
-class FreqScheme(enum.IntEnum):
-    """Sinusoidal frequencies (default VASWANI for INTERLEAVED, T2T for CONCAT)."""
-    UNSPECIFIED = 0
-    VASWANI = 1
-    T2T = 2
-
-
-class Combine(enum.IntEnum):
-    """AddPositionEncoding: ``x*scale + PE`` (ADD, default) or ``[x*scale ; PE]`` (CONCAT)."""
-    UNSPECIFIED = 0
-    ADD = 1
-    CONCAT = 2
-
-
-class RopeStyle(enum.IntEnum):
-    """Rotation pairs: NEOX (rotate_half, default), GPTJ (interleaved) or DEEPSEEK
-    (de-interleave, then rotate_half: transformers' DeepSeek V3 / Kimi K2 output order)."""
-    UNSPECIFIED = 0
-    NEOX = 1
-    GPTJ = 2
-    DEEPSEEK = 3
-
-
-class RopeScalingType(enum.IntEnum):
-    """The Hugging Face rope types plus static NTK (default DEFAULT)."""
-    UNSPECIFIED = 0
-    DEFAULT = 1
-    LINEAR = 2
-    NTK = 3
-    DYNAMIC = 4
-    YARN = 5
-    LLAMA3 = 6
-    LONGROPE = 7
-    PROPORTIONAL = 8
-
-
-class MropeLayout(enum.IntEnum):
-    """M-RoPE section layout (default CONTIGUOUS, Qwen2-VL; INTERLEAVED is Qwen3-VL)."""
-    UNSPECIFIED = 0
-    CONTIGUOUS = 1
-    INTERLEAVED = 2
-
-
-class RopeCacheLayout(enum.IntEnum):
-    """RopeCache columns: COMPACT ``[n, d/2]`` (default), NEOX or GPTJ ``[n, d]``."""
-    UNSPECIFIED = 0
-    COMPACT = 1
-    NEOX = 2
-    GPTJ = 3
-
-
-class TensorLayout(enum.IntEnum):
-    """ApplyRope layout of q/k: BSHD (default), BHSD, or packed THD."""
-    UNSPECIFIED = 0
-    BSHD = 1
-    BHSD = 2
-    THD = 3
-
-
-class AlibiMode(enum.IntEnum):
-    """ALiBi: CAUSAL (default), SYMMETRIC or BLOOM."""
-    UNSPECIFIED = 0
-    CAUSAL = 1
-    SYMMETRIC = 2
-    BLOOM = 3
-
-
-class FutureMode(enum.IntEnum):
-    """What CAUSAL and BLOOM ALiBi put where a key lies after the query (default MASK: -inf)."""
-    UNSPECIFIED = 0
-    MASK = 1
-    ZERO = 2
-    LINEAR = 3
-
-
-class BiasForm(enum.IntEnum):
-    """FULL ``[H, q, k]`` (default), COMPACT (Toeplitz generator / BLOOM rows) or BUCKETS
-    (RelativeBias only: INT32 ``[q, k]``)."""
-    UNSPECIFIED = 0
-    FULL = 1
-    COMPACT = 2
-    BUCKETS = 3
+# (name, members numbered from 1 after UNSPECIFIED = 0, docstring): each becomes an
+# ``enum.IntEnum`` module attribute, as a class statement would.
+_WIRE_ENUMS = (
+    ("SinusoidalLayout", "INTERLEAVED CONCAT",
+     "Column layout of a sinusoidal table (default INTERLEAVED)."),
+    ("FreqScheme", "VASWANI T2T",
+     "Sinusoidal frequencies (default VASWANI for INTERLEAVED, T2T for CONCAT)."),
+    ("Combine", "ADD CONCAT",
+     "AddPositionEncoding: ``x*scale + PE`` (ADD, default) or ``[x*scale ; PE]`` (CONCAT)."),
+    ("RopeStyle", "NEOX GPTJ DEEPSEEK",
+     "Rotation pairs: NEOX (rotate_half, default), GPTJ (interleaved) or DEEPSEEK (de-interleave, "
+     "then rotate_half: transformers' DeepSeek V3 / Kimi K2 output order)."),
+    ("RopeScalingType", "DEFAULT LINEAR NTK DYNAMIC YARN LLAMA3 LONGROPE PROPORTIONAL",
+     "The Hugging Face rope types plus static NTK (default DEFAULT)."),
+    ("MropeLayout", "CONTIGUOUS INTERLEAVED",
+     "M-RoPE section layout (default CONTIGUOUS, Qwen2-VL; INTERLEAVED is Qwen3-VL)."),
+    ("RopeCacheLayout", "COMPACT NEOX GPTJ",
+     "RopeCache columns: COMPACT ``[n, d/2]`` (default), NEOX or GPTJ ``[n, d]``."),
+    ("TensorLayout", "BSHD BHSD THD",
+     "ApplyRope layout of q/k: BSHD (default), BHSD, or packed THD."),
+    ("AlibiMode", "CAUSAL SYMMETRIC BLOOM",
+     "ALiBi: CAUSAL (default), SYMMETRIC or BLOOM."),
+    ("FutureMode", "MASK ZERO LINEAR",
+     "What CAUSAL and BLOOM ALiBi put where a key lies after the query (default MASK: -inf)."),
+    ("BiasForm", "FULL COMPACT BUCKETS",
+     "FULL ``[H, q, k]`` (default), COMPACT (Toeplitz generator / BLOOM rows) or BUCKETS "
+     "(RelativeBias only: INT32 ``[q, k]``)."),
+)
+for _name, _members, _doc in _WIRE_ENUMS:
+    _cls = enum.IntEnum(_name, ["UNSPECIFIED"] + _members.split(), start=0, module=__name__,
+                        qualname=_name)
+    _cls.__doc__ = _doc
+    globals()[_name] = _cls
+del _name, _members, _doc, _cls
 
 
 class HealthStatus(enum.IntEnum):
