@@ -11,8 +11,10 @@
 #ifndef POSENC_KERNELS_BACKEND_H_
 #define POSENC_KERNELS_BACKEND_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -64,6 +66,32 @@ struct CpuBackendOptions {
 
 // The optimized CPU backend (SIMD with run-time dispatch, a thread pool, exact phases).
 absl::StatusOr<std::unique_ptr<Backend>> MakeCpuBackend(const CpuBackendOptions& options);
+
+// A CUDA device this process can use (GetServerInfo lists them).
+struct CudaDeviceInfo {
+  int index = 0;
+  std::string name;  // "NVIDIA H100 80GB HBM3"
+  int64_t total_memory_bytes = 0;
+  int compute_capability_major = 0, compute_capability_minor = 0;
+  std::string driver_version;   // CUDA version the driver supports, "13.0"
+  std::string runtime_version;  // CUDA runtime this build uses, "13.0"
+};
+
+// Whether this build contains the CUDA backend (configured with nvcc found or
+// -DPOSENC_ENABLE_CUDA=ON).
+bool CudaBuiltIn();
+
+// The usable CUDA devices; empty when the build has no CUDA backend, no driver is loaded or no
+// device is present (never an error: "auto" backends fall back to the CPU).
+std::vector<CudaDeviceInfo> ListCudaDevices();
+
+struct CudaBackendOptions {
+  int device = 0;  // the CUDA device index (--cuda_device)
+};
+
+// The CUDA backend on one device. UNIMPLEMENTED when the build has no CUDA backend; UNAVAILABLE
+// (with the CUDA error name) when the device cannot be used (no driver, no such device).
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options);
 
 }  // namespace posenc::kernels
 
