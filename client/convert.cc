@@ -349,7 +349,12 @@ absl::StatusOr<ServerInfo> FromProto(const v1::GetServerInfoResponse& response) 
   info.version = response.version();
   info.build = response.build();
   for (const v1::BackendInfo& b : response.backends()) {
-    info.backends.push_back({b.name(), b.detail(), b.is_default()});
+    info.backends.push_back({b.name(), b.detail(), b.is_default(), b.small_call_bytes()});
+  }
+  info.cuda_built_in = response.cuda_built_in();
+  for (const v1::DeviceInfo& d : response.devices()) {
+    info.devices.push_back({d.index(), d.name(), d.total_memory_bytes(), d.compute_capability(),
+                            d.driver_version(), d.runtime_version(), d.in_use()});
   }
   info.max_message_bytes = response.limits().max_message_bytes();
   info.max_output_elements = response.limits().max_output_elements();

@@ -122,6 +122,10 @@ absl::Status AdmitCurrentCall(int64_t output_bytes) {
   return current_admission->Admit(output_bytes);
 }
 
+void NoteCurrentCallBackend(absl::string_view backend) {
+  if (current_admission != nullptr) current_admission->set_backend(backend);
+}
+
 ScopedCallAdmission::ScopedCallAdmission(CallAdmission* admission) : previous_(current_admission) {
   current_admission = admission;
 }

@@ -21,6 +21,7 @@
 #include <mutex>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace posenc::server {
 
@@ -78,6 +79,10 @@ class CallAdmission {
   void EndCompute();
   // True when Admit refused the call (busy: worth retrying shortly, unlike a hard limit).
   bool refused() const { return refused_; }
+  // The backend that ran the call (AdmitOutputs notes it); empty before, or for calls that ran
+  // none. Names are the backends' static strings.
+  absl::string_view backend() const { return backend_; }
+  void set_backend(absl::string_view backend) { backend_ = backend; }
 
  private:
   AdmissionControl* const control_;  // null: admit everything
@@ -85,10 +90,13 @@ class CallAdmission {
   int64_t held_bytes_ = 0;
   bool heavy_ = false;
   bool refused_ = false;
+  absl::string_view backend_;
 };
 
 // The calling thread's call admission (null outside a call), for CheckOutputLimits.
 absl::Status AdmitCurrentCall(int64_t output_bytes);
+// Notes the backend that runs the calling thread's call (nothing outside a call).
+void NoteCurrentCallBackend(absl::string_view backend);
 
 class ScopedCallAdmission {
  public:

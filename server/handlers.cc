@@ -88,8 +88,8 @@ absl::Status PlanAndRun(const HandlerContext& ctx, Args args, absl::StatusOr<Pla
                                                const kernels::TensorView&),
                         kernels::OutputSpec Plan::*spec, v1::Tensor* out) {
   POSENC_ASSIGN_OR_RETURN(Plan plan, plan_fn(std::move(args)));
-  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.*spec}));
-  return run_fn(*ctx.backend, plan, AllocateOutput(plan.*spec, out));
+  POSENC_ASSIGN_OR_RETURN(const kernels::Backend* backend, AdmitOutputs(ctx, {plan.*spec}));
+  return run_fn(*backend, plan, AllocateOutput(plan.*spec, out));
 }
 
 void CountCacheLookup(const HandlerContext& ctx, const kernels::RopeRunInfo& info) {
@@ -156,9 +156,10 @@ absl::Status RopeCache(const HandlerContext& ctx, const v1::RopeCacheRequest& re
   POSENC_RETURN_IF_ERROR(ToPositionSpec(PositionsOrNull(req.has_positions(), req.positions()),
                                         "positions", &args.positions));
   POSENC_ASSIGN_OR_RETURN(kernels::RopeCachePlan plan, kernels::PlanRopeCache(std::move(args)));
-  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.cos, plan.sin, plan.inv_freq}));
+  POSENC_ASSIGN_OR_RETURN(const kernels::Backend* backend,
+                          AdmitOutputs(ctx, {plan.cos, plan.sin, plan.inv_freq}));
   POSENC_ASSIGN_OR_RETURN(kernels::RopeRunInfo info,
-                          kernels::RunRopeCache(*ctx.backend, plan, ctx.rope_cache,
+                          kernels::RunRopeCache(*backend, plan, ctx.rope_cache,
                                                 AllocateOutput(plan.cos, resp->mutable_cos()),
                                                 AllocateOutput(plan.sin, resp->mutable_sin())));
   CountCacheLookup(ctx, info);
@@ -179,16 +180,14 @@ absl::Status ApplyRope(const HandlerContext& ctx, const v1::ApplyRopeRequest& re
   POSENC_RETURN_IF_ERROR(ToPositionSpec(PositionsOrNull(req.has_positions(), req.positions()),
                                         "positions", &args.positions));
   POSENC_ASSIGN_OR_RETURN(kernels::ApplyRopePlan plan, kernels::PlanApplyRope(std::move(args)));
-  if (plan.has_k()) {
-    POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.q, plan.k, plan.inv_freq}));
-  } else {
-    POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.q, plan.inv_freq}));
-  }
+  POSENC_ASSIGN_OR_RETURN(const kernels::Backend* backend,
+                          plan.has_k() ? AdmitOutputs(ctx, {plan.q, plan.k, plan.inv_freq})
+                                       : AdmitOutputs(ctx, {plan.q, plan.inv_freq}));
   kernels::TensorView q = MoveToResponse(ctx, req.q(), plan.q, resp->mutable_q());
   kernels::TensorView k;
   if (plan.has_k()) k = MoveToResponse(ctx, req.k(), plan.k, resp->mutable_k());
   POSENC_ASSIGN_OR_RETURN(kernels::RopeRunInfo info,
-                          kernels::RunApplyRope(*ctx.backend, plan, ctx.rope_cache, q, k));
+                          kernels::RunApplyRope(*backend, plan, ctx.rope_cache, q, k));
   CountCacheLookup(ctx, info);
   FillRopeDerived(plan.config, *info.frequencies, resp->mutable_derived(), &notes);
   return absl::OkStatus();
@@ -228,8 +227,9 @@ absl::Status AlibiBias(const HandlerContext& ctx, const v1::AlibiBiasRequest& re
   }
   POSENC_ASSIGN_OR_RETURN(args.output_dtype, OutputDType(req.output_dtype(), "output_dtype"));
   POSENC_ASSIGN_OR_RETURN(kernels::AlibiBiasPlan plan, kernels::PlanAlibiBias(std::move(args)));
-  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.bias, plan.slopes}));
-  return kernels::RunAlibiBias(*ctx.backend, plan, AllocateOutput(plan.bias, resp->mutable_bias()),
+  POSENC_ASSIGN_OR_RETURN(const kernels::Backend* backend,
+                          AdmitOutputs(ctx, {plan.bias, plan.slopes}));
+  return kernels::RunAlibiBias(*backend, plan, AllocateOutput(plan.bias, resp->mutable_bias()),
                                AllocateOutput(plan.slopes, resp->mutable_slopes()));
 }
 
@@ -272,7 +272,11 @@ absl::Status RelativeEmbedding(const HandlerContext& ctx, const v1::RelativeEmbe
 
 }  // namespace
 
-absl::Status CheckOutputLimits(const Limits& limits, std::initializer_list<PlannedOutput> outputs) {
+namespace {
+
+// CheckOutputLimits without the admission: the planned outputs' total bytes.
+absl::StatusOr<int64_t> CheckOutputBytes(const Limits& limits,
+                                         std::initializer_list<PlannedOutput> outputs) {
   // Every handler calls this right before it allocates its outputs: a call whose deadline has
   // passed (or that was cancelled) stops here instead of paying for the allocation.
   if (const kernels::Cancellation* cancel = kernels::CurrentCancellation(); cancel != nullptr) {
@@ -298,8 +302,27 @@ absl::Status CheckOutputLimits(const Limits& limits, std::initializer_list<Plann
         absl::StrFormat("response of %.4g bytes (%s) is over --max_message_bytes=%d", total_bytes,
                         parts, limits.max_message_bytes));
   }
+  return static_cast<int64_t>(total_bytes);
+}
+
+}  // namespace
+
+absl::Status CheckOutputLimits(const Limits& limits, std::initializer_list<PlannedOutput> outputs) {
+  POSENC_ASSIGN_OR_RETURN(const int64_t bytes, CheckOutputBytes(limits, outputs));
   // Within the limits: the call's admission (bytes in flight, heavy-call slots) comes last.
-  return AdmitCurrentCall(static_cast<int64_t>(total_bytes));
+  return AdmitCurrentCall(bytes);
+}
+
+absl::StatusOr<const kernels::Backend*> AdmitOutputs(const HandlerContext& ctx,
+                                                     std::initializer_list<PlannedOutput> outputs) {
+  POSENC_ASSIGN_OR_RETURN(const int64_t bytes, CheckOutputBytes(ctx.limits, outputs));
+  POSENC_RETURN_IF_ERROR(AdmitCurrentCall(bytes));
+  const kernels::Backend* backend = ctx.small_backend != nullptr && bytes < ctx.small_call_bytes
+                                        ? ctx.small_backend
+                                        : ctx.backend;
+  NoteCurrentCallBackend(backend->name());
+  if (ctx.metrics != nullptr) ctx.metrics->OnBackendCall(backend->name());
+  return backend;
 }
 
 namespace {
@@ -308,11 +331,27 @@ absl::Status GetServerInfo(const HandlerContext& ctx, const v1::GetServerInfoReq
                            v1::GetServerInfoResponse* resp) {
   resp->set_version(POSENC_VERSION);
   resp->set_build(POSENC_BUILD_INFO);
-  if (ctx.backend != nullptr) {
+  for (const kernels::Backend* b : {ctx.backend, ctx.small_backend}) {
+    if (b == nullptr) continue;
     v1::BackendInfo* backend = resp->add_backends();
-    backend->set_name(std::string(ctx.backend->name()));
-    backend->set_detail(ctx.backend->detail());
-    backend->set_is_default(true);
+    backend->set_name(std::string(b->name()));
+    backend->set_detail(b->detail());
+    backend->set_is_default(b == ctx.backend);
+    if (b == ctx.backend && ctx.small_backend != nullptr) {
+      backend->set_small_call_bytes(ctx.small_call_bytes);
+    }
+  }
+  resp->set_cuda_built_in(kernels::CudaBuiltIn());
+  for (const kernels::CudaDeviceInfo& d : ctx.devices) {
+    v1::DeviceInfo* device = resp->add_devices();
+    device->set_index(d.index);
+    device->set_name(d.name);
+    device->set_total_memory_bytes(d.total_memory_bytes);
+    device->set_compute_capability(
+        absl::StrCat(d.compute_capability_major, ".", d.compute_capability_minor));
+    device->set_driver_version(d.driver_version);
+    device->set_runtime_version(d.runtime_version);
+    device->set_in_use(d.index == ctx.cuda_device);
   }
   resp->mutable_limits()->set_max_message_bytes(ctx.limits.max_message_bytes);
   resp->mutable_limits()->set_max_output_elements(ctx.limits.max_output_elements);

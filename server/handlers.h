@@ -18,8 +18,10 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kernels/backend.h"
 #include "kernels/common/types.h"
@@ -51,6 +53,13 @@ struct HandlerContext {
   // misses are counted (null: not counted).
   kernels::RopeFrequencyCache* rope_cache = nullptr;
   Metrics* metrics = nullptr;
+  // Beside a device backend (cuda): the host backend that runs the calls whose planned outputs
+  // total fewer than small_call_bytes bytes (not owned; null: `backend` runs every call).
+  const kernels::Backend* small_backend = nullptr;
+  int64_t small_call_bytes = 0;
+  // The CUDA devices seen at start-up (GetServerInfo) and the one `backend` runs on (-1: none).
+  std::vector<kernels::CudaDeviceInfo> devices;
+  int cuda_device = -1;
 };
 
 // A planned output tensor, for CheckOutputLimits: usually one of a kernel plan's outputs.
@@ -72,6 +81,12 @@ struct PlannedOutput {
 // Last, the call's admission (server/admission.h) when the service installed one: bytes in
 // flight and heavy-call slots, RESOURCE_EXHAUSTED (retryable) when they are taken.
 absl::Status CheckOutputLimits(const Limits& limits, std::initializer_list<PlannedOutput> outputs);
+
+// CheckOutputLimits with ctx.limits, then the backend that runs the call: ctx.small_backend when
+// the outputs total under ctx.small_call_bytes, else ctx.backend. The choice is noted on the
+// call's admission (the access log's backend) and counted (posenc_backend_calls_total).
+absl::StatusOr<const kernels::Backend*> AdmitOutputs(const HandlerContext& ctx,
+                                                     std::initializer_list<PlannedOutput> outputs);
 
 // The RPCs of posenc.v1.PositionEncoding, in the service's order (posenc.proto): X(Method).
 // (clang-format 14 reflows this macro differently on every run: kept by hand.)

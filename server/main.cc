@@ -4,7 +4,9 @@
 //   --listen               POSENC_LISTEN               host:port (default 0.0.0.0:50051)
 //   --max_message_bytes    POSENC_MAX_MESSAGE_BYTES    largest message (default 256 MiB)
 //   --max_output_elements  POSENC_MAX_OUTPUT_ELEMENTS  largest output tensor, elements
-//   --backend              POSENC_BACKEND              cpu (default), reference or auto
+//   --backend              POSENC_BACKEND              cpu (default), reference, cuda or auto
+//   --cuda_device          POSENC_CUDA_DEVICE          the GPU of the cuda backend (0)
+//   --cuda_small_call_bytes POSENC_CUDA_SMALL_CALL_BYTES  smaller calls run on cpu (1 MiB)
 //   --threads              POSENC_THREADS              threads per large request (0 = cores)
 //   --cache_entries        POSENC_CACHE_ENTRIES        RoPE frequency cache size (0 = off)
 //   --cache_bytes          POSENC_CACHE_BYTES          RoPE frequency cache bytes (64 MiB)
@@ -62,8 +64,15 @@ ABSL_FLAG(int64_t, max_message_bytes, int64_t{256} << 20,
 ABSL_FLAG(int64_t, max_output_elements, int64_t{1} << 26,
           "Largest number of elements of one output tensor (env POSENC_MAX_OUTPUT_ELEMENTS)");
 ABSL_FLAG(std::string, backend, "cpu",
-          "Compute backend: cpu (optimized SIMD + threads), reference (the float64 oracle) or "
-          "auto (the best available) (env POSENC_BACKEND)");
+          "Compute backend: cpu (optimized SIMD + threads), reference (the float64 oracle), cuda "
+          "(a GPU; start-up fails without one) or auto (cuda when the build has it and a device "
+          "is present, else cpu) (env POSENC_BACKEND)");
+ABSL_FLAG(int64_t, cuda_device, 0,
+          "The CUDA device the cuda backend runs on (env POSENC_CUDA_DEVICE)");
+ABSL_FLAG(int64_t, cuda_small_call_bytes, int64_t{1} << 20,
+          "With the cuda backend, calls whose outputs total fewer bytes run on the cpu backend "
+          "(a device round trip costs more); 0 = every call on the device "
+          "(env POSENC_CUDA_SMALL_CALL_BYTES)");
 ABSL_FLAG(int64_t, threads, 0,
           "Threads one large request may use on the cpu backend; 0 = one per core; small "
           "requests always run on the calling thread (env POSENC_THREADS)");
@@ -318,7 +327,9 @@ bool ApplyEnvironment() {
                             IntEnv{"POSENC_CACHE_ENTRIES", &FLAGS_cache_entries},
                             IntEnv{"POSENC_CACHE_BYTES", &FLAGS_cache_bytes},
                             IntEnv{"POSENC_MAX_INFLIGHT_BYTES", &FLAGS_max_inflight_bytes},
-                            IntEnv{"POSENC_MAX_HEAVY_CALLS", &FLAGS_max_heavy_calls}}) {
+                            IntEnv{"POSENC_MAX_HEAVY_CALLS", &FLAGS_max_heavy_calls},
+                            IntEnv{"POSENC_CUDA_DEVICE", &FLAGS_cuda_device},
+                            IntEnv{"POSENC_CUDA_SMALL_CALL_BYTES", &FLAGS_cuda_small_call_bytes}}) {
     const char* v = std::getenv(env.name);
     if (v == nullptr || *v == '\0') continue;
     int64_t value = 0;
@@ -363,39 +374,38 @@ int main(int argc, char** argv) {
   options.max_output_elements = absl::GetFlag(FLAGS_max_output_elements);
   options.backend = absl::GetFlag(FLAGS_backend);
   options.tables_dir = absl::GetFlag(FLAGS_tables);
-  if (absl::GetFlag(FLAGS_threads) < 0 || absl::GetFlag(FLAGS_threads) > 1024) {
-    std::fprintf(stderr, "posenc-server: --threads: expected 0 .. 1024, got %lld\n",
-                 static_cast<long long>(absl::GetFlag(FLAGS_threads)));
-    return 2;
+  // Integer flags with their ranges (the message says the expected range in words).
+  struct IntRange {
+    const char* name;
+    absl::Flag<int64_t>* flag;
+    int64_t min, max;
+    const char* expected;
+  };
+  for (const IntRange& f : {
+           IntRange{"threads", &FLAGS_threads, 0, 1024, "0 .. 1024"},
+           IntRange{"cache_entries", &FLAGS_cache_entries, 0, 1 << 20, "0 .. 1048576"},
+           IntRange{"cache_bytes", &FLAGS_cache_bytes, 0, int64_t{1} << 40, "0 .. 2^40"},
+           IntRange{"max_inflight_bytes", &FLAGS_max_inflight_bytes, -1,
+                    std::numeric_limits<int64_t>::max(), "-1, 0 or a byte count"},
+           IntRange{"max_heavy_calls", &FLAGS_max_heavy_calls, -1, 4096, "-1 .. 4096"},
+           IntRange{"cuda_device", &FLAGS_cuda_device, 0, 1023, "0 .. 1023"},
+           IntRange{"cuda_small_call_bytes", &FLAGS_cuda_small_call_bytes, 0,
+                    std::numeric_limits<int64_t>::max(), "0 or a byte count"},
+       }) {
+    const int64_t value = absl::GetFlag(*f.flag);
+    if (value < f.min || value > f.max) {
+      std::fprintf(stderr, "posenc-server: --%s: expected %s, got %lld\n", f.name, f.expected,
+                   static_cast<long long>(value));
+      return 2;
+    }
   }
   options.threads = static_cast<int>(absl::GetFlag(FLAGS_threads));
-  if (absl::GetFlag(FLAGS_cache_entries) < 0 || absl::GetFlag(FLAGS_cache_entries) > (1 << 20)) {
-    std::fprintf(stderr, "posenc-server: --cache_entries: expected 0 .. 1048576, got %lld\n",
-                 static_cast<long long>(absl::GetFlag(FLAGS_cache_entries)));
-    return 2;
-  }
   options.cache_entries = absl::GetFlag(FLAGS_cache_entries);
-  if (absl::GetFlag(FLAGS_cache_bytes) < 0 ||
-      absl::GetFlag(FLAGS_cache_bytes) > (int64_t{1} << 40)) {
-    std::fprintf(stderr, "posenc-server: --cache_bytes: expected 0 .. 2^40, got %lld\n",
-                 static_cast<long long>(absl::GetFlag(FLAGS_cache_bytes)));
-    return 2;
-  }
   options.cache_bytes = absl::GetFlag(FLAGS_cache_bytes);
-  if (absl::GetFlag(FLAGS_max_inflight_bytes) < -1) {
-    std::fprintf(stderr,
-                 "posenc-server: --max_inflight_bytes: expected -1, 0 or a byte count, "
-                 "got %lld\n",
-                 static_cast<long long>(absl::GetFlag(FLAGS_max_inflight_bytes)));
-    return 2;
-  }
   options.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
-  if (absl::GetFlag(FLAGS_max_heavy_calls) < -1 || absl::GetFlag(FLAGS_max_heavy_calls) > 4096) {
-    std::fprintf(stderr, "posenc-server: --max_heavy_calls: expected -1 .. 4096, got %lld\n",
-                 static_cast<long long>(absl::GetFlag(FLAGS_max_heavy_calls)));
-    return 2;
-  }
   options.max_heavy_calls = absl::GetFlag(FLAGS_max_heavy_calls);
+  options.cuda_device = static_cast<int>(absl::GetFlag(FLAGS_cuda_device));
+  options.cuda_small_call_bytes = absl::GetFlag(FLAGS_cuda_small_call_bytes);
   const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   for (const auto& [name, value] : {std::pair{"drain_timeout", drain_timeout},
                                     std::pair{"drain_grace", absl::GetFlag(FLAGS_drain_grace)}}) {

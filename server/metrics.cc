@@ -71,6 +71,14 @@ Metrics::Metrics(const std::string& backend)
   cache_misses_ = &Register(prometheus::BuildCounter(), "posenc_cache_misses_total",
                             "RoPE frequency cache misses (computed, then cached)", r)
                        .Add({});
+  auto& backend_calls =
+      Register(prometheus::BuildCounter(), "posenc_backend_calls_total",
+               "Calls that reached a backend, by the backend that computed them (with "
+               "--backend=cuda, calls under --cuda_small_call_bytes run on cpu)",
+               r);
+  for (size_t i = 0; i < kBackendNames.size(); ++i) {
+    backend_calls_[i] = &backend_calls.Add({{"backend", std::string(kBackendNames[i])}});
+  }
   Register(prometheus::BuildGauge(), "posenc_build_info",
            "Always 1; the labels say which posenc this is and what it computes on", r)
       .Add({{"version", POSENC_VERSION}, {"build", POSENC_BUILD_INFO}, {"backend", backend}})
@@ -130,6 +138,12 @@ absl::Status Metrics::Serve(const std::string& address) {
 }
 
 void Metrics::OnCacheLookup(bool hit) { (hit ? cache_hits_ : cache_misses_)->Increment(); }
+
+void Metrics::OnBackendCall(absl::string_view backend) {
+  for (size_t i = 0; i < kBackendNames.size(); ++i) {
+    if (kBackendNames[i] == backend) backend_calls_[i]->Increment();
+  }
+}
 
 void Metrics::OnStart() { in_flight_->Increment(); }
 

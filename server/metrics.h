@@ -10,6 +10,7 @@
 //   posenc_response_bytes_total{method}          counter: serialized response bytes (OK calls)
 //   posenc_in_flight_requests                    gauge: calls running now
 //   posenc_unparseable_requests_total{method}    counter: request bytes that did not parse
+//   posenc_backend_calls_total{backend}          counter: calls computed, by backend
 //   posenc_cache_hits_total, posenc_cache_misses_total
 //                                                counters: the RoPE frequency cache
 //   posenc_build_info{version,build,backend}     gauge, always 1
@@ -61,6 +62,8 @@ class Metrics {
   int port() const { return port_; }
 
   void OnStart();
+  // A call computed on `backend` ("cpu", "cuda" or "reference").
+  void OnBackendCall(absl::string_view backend);
   // One lookup of the RoPE frequency cache (kernels/rope/frequency_cache.h).
   void OnCacheLookup(bool hit);
   // A request of `method` whose bytes did not parse (it is also counted by OnFinish).
@@ -91,6 +94,8 @@ class Metrics {
   prometheus::Gauge* in_flight_ = nullptr;
   prometheus::Counter* cache_hits_ = nullptr;
   prometheus::Counter* cache_misses_ = nullptr;
+  static constexpr std::array<absl::string_view, 3> kBackendNames = {"cpu", "cuda", "reference"};
+  std::array<prometheus::Counter*, kBackendNames.size()> backend_calls_{};
   // Filled in the constructor and read-only afterwards; "other" catches unknown methods.
   std::map<std::string, std::unique_ptr<PerMethod>, std::less<>> methods_;
   PerMethod* other_ = nullptr;

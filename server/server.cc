@@ -24,21 +24,48 @@
 namespace posenc::server {
 namespace {
 
-absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeBackend(const ServerOptions& options) {
-  if (options.backend == "reference") return kernels::MakeReferenceBackend();
-  if (options.backend == "cpu" || options.backend == "auto") {
-    if (options.threads < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("threads: expected >= 0 (0 = one per core), got ", options.threads));
-    }
-    return kernels::MakeCpuBackend(kernels::CpuBackendOptions{options.threads, ""});
+// The backends a server runs on: `main` runs the calls, `small` (only beside cuda) the calls
+// whose outputs are under options.cuda_small_call_bytes.
+struct Backends {
+  std::unique_ptr<kernels::Backend> main;
+  std::unique_ptr<kernels::Backend> small;
+};
+
+absl::StatusOr<Backends> MakeBackends(const ServerOptions& options) {
+  if (options.threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("threads: expected >= 0 (0 = one per core), got ", options.threads));
   }
-  if (options.backend == "cuda") {
-    return absl::UnimplementedError(
-        "backend: cuda is not built into this server (cpu, reference and auto are)");
+  if (options.cuda_small_call_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda_small_call_bytes: expected >= 0, got ", options.cuda_small_call_bytes));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "backend: expected auto, cpu, reference or cuda, got \"", options.backend, "\""));
+  Backends backends;
+  if (options.backend == "reference") {
+    backends.main = kernels::MakeReferenceBackend();
+    return backends;
+  }
+  if (options.backend != "cpu" && options.backend != "auto" && options.backend != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "backend: expected auto, cpu, reference or cuda, got \"", options.backend, "\""));
+  }
+  POSENC_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> cpu,
+                          kernels::MakeCpuBackend(kernels::CpuBackendOptions{options.threads, ""}));
+  const bool cuda = options.backend == "cuda" ||
+                    (options.backend == "auto" && !kernels::ListCudaDevices().empty());
+  if (!cuda) {
+    backends.main = std::move(cpu);
+    return backends;
+  }
+  absl::StatusOr<std::unique_ptr<kernels::Backend>> device =
+      kernels::MakeCudaBackend(kernels::CudaBackendOptions{.device = options.cuda_device});
+  if (!device.ok()) {
+    return absl::Status(device.status().code(),
+                        absl::StrCat("backend: ", device.status().message()));
+  }
+  backends.main = *std::move(device);
+  backends.small = std::move(cpu);
+  return backends;
 }
 
 AdmissionOptions ResolveAdmission(const ServerOptions& options) {
@@ -54,9 +81,10 @@ AdmissionOptions ResolveAdmission(const ServerOptions& options) {
 
 class PosencServerImpl final : public PosencServer {
  public:
-  PosencServerImpl(const ServerOptions& options, std::unique_ptr<kernels::Backend> backend)
+  PosencServerImpl(const ServerOptions& options, Backends backends)
       : options_(options),
-        backend_(std::move(backend)),
+        backend_(std::move(backends.main)),
+        small_backend_(std::move(backends.small)),
         metrics_(absl::StrCat(backend_->name(), " (", backend_->detail(), ")")),
         rope_cache_(static_cast<size_t>(std::max<int64_t>(0, options.cache_entries)),
                     static_cast<size_t>(std::max<int64_t>(0, options.cache_bytes))),
@@ -65,7 +93,9 @@ class PosencServerImpl final : public PosencServer {
             backend_.get(),
             Limits{options.max_output_elements, options.max_message_bytes,
                    admission_.options().max_inflight_bytes, admission_.options().max_heavy_calls},
-            &tables_, false, &rope_cache_, &metrics_}) {}
+            &tables_, false, &rope_cache_, &metrics_, small_backend_.get(),
+            small_backend_ != nullptr ? options.cuda_small_call_bytes : 0,
+            kernels::ListCudaDevices(), backend_->name() == "cuda" ? options.cuda_device : -1}) {}
 
   ~PosencServerImpl() override {
     Shutdown(std::chrono::system_clock::now());
@@ -166,6 +196,7 @@ class PosencServerImpl final : public PosencServer {
  private:
   const ServerOptions options_;
   std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<kernels::Backend> small_backend_;  // null unless backend_ is cuda
   TableRegistry tables_;  // filled from options_.tables_dir by Init, read-only afterwards
   Metrics metrics_;       // outlives service_ and server_ (declared before them)
   kernels::RopeFrequencyCache rope_cache_;  // shared by every call
@@ -190,8 +221,8 @@ absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOp
     return absl::InvalidArgumentError(
         absl::StrCat("max_output_elements: expected >= 1, got ", options.max_output_elements));
   }
-  POSENC_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend, MakeBackend(options));
-  auto server = std::make_unique<PosencServerImpl>(options, std::move(backend));
+  POSENC_ASSIGN_OR_RETURN(Backends backends, MakeBackends(options));
+  auto server = std::make_unique<PosencServerImpl>(options, std::move(backends));
   POSENC_RETURN_IF_ERROR(server->Init());
   return std::unique_ptr<PosencServer>(std::move(server));
 }

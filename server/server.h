@@ -21,6 +21,12 @@ class Channel;
 
 namespace posenc::server {
 
+// Default of ServerOptions::cuda_small_call_bytes (--cuda_small_call_bytes): 1 MiB. A call's
+// fixed cost on the device is a launch, a stream synchronization and the copies' setup (tens of
+// microseconds); the host backend produces 1 MiB of output in about that time on one core, so
+// smaller calls cannot win on the device. Not yet measured on a GPU (BENCHMARKS.md, CUDA).
+inline constexpr int64_t kDefaultCudaSmallCallBytes = int64_t{1} << 20;
+
 struct ServerOptions {
   // host:port; port 0 picks a free port (see PosencServer::port()).
   std::string listen_address = "0.0.0.0:50051";
@@ -33,11 +39,16 @@ struct ServerOptions {
   // kHeavyCallBytes computing at once (-1: one less than the cores, at least 1; 0: unbounded).
   int64_t max_inflight_bytes = -1;
   int64_t max_heavy_calls = -1;
-  // "cpu" (the optimized CPU backend, the default), "reference" (the float64 oracle) or
-  // "auto" (the best available: CUDA comes in a later version, so today cpu).
+  // "cpu" (the optimized CPU backend, the default), "reference" (the float64 oracle), "cuda"
+  // (a CUDA device: UNIMPLEMENTED when not built in, UNAVAILABLE without a device) or "auto"
+  // (cuda when the build has it and a device is present, else cpu).
   std::string backend = "cpu";
   // Threads one large request may use (cpu backend); 0 = one per core.
   int threads = 0;
+  // cuda: the device index, and the output bytes under which a call runs on the cpu backend
+  // instead (copying a small result over PCIe costs more than computing it on the host).
+  int cuda_device = 0;
+  int64_t cuda_small_call_bytes = kDefaultCudaSmallCallBytes;
   // Entries of the bounded RoPE frequency cache (keyed by the full config); 0 disables it.
   int64_t cache_entries = 1024;
   // Bytes the cache may hold (RopeFrequencyCache::EntryBytes summed); 0 disables it.

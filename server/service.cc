@@ -201,8 +201,9 @@ grpc::ServerUnaryReactor* PositionEncodingService::Serve(const char* method,
   }
   if (AccessLogEnabled(status.error_code())) {
     LogAccess(AccessRecord{method, RequestId(*context), status.error_code(), seconds * 1e3,
-                           ctx_.backend->name(), input, output, request_size, response_size,
-                           status.error_message()});
+                           reactor->admission().backend().empty() ? ctx_.backend->name()
+                                                                  : reactor->admission().backend(),
+                           input, output, request_size, response_size, status.error_message()});
   }
   reactor->FinishCall(status);
   return reactor;

@@ -767,9 +767,19 @@ absl::StatusOr<CommandOutput> RunInfo(const ParsedFlags&, const client::Client& 
   out.extras["build"] = info.build;
   Json backends = Json::object();
   for (const client::ServerInfo::Backend& b : info.backends) {
-    backends[b.name] = absl::StrCat(b.detail, b.is_default ? " (default)" : "");
+    backends[b.name] = absl::StrCat(
+        b.detail, b.is_default ? " (default)" : "",
+        b.small_call_bytes > 0 ? absl::StrCat(", calls under ", b.small_call_bytes, " bytes on cpu")
+                               : "");
   }
   out.extras["backends"] = std::move(backends);
+  Json devices = Json::array();
+  for (const client::ServerInfo::Device& d : info.devices) {
+    devices.push_back(absl::StrCat(d.index, ": ", d.name, ", ", d.total_memory_bytes >> 20,
+                                   " MiB, compute ", d.compute_capability, ", driver CUDA ",
+                                   d.driver_version, d.in_use ? " (in use)" : ""));
+  }
+  out.extras["cuda"] = {{"built_in", info.cuda_built_in}, {"devices", std::move(devices)}};
   out.extras["limits"] = {{"max_message_bytes", info.max_message_bytes},
                           {"max_output_elements", info.max_output_elements},
                           {"max_inflight_bytes", info.max_inflight_bytes},

@@ -15,8 +15,8 @@ std::vector<CudaDeviceInfo> ListCudaDevices() { return {}; }
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions&) {
   return absl::UnimplementedError(
-      "backend: cuda is not built into this server (configure where nvcc is installed, or with "
-      "-DPOSENC_ENABLE_CUDA=ON; cpu, reference and auto are available)");
+      "cuda is not built into this server (cpu, reference and auto are; build where nvcc is "
+      "installed, or with -DPOSENC_ENABLE_CUDA=ON)");
 }
 
 }  // namespace posenc::kernels

@@ -423,6 +423,67 @@ TEST(HandleGetServerInfoTest, ReportsBackendLimitsAndTables) {
   EXPECT_EQ(ShapeOf(resp.tables(0)), (std::vector<int64_t>{5, 2}));
 }
 
+TEST(HandleGetServerInfoTest, ListsTheSmallCallBackendAndCuda) {
+  TestContext t;
+  auto cpu = kernels::MakeCpuBackend({});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  t.ctx.small_backend = cpu->get();
+  t.ctx.small_call_bytes = 4096;
+  t.ctx.devices = {{.index = 0,
+                    .name = "GPU",
+                    .total_memory_bytes = 1 << 30,
+                    .compute_capability_major = 9,
+                    .compute_capability_minor = 0,
+                    .driver_version = "13.0",
+                    .runtime_version = "13.0"}};
+  t.ctx.cuda_device = 0;
+  v1::GetServerInfoResponse resp;
+  ASSERT_TRUE(HandleGetServerInfo(t.ctx, v1::GetServerInfoRequest(), &resp).ok());
+  ASSERT_EQ(resp.backends_size(), 2);
+  EXPECT_EQ(resp.backends(0).name(), "reference");
+  EXPECT_TRUE(resp.backends(0).is_default());
+  EXPECT_EQ(resp.backends(0).small_call_bytes(), 4096);
+  EXPECT_EQ(resp.backends(1).name(), "cpu");
+  EXPECT_FALSE(resp.backends(1).is_default());
+  EXPECT_EQ(resp.cuda_built_in(), kernels::CudaBuiltIn());
+  ASSERT_EQ(resp.devices_size(), 1);
+  EXPECT_EQ(resp.devices(0).compute_capability(), "9.0");
+  EXPECT_EQ(resp.devices(0).total_memory_bytes(), 1 << 30);
+  EXPECT_TRUE(resp.devices(0).in_use());
+}
+
+// With a small-call backend beside the main one, calls whose planned outputs total under
+// small_call_bytes run there, and each call is counted by the backend that ran it.
+TEST(AdmitOutputsTest, SmallCallsRunOnTheSmallCallBackend) {
+  TestContext t;
+  auto cpu = kernels::MakeCpuBackend({});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  Metrics metrics;
+  t.ctx.metrics = &metrics;
+  t.ctx.small_backend = cpu->get();
+  t.ctx.small_call_bytes = 1000;
+  const kernels::Shape small{10, 10}, large{10, 100};  // 400 and 4000 bytes of FLOAT32
+  auto backend = AdmitOutputs(t.ctx, {{"table", kernels::DType::kFloat32, &small}});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->name(), "cpu");
+  backend = AdmitOutputs(t.ctx, {{"table", kernels::DType::kFloat32, &large}});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->name(), "reference");
+  const std::string text = metrics.Text();
+  EXPECT_NE(text.find("posenc_backend_calls_total{backend=\"cpu\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("posenc_backend_calls_total{backend=\"reference\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("posenc_backend_calls_total{backend=\"cuda\"} 0"), std::string::npos);
+
+  // Without a small-call backend, everything runs on the main one; limits still apply.
+  t.ctx.small_backend = nullptr;
+  backend = AdmitOutputs(t.ctx, {{"table", kernels::DType::kFloat32, &small}});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->name(), "reference");
+  t.ctx.limits.max_output_elements = 50;
+  EXPECT_EQ(AdmitOutputs(t.ctx, {{"table", kernels::DType::kFloat32, &small}}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
 TEST(CheckOutputLimitsTest, BoundariesAndMessages) {
   const Limits limits{100, 1000};
   const kernels::Shape at_limit = {10, 10}, over = {101}, big = {int64_t{1} << 40, 1 << 30, 64};

@@ -66,6 +66,8 @@ const std::vector<std::pair<std::string, std::string>> kFlags = {
     {"metrics_address", "POSENC_METRICS_ADDRESS"},
     {"log_format", "POSENC_LOG_FORMAT"},
     {"log_level", "POSENC_LOG_LEVEL"},
+    {"cuda_device", "POSENC_CUDA_DEVICE"},
+    {"cuda_small_call_bytes", "POSENC_CUDA_SMALL_CALL_BYTES"},
 };
 
 TEST(ServerFlagsTest, HelpListsEveryFlagWithItsEnvironmentVariableAndDefault) {
@@ -133,6 +135,9 @@ TEST(ServerFlagsTest, UsageErrorsExitTwoNamingTheCulprit) {
       {"", "stray", "unexpected argument 'stray'"},
       {"", "-- stray", "unexpected argument 'stray'"},
       {"", "--threads=2000", "--threads: expected 0 .. 1024"},
+      {"", "--cuda_device=-1", "--cuda_device: expected 0 .. 1023, got -1"},
+      {"", "--cuda_small_call_bytes=-5", "--cuda_small_call_bytes: expected 0 or a byte count"},
+      {"POSENC_CUDA_DEVICE=x", "", "POSENC_CUDA_DEVICE: expected an integer"},
       {"", "--log_level=loud", "log_level"},
       {"POSENC_DRAIN_TIMEOUT=forever", "", "POSENC_DRAIN_TIMEOUT"},
       {"POSENC_THREADS=many", "--threads=2", "POSENC_THREADS"},

@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "kernels/backend.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "tests/server/server_test_util.h"
 
@@ -184,10 +186,17 @@ TEST(PosencServerTest, ApplyRopeRoundTripThroughTheServer) {
 
 TEST(PosencServerTest, StartRejectsBadOptions) {
   ServerOptions options = testing::LocalServerOptions("cuda");
-  auto server = PosencServer::Start(options);
-  EXPECT_EQ(server.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(server.status().message(),
-            "backend: cuda is not built into this server (cpu, reference and auto are)");
+  if (kernels::ListCudaDevices().empty()) {
+    // Without CUDA in the build: UNIMPLEMENTED; built, but no device (no driver): UNAVAILABLE.
+    auto server = PosencServer::Start(options);
+    EXPECT_EQ(server.status().code(), kernels::CudaBuiltIn() ? absl::StatusCode::kUnavailable
+                                                             : absl::StatusCode::kUnimplemented);
+    EXPECT_TRUE(absl::StartsWith(server.status().message(), "backend: cuda")) << server.status();
+  }
+  options.cuda_small_call_bytes = -1;
+  EXPECT_EQ(PosencServer::Start(options).status().message(),
+            "cuda_small_call_bytes: expected >= 0, got -1");
+  options.cuda_small_call_bytes = 0;
   options.backend = "gpu";
   EXPECT_EQ(PosencServer::Start(options).status().message(),
             "backend: expected auto, cpu, reference or cuda, got \"gpu\"");
@@ -206,6 +215,14 @@ TEST(PosencServerTest, StartRejectsBadOptions) {
   options.max_output_elements = 1 << 20;
   options.listen_address = "not an address";
   EXPECT_FALSE(PosencServer::Start(options).ok());
+}
+
+TEST(PosencServerTest, AutoBackendIsCpuWithoutACudaDevice) {
+  if (!kernels::ListCudaDevices().empty()) GTEST_SKIP() << "a CUDA device is present";
+  auto server = PosencServer::Start(testing::LocalServerOptions("auto"));
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_TRUE(absl::StartsWith((*server)->backend_description(), "cpu ("))
+      << (*server)->backend_description();
 }
 
 TEST(PosencServerTest, PortInUseFails) {

@@ -323,6 +323,18 @@ struct ServerInfo {
     std::string name;    // "reference", "cpu", "cuda"
     std::string detail;  // ISA in use, device names
     bool is_default = false;
+    // cuda: calls whose outputs total fewer bytes run on the cpu backend (0 otherwise).
+    int64_t small_call_bytes = 0;
+  };
+  // A CUDA device the server sees.
+  struct Device {
+    int index = 0;
+    std::string name;  // "NVIDIA H100 80GB HBM3"
+    int64_t total_memory_bytes = 0;
+    std::string compute_capability;  // "9.0"
+    std::string driver_version;      // CUDA version the driver supports
+    std::string runtime_version;     // CUDA runtime the server was built with
+    bool in_use = false;             // the cuda backend runs on it
   };
   struct Table {
     std::string name;
@@ -337,6 +349,8 @@ struct ServerInfo {
   int64_t max_inflight_bytes = 0;  // admission bounds; 0: unbounded
   int64_t max_heavy_calls = 0;
   std::vector<Table> tables;
+  bool cuda_built_in = false;   // the server was built with the CUDA backend
+  std::vector<Device> devices;  // empty: no CUDA in the build, or no device
 };
 
 // grpc.health.v1.HealthCheckResponse.ServingStatus.

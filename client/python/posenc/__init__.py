@@ -24,10 +24,10 @@ from ._errors import (AbortedError, AlreadyExistsError, CancelledError, DataLoss
 from ._tensor import (BFLOAT16_DTYPE, HAVE_ML_DTYPES, DType, bf16_to_float32,
                       expand_bloom_rows, expand_toeplitz, float32_to_bf16)
 from ._types import (AlibiBiasResult, AlibiMode, ApplyRopeResult, BackendInfo, BiasForm, Combine,
-                     FreqScheme, FutureMode, HealthStatus, LearnedTable, MropeLayout, Positions,
-                     RopeCacheLayout, RopeCacheResult, RopeConfig, RopeDerived, RopeScaling,
-                     RopeScalingType, RopeStyle, ServerInfo, SinusoidalLayout, SinusoidalParams,
-                     TableInfo, TensorLayout, TlsConfig)
+                     DeviceInfo, FreqScheme, FutureMode, HealthStatus, LearnedTable, MropeLayout,
+                     Positions, RopeCacheLayout, RopeCacheResult, RopeConfig, RopeDerived,
+                     RopeScaling, RopeScalingType, RopeStyle, ServerInfo, SinusoidalLayout,
+                     SinusoidalParams, TableInfo, TensorLayout, TlsConfig)
 from .client import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TIMEOUT, Client
 
 __version__ = "0.1.0"
@@ -37,7 +37,7 @@ __all__ = [
     # values
     "Positions", "SinusoidalParams", "LearnedTable", "RopeScaling", "RopeConfig", "RopeDerived",
     "RopeCacheResult", "ApplyRopeResult", "AlibiBiasResult", "ServerInfo", "BackendInfo",
-    "TableInfo", "TlsConfig",
+    "DeviceInfo", "TableInfo", "TlsConfig",
     # enums
     "DType", "SinusoidalLayout", "FreqScheme", "Combine", "RopeStyle", "RopeScalingType",
     "MropeLayout", "RopeCacheLayout", "TensorLayout", "AlibiMode", "FutureMode", "BiasForm",

@@ -25,7 +25,7 @@ __all__ = [
     "RopeCacheLayout", "TensorLayout", "AlibiMode", "FutureMode", "BiasForm", "HealthStatus",
     "Positions", "SinusoidalParams", "LearnedTable", "RopeScaling", "RopeConfig", "RopeDerived",
     "RopeCacheResult", "ApplyRopeResult", "AlibiBiasResult", "BackendInfo", "TableInfo",
-    "ServerInfo", "TlsConfig",
+    "ServerInfo", "DeviceInfo", "TlsConfig",
 ]
 
 
@@ -349,6 +349,20 @@ class BackendInfo:
     name: str  # "reference", "cpu", "cuda"
     detail: str  # ISA in use, device names
     is_default: bool
+    small_call_bytes: int = 0  # cuda: calls with fewer output bytes run on the cpu backend
+
+
+@dataclasses.dataclass
+class DeviceInfo:
+    """A CUDA device the server sees."""
+
+    index: int
+    name: str
+    total_memory_bytes: int
+    compute_capability: str  # "9.0"
+    driver_version: str
+    runtime_version: str
+    in_use: bool  # the cuda backend runs on it
 
 
 @dataclasses.dataclass
@@ -368,6 +382,10 @@ class ServerInfo:
     max_message_bytes: int
     max_output_elements: int
     tables: List[TableInfo]
+    max_inflight_bytes: int = 0  # admission bounds; 0: unbounded
+    max_heavy_calls: int = 0
+    cuda_built_in: bool = False
+    devices: List[DeviceInfo] = dataclasses.field(default_factory=list)
 
 
 def _pem(value: Union[None, str, bytes]) -> Optional[bytes]:

@@ -27,7 +27,7 @@ from . import _tensor
 from ._errors import PosencError, from_rpc_error, local_error
 from ._tensor import DType, DTypeLike
 from ._types import (AlibiBiasResult, AlibiMode, ApplyRopeResult, BackendInfo, BiasForm, Combine,
-                     FreqScheme, FutureMode, HealthStatus, LearnedTable, MropeLayout,
+                     DeviceInfo, FreqScheme, FutureMode, HealthStatus, LearnedTable, MropeLayout,
                      Positions, RopeCacheLayout, RopeCacheResult, RopeConfig, RopeDerived,
                      RopeScaling, RopeScalingType, RopeStyle, ServerInfo, SinusoidalLayout,
                      SinusoidalParams, TableInfo, TensorLayout, TlsConfig, parse_enum)
@@ -650,9 +650,15 @@ class Client:
             tables.append(TableInfo(t.name, dtype, tuple(t.shape)))
         info = ServerInfo(
             version=r.version, build=r.build,
-            backends=[BackendInfo(b.name, b.detail, b.is_default) for b in r.backends],
+            backends=[BackendInfo(b.name, b.detail, b.is_default, b.small_call_bytes)
+                      for b in r.backends],
             max_message_bytes=r.limits.max_message_bytes,
-            max_output_elements=r.limits.max_output_elements, tables=tables)
+            max_output_elements=r.limits.max_output_elements, tables=tables,
+            max_inflight_bytes=r.limits.max_inflight_bytes,
+            max_heavy_calls=r.limits.max_heavy_calls, cuda_built_in=r.cuda_built_in,
+            devices=[DeviceInfo(d.index, d.name, d.total_memory_bytes, d.compute_capability,
+                                d.driver_version, d.runtime_version, d.in_use)
+                     for d in r.devices])
         return info
 
     def health(self, service: str = "", *, timeout: Optional[float] = None) -> HealthStatus:
