@@ -49,8 +49,7 @@ const FlagGroup kBenchFlags = {
     {"heads", FlagType::kInt, "N", "heads of q and of the biases (default 8)"},
     {"kv-heads", FlagType::kInt, "N", "heads of k in apply_rope (default --heads; 0: no k)"},
     {"max-relative", FlagType::kInt, "K", "relative_embedding clip distance (default 16)"},
-    {"dtype", FlagType::kChoice, "", "dtype of inputs and outputs (default float32)",
-     "float32|float16|bfloat16|float64"},
+    FloatDTypeFlag("dtype of inputs and outputs (default float32)"),
 };
 
 const char kBenchDetails[] =
@@ -67,9 +66,6 @@ const char kBenchDetails[] =
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Json = nlohmann::ordered_json;
-using client::DType;
-using client::Tensor;
 
 constexpr int64_t kMaxConcurrency = 1024;
 constexpr int64_t kMaxDim = int64_t{1} << 20;

@@ -43,6 +43,11 @@ struct FlagSpec {
 
 using FlagGroup = std::vector<FlagSpec>;
 
+// The `--dtype` flag of the commands that take or make float tensors; `help` says which.
+constexpr FlagSpec FloatDTypeFlag(std::string_view help) {
+  return {"dtype", FlagType::kChoice, "", help, "float32|float16|bfloat16|float64"};
+}
+
 // The values of the flags present on a command line.
 class ParsedFlags {
  public:
