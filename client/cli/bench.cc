@@ -82,8 +82,6 @@ std::atomic<bool> g_interrupted{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "stored from a signal handler");
 void OnInterrupt(int) { g_interrupted.store(true, std::memory_order_relaxed); }
 
-absl::string_view AbslView(std::string_view s) { return {s.data(), s.size()}; }
-
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 // `v` to `digits` decimals; dividing (not multiplying by 0.1) gives the double nearest the
 // decimal, which JSON then prints short.

@@ -29,8 +29,6 @@ namespace {
 
 constexpr char kUsagePayloadUrl[] = "type.posenc.dev/cli.usage";
 
-absl::string_view AbslView(std::string_view s) { return {s.data(), s.size()}; }
-
 // ---------------------------------------------------------------------------------------------
 // Flag tables.
 // ---------------------------------------------------------------------------------------------
