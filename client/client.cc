@@ -12,6 +12,7 @@
 #include <functional>
 #include <future>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -94,10 +95,29 @@ absl::StatusOr<Tensor> Take(v1::Tensor* tensor, absl::string_view field) {
 
 // Response -> result: the one tensor `tensor` returns, or internal::FromProto of the whole.
 template <typename Response>
-auto TensorOf(v1::Tensor* (Response::*tensor)(), absl::string_view field) {
+constexpr auto TensorOf(v1::Tensor* (Response::*tensor)(), absl::string_view field) {
   return [tensor, field](Response&& response) { return Take((response.*tensor)(), field); };
 }
 constexpr auto kWhole = [](auto&& response) { return internal::FromProto(std::move(response)); };
+// The single-tensor responses, for their synchronous and asynchronous calls alike.
+constexpr auto kSinusoidalTable = TensorOf(&v1::SinusoidalResponse::mutable_table, "table");
+constexpr auto kAddPositionEncodingY = TensorOf(&v1::AddPositionEncodingResponse::mutable_y, "y");
+constexpr auto kAlibiSlopes = TensorOf(&v1::AlibiSlopesResponse::mutable_slopes, "slopes");
+constexpr auto kRelativeBias = TensorOf(&v1::RelativeBiasResponse::mutable_bias, "bias");
+constexpr auto kRelativeEmbeddings =
+    TensorOf(&v1::RelativeEmbeddingResponse::mutable_embeddings, "embeddings");
+
+// The request of a bias call that is fetched in its compact form and expanded here (SPEC §2.3):
+// an unspecified form, with compact_biases on and more than one query. nullopt otherwise.
+template <typename Options>
+std::optional<Options> CompactRequest(const Options& options, const ClientOptions& client) {
+  if (options.form != BiasForm::kUnspecified || !client.compact_biases || options.q_len <= 1) {
+    return std::nullopt;
+  }
+  Options compact = options;
+  compact.form = BiasForm::kCompact;
+  return compact;
+}
 
 // At most this many pieces of a split request are in flight at once.
 constexpr size_t kMaxPiecesInFlight = 8;
@@ -382,13 +402,11 @@ using Stub = v1::PositionEncoding::Stub;
 
 absl::StatusOr<Tensor> Client::Sinusoidal(const SinusoidalOptions& options,
                                           const CallOptions& call) const {
-  return impl_->Unary(&Stub::Sinusoidal, options, call,
-                      TensorOf(&v1::SinusoidalResponse::mutable_table, "table"));
+  return impl_->Unary(&Stub::Sinusoidal, options, call, kSinusoidalTable);
 }
 
 absl::StatusOr<Tensor> Client::AddPositionEncoding(const AddPositionEncodingOptions& options,
                                                    const CallOptions& call) const {
-  const auto convert = TensorOf(&v1::AddPositionEncodingResponse::mutable_y, "y");
   const Tensor& x = options.x;
   const int64_t y_bytes = AddPositionEncodingOutputBytes(options);
   const int64_t rows = x.shape.empty() ? 1 : x.shape[0];
@@ -399,11 +417,11 @@ absl::StatusOr<Tensor> Client::AddPositionEncoding(const AddPositionEncodingOpti
             options, y_bytes / std::max<int64_t>(1, rows), budget)) {
       POSENC_ASSIGN_OR_RETURN(
           std::vector<Tensor> parts,
-          impl_->Gather(&Stub::async::AddPositionEncoding, *pieces, call, convert));
+          impl_->Gather(&Stub::async::AddPositionEncoding, *pieces, call, kAddPositionEncodingY));
       return internal::ConcatAxis(parts, 0);
     }
   }
-  return impl_->Unary(&Stub::AddPositionEncoding, options, call, convert);
+  return impl_->Unary(&Stub::AddPositionEncoding, options, call, kAddPositionEncodingY);
 }
 
 absl::StatusOr<RopeCacheResult> Client::RopeCache(const RopeCacheOptions& options,
@@ -432,18 +450,14 @@ absl::StatusOr<ApplyRopeResult> Client::ApplyRope(const ApplyRopeOptions& option
 
 absl::StatusOr<Tensor> Client::AlibiSlopes(const AlibiSlopesOptions& options,
                                            const CallOptions& call) const {
-  return impl_->Unary(&Stub::AlibiSlopes, options, call,
-                      TensorOf(&v1::AlibiSlopesResponse::mutable_slopes, "slopes"));
+  return impl_->Unary(&Stub::AlibiSlopes, options, call, kAlibiSlopes);
 }
 
 absl::StatusOr<AlibiBiasResult> Client::AlibiBias(const AlibiBiasOptions& options,
                                                   const CallOptions& call) const {
-  if (options.form == BiasForm::kUnspecified && impl_->options.compact_biases &&
-      options.q_len > 1) {
-    AlibiBiasOptions compact = options;
-    compact.form = BiasForm::kCompact;
+  if (const auto compact = CompactRequest(options, impl_->options)) {
     POSENC_ASSIGN_OR_RETURN(AlibiBiasResult result,
-                            impl_->Unary(&Stub::AlibiBias, compact, call, kWhole));
+                            impl_->Unary(&Stub::AlibiBias, *compact, call, kWhole));
     if (options.mode == AlibiMode::kBloom) {
       POSENC_ASSIGN_OR_RETURN(result.bias, ExpandBloomRows(result.bias, options.q_len,
                                                            options.query_offset, options.future));
@@ -468,17 +482,13 @@ absl::StatusOr<AlibiBiasResult> Client::AlibiBias(const AlibiBiasOptions& option
 
 absl::StatusOr<Tensor> Client::RelativeBias(const RelativeBiasOptions& options,
                                             const CallOptions& call) const {
-  const auto convert = TensorOf(&v1::RelativeBiasResponse::mutable_bias, "bias");
-  if (options.form == BiasForm::kUnspecified && impl_->options.compact_biases &&
-      options.q_len > 1) {
-    RelativeBiasOptions compact = options;
-    compact.form = BiasForm::kCompact;
+  if (const auto compact = CompactRequest(options, impl_->options)) {
     POSENC_ASSIGN_OR_RETURN(const Tensor bias,
-                            impl_->Unary(&Stub::RelativeBias, compact, call, convert));
+                            impl_->Unary(&Stub::RelativeBias, *compact, call, kRelativeBias));
     return ExpandToeplitz(bias, options.q_len, options.k_len);
   }
   if (options.form == BiasForm::kCompact) {
-    return impl_->Unary(&Stub::RelativeBias, options, call, convert);
+    return impl_->Unary(&Stub::RelativeBias, options, call, kRelativeBias);
   }
   const bool buckets = options.form == BiasForm::kBuckets;
   const double heads =
@@ -490,7 +500,7 @@ absl::StatusOr<Tensor> Client::RelativeBias(const RelativeBiasOptions& options,
   return impl_->ByQueryRows(
       "RelativeBias", &Stub::RelativeBias, &Stub::async::RelativeBias, options,
       OutputBytes(elements, buckets ? std::optional(DType::kInt32) : options.output_dtype), call,
-      convert, 2);
+      kRelativeBias, 2);
 }
 
 absl::StatusOr<Tensor> Client::RelativeEmbedding(const RelativeEmbeddingOptions& options,
@@ -502,8 +512,7 @@ absl::StatusOr<Tensor> Client::RelativeEmbedding(const RelativeEmbeddingOptions&
       static_cast<double>(options.q_len) * static_cast<double>(options.k_len) * dim;
   return impl_->ByQueryRows(
       "RelativeEmbedding", &Stub::RelativeEmbedding, &Stub::async::RelativeEmbedding, options,
-      OutputBytes(elements, options.output_dtype), call,
-      TensorOf(&v1::RelativeEmbeddingResponse::mutable_embeddings, "embeddings"), 3);
+      OutputBytes(elements, options.output_dtype), call, kRelativeEmbeddings, 3);
 }
 
 absl::StatusOr<ServerInfo> Client::GetServerInfo(const CallOptions& call) const {
@@ -525,8 +534,7 @@ absl::StatusOr<DescribeRopeResult> Client::DescribeRope(const RopeConfig& config
 // Asynchronous calls: one callback call when nothing is to be split or expanded; otherwise the
 // synchronous method on a thread of its own (its pieces are in flight together there).
 Future<Tensor> Client::SinusoidalAsync(SinusoidalOptions options, const CallOptions& call) const {
-  return impl_->Start(&Stub::async::Sinusoidal, options, call,
-                      TensorOf(&v1::SinusoidalResponse::mutable_table, "table"));
+  return impl_->Start(&Stub::async::Sinusoidal, options, call, kSinusoidalTable);
 }
 
 Future<Tensor> Client::AddPositionEncodingAsync(AddPositionEncodingOptions options,
@@ -534,8 +542,7 @@ Future<Tensor> Client::AddPositionEncodingAsync(AddPositionEncodingOptions optio
   if (impl_->SplitBudget(
           static_cast<int64_t>(options.x.data.size()) + AddPositionEncodingOutputBytes(options),
           InlineTableBytes(options), call) == 0) {
-    return impl_->Start(&Stub::async::AddPositionEncoding, options, call,
-                        TensorOf(&v1::AddPositionEncodingResponse::mutable_y, "y"));
+    return impl_->Start(&Stub::async::AddPositionEncoding, options, call, kAddPositionEncodingY);
   }
   return std::async(std::launch::async, [this, options = std::move(options), call] {
     return AddPositionEncoding(options, call);
@@ -559,8 +566,7 @@ Future<ApplyRopeResult> Client::ApplyRopeAsync(ApplyRopeOptions options,
 }
 
 Future<Tensor> Client::AlibiSlopesAsync(AlibiSlopesOptions options, const CallOptions& call) const {
-  return impl_->Start(&Stub::async::AlibiSlopes, options, call,
-                      TensorOf(&v1::AlibiSlopesResponse::mutable_slopes, "slopes"));
+  return impl_->Start(&Stub::async::AlibiSlopes, options, call, kAlibiSlopes);
 }
 
 Future<AlibiBiasResult> Client::AlibiBiasAsync(AlibiBiasOptions options,

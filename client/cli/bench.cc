@@ -49,8 +49,7 @@ const FlagGroup kBenchFlags = {
     {"heads", FlagType::kInt, "N", "heads of q and of the biases (default 8)"},
     {"kv-heads", FlagType::kInt, "N", "heads of k in apply_rope (default --heads; 0: no k)"},
     {"max-relative", FlagType::kInt, "K", "relative_embedding clip distance (default 16)"},
-    {"dtype", FlagType::kChoice, "", "dtype of inputs and outputs (default float32)",
-     "float32|float16|bfloat16|float64"},
+    FloatDTypeFlag("dtype of inputs and outputs (default float32)"),
 };
 
 const char kBenchDetails[] =
@@ -67,9 +66,6 @@ const char kBenchDetails[] =
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Json = nlohmann::ordered_json;
-using client::DType;
-using client::Tensor;
 
 constexpr int64_t kMaxConcurrency = 1024;
 constexpr int64_t kMaxDim = int64_t{1} << 20;
@@ -85,8 +81,6 @@ constexpr size_t kMaxIntervalReports = 100'000;
 std::atomic<bool> g_interrupted{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "stored from a signal handler");
 void OnInterrupt(int) { g_interrupted.store(true, std::memory_order_relaxed); }
-
-absl::string_view AbslView(std::string_view s) { return {s.data(), s.size()}; }
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 // `v` to `digits` decimals; dividing (not multiplying by 0.1) gives the double nearest the

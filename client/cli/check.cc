@@ -27,11 +27,6 @@
 namespace posenc::cli {
 namespace {
 
-using client::DType;
-using client::Positions;
-using client::Tensor;
-using Json = nlohmann::ordered_json;
-
 // Band k >= 1 holds positions [kFirstBand * 2^(k-1), kFirstBand * 2^k); band 0 is [0, kFirstBand).
 constexpr int64_t kFirstBand = 1024;
 
@@ -329,10 +324,9 @@ const FlagGroup& CheckFlags() {
       {"input", FlagType::kString, "FILE", "the tensor before your rotation (.npy)"},
       {"layout", FlagType::kChoice, "", "layout of --rotated/--input (default bshd)",
        "bshd|bhsd|thd"},
-      {"dtype", FlagType::kChoice, "",
-       "precision your values were computed in (default the file's dtype); sets the default "
-       "tolerance",
-       "float32|float16|bfloat16|float64"},
+      FloatDTypeFlag(
+          "precision your values were computed in (default the file's dtype); sets the default "
+          "tolerance"),
       {"tolerance", FlagType::kDouble, "X",
        "largest absolute error accepted (exit 0), default by --dtype (see above)"},
       {"png", FlagType::kString, "FILE", "plot the largest error per position (log scale) in FILE"},

@@ -27,14 +27,7 @@
 namespace posenc::cli {
 namespace {
 
-using client::DType;
-using client::Positions;
-using client::Tensor;
-using Json = nlohmann::ordered_json;
-
 constexpr char kUsagePayloadUrl[] = "type.posenc.dev/cli.usage";
-
-absl::string_view AbslView(std::string_view s) { return {s.data(), s.size()}; }
 
 // ---------------------------------------------------------------------------------------------
 // Flag tables.
@@ -50,8 +43,7 @@ const FlagGroup kPositionFlags = {
 };
 
 const FlagGroup kOutputDTypeFlags = {
-    {"dtype", FlagType::kChoice, "", "output dtype (default float32)",
-     "float32|float16|bfloat16|float64"},
+    FloatDTypeFlag("output dtype (default float32)"),
     {"npy", FlagType::kString, "FILE", "also write the main output to FILE as .npy"},
 };
 
@@ -106,16 +98,14 @@ const FlagGroup kTensorInputFlags = {
 };
 
 const FlagGroup kSinusoidalFlags = {
-    {"dtype", FlagType::kChoice, "", "output dtype (default float32)",
-     "float32|float16|bfloat16|float64"},
+    FloatDTypeFlag("output dtype (default float32)"),
     {"npy", FlagType::kString, "FILE", "also write the table to FILE as .npy"},
     kPngFlag,
 };
 
 const FlagGroup kAddFlags = {
     {"x", FlagType::kString, "FILE", "x from a .npy file, [B, T, D] or [T, D]"},
-    {"dtype", FlagType::kChoice, "", "dtype of x (generated, or converted from --x)",
-     "float32|float16|bfloat16|float64"},
+    FloatDTypeFlag("dtype of x (generated, or converted from --x)"),
     {"table", FlagType::kString, "FILE", "learned table E[max_pos, D] from a .npy file"},
     {"table-name", FlagType::kString, "NAME", "learned table loaded by the server"},
     {"table-offset", FlagType::kInt, "K", "position p reads row p+K (fairseq, OPT: 2)"},
@@ -128,8 +118,7 @@ const FlagGroup kAddFlags = {
 };
 
 const FlagGroup kRopeCacheFlags = {
-    {"dtype", FlagType::kChoice, "", "output dtype (default float32)",
-     "float32|float16|bfloat16|float64"},
+    FloatDTypeFlag("output dtype (default float32)"),
     {"layout", FlagType::kChoice, "", "cache layout: [n, d/2] or full width [n, d]",
      "compact|neox|gptj"},
     {"out-cos", FlagType::kString, "FILE", "write cos to FILE as .npy"},
@@ -141,8 +130,7 @@ const FlagGroup kApplyRopeFlags = {
     {"q", FlagType::kString, "FILE", "q from a .npy file"},
     {"k", FlagType::kString, "FILE", "k from a .npy file (optional)"},
     {"k-heads", FlagType::kInt, "N", "with --shape: also generate a k with N heads"},
-    {"dtype", FlagType::kChoice, "", "dtype of q/k (generated, or converted from the files)",
-     "float32|float16|bfloat16|float64"},
+    FloatDTypeFlag("dtype of q/k (generated, or converted from the files)"),
     {"layout", FlagType::kChoice, "", "tensor layout (default bshd)", "bshd|bhsd|thd"},
     {"out-q", FlagType::kString, "FILE", "write the rotated q to FILE as .npy"},
     {"npy", FlagType::kString, "FILE", "same as --out-q"},

@@ -16,9 +16,16 @@
 #include "absl/status/statusor.h"
 #include "client/cli/flags.h"
 #include "client/cli/output.h"
+#include "nlohmann/json.hpp"
 #include "posenc/client.h"
 
 namespace posenc::cli {
+
+// The client library's names that the commands' sources (commands, check, bench, png) use.
+using client::DType;
+using client::Positions;
+using client::Tensor;
+using Json = nlohmann::ordered_json;
 
 struct Command {
   std::string_view name;

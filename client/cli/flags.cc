@@ -13,8 +13,6 @@
 namespace posenc::cli {
 namespace {
 
-absl::string_view AbslView(std::string_view s) { return {s.data(), s.size()}; }
-
 const FlagSpec* FindFlag(std::span<const FlagGroup* const> groups, std::string_view name) {
   for (const FlagGroup* group : groups) {
     for (const FlagSpec& spec : *group) {

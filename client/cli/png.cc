@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <string>
@@ -24,8 +25,6 @@
 
 namespace posenc::cli {
 namespace {
-
-using client::Tensor;
 
 constexpr Rgb kBlack = {0, 0, 0};
 constexpr Rgb kGrey = {110, 110, 110};
@@ -736,27 +735,33 @@ absl::Status MaybeWriteHeatmap(std::string_view command, const ParsedFlags& flag
   return absl::OkStatus();
 }
 
-std::string HeatmapHelp(std::string_view command) {
+namespace {
+
+// An example command line of each command that takes --png.
+struct HeatmapExample {
+  std::string_view command;
   std::string_view example;
-  if (command == "sinusoidal") {
-    example = "posenc sinusoidal --positions 0:128 --dim 64 --png table.png";
-  } else if (command == "add") {
-    example = "posenc add --shape 2,64,32 --fill random --positions 0:64 --png y.png";
-  } else if (command == "rope-cache") {
-    example = "posenc rope-cache --positions 0:256 --head-dim 64 --png cache.png";
-  } else if (command == "apply-rope") {
-    example = "posenc apply-rope --shape 1,64,4,32 --fill ones --png q.png";
-  } else if (command == "alibi-bias") {
-    example = "posenc alibi-bias --heads 8 --q-len 32 --k-len 32 --png alibi.png";
-  } else if (command == "relative-bias") {
-    example = "posenc relative-bias --q-len 64 --k-len 64 --random-table 1 --heads 4 --png t5.png";
-  } else if (command == "relative-embedding") {
-    example =
-        "posenc relative-embedding --q-len 16 --k-len 16 --max-relative 4 --random-table 7 "
-        "--png emb.png";
-  } else {
-    return "";
-  }
+};
+constexpr HeatmapExample kHeatmapExamples[] = {
+    {"sinusoidal", "posenc sinusoidal --positions 0:128 --dim 64 --png table.png"},
+    {"add", "posenc add --shape 2,64,32 --fill random --positions 0:64 --png y.png"},
+    {"rope-cache", "posenc rope-cache --positions 0:256 --head-dim 64 --png cache.png"},
+    {"apply-rope", "posenc apply-rope --shape 1,64,4,32 --fill ones --png q.png"},
+    {"alibi-bias", "posenc alibi-bias --heads 8 --q-len 32 --k-len 32 --png alibi.png"},
+    {"relative-bias",
+     "posenc relative-bias --q-len 64 --k-len 64 --random-table 1 --heads 4 --png t5.png"},
+    {"relative-embedding",
+     "posenc relative-embedding --q-len 16 --k-len 16 --max-relative 4 --random-table 7 "
+     "--png emb.png"},
+};
+
+}  // namespace
+
+std::string HeatmapHelp(std::string_view command) {
+  const auto it = std::find_if(std::begin(kHeatmapExamples), std::end(kHeatmapExamples),
+                               [&](const HeatmapExample& e) { return e.command == command; });
+  if (it == std::end(kHeatmapExamples)) return "";
+  const std::string_view example = it->example;
   return absl::StrCat(
       "--png FILE draws the result as a heatmap (viridis, colour bar with min and max; one panel\n"
       "per head or channel, at most ",

@@ -61,10 +61,7 @@ struct AlibiBiasParams {
   ConstTensorView attention_mask;
 };
 
-struct AlibiBiasArgs {
-  AlibiBiasParams params;
-  DType output_dtype = DType::kFloat32;
-};
+using AlibiBiasArgs = ParamsArgs<AlibiBiasParams>;
 
 struct AlibiBiasPlan {
   AlibiBiasParams params;

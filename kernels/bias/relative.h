@@ -70,10 +70,7 @@ struct RelativeEmbeddingParams {
   ConstTensorView table;  // [2K+1, D]
 };
 
-struct RelativeEmbeddingArgs {
-  RelativeEmbeddingParams params;
-  DType output_dtype = DType::kFloat32;
-};
+using RelativeEmbeddingArgs = ParamsArgs<RelativeEmbeddingParams>;
 
 struct RelativeEmbeddingPlan {
   RelativeEmbeddingParams params;

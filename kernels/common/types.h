@@ -74,6 +74,13 @@ struct OutputSpec {
   Shape shape;
 };
 
+// The arguments of an op whose request is one parameter struct and an output dtype.
+template <typename Params>
+struct ParamsArgs {
+  Params params;
+  DType output_dtype = DType::kFloat32;
+};
+
 // The check every plan makes of a requested output dtype:
 // "output_dtype: expected FLOAT32, FLOAT16, BFLOAT16 or FLOAT64, got INT32".
 absl::Status CheckFloatOutputDType(DType dtype);

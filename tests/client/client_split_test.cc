@@ -75,6 +75,26 @@ class SplitTest : public ::testing::Test {
     ASSERT_NE(whole_, nullptr);
   }
 
+  // Calls `method` with `reference_options` on whole_ and with `options` on `tested`, asserts
+  // that both succeed and hands the two results (tested's first) to `expect`.
+  template <typename Options, typename Result, typename Expect>
+  void CompareWithWhole(absl::StatusOr<Result> (Client::*method)(const Options&, const CallOptions&)
+                            const,
+                        const Client& tested, const Options& options,
+                        const Options& reference_options, Expect expect) {
+    const absl::StatusOr<Result> reference = (*whole_.*method)(reference_options, CallOptions{});
+    const absl::StatusOr<Result> result = (tested.*method)(options, CallOptions{});
+    ASSERT_TRUE(reference.ok() && result.ok()) << result.status();
+    expect(*result, *reference);
+  }
+  // The same with one request for both.
+  template <typename Options, typename Result, typename Expect>
+  void CompareWithWhole(absl::StatusOr<Result> (Client::*method)(const Options&, const CallOptions&)
+                            const,
+                        const Client& tested, const Options& options, Expect expect) {
+    CompareWithWhole(method, tested, options, options, expect);
+  }
+
   std::unique_ptr<Client> split_;          // 1 MiB server, splitting on
   std::unique_ptr<Client> small_unsplit_;  // 1 MiB server, splitting off
   std::unique_ptr<Client> whole_;          // 256 MiB server: one call
@@ -84,6 +104,12 @@ void ExpectSameTensor(const Tensor& a, const Tensor& b, const std::string& what)
   EXPECT_EQ(a.dtype, b.dtype) << what;
   EXPECT_EQ(a.shape, b.shape) << what;
   EXPECT_TRUE(a.data == b.data) << what << ": the bytes differ";
+}
+
+// An `expect` for CompareWithWhole of calls that return one Tensor.
+auto SameTensor(std::string what) {
+  return
+      [what = std::move(what)](const Tensor& a, const Tensor& b) { ExpectSameTensor(a, b, what); };
 }
 
 TEST_F(SplitTest, ApplyRopeBshdGqaSplitsAlongHeadsByteIdentical) {
@@ -144,50 +170,45 @@ TEST_F(SplitTest, FullBiasesAndEmbeddingsSplitAlongQueryRowsByteIdentical) {
   causal.q_len = 200;
   causal.k_len = 300;
   causal.form = BiasForm::kFull;  // 3.8 MiB
-  const auto alibi_whole = whole_->AlibiBias(causal);
-  const auto alibi_split = split_->AlibiBias(causal);
-  ASSERT_TRUE(alibi_whole.ok() && alibi_split.ok()) << alibi_split.status();
-  ExpectSameTensor(alibi_split->bias, alibi_whole->bias, "alibi causal");
-  ExpectSameTensor(alibi_split->slopes, alibi_whole->slopes, "slopes");
+  ASSERT_NO_FATAL_FAILURE(
+      CompareWithWhole(&Client::AlibiBias, *split_, causal,
+                       [](const AlibiBiasResult& split, const AlibiBiasResult& whole) {
+                         ExpectSameTensor(split.bias, whole.bias, "alibi causal");
+                         ExpectSameTensor(split.slopes, whole.slopes, "slopes");
+                       }));
 
   AlibiBiasOptions bloom = causal;
   bloom.mode = AlibiMode::kBloom;
   std::vector<int64_t> mask(2 * 300, 1);
   for (int j = 0; j < 40; ++j) mask[static_cast<size_t>(j)] = 0;  // left padding in row 0
   bloom.attention_mask = *Tensor::FromInt64s(mask, {2, 300});
-  const auto bloom_whole = whole_->AlibiBias(bloom);
-  const auto bloom_split = split_->AlibiBias(bloom);
-  ASSERT_TRUE(bloom_whole.ok() && bloom_split.ok()) << bloom_split.status();
-  ExpectSameTensor(bloom_split->bias, bloom_whole->bias, "alibi bloom");
+  ASSERT_NO_FATAL_FAILURE(
+      CompareWithWhole(&Client::AlibiBias, *split_, bloom,
+                       [](const AlibiBiasResult& split, const AlibiBiasResult& whole) {
+                         ExpectSameTensor(split.bias, whole.bias, "alibi bloom");
+                       }));
 
   RelativeBiasOptions t5;
   t5.q_len = 300;
   t5.k_len = 300;
   t5.table_inline = Ramp({32, 8});
   t5.form = BiasForm::kFull;  // 2.7 MiB
-  const auto t5_whole = whole_->RelativeBias(t5);
-  const auto t5_split = split_->RelativeBias(t5);
-  ASSERT_TRUE(t5_whole.ok() && t5_split.ok()) << t5_split.status();
-  ExpectSameTensor(*t5_split, *t5_whole, "t5 full");
+  ASSERT_NO_FATAL_FAILURE(
+      CompareWithWhole(&Client::RelativeBias, *split_, t5, SameTensor("t5 full")));
 
   RelativeBiasOptions buckets;
   buckets.q_len = 700;
   buckets.k_len = 700;
   buckets.form = BiasForm::kBuckets;  // 1.9 MiB of INT32
-  const auto buckets_whole = whole_->RelativeBias(buckets);
-  const auto buckets_split = split_->RelativeBias(buckets);
-  ASSERT_TRUE(buckets_whole.ok() && buckets_split.ok()) << buckets_split.status();
-  ExpectSameTensor(*buckets_split, *buckets_whole, "t5 buckets");
+  ASSERT_NO_FATAL_FAILURE(
+      CompareWithWhole(&Client::RelativeBias, *split_, buckets, SameTensor("t5 buckets")));
 
   RelativeEmbeddingOptions shaw;
   shaw.q_len = 128;
   shaw.k_len = 160;
   shaw.max_relative = 16;
   shaw.table_inline = Ramp({33, 16});  // 1.3 MiB out
-  const auto shaw_whole = whole_->RelativeEmbedding(shaw);
-  const auto shaw_split = split_->RelativeEmbedding(shaw);
-  ASSERT_TRUE(shaw_whole.ok() && shaw_split.ok()) << shaw_split.status();
-  ExpectSameTensor(*shaw_split, *shaw_whole, "shaw");
+  CompareWithWhole(&Client::RelativeEmbedding, *split_, shaw, SameTensor("shaw"));
 }
 
 TEST_F(SplitTest, AddPositionEncodingSplitsAlongTokensByteIdentical) {
@@ -236,10 +257,11 @@ TEST_F(SplitTest, CompactBiasesByDefaultEqualTheFullForm) {
     options.mode = mode;
     AlibiBiasOptions full = options;
     full.form = BiasForm::kFull;
-    const auto expected = whole_->AlibiBias(full);
-    const auto compact = small_unsplit_->AlibiBias(options);
-    ASSERT_TRUE(expected.ok() && compact.ok()) << compact.status();
-    ExpectSameTensor(compact->bias, expected->bias, absl::StrCat("alibi mode ", mode));
+    ASSERT_NO_FATAL_FAILURE(CompareWithWhole(
+        &Client::AlibiBias, *small_unsplit_, options, full,
+        [mode](const AlibiBiasResult& compact, const AlibiBiasResult& expected) {
+          ExpectSameTensor(compact.bias, expected.bias, absl::StrCat("alibi mode ", mode));
+        }));
   }
   RelativeBiasOptions t5;
   t5.q_len = 500;
@@ -248,10 +270,7 @@ TEST_F(SplitTest, CompactBiasesByDefaultEqualTheFullForm) {
   t5.bidirectional = false;
   RelativeBiasOptions full = t5;
   full.form = BiasForm::kFull;
-  const auto expected = whole_->RelativeBias(full);
-  const auto compact = small_unsplit_->RelativeBias(t5);
-  ASSERT_TRUE(expected.ok() && compact.ok()) << compact.status();
-  ExpectSameTensor(*compact, *expected, "t5");
+  CompareWithWhole(&Client::RelativeBias, *small_unsplit_, t5, full, SameTensor("t5"));
 }
 
 TEST_F(SplitTest, AsyncCallsOfEveryRpc) {

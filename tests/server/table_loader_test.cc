@@ -508,6 +508,10 @@ std::vector<BadFile> BadFiles() {
   const std::string ok_npy_header = NpyDict("<f4", "(2, 3)");
   std::string version4 = Npy(ok_npy_header, f32x6);
   version4[6] = 4;
+  // A .safetensors file of one tensor "x" described by `body`, with the 24 bytes of f32x6.
+  const auto x_f32x6 = [&f32x6](const std::string& body) {
+    return Safetensors(Entry("x", body), f32x6);
+  };
   return {
       // .npy
       {"magic.npy", "NOTNUMPY" + std::string(100, ' '), "bad magic"},
@@ -560,47 +564,36 @@ std::vector<BadFile> BadFiles() {
                    std::string(6, '\0')),
        "tensor \"x\": unsupported dtype \"Q8\": expected F32, F16, BF16 or F64"},
       {"intdtype.safetensors",
-       Safetensors(Entry("x", R"({"dtype": "I32", "shape": [2, 3], "data_offsets": [0, 24]})"),
-                   f32x6),
+       x_f32x6(R"({"dtype": "I32", "shape": [2, 3], "data_offsets": [0, 24]})"),
        "tensor \"x\": dtype I32 is not a float dtype"},
-      {"nodtype.safetensors",
-       Safetensors(Entry("x", R"({"shape": [2, 3], "data_offsets": [0, 24]})"), f32x6),
+      {"nodtype.safetensors", x_f32x6(R"({"shape": [2, 3], "data_offsets": [0, 24]})"),
        "tensor \"x\": dtype: expected a string"},
-      {"rank1.safetensors",
-       Safetensors(Entry("x", R"({"dtype": "F32", "shape": [6], "data_offsets": [0, 24]})"), f32x6),
+      {"rank1.safetensors", x_f32x6(R"({"dtype": "F32", "shape": [6], "data_offsets": [0, 24]})"),
        "tensor \"x\": shape [6]: expected rank 2"},
       {"rank3.safetensors",
-       Safetensors(Entry("x", R"({"dtype": "F32", "shape": [1, 2, 3], "data_offsets": [0, 24]})"),
-                   f32x6),
+       x_f32x6(R"({"dtype": "F32", "shape": [1, 2, 3], "data_offsets": [0, 24]})"),
        "tensor \"x\": shape [1, 2, 3]: expected rank 2 ([rows, cols]), got rank 3"},
       {"negative.safetensors",
-       Safetensors(Entry("x", R"({"dtype": "F32", "shape": [-2, 3], "data_offsets": [0, 24]})"),
-                   f32x6),
+       x_f32x6(R"({"dtype": "F32", "shape": [-2, 3], "data_offsets": [0, 24]})"),
        "tensor \"x\": shape [-2,3]: expected non-negative integers"},
       {"fraction.safetensors",
-       Safetensors(Entry("x", R"({"dtype": "F32", "shape": [2.5, 3], "data_offsets": [0, 24]})"),
-                   f32x6),
+       x_f32x6(R"({"dtype": "F32", "shape": [2.5, 3], "data_offsets": [0, 24]})"),
        "expected non-negative integers"},
       {"overflow.safetensors",
-       Safetensors(Entry("x", R"({"dtype": "F64", "shape": [4611686018427387904, 2],)"
-                              R"( "data_offsets": [0, 24]})"),
-                   f32x6),
+       x_f32x6(R"({"dtype": "F64", "shape": [4611686018427387904, 2],)"
+               R"( "data_offsets": [0, 24]})"),
        "smaller than 2^63 bytes"},
       {"range.safetensors",
-       Safetensors(Entry("x", R"({"dtype": "F32", "shape": [2, 3], "data_offsets": [8, 32]})"),
-                   f32x6),
+       x_f32x6(R"({"dtype": "F32", "shape": [2, 3], "data_offsets": [8, 32]})"),
        "tensor \"x\": data_offsets [8, 32] out of range: the data section holds 24 bytes"},
       {"hugeoffset.safetensors",
-       Safetensors(Entry("x", R"({"dtype": "F32", "shape": [2, 3],)"
-                              R"( "data_offsets": [0, 18446744073709551615]})"),
-                   f32x6),
+       x_f32x6(R"({"dtype": "F32", "shape": [2, 3],)"
+               R"( "data_offsets": [0, 18446744073709551615]})"),
        "data_offsets: expected [begin, end], two non-negative integers"},
       {"reversed.safetensors",
-       Safetensors(Entry("x", R"({"dtype": "F32", "shape": [2, 3], "data_offsets": [24, 0]})"),
-                   f32x6),
+       x_f32x6(R"({"dtype": "F32", "shape": [2, 3], "data_offsets": [24, 0]})"),
        "data_offsets [24, 0]: begin is after end"},
-      {"nooffsets.safetensors",
-       Safetensors(Entry("x", R"({"dtype": "F32", "shape": [2, 3]})"), f32x6),
+      {"nooffsets.safetensors", x_f32x6(R"({"dtype": "F32", "shape": [2, 3]})"),
        "data_offsets: expected [begin, end], two non-negative integers, got nothing"},
       {"size.safetensors",
        Safetensors(Entry("x", R"({"dtype": "F32", "shape": [4, 8], "data_offsets": [0, 100]})"),
