@@ -156,9 +156,10 @@ int64_t InlineTableBytes(const AddPositionEncodingOptions& options) {
 // What a RoPE config adds to a request and its response besides tensors: its text and factors
 // (the response's derived values repeat the frequencies).
 int64_t ConfigBytes(const RopeConfig& config) {
-  return static_cast<int64_t>(
-      config.hf_config_json.size() +
-      16 * (config.scaling.long_factor.size() + config.scaling.short_factor.size()));
+  return static_cast<int64_t>(config.hf_config_json.size() +
+                              16 * (config.scaling.long_factor.size() +
+                                    config.scaling.short_factor.size() +
+                                    config.freq_factors.size()));
 }
 
 }  // namespace

@@ -158,6 +158,7 @@ void ToProto(const RopeConfig& config, v1::RopeConfig* out) {
   scaling->mutable_long_factor()->Assign(s.long_factor.begin(), s.long_factor.end());
   scaling->mutable_short_factor()->Assign(s.short_factor.begin(), s.short_factor.end());
   SetIf(scaling, &v1::RopeScaling::set_partial_rotary_factor, s.partial_rotary_factor);
+  SetIf(scaling, &v1::RopeScaling::set_alpha, s.alpha);
   // An all-default scaling is the same as an absent one on the wire; keep the request minimal.
   if (scaling->ByteSizeLong() == 0) out->clear_scaling();
 
@@ -167,6 +168,7 @@ void ToProto(const RopeConfig& config, v1::RopeConfig* out) {
   out->set_inverse(config.inverse);
   SetIf(out, &v1::RopeConfig::set_apply_attention_factor, config.apply_attention_factor);
   SetIf(out, &v1::RopeConfig::set_seq_len, config.seq_len);
+  out->mutable_freq_factors()->Assign(config.freq_factors.begin(), config.freq_factors.end());
   out->set_hf_config_json(config.hf_config_json);
   out->set_layer_type(config.layer_type);
 }
@@ -338,6 +340,13 @@ DescribeRopeResult FromProto(const v1::DescribeRopeResponse& response) {
     }
     group.mrope_section.assign(g.mrope_section().begin(), g.mrope_section().end());
     group.warnings.assign(g.warnings().begin(), g.warnings().end());
+    if (g.has_attn_temperature_tuning()) {
+      group.attn_temperature_tuning = AttentionTemperatureTuning{
+          g.attn_temperature_tuning().floor_scale(), g.attn_temperature_tuning().attn_scale()};
+    }
+    for (const v1::RopeValueSource& s : g.sources()) {
+      group.sources.push_back({s.name(), s.key(), s.origin(), s.value()});
+    }
   }
   out.warnings.assign(response.warnings().begin(), response.warnings().end());
   out.num_layers = response.num_layers();

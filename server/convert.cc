@@ -290,6 +290,7 @@ absl::Status ToRopeScaling(const v1::RopeScaling& scaling, kernels::RopeScaling*
                               "high_freq_factor", &out->high_freq_factor));
   POSENC_RETURN_IF_ERROR(take(scaling.has_partial_rotary_factor(), scaling.partial_rotary_factor(),
                               "partial_rotary_factor", &out->partial_rotary_factor));
+  POSENC_RETURN_IF_ERROR(take(scaling.has_alpha(), scaling.alpha(), "alpha", &out->alpha));
   if (scaling.has_original_max_position_embeddings()) {
     out->original_max_position_embeddings = scaling.original_max_position_embeddings();
   }
@@ -359,6 +360,8 @@ absl::StatusOr<kernels::RopeConfig> ToRopeConfig(const v1::RopeConfig& config,
   out.apply_attention_factor =
       config.has_apply_attention_factor() ? config.apply_attention_factor() : true;
   if (config.has_seq_len()) out.seq_len = config.seq_len();
+  // Checked by the plan (d/2 finite entries > 0); bounded by the request's size.
+  out.freq_factors.assign(config.freq_factors().begin(), config.freq_factors().end());
   // The op's plan validates the config once; a config the JSON made invalid (a missing llama3
   // key, say) is reported against the JSON.
   out.from_hf_config_json = !config.hf_config_json().empty() && out.head_dim > 0;
@@ -420,6 +423,7 @@ absl::StatusOr<std::vector<HfLayerRope>> ToLayerRopeConfigs(const v1::RopeConfig
     c.apply_attention_factor =
         config.has_apply_attention_factor() ? config.apply_attention_factor() : true;
     if (config.has_seq_len()) c.seq_len = config.seq_len();
+    c.freq_factors.assign(config.freq_factors().begin(), config.freq_factors().end());
     c.from_hf_config_json = c.head_dim > 0;
     for (const std::string& w : group.warnings) {
       if (std::find(warnings.begin(), warnings.end(), w) == warnings.end()) warnings.push_back(w);
@@ -450,6 +454,17 @@ void FillRopeLayerGroup(const HfLayerRope& group, const kernels::RopeFrequencies
   }
   out->mutable_mrope_section()->Assign(config.mrope_section.begin(), config.mrope_section.end());
   for (const std::string& w : group.warnings) out->add_warnings(w);
+  if (group.temperature_tuning.has_value()) {
+    out->mutable_attn_temperature_tuning()->set_floor_scale(group.temperature_tuning->floor_scale);
+    out->mutable_attn_temperature_tuning()->set_attn_scale(group.temperature_tuning->attn_scale);
+  }
+  for (const HfValueSource& s : group.sources) {
+    v1::RopeValueSource* source = out->add_sources();
+    source->set_name(s.name);
+    source->set_key(s.key);
+    source->set_origin(s.origin);
+    source->set_value(s.value);
+  }
 }
 
 }  // namespace posenc::server

@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "kernels/rope/frequency_cache.h"
 #include "nlohmann/json.hpp"
@@ -202,6 +204,9 @@ struct Family {
   bool chatglm = false;  // remote code: kv_channels, rotary = head/2, base 10000*rope_ratio
   // A class-default RoPE dict (gpt-oss's YaRN) used when the file has none.
   absl::string_view default_rope = "";
+  // Llama 4: attn_temperature_tuning (default true), floor_scale (8192), attn_scale (0.1) scale
+  // q on the layers without RoPE.
+  bool temperature_tuning = false;
 };
 
 // One row per configuration class; "models/X/configuration_X.py" is the transformers file (the
@@ -219,7 +224,8 @@ const std::vector<Family>& Families() {
        .max_position = 4096 * 32,
        .pairing = Pairing::kGptj,
        .layers = LayerRule::kNoRopeLayers,
-       .layer_period = 4},
+       .layer_period = 4,
+       .temperature_tuning = true},
       {.model_types = {"mistral"},
        .source = "models/mistral/configuration_mistral.py",
        .max_position = 4096 * 32},
@@ -376,6 +382,10 @@ const std::vector<Family>& Families() {
        .source = "XiaomiMiMo/MiMo-7B-Base configuration_mimo.py (remote, "
                  "Qwen2's class)",
        .max_position = 32768},
+      // Hunyuan: rope_scaling {"type": "dynamic", "alpha": A} is DynamicNTKAlpha (a fixed base).
+      {.model_types = {"hunyuan_v1_dense", "hunyuan_v1_moe"},
+       .source = "models/hunyuan_v1_dense/configuration_hunyuan_v1_dense.py",
+       .max_position = 2048},
   };
   return *families;
 }
@@ -395,6 +405,38 @@ const Family* FindFamily(absl::string_view model_type) {
   return nullptr;
 }
 
+// ----- where each value came from ----------------------------------------------------------------
+
+std::string DefaultOrigin(const Family& f) {
+  return absl::StrCat("architecture default (", f.source, ")");
+}
+
+// The origin of a value read at `key_path` (a class-default RoPE dict's path says so).
+std::string OriginOf(const Family& f, absl::string_view key_path) {
+  if (absl::StrContains(key_path, "class default")) return DefaultOrigin(f);
+  return absl::StartsWith(key_path, "text_config.") ? "nested config (text_config)" : "file";
+}
+
+std::string ValueText(double v) { return absl::StrFormat("%.10g", v); }
+
+void ReadFrom(std::vector<HfValueSource>* out, const Family& f, absl::string_view name,
+              absl::string_view key_path, std::string value) {
+  out->push_back(
+      {std::string(name), std::string(key_path), OriginOf(f, key_path), std::move(value)});
+}
+
+void Defaulted(std::vector<HfValueSource>* out, const Family& f, absl::string_view name,
+               absl::string_view key, std::string value) {
+  out->push_back({std::string(name), std::string(key), DefaultOrigin(f), std::move(value)});
+}
+
+// A JSON value as text; arrays by their length.
+std::string JsonText(const Json& v) {
+  if (v.is_array()) return absl::StrCat("[", v.size(), " values]");
+  if (v.is_number()) return ValueText(v.get<double>());
+  return kernels::Abbreviate(v.dump(), 64);
+}
+
 // ----- rope types -------------------------------------------------------------------------------
 
 struct TypeInfo {
@@ -411,8 +453,9 @@ const std::vector<TypeInfo>& Types() {
       {"linear", RopeScalingType::kLinear, {"factor"}},
       {"ntk", RopeScalingType::kNtk, {"factor"}},
       // transformers accepts original_max_position_embeddings for dynamic but computes with
-      // max_position_embeddings; so does posenc.
-      {"dynamic", RopeScalingType::kDynamic, {"factor"}},
+      // max_position_embeddings; so does posenc. alpha: Hunyuan's fixed NTK base (its rotary
+      // embedding reads it when truthy; factor is then not read).
+      {"dynamic", RopeScalingType::kDynamic, {"factor", "alpha"}},
       {"yarn",
        RopeScalingType::kYarn,
        {"factor", "attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
@@ -456,9 +499,10 @@ absl::StatusOr<const TypeInfo*> LookUpType(absl::string_view name, absl::string_
 }
 
 // Fills `scaling` from the RoPE dict `dict` (named `path` in messages): the keys its type reads;
-// keys it does not read become warnings.
-absl::Status ParseScaling(const Json& dict, const std::string& path, kernels::RopeScaling* scaling,
-                          std::vector<std::string>* warnings) {
+// keys it does not read become warnings. `sources` gets the rope type and every key read.
+absl::Status ParseScaling(const Json& dict, const std::string& path, const Family& family,
+                          kernels::RopeScaling* scaling, std::vector<std::string>* warnings,
+                          std::vector<HfValueSource>* sources) {
   const Json* type_value = Find(dict, "rope_type");
   std::string type_key = "rope_type";
   if (type_value == nullptr) {
@@ -476,6 +520,26 @@ absl::Status ParseScaling(const Json& dict, const std::string& path, kernels::Ro
   POSENC_ASSIGN_OR_RETURN(const TypeInfo* info,
                           LookUpType(type_name, absl::StrCat(path, ".", type_key)));
   scaling->type = info->type;
+  if (type_value != nullptr) {
+    ReadFrom(sources, family, "rope_type", absl::StrCat(path, ".", type_key), type_name);
+  } else {
+    Defaulted(sources, family, "rope_type",
+              dict.empty() ? "no rope_scaling / rope_parameters" : absl::StrCat(path, " (no type)"),
+              "default");
+  }
+  for (absl::string_view key : info->keys) {
+    if (const Json* v = Find(dict, key); v != nullptr) {
+      ReadFrom(sources, family, absl::StrCat("scaling.", key), absl::StrCat(path, ".", key),
+               JsonText(*v));
+    }
+  }
+  if (info->type == RopeScalingType::kYarn || info->type == RopeScalingType::kLlama3 ||
+      info->type == RopeScalingType::kLongrope) {
+    if (const Json* v = Find(dict, "original_max_position_embeddings"); v != nullptr) {
+      ReadFrom(sources, family, "scaling.original_max_position_embeddings",
+               absl::StrCat(path, ".original_max_position_embeddings"), JsonText(*v));
+    }
+  }
 
   auto reads = [info](absl::string_view key) {
     for (absl::string_view k : info->keys) {
@@ -514,6 +578,7 @@ absl::Status ParseScaling(const Json& dict, const std::string& path, kernels::Ro
   POSENC_RETURN_IF_ERROR(get_double("attention_factor", &scaling->attention_factor));
   POSENC_RETURN_IF_ERROR(get_double("low_freq_factor", &scaling->low_freq_factor));
   POSENC_RETURN_IF_ERROR(get_double("high_freq_factor", &scaling->high_freq_factor));
+  POSENC_RETURN_IF_ERROR(get_double("alpha", &scaling->alpha));
   if (reads("long_factor")) {
     POSENC_ASSIGN_OR_RETURN(scaling->long_factor,
                             GetDoubleArray(dict, "long_factor", key_path("long_factor")));
@@ -523,6 +588,7 @@ absl::Status ParseScaling(const Json& dict, const std::string& path, kernels::Ro
   // transformers' yarn/longrope/llama3 read these with Python truthiness: 0 means absent.
   if (scaling->beta_fast == 0.0) scaling->beta_fast.reset();
   if (scaling->beta_slow == 0.0) scaling->beta_slow.reset();
+  if (scaling->alpha == 0.0) scaling->alpha.reset();  // Hunyuan: `if rope_scaling["alpha"]`
   return absl::OkStatus();
 }
 
@@ -541,9 +607,20 @@ struct TextModel {
   std::optional<double> fraction;  // top-level partial_rotary_factor | rotary_pct
   std::string fraction_key;
   std::optional<int64_t> rotary_dim;  // top-level absolute rotary_dim
+  bool rotary_dim_default = false;    // rotary_dim is the class default (GPT-J)
   std::optional<int64_t> original_max;
   kernels::RopeStyle style = kernels::RopeStyle::kNeox;
+  std::vector<HfValueSource> sources;  // the values every layer shares, where they came from
 };
+
+std::string StyleText(kernels::RopeStyle style) {
+  switch (style) {
+    case kernels::RopeStyle::kNeox: return "neox";
+    case kernels::RopeStyle::kGptj: return "gptj";
+    case kernels::RopeStyle::kDeepseek: return "deepseek";
+  }
+  return "neox";
+}
 
 std::string KeyPath(const TextModel& m, absl::string_view key) {
   return absl::StrCat(m.path_prefix, key);
@@ -573,20 +650,32 @@ absl::Status ReadTextModel(TextModel* m, std::vector<std::string>* warnings) {
   const Family& f = *m->family;
   // Head dim: the rotary part of MLA heads, else head_dim (or the class default), else
   // hidden_size / num_attention_heads (GPT-J: n_embd / n_head), floor division as Python.
+  std::string head_key;  // where head_dim came from ("" : the class default)
   if (f.rope_head_dim) {
     POSENC_ASSIGN_OR_RETURN(m->head_dim, GetText<int64_t>(*m, "qk_rope_head_dim"));
-    if (!m->head_dim) m->head_dim = 64;  // DeepseekV2Config / DeepseekV3Config default
+    if (m->head_dim) head_key = KeyPath(*m, "qk_rope_head_dim");
+    if (!m->head_dim) {
+      m->head_dim = 64;  // DeepseekV2Config / DeepseekV3Config default
+      Defaulted(&m->sources, f, "head_dim", "qk_rope_head_dim", "64");
+    }
   } else if (f.chatglm) {
     POSENC_ASSIGN_OR_RETURN(m->head_dim, GetText<int64_t>(*m, "kv_channels"));
+    if (m->head_dim) head_key = KeyPath(*m, "kv_channels");
   } else {
-    POSENC_ASSIGN_OR_RETURN(m->head_dim, GetFirst<int64_t>(*m, {"head_dim", "qk_rope_head_dim"}));
-    if (!m->head_dim) m->head_dim = f.head_dim;
+    POSENC_ASSIGN_OR_RETURN(m->head_dim,
+                            GetFirst<int64_t>(*m, {"head_dim", "qk_rope_head_dim"}, &head_key));
+    if (!m->head_dim && f.head_dim) {
+      m->head_dim = f.head_dim;
+      Defaulted(&m->sources, f, "head_dim", "head_dim", absl::StrCat(*f.head_dim));
+    }
   }
   if (!m->head_dim) {
-    POSENC_ASSIGN_OR_RETURN(std::optional<int64_t> hidden,
-                            GetFirst<int64_t>(*m, {"hidden_size", "n_embd", "d_model"}));
+    std::string hidden_key, heads_key;
+    POSENC_ASSIGN_OR_RETURN(
+        std::optional<int64_t> hidden,
+        GetFirst<int64_t>(*m, {"hidden_size", "n_embd", "d_model"}, &hidden_key));
     POSENC_ASSIGN_OR_RETURN(std::optional<int64_t> heads,
-                            GetFirst<int64_t>(*m, {"num_attention_heads", "n_head"}));
+                            GetFirst<int64_t>(*m, {"num_attention_heads", "n_head"}, &heads_key));
     if (hidden.has_value() && heads.has_value()) {
       if (*heads <= 0 || *hidden <= 0) {
         return Invalid(
@@ -595,15 +684,25 @@ absl::Status ReadTextModel(TextModel* m, std::vector<std::string>* warnings) {
                          *hidden, " / ", *heads));
       }
       m->head_dim = *hidden / *heads;
+      head_key = absl::StrCat(hidden_key, " / ", heads_key);
     }
   }
+  if (!head_key.empty()) ReadFrom(&m->sources, f, "head_dim", head_key, absl::StrCat(*m->head_dim));
   if (m->head_dim && *m->head_dim <= 0) {
     return Invalid(absl::StrCat("head dim must be > 0, got ", *m->head_dim));
   }
 
-  POSENC_ASSIGN_OR_RETURN(m->max_position, GetFirst<int64_t>(*m, {"max_position_embeddings",
-                                                                  "n_positions", "seq_length"}));
-  if (!m->max_position) m->max_position = f.max_position;
+  std::string max_key;
+  POSENC_ASSIGN_OR_RETURN(
+      m->max_position,
+      GetFirst<int64_t>(*m, {"max_position_embeddings", "n_positions", "seq_length"}, &max_key));
+  if (m->max_position) {
+    ReadFrom(&m->sources, f, "max_position_embeddings", max_key, absl::StrCat(*m->max_position));
+  } else if (f.max_position) {
+    m->max_position = f.max_position;
+    Defaulted(&m->sources, f, "max_position_embeddings", "max_position_embeddings",
+              absl::StrCat(*f.max_position));
+  }
 
   POSENC_ASSIGN_OR_RETURN(m->theta,
                           GetFirst<double>(*m, {"rope_theta", "rotary_emb_base"}, &m->theta_key));
@@ -625,6 +724,7 @@ absl::Status ReadTextModel(TextModel* m, std::vector<std::string>* warnings) {
       m->fraction_key = "the class default partial_rotary_factor";
     } else if (f.rotary_dim && !Find(*m->text, "rotary_dim")) {
       m->rotary_dim = f.rotary_dim;
+      m->rotary_dim_default = true;
     }
   }
   POSENC_ASSIGN_OR_RETURN(m->original_max,
@@ -644,6 +744,16 @@ absl::Status ReadTextModel(TextModel* m, std::vector<std::string>* warnings) {
       m->style = kernels::RopeStyle::kNeox;
     }
   }
+  if (interleave.has_value()) {
+    ReadFrom(&m->sources, f, "pairing", KeyPath(*m, "rope_interleave"), StyleText(m->style));
+  } else {
+    Defaulted(&m->sources, f, "pairing",
+              f.pairing == Pairing::kInterleaveFlag
+                  ? absl::StrCat("rope_interleave (class default ",
+                                 f.interleave_default ? "true" : "false", ")")
+                  : std::string("the architecture's rotation"),
+              StyleText(m->style));
+  }
   (void)warnings;
   return absl::OkStatus();
 }
@@ -659,24 +769,83 @@ struct LayerSpec {
   bool keyed = false;  // the dict is an entry of a rope_parameters keyed by layer type
 };
 
-// The config of one layer type.
+// Llama 4's attention temperature tuning of a layer without RoPE: attn_temperature_tuning
+// (truthy: true or a nonzero number; default true), floor_scale, attn_scale.
+absl::Status ReadTemperatureTuning(const TextModel& m, std::optional<HfTemperatureTuning>* out,
+                                   std::vector<HfValueSource>* sources) {
+  const Family& f = *m.family;
+  const std::string on_key = KeyPath(m, "attn_temperature_tuning");
+  bool on = true;
+  if (const Json* v = Find(*m.text, "attn_temperature_tuning"); v != nullptr) {
+    if (v->is_boolean()) {
+      on = v->get<bool>();
+    } else if (v->is_number()) {
+      on = v->get<double>() != 0;
+    } else {
+      return Invalid(absl::StrCat(on_key, " must be a boolean or a number, got ", TypeName(*v)));
+    }
+    ReadFrom(sources, f, "attn_temperature_tuning", on_key, on ? "true" : "false");
+  } else {
+    Defaulted(sources, f, "attn_temperature_tuning", "attn_temperature_tuning", "true");
+  }
+  if (!on) return absl::OkStatus();
+  HfTemperatureTuning t;
+  for (auto [key, value] : {std::pair<absl::string_view, double*>{"floor_scale", &t.floor_scale},
+                            {"attn_scale", &t.attn_scale}}) {
+    POSENC_ASSIGN_OR_RETURN(std::optional<double> given, GetText<double>(m, key));
+    if (given) {
+      if (!std::isfinite(*given) || (key == "floor_scale" && !(*given > 0))) {
+        return Invalid(absl::StrCat(KeyPath(m, key), ": expected a finite number",
+                                    key == "floor_scale" ? " > 0" : "", ", got ", *given));
+      }
+      *value = *given;
+      ReadFrom(sources, f, key, KeyPath(m, key), ValueText(*given));
+    } else {
+      Defaulted(sources, f, key, key, ValueText(*value));
+    }
+  }
+  *out = t;
+  return absl::OkStatus();
+}
+
+// The config of one layer type; `sources` gets where each of its values came from, `tuning`
+// Llama 4's attention temperature tuning where it applies.
 absl::StatusOr<kernels::RopeConfig> BuildConfig(const TextModel& m, const LayerSpec& spec,
-                                                std::vector<std::string>* warnings) {
+                                                std::vector<std::string>* warnings,
+                                                std::vector<HfValueSource>* sources,
+                                                std::optional<HfTemperatureTuning>* tuning) {
   static const Json* const kEmpty = new Json(Json::object());
   const Json& dict = spec.dict != nullptr ? *spec.dict : *kEmpty;
+  const Family& f = *m.family;
   kernels::RopeConfig config;
-  POSENC_RETURN_IF_ERROR(ParseScaling(dict, spec.path, &config.scaling, warnings));
+  POSENC_RETURN_IF_ERROR(ParseScaling(dict, spec.path, f, &config.scaling, warnings, sources));
   kernels::RopeScaling& sc = config.scaling;
 
   // Base: the dict's rope_theta, a per-type key, the top level, the class default.
   POSENC_ASSIGN_OR_RETURN(std::optional<double> theta,
                           Get<double>(dict, "rope_theta", spec.path + ".rope_theta"));
-  if (!theta) theta = spec.theta;
-  if (!theta) theta = m.theta;
-  config.base = theta.value_or(m.family->theta);
+  if (theta) {
+    ReadFrom(sources, f, "base", spec.path + ".rope_theta", ValueText(*theta));
+  } else if (spec.theta) {
+    theta = spec.theta;
+    if (spec.dict == nullptr && Find(*m.text, f.local_theta_key) == nullptr) {
+      Defaulted(sources, f, "base", f.local_theta_key, ValueText(*theta));
+    } else {
+      ReadFrom(sources, f, "base", spec.path, ValueText(*theta));
+    }
+  } else if (m.theta) {
+    theta = m.theta;
+    ReadFrom(sources, f, "base", m.theta_key, ValueText(*theta));
+  } else {
+    Defaulted(sources, f, "base", "rope_theta", ValueText(f.theta));
+  }
+  config.base = theta.value_or(f.theta);
 
   const std::optional<int64_t> head_dim = spec.head_dim ? spec.head_dim : m.head_dim;
   config.head_dim = head_dim.value_or(0);
+  if (spec.head_dim) {
+    ReadFrom(sources, f, "head_dim", KeyPath(m, "global_head_dim"), absl::StrCat(*spec.head_dim));
+  }
 
   // Rotary dim: a fraction of the head (the dict's, else the top level's or the class default),
   // int(head_dim * fraction) as Python; an absolute rotary_dim; ChatGLM's half head.
@@ -687,6 +856,19 @@ absl::StatusOr<kernels::RopeConfig> BuildConfig(const TextModel& m, const LayerS
   if (!fraction) {
     fraction = m.fraction;
     fraction_key = m.fraction_key;
+  }
+  if (fraction && fraction_key == "the class default partial_rotary_factor") {
+    Defaulted(sources, f, "partial_rotary_factor", "partial_rotary_factor", ValueText(*fraction));
+  } else if (fraction) {
+    ReadFrom(sources, f, "partial_rotary_factor", fraction_key, ValueText(*fraction));
+  } else if (f.chatglm) {
+    Defaulted(sources, f, "rotary_dim", "head_dim / 2 (ChatGLM)", "head_dim / 2");
+  } else if (m.rotary_dim && m.rotary_dim_default) {
+    Defaulted(sources, f, "rotary_dim", "rotary_dim", absl::StrCat(*m.rotary_dim));
+  } else if (m.rotary_dim) {
+    ReadFrom(sources, f, "rotary_dim", KeyPath(m, "rotary_dim"), absl::StrCat(*m.rotary_dim));
+  } else {
+    Defaulted(sources, f, "rotary_dim", "no partial rotary key: the whole head", "head_dim");
   }
   if (sc.type == RopeScalingType::kProportional) {
     // Gemma 4: a full-width table whose first fraction of frequencies rotate.
@@ -718,6 +900,8 @@ absl::StatusOr<kernels::RopeConfig> BuildConfig(const TextModel& m, const LayerS
   if (m.original_max && (sc.type == RopeScalingType::kYarn || sc.type == RopeScalingType::kLlama3 ||
                          sc.type == RopeScalingType::kLongrope)) {
     sc.original_max_position_embeddings = m.original_max;
+    ReadFrom(sources, f, "scaling.original_max_position_embeddings",
+             KeyPath(m, "original_max_position_embeddings"), absl::StrCat(*m.original_max));
   }
   if (sc.type == RopeScalingType::kYarn && spec.keyed && sc.truncate == false) {
     // transformers reads truncate from the whole rope_parameters, not the layer's entry.
@@ -747,18 +931,28 @@ absl::StatusOr<kernels::RopeConfig> BuildConfig(const TextModel& m, const LayerS
 
   POSENC_ASSIGN_OR_RETURN(config.mrope_section,
                           GetIntArray(dict, "mrope_section", spec.path + ".mrope_section"));
+  if (!config.mrope_section.empty()) {
+    ReadFrom(sources, f, "mrope_section", spec.path + ".mrope_section",
+             absl::StrCat("[", absl::StrJoin(config.mrope_section, ", "), "]"));
+  }
   config.style = m.style;
   config.nope = spec.nope;
+  if (spec.nope && f.temperature_tuning) {
+    POSENC_RETURN_IF_ERROR(ReadTemperatureTuning(m, tuning, sources));
+  }
   return config;
 }
 
 // The model's layer types, one per layer (empty when neither the file nor the architecture
-// names them), and which layers have no RoPE.
+// names them), and which layers have no RoPE; `sources` gets the keys (or rules) that said so.
 absl::Status LayerTypes(const TextModel& m, std::vector<std::string>* types,
-                        std::vector<bool>* nope) {
+                        std::vector<bool>* nope, std::vector<HfValueSource>* sources) {
   const Family& f = *m.family;
-  POSENC_ASSIGN_OR_RETURN(std::optional<int64_t> num_layers,
-                          GetFirst<int64_t>(m, {"num_hidden_layers", "n_layer", "num_layers"}));
+  std::string layers_key;
+  POSENC_ASSIGN_OR_RETURN(
+      std::optional<int64_t> num_layers,
+      GetFirst<int64_t>(m, {"num_hidden_layers", "n_layer", "num_layers"}, &layers_key));
+  if (num_layers) ReadFrom(sources, f, "num_layers", layers_key, absl::StrCat(*num_layers));
   if (num_layers && (*num_layers < 0 || *num_layers > 100000)) {
     return Invalid(
         absl::StrCat(KeyPath(m, "num_hidden_layers"), ": expected 0 .. 100000, got ", *num_layers));
@@ -775,6 +969,8 @@ absl::Status LayerTypes(const TextModel& m, std::vector<std::string>* types,
       }
       types->push_back((*list)[i].get<std::string>());
     }
+    ReadFrom(sources, f, "layer_types", KeyPath(m, "layer_types"),
+             absl::StrCat("[", list->size(), " values]"));
   }
   const int64_t n = types->empty() ? num_layers.value_or(0) : static_cast<int64_t>(types->size());
   if (types->empty() && n > 0) {
@@ -785,12 +981,22 @@ absl::Status LayerTypes(const TextModel& m, std::vector<std::string>* types,
         for (int64_t i = 0; i < n; ++i) {
           types->push_back((i + 1) % 2 != 0 ? "sliding_attention" : "full_attention");
         }
+        Defaulted(sources, f, "layer_types", "layer_types (alternating)",
+                  "sliding, full, sliding, ...");
         break;
       case LayerRule::kSlidingPattern: {
+        std::string period_key;
         POSENC_ASSIGN_OR_RETURN(
             std::optional<int64_t> period,
-            GetFirst<int64_t>(m, {"sliding_window_pattern", "_sliding_window_pattern"}));
+            GetFirst<int64_t>(m, {"sliding_window_pattern", "_sliding_window_pattern"},
+                              &period_key));
         const int64_t p = period.value_or(f.layer_period);
+        const std::string rule = absl::StrCat("every ", p, "th layer full_attention");
+        if (period) {
+          ReadFrom(sources, f, "layer_types", period_key, rule);
+        } else {
+          Defaulted(sources, f, "layer_types", "sliding_window_pattern", rule);
+        }
         for (int64_t i = 0; i < n; ++i) {
           types->push_back(p > 0 && (i + 1) % p == 0 ? "full_attention" : "sliding_attention");
         }
@@ -800,6 +1006,12 @@ absl::Status LayerTypes(const TextModel& m, std::vector<std::string>* types,
         POSENC_ASSIGN_OR_RETURN(std::optional<int64_t> every,
                                 GetText<int64_t>(m, "global_attn_every_n_layers"));
         const int64_t p = every.value_or(f.layer_period);
+        const std::string rule = absl::StrCat("layer i full_attention when i % ", p, " == 0");
+        if (every) {
+          ReadFrom(sources, f, "layer_types", KeyPath(m, "global_attn_every_n_layers"), rule);
+        } else {
+          Defaulted(sources, f, "layer_types", "global_attn_every_n_layers", rule);
+        }
         for (int64_t i = 0; i < n; ++i) {
           types->push_back(p > 0 && i % p == 0 ? "full_attention" : "sliding_attention");
         }
@@ -810,6 +1022,7 @@ absl::Status LayerTypes(const TextModel& m, std::vector<std::string>* types,
   nope->assign(static_cast<size_t>(n), false);
   if (f.nope_full_attention) {
     for (size_t i = 0; i < types->size(); ++i) (*nope)[i] = (*types)[i] == "full_attention";
+    Defaulted(sources, f, "nope", "full_attention layers have no RoPE", "full_attention");
   }
   if (f.layers == LayerRule::kNoRopeLayers && n > 0) {
     // no_rope_layers[i] is 1 where the layer HAS RoPE (transformers' naming); empty or absent:
@@ -819,6 +1032,16 @@ absl::Status LayerTypes(const TextModel& m, std::vector<std::string>* types,
     POSENC_ASSIGN_OR_RETURN(std::optional<int64_t> interval,
                             GetText<int64_t>(m, "no_rope_layer_interval"));
     const int64_t p = interval.value_or(f.layer_period);
+    if (!flags.empty()) {
+      ReadFrom(sources, f, "nope", KeyPath(m, "no_rope_layers"),
+               absl::StrCat("[", flags.size(), " values]"));
+    } else if (interval) {
+      ReadFrom(sources, f, "nope", KeyPath(m, "no_rope_layer_interval"),
+               absl::StrCat("every ", p, "th layer"));
+    } else {
+      Defaulted(sources, f, "nope", "no_rope_layer_interval",
+                absl::StrCat("every ", p, "th layer"));
+    }
     for (int64_t i = 0; i < n; ++i) {
       const bool rope = flags.empty() ? (p <= 0 || (i + 1) % p != 0)
                                       : (static_cast<size_t>(i) < flags.size() && flags[i] != 0);
@@ -829,6 +1052,8 @@ absl::Status LayerTypes(const TextModel& m, std::vector<std::string>* types,
       for (int64_t i = 0; i < n; ++i) {
         types->push_back((*nope)[i] ? "full_attention" : "chunked_attention");
       }
+      Defaulted(sources, f, "layer_types", "layer_types (from the NoPE layers)",
+                "chunked_attention with RoPE, full_attention without");
     }
   }
   return absl::OkStatus();
@@ -951,7 +1176,7 @@ absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json_text,
 
   std::vector<std::string> types;
   std::vector<bool> nope;
-  POSENC_RETURN_IF_ERROR(LayerTypes(m, &types, &nope));
+  POSENC_RETURN_IF_ERROR(LayerTypes(m, &types, &nope, &m.sources));
 
   // Group the layers by (type, NoPE) and build each group's config once.
   struct Group {
@@ -987,7 +1212,9 @@ absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json_text,
     g.rope.layer_type = type;
     g.nope = is_nope;
     g.spec = spec;
-    POSENC_ASSIGN_OR_RETURN(g.rope.config, BuildConfig(m, with_nope, &g.warnings));
+    g.rope.sources = m.sources;
+    POSENC_ASSIGN_OR_RETURN(g.rope.config, BuildConfig(m, with_nope, &g.warnings, &g.rope.sources,
+                                                       &g.rope.temperature_tuning));
     g.key = kernels::RopeFrequencyCache::Key(g.rope.config, 0);
     groups.push_back(std::move(g));
     return &groups.back();

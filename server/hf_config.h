@@ -14,6 +14,8 @@
 //    class defaults.
 // 3. Per layer: the model's layer types (`layer_types`, or the architecture's pattern) and NoPE
 //    layers (Llama 4, Cohere 2, SmolLM 3); the request's layer_type picks one by name or index.
+//    Llama 4's NoPE layers carry its attention temperature tuning (reported, not applied), and
+//    every layer the sources of its values (the key read, and file / text_config / class default).
 // 4. Pairing: NEOX unless the architecture pairs otherwise (GPT-J, Cohere, Llama 4, DeepSeek V2,
 //    GLM/ChatGLM: GPTJ; DeepSeek V3 / Kimi K2 `rope_interleave`, default true: DEEPSEEK).
 //
@@ -35,12 +37,31 @@
 
 namespace posenc::server {
 
+// A value the normalizer used and where it came from (DescribeRope's sources).
+struct HfValueSource {
+  std::string name;    // what it decides: "head_dim", "base", "rotary_dim", "scaling.factor", ...
+  std::string key;     // the key path read ("text_config.rope_theta"), or how it was derived
+  std::string origin;  // "file", "nested config (text_config)" or "architecture default (...)"
+  std::string value;   // the value used, as text
+};
+
+// Llama 4's attention temperature tuning (transformers' Llama4TextAttention, on the layers
+// without RoPE): the caller multiplies q at position p by
+//   scale(p) = log(floor((p + 1) / floor_scale) + 1) * attn_scale + 1.
+// posenc reports it; nothing applies it (ApplyRope leaves q of a NoPE layer unchanged).
+struct HfTemperatureTuning {
+  double floor_scale = 8192;
+  double attn_scale = 0.1;
+};
+
 // One distinct RoPE of a model: a layer type and the layers that have it.
 struct HfLayerRope {
   std::string layer_type;       // "" when the model does not name its layer types
   std::vector<int64_t> layers;  // layer indices (empty when the file does not say)
   kernels::RopeConfig config;
-  std::vector<std::string> warnings;  // the normalizer's warnings about this layer's RoPE
+  std::vector<std::string> warnings;   // the normalizer's warnings about this layer's RoPE
+  std::vector<HfValueSource> sources;  // every value used, in the order read
+  std::optional<HfTemperatureTuning> temperature_tuning;  // set on the layers it applies to
 };
 
 struct HfRopeConfig {

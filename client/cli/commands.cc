@@ -81,6 +81,9 @@ const FlagGroup kRopeConfigFlags = {
     {"short-factor", FlagType::kDoubleList, "LIST", "longrope short_factor (d/2 values)"},
     {"partial-rotary-factor", FlagType::kDouble, "P",
      "proportional: fraction of the frequencies that rotate"},
+    {"alpha", FlagType::kDouble, "A", "dynamic (Hunyuan): fixed base b*A^(d/(d-2))"},
+    {"freq-factors", FlagType::kDoubleList, "LIST",
+     "per-frequency divisors of omega (d/2 values, GGUF rope_freqs)"},
     {"mrope-section", FlagType::kIntList, "T,H,W", "M-RoPE sections (sum d/2)"},
     {"mrope-layout", FlagType::kChoice, "", "M-RoPE layout (default contiguous)",
      "contiguous|interleaved"},
@@ -347,6 +350,8 @@ absl::StatusOr<client::RopeConfig> RopeConfigFromFlags(const ParsedFlags& flags)
   s.long_factor = flags.DoubleList("long-factor");
   s.short_factor = flags.DoubleList("short-factor");
   s.partial_rotary_factor = flags.Double("partial-rotary-factor");
+  s.alpha = flags.Double("alpha");
+  config.freq_factors = flags.DoubleList("freq-factors");
   config.max_position_embeddings = flags.Int("max-pos");
   config.mrope_section = flags.IntList("mrope-section");
   config.mrope_layout = ChoiceFlag(flags, "mrope-layout",
@@ -801,6 +806,32 @@ std::string StyleName(client::RopeStyle style) {
 
 std::string Num(double v) { return absl::StrFormat("%.6g", v); }
 
+// Llama 4's q scale at position p, with the group's parameters.
+std::string TemperatureFormula(const client::AttentionTemperatureTuning& t) {
+  return absl::StrCat("q *= log(floor((p + 1) / ", Num(t.floor_scale), ") + 1) * ",
+                      Num(t.attn_scale), " + 1");
+}
+
+// The rows as lines of columns padded to their widest cell, two spaces apart.
+std::vector<std::string> AlignedRows(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()), 0);
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  }
+  std::vector<std::string> lines;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      absl::StrAppend(&line, c == 0 ? "" : "  ", row[c],
+                      std::string(widths[c] - row[c].size(), ' '));
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
 absl::StatusOr<CommandOutput> RunDescribe(const ParsedFlags& flags, const client::Client& client) {
   if (!flags.Has("hf-config") && !flags.Has("head-dim")) {
     return UsageError("--hf-config FILE is required (or an explicit config with --head-dim)");
@@ -837,6 +868,17 @@ absl::StatusOr<CommandOutput> RunDescribe(const ParsedFlags& flags, const client
     }
     if (!g.mrope_section.empty()) j["mrope_section"] = g.mrope_section;
     j["warnings"] = g.warnings;
+    if (g.attn_temperature_tuning) {
+      j["attn_temperature_tuning"] = {{"floor_scale", g.attn_temperature_tuning->floor_scale},
+                                      {"attn_scale", g.attn_temperature_tuning->attn_scale},
+                                      {"formula", TemperatureFormula(*g.attn_temperature_tuning)}};
+    }
+    Json sources = Json::array();
+    for (const client::RopeValueSource& s : g.sources) {
+      sources.push_back(
+          {{"name", s.name}, {"key", s.key}, {"origin", s.origin}, {"value", s.value}});
+    }
+    j["sources"] = std::move(sources);
     groups.push_back(std::move(j));
 
     const bool nope = d.nope;
@@ -862,18 +904,23 @@ absl::StatusOr<CommandOutput> RunDescribe(const ParsedFlags& flags, const client
   std::string text;
   if (!result.model_type.empty()) absl::StrAppend(&text, "model_type: ", result.model_type, "\n");
   if (result.num_layers > 0) absl::StrAppend(&text, "num_layers: ", result.num_layers, "\n");
-  std::vector<size_t> widths(rows[0].size(), 0);
-  for (const auto& row : rows) {
-    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
-  }
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t c = 0; c < row.size(); ++c) {
-      absl::StrAppend(&line, c == 0 ? "" : "  ", row[c],
-                      std::string(widths[c] - row[c].size(), ' '));
+  for (const std::string& line : AlignedRows(rows)) absl::StrAppend(&text, line, "\n");
+  // Per group: the per-position q scale to apply, and where each value came from.
+  for (const client::RopeLayerGroup& g : result.groups) {
+    if (!g.attn_temperature_tuning && g.sources.empty()) continue;
+    absl::StrAppend(&text, "\nlayers ", LayerRuns(g.layers),
+                    g.layer_type.empty() ? "" : absl::StrCat(" (", g.layer_type, ")"), ":\n");
+    if (g.attn_temperature_tuning) {
+      absl::StrAppend(
+          &text, "  attention temperature: ", TemperatureFormula(*g.attn_temperature_tuning), "\n");
     }
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    absl::StrAppend(&text, line, "\n");
+    std::vector<std::vector<std::string>> source_rows;
+    for (const client::RopeValueSource& s : g.sources) {
+      source_rows.push_back({s.name, s.value, s.key, s.origin});
+    }
+    for (const std::string& line : AlignedRows(source_rows)) {
+      absl::StrAppend(&text, "  ", line, "\n");
+    }
   }
   for (const std::string& w : result.warnings) absl::StrAppend(&text, "warning: ", w, "\n");
   out.text = std::move(text);
@@ -971,7 +1018,9 @@ const std::vector<Command>& Commands() {
        "         posenc --format json describe --hf-config config.json\n"
        "Layers with the same RoPE form one row; base shows b' in parentheses where ntk/dynamic\n"
        "change it; softmax is the multiplier of the softmax scale the model applies (DeepSeek\n"
-       "YaRN: mscale(factor, mscale_all_dim)^2), - where posenc knows of none.",
+       "YaRN: mscale(factor, mscale_all_dim)^2), - where posenc knows of none. Below the table,\n"
+       "per group: the q scale to apply by position (Llama 4's attention temperature tuning)\n"
+       "and every value read with its key and origin (file, text_config, architecture default).",
        {&kRopeConfigFlags},
        &RunDescribe},
       {"info", "server version, build, backends, limits and loaded tables", "", {}, &RunInfo},

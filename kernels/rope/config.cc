@@ -29,7 +29,7 @@ absl::Status CheckPositive(absl::string_view field, double v) {
 // Which optional scaling fields each type reads.
 struct Allowed {
   bool factor = false, original = false, yarn = false, attention_factor = false, llama3 = false,
-       longrope = false, proportional = false;
+       longrope = false, proportional = false, alpha = false;
 };
 
 Allowed AllowedFields(RopeScalingType type) {
@@ -37,8 +37,8 @@ Allowed AllowedFields(RopeScalingType type) {
   switch (type) {
     case RopeScalingType::kDefault: break;
     case RopeScalingType::kLinear:
-    case RopeScalingType::kNtk:
-    case RopeScalingType::kDynamic: a.factor = true; break;
+    case RopeScalingType::kNtk: a.factor = true; break;
+    case RopeScalingType::kDynamic: a.factor = a.alpha = true; break;
     case RopeScalingType::kYarn: a.factor = a.original = a.yarn = a.attention_factor = true; break;
     case RopeScalingType::kLlama3: a.factor = a.original = a.llama3 = true; break;
     case RopeScalingType::kLongrope:
@@ -89,11 +89,32 @@ namespace {
 
 absl::Status ValidateFields(const RopeConfig& c);
 
+// The request's own freq_factors (never from a config.json: named as wire fields even then).
+absl::Status ValidateFreqFactors(const RopeConfig& c) {
+  const int64_t d = c.rotary_dim.value_or(c.head_dim);
+  if (!c.freq_factors.empty()) {
+    const size_t half = static_cast<size_t>(d / 2);
+    if (c.freq_factors.size() != half) {
+      return Invalid("config.freq_factors", absl::StrCat("expected rotary_dim/2 = ", half,
+                                                         " entries, got ", c.freq_factors.size()));
+    }
+    for (size_t j = 0; j < half; ++j) {
+      const double v = c.freq_factors[j];
+      if (!std::isfinite(v) || !(v > 0)) {
+        return Invalid(absl::StrCat("config.freq_factors[", j, "]"),
+                       absl::StrCat("expected a finite number > 0, got ", v));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateRopeConfig(const RopeConfig& config) {
   absl::Status status = ValidateFields(config);
-  if (status.ok() || !config.from_hf_config_json) return status;
+  if (status.ok()) return ValidateFreqFactors(config);
+  if (!config.from_hf_config_json) return status;
   return absl::Status(status.code(), absl::StrCat("config.hf_config_json: ", status.message()));
 }
 
@@ -155,6 +176,7 @@ absl::Status ValidateFields(const RopeConfig& c) {
   if (sc.partial_rotary_factor && !allowed.proportional) {
     return not_for_type("partial_rotary_factor");
   }
+  if (sc.alpha && !allowed.alpha) return not_for_type("alpha");
 
   if (sc.factor) {
     POSENC_RETURN_IF_ERROR(CheckPositive("config.scaling.factor", *sc.factor));
@@ -178,6 +200,7 @@ absl::Status ValidateFields(const RopeConfig& c) {
   if (sc.attention_factor) {
     POSENC_RETURN_IF_ERROR(CheckPositive("config.scaling.attention_factor", *sc.attention_factor));
   }
+  if (sc.alpha) POSENC_RETURN_IF_ERROR(CheckPositive("config.scaling.alpha", *sc.alpha));
 
   switch (sc.type) {
     case RopeScalingType::kDefault: break;
@@ -186,17 +209,19 @@ absl::Status ValidateFields(const RopeConfig& c) {
       break;
     case RopeScalingType::kNtk:
     case RopeScalingType::kDynamic:
-      if (!sc.factor) {
+      if (!sc.factor && !sc.alpha) {
         return Invalid("config.scaling.factor",
-                       absl::StrCat("required for rope type '", type_name, "'"));
+                       absl::StrCat("required for rope type '", type_name, "'",
+                                    sc.type == RopeScalingType::kDynamic ? " (or alpha)" : ""));
       }
       if (d < 4) {
         return Invalid("config.rotary_dim",
                        absl::StrCat("rope type '", type_name,
                                     "' needs a rotary dim >= 4 (it divides by d-2), got ", d));
       }
-      if (sc.type == RopeScalingType::kDynamic && !c.max_position_embeddings) {
-        return Invalid("config.max_position_embeddings", "required for rope type 'dynamic'");
+      if (sc.type == RopeScalingType::kDynamic && !sc.alpha && !c.max_position_embeddings) {
+        return Invalid("config.max_position_embeddings",
+                       "required for rope type 'dynamic' (unless scaling.alpha is set)");
       }
       break;
     case RopeScalingType::kYarn:
@@ -337,10 +362,11 @@ RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& c, int64_t max_pos
       break;
     case RopeScalingType::kNtk:
     case RopeScalingType::kDynamic: {
-      const long double s = *sc.factor;
-      f.factor = *sc.factor;
-      long double scale = s;
-      if (sc.type == RopeScalingType::kDynamic) {
+      // Hunyuan's alpha: a fixed b' = b * alpha^(d/(d-2)); factor is not read.
+      const long double s = sc.alpha ? 1.0L : *sc.factor;
+      f.factor = sc.alpha ? 1.0 : *sc.factor;
+      long double scale = sc.alpha ? static_cast<long double>(*sc.alpha) : s;
+      if (sc.type == RopeScalingType::kDynamic && !sc.alpha) {
         const long double lmax = static_cast<long double>(*c.max_position_embeddings);
         const long double len = std::max<long double>(seq_len, lmax);
         scale = s * len / lmax - (s - 1);
@@ -438,6 +464,10 @@ RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& c, int64_t max_pos
       }
       break;
     }
+  }
+  // Explicit per-frequency divisors, after the scaling type's frequencies.
+  for (size_t j = 0; j < c.freq_factors.size(); ++j) {
+    f.inv_freq[j] /= static_cast<long double>(c.freq_factors[j]);
   }
   if (c.nope) {
     f.nope = true;

@@ -2,6 +2,8 @@
 // type's frequencies, and their derived values.
 //
 //   omega_j = b^(-2j/d) (then scaled), theta = p * omega_j, j = 0 .. d/2-1, d = rotary_dim.
+//   freq_factors f (optional, GGUF's rope_freqs): omega_j / f_j, applied after the scaling
+//     type's own frequencies (the division in extended precision, like every omega_j).
 //   NEOX pairs (x_j, x_{j+d/2}):  [x0 .. x(d/2-1) | x(d/2) .. x(d-1) | pass-through]
 //   GPTJ pairs (x_{2j}, x_{2j+1}): [x0 x1 | x2 x3 | ... | pass-through]
 //   DEEPSEEK: GPTJ pairs in, NEOX order out (DeepSeek V3's rope_interleave: the rotary channels
@@ -11,9 +13,11 @@
 //   inverse: rotate by -theta and divide by m.
 //
 // Scaling types (Hugging Face's rope_type): linear, ntk, dynamic, yarn, llama3, longrope,
-// proportional; M-RoPE splits the frequencies over (t, h, w) position components. A NoPE config
-// (a layer without rotary embedding, Llama 4's every fourth) has zero frequencies: RopeCache
-// gives cos 1, sin 0 and ApplyRope passes q/k through untouched.
+// proportional; dynamic with alpha (Hunyuan's DynamicNTKAlpha): b' = b * alpha^(d/(d-2)), fixed
+// (no seq_len-dependent growth; factor, if given, is not read); M-RoPE splits the frequencies over
+// (t, h, w) position components. A NoPE config (a layer without rotary embedding, Llama 4's every
+// fourth) has zero frequencies: RopeCache gives cos 1, sin 0 and ApplyRope passes q/k through
+// untouched.
 #ifndef POSENC_KERNELS_ROPE_CONFIG_H_
 #define POSENC_KERNELS_ROPE_CONFIG_H_
 
@@ -61,6 +65,9 @@ struct RopeScaling {
   // proportional (Gemma 4): the fraction p of the frequencies that rotate; omega_j = b^(-2j/d)
   // for j < floor(p*d/2), 0 after (those channels pass through), all divided by factor.
   std::optional<double> partial_rotary_factor;
+  // dynamic with alpha (Hunyuan): b' = b * alpha^(d/(d-2)) whatever the sequence length; then
+  // factor and max_position_embeddings are not read. Finite, > 0.
+  std::optional<double> alpha;
 };
 
 struct RopeConfig {
@@ -75,6 +82,9 @@ struct RopeConfig {
   bool inverse = false;
   bool apply_attention_factor = true;
   std::optional<int64_t> seq_len;
+  // Per-frequency divisors f_j (GGUF's rope_freqs), d/2 entries, finite, > 0; empty: none.
+  // omega_j / f_j after the scaling type's frequencies.
+  std::vector<double> freq_factors;
   // A layer without rotary embedding (NoPE): every frequency 0, ApplyRope leaves q/k as they are.
   bool nope = false;
   // Set when the config was read from a Hugging Face config.json that gives the head dim: its

@@ -41,6 +41,9 @@ std::string RopeFrequencyCache::Key(const RopeConfig& c, int64_t max_position) {
   PutI(key, static_cast<int64_t>(s.short_factor.size()));
   for (double v : s.short_factor) PutD(key, v);
   PutOpt(key, s.partial_rotary_factor);
+  PutOpt(key, s.alpha);
+  PutI(key, static_cast<int64_t>(c.freq_factors.size()));
+  for (double v : c.freq_factors) PutD(key, v);
   PutOpt(key, c.max_position_embeddings);
   PutI(key, static_cast<int64_t>(c.mrope_section.size()));
   for (int64_t v : c.mrope_section) PutI(key, v);
@@ -48,9 +51,10 @@ std::string RopeFrequencyCache::Key(const RopeConfig& c, int64_t max_position) {
   key.push_back(c.inverse ? 1 : 0);
   key.push_back(c.apply_attention_factor ? 1 : 0);
   key.push_back(c.nope ? 1 : 0);
-  // Only dynamic and longrope read seq_len; for the others it must not split the cache.
+  // Only dynamic (without alpha) and longrope read seq_len; for the others it must not split
+  // the cache.
   const bool reads_seq_len =
-      s.type == RopeScalingType::kDynamic || s.type == RopeScalingType::kLongrope;
+      (s.type == RopeScalingType::kDynamic && !s.alpha) || s.type == RopeScalingType::kLongrope;
   PutI(key, reads_seq_len ? c.seq_len.value_or(std::max<int64_t>(max_position + 1, 1)) : 0);
   return key;
 }

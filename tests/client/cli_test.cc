@@ -243,6 +243,12 @@ TEST_F(CliTest, DescribeListsEveryLayerGroup) {
   EXPECT_NE(table.out.find("NoPE"), std::string::npos) << table.out;
   EXPECT_NE(table.out.find("llama3"), std::string::npos) << table.out;
   EXPECT_NE(table.out.find("warning: "), std::string::npos) << table.out;
+  // The NoPE layers' q scale and where each value came from.
+  EXPECT_NE(table.out.find("attention temperature: q *= log(floor((p + 1) / 8192) + 1) * 0.1 + 1"),
+            std::string::npos)
+      << table.out;
+  EXPECT_NE(table.out.find("text_config.rope_theta"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("nested config (text_config)"), std::string::npos) << table.out;
 
   CliResult json = Run(absl::StrCat("--format json describe --hf-config ", Path("config.json")));
   ASSERT_EQ(json.exit_code, 0) << json.err;
@@ -254,6 +260,15 @@ TEST_F(CliTest, DescribeListsEveryLayerGroup) {
   EXPECT_TRUE(j["groups"][0]["softmax_scale_multiplier"].is_null());
   EXPECT_EQ(j["groups"][1]["nope"], true);
   EXPECT_EQ(j["groups"][1]["layers"], file["hf_expected"]["per_layer"]["nope_layers"]);
+  EXPECT_FALSE(j["groups"][0].contains("attn_temperature_tuning"));
+  EXPECT_EQ(j["groups"][1]["attn_temperature_tuning"]["floor_scale"], 8192.0);
+  EXPECT_EQ(j["groups"][1]["attn_temperature_tuning"]["attn_scale"], 0.1);
+  bool base_source = false;
+  for (const auto& s : j["groups"][0]["sources"]) {
+    base_source = base_source || (s["name"] == "base" && s["key"] == "text_config.rope_theta" &&
+                                  s["origin"] == "nested config (text_config)");
+  }
+  EXPECT_TRUE(base_source) << j["groups"][0]["sources"].dump();
   EXPECT_FALSE(j["warnings"].empty());
 
   CliResult usage = Run("describe");

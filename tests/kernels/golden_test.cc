@@ -409,5 +409,106 @@ TEST(GoldenDirTest, HasEveryCase) {
       << "golden cases not found in " << ::posenc::testing::GoldenDir();
 }
 
+// ---- Cases computed here ------------------------------------------------------------------
+// Scalings without a published float64 oracle file: each case's frequencies written out from
+// its formula in plain double (std::pow), cos/sin of p*omega_j in double, against every backend.
+
+struct ComputedRopeCase {
+  std::string name;
+  RopeConfig config;
+  std::vector<double> omega;  // the formula's omega_j, in double
+};
+
+std::vector<ComputedRopeCase> ComputedRopeCases() {
+  std::vector<ComputedRopeCase> out;
+  // Hunyuan-A13B style: dynamic with alpha 1000, d = 128; factor 1 is in the file but not read.
+  {
+    ComputedRopeCase c{.name = "dynamic_alpha"};
+    c.config.head_dim = 128;
+    c.config.base = 10000;
+    c.config.scaling.type = RopeScalingType::kDynamic;
+    c.config.scaling.factor = 1.0;
+    c.config.scaling.alpha = 1000;
+    const double base = 10000 * std::pow(1000.0, 128.0 / 126.0);
+    for (int j = 0; j < 64; ++j) c.omega.push_back(1 / std::pow(base, 2.0 * j / 128.0));
+    out.push_back(std::move(c));
+  }
+  // freq_factors after linear scaling, partial rotary (d = 32 of 64), base 500000.
+  {
+    ComputedRopeCase c{.name = "linear_freq_factors"};
+    c.config.head_dim = 64;
+    c.config.rotary_dim = 32;
+    c.config.base = 500000;
+    c.config.scaling.type = RopeScalingType::kLinear;
+    c.config.scaling.factor = 4;
+    for (int j = 0; j < 16; ++j) {
+      const double f = j < 4 ? 1.0 : 1.0 + 2.5 * j;
+      c.config.freq_factors.push_back(f);
+      c.omega.push_back(1 / std::pow(500000.0, 2.0 * j / 32.0) / 4 / f);
+    }
+    out.push_back(std::move(c));
+  }
+  // freq_factors with alpha: both new scalings at once.
+  {
+    ComputedRopeCase c{.name = "alpha_freq_factors"};
+    c.config.head_dim = 64;
+    c.config.scaling.type = RopeScalingType::kDynamic;
+    c.config.scaling.alpha = 2.5;
+    const double base = 10000 * std::pow(2.5, 64.0 / 62.0);
+    for (int j = 0; j < 32; ++j) {
+      const double f = 0.5 + 0.125 * j;
+      c.config.freq_factors.push_back(f);
+      c.omega.push_back(1 / std::pow(base, 2.0 * j / 64.0) / f);
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+TEST(ComputedGoldenTest, AlphaAndFreqFactorsOnEveryBackend) {
+  std::vector<int64_t> ids = {0, 1, 2, 7, 1000, 65535, 1000000, 123456789, kMaxPosition};
+  PositionSpec spec;
+  spec.kind = PositionSpec::Kind::kIds;
+  spec.ids = {DType::kInt64, {static_cast<int64_t>(ids.size())}, ids.data()};
+  for (const ComputedRopeCase& c : ComputedRopeCases()) {
+    const absl::StatusOr<RopeFrequencies> f = ComputeRopeFrequencies(c.config, kMaxPosition);
+    ASSERT_TRUE(f.ok()) << f.status();
+    ASSERT_EQ(f->inv_freq.size(), c.omega.size());
+    for (size_t j = 0; j < c.omega.size(); ++j) {
+      EXPECT_NEAR(static_cast<double>(f->inv_freq[j]), c.omega[j], 4e-15 * c.omega[j])
+          << c.name << " omega_" << j;
+    }
+    EXPECT_EQ(f->seq_len, 0) << c.name;  // alpha: no seq_len-dependent growth
+    EXPECT_EQ(f->attention_factor, 1.0) << c.name;
+    const int64_t half = static_cast<int64_t>(c.omega.size());
+    for (const auto& backend : AllBackends()) {
+      for (DType dtype : {DType::kFloat64, DType::kFloat32}) {
+        const std::string what = c.name + " " + std::string(backend->name()) + " " +
+                                 backend->detail() + " " + std::string(DTypeName(dtype));
+        auto plan = PlanRopeCache({.config = c.config,
+                                   .layout = RopeCacheLayout::kCompact,
+                                   .positions = spec,
+                                   .output_dtype = dtype});
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        Buffer cos(plan->cos, kFill), sin(plan->sin, kFill);
+        auto run = RunRopeCache(*backend, *plan, /*cache=*/nullptr, cos.view, sin.view);
+        ASSERT_TRUE(run.ok()) << what << ": " << run.status();
+        for (size_t i = 0; i < ids.size(); ++i) {
+          const double p = static_cast<double>(ids[i]);
+          for (int64_t j = 0; j < half; ++j) {
+            // The double formula's own error: omega_j to a few ulps, so the phase to
+            // p*omega_j*eps; FLOAT32's promise on top.
+            const double w = c.omega[static_cast<size_t>(j)];
+            const double tol = 1e-13 + 8e-16 * p * w + (dtype == DType::kFloat32 ? 1e-6 : 0.0);
+            const int64_t k = static_cast<int64_t>(i) * half + j;
+            ASSERT_NEAR(cos.at(k), std::cos(p * w), tol) << what << " p=" << p << " j=" << j;
+            ASSERT_NEAR(sin.at(k), std::sin(p * w), tol) << what << " p=" << p << " j=" << j;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace posenc::kernels

@@ -206,6 +206,13 @@ std::vector<std::pair<std::string, RopeConfig>> RopeConfigs(int64_t head_dim, in
   out.emplace_back("yarn_inverse",
                    with({.type = T::kYarn, .factor = 4, .original_max_position_embeddings = 2048},
                         10000.0, std::nullopt, /*inverse=*/true));
+  out.emplace_back("dynamic_alpha", with({.type = T::kDynamic, .alpha = 1000}));
+  // GGUF-style per-frequency divisors on top of YaRN's frequencies.
+  RopeConfig factors = with(yarn, 500000);
+  for (int64_t j = 0; j < rotary / 2; ++j) {
+    factors.freq_factors.push_back(j % 3 == 0 ? 1.0 : 1.0 + 0.73 * static_cast<double>(j));
+  }
+  out.emplace_back("yarn_freq_factors", std::move(factors));
   return out;
 }
 
@@ -272,7 +279,7 @@ TEST_P(ParityTest, ApplyRopeEveryLayoutStyleScalingAndPositionMode) {
       }
     }
   }
-  EXPECT_EQ(combos, 4 * 2 * 3 * 2 * 10 * 6);
+  EXPECT_EQ(combos, 4 * 2 * 3 * 2 * 12 * 6);
 }
 
 TEST_P(ParityTest, ApplyRopePackedAndMrope) {

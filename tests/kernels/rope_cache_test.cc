@@ -3,9 +3,14 @@
 #include "kernels/rope/rope_cache.h"
 
 #include <atomic>
+#include <cmath>
+#include <limits>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/common/cancellation.h"
@@ -161,6 +166,80 @@ TEST(RopeFrequencyCacheTest, OnlyCompletedRunsFillIt) {
   run = RunRopeCache(*backend, *plan, &cache, cos.view, sin.view);
   ASSERT_TRUE(run.ok());
   EXPECT_TRUE(run->cache_hit);
+}
+
+// Hunyuan's alpha is a fixed base: no seq_len in the key; alpha and freq_factors separate keys.
+TEST(RopeFrequencyCacheTest, AlphaAndFreqFactorsAreKeyed) {
+  RopeConfig alpha;
+  alpha.head_dim = 64;
+  alpha.scaling.type = RopeScalingType::kDynamic;
+  alpha.scaling.alpha = 1000;
+  EXPECT_EQ(RopeFrequencyCache::Key(alpha, 10), RopeFrequencyCache::Key(alpha, 100000));
+  RopeConfig other_alpha = alpha;
+  other_alpha.scaling.alpha = 1000.5;
+  EXPECT_NE(RopeFrequencyCache::Key(alpha, 10), RopeFrequencyCache::Key(other_alpha, 10));
+  RopeConfig factors = alpha;
+  factors.freq_factors.assign(32, 1.0);
+  RopeConfig other_factors = factors;
+  other_factors.freq_factors[31] = 1.0000001;
+  EXPECT_NE(RopeFrequencyCache::Key(alpha, 10), RopeFrequencyCache::Key(factors, 10));
+  EXPECT_NE(RopeFrequencyCache::Key(factors, 10), RopeFrequencyCache::Key(other_factors, 10));
+  // The entry's cost grows with the factors (they are in its key).
+  RopeFrequencyCache cache(4, kBytes);
+  ASSERT_TRUE(cache.Get(alpha, 10).ok());
+  const size_t without = cache.bytes();
+  ASSERT_TRUE(cache.Get(factors, 10).ok());
+  EXPECT_GE(cache.bytes() - without, without + 32 * sizeof(double));
+}
+
+// `config` fails validation with INVALID_ARGUMENT naming `field`, and its message contains
+// `expected`.
+void ExpectInvalid(const RopeConfig& config, const std::string& field, const std::string& text) {
+  const absl::Status s = ValidateRopeConfig(config);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field;
+  EXPECT_NE(s.message().find(field + ":"), std::string::npos) << s;
+  EXPECT_NE(s.message().find(text), std::string::npos) << s;
+}
+
+TEST(RopeConfigTest, BadAlphaAndFreqFactorsAreNamed) {
+  RopeConfig alpha;
+  alpha.head_dim = 64;
+  alpha.scaling.type = RopeScalingType::kDynamic;
+  alpha.scaling.alpha = 1000;
+  EXPECT_TRUE(ValidateRopeConfig(alpha).ok());  // no factor, no max_position_embeddings needed
+  for (double bad : {0.0, -2.0}) {
+    alpha.scaling.alpha = bad;
+    ExpectInvalid(alpha, "config.scaling.alpha", absl::StrCat("expected > 0, got ", bad));
+  }
+  alpha.scaling.alpha = std::nan("");
+  ExpectInvalid(alpha, "config.scaling.alpha", "expected a finite number, got nan");
+  RopeConfig linear = alpha;
+  linear.scaling.type = RopeScalingType::kLinear;
+  linear.scaling.factor = 2;
+  linear.scaling.alpha = 1000;
+  ExpectInvalid(linear, "config.scaling.alpha", "is not a field of rope type 'linear'");
+
+  RopeConfig c;
+  c.head_dim = 64;
+  c.rotary_dim = 32;
+  c.freq_factors.assign(16, 1.5);
+  EXPECT_TRUE(ValidateRopeConfig(c).ok());
+  c.freq_factors.assign(32, 1.5);  // head_dim/2, not rotary_dim/2
+  ExpectInvalid(c, "config.freq_factors", "expected rotary_dim/2 = 16 entries, got 32");
+  c.freq_factors.assign(16, 1.5);
+  c.freq_factors[3] = 0;
+  ExpectInvalid(c, "config.freq_factors[3]", "expected a finite number > 0, got 0");
+  c.freq_factors[3] = -1;
+  ExpectInvalid(c, "config.freq_factors[3]", "expected a finite number > 0, got -1");
+  c.freq_factors[3] = std::nan("");
+  ExpectInvalid(c, "config.freq_factors[3]", "expected a finite number > 0, got nan");
+  c.freq_factors[3] = std::numeric_limits<double>::infinity();
+  ExpectInvalid(c, "config.freq_factors[3]", "expected a finite number > 0, got inf");
+  // Named as the wire field even for a config read from a config.json.
+  c.freq_factors.resize(5);
+  c.from_hf_config_json = true;
+  const absl::Status s = ValidateRopeConfig(c);
+  EXPECT_TRUE(absl::StartsWith(s.message(), "config.freq_factors:")) << s;
 }
 
 TEST(RopeConfigTest, HeadDimIsCapped) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "server/handlers.h"
@@ -190,6 +191,73 @@ TEST(HfConfigTest, DeepSeekV3) {
   EXPECT_EQ(d.rotary_dim(), 64);
   EXPECT_EQ(d.factor(), 40.0);
   EXPECT_EQ(d.attention_factor(), 1.0);  // mscale == mscale_all_dim
+}
+
+// A Hunyuan dense config.json in the shape tencent publishes (model_type hunyuan_v1_dense,
+// rope_scaling type dynamic with alpha beside factor 1.0 and YaRN keys it does not read).
+constexpr char kHunyuanDense[] = R"({
+  "model_type": "hunyuan_v1_dense", "hidden_size": 4096, "num_attention_heads": 32,
+  "head_dim": 128, "num_hidden_layers": 32, "max_position_embeddings": 262144,
+  "rope_theta": 10000.0,
+  "rope_scaling": {"alpha": 50.0, "beta_fast": 32, "beta_slow": 1, "factor": 1.0,
+                   "mscale": 1.0, "mscale_all_dim": 1.0, "type": "dynamic"}})";
+
+TEST(HfConfigTest, HunyuanDynamicAlpha) {
+  auto hf = ParseHfRopeConfig(kHunyuanDense, "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->model_type, "hunyuan_v1_dense");
+  EXPECT_EQ(hf->config.head_dim, 128);
+  EXPECT_EQ(hf->config.scaling.type, RopeScalingType::kDynamic);
+  EXPECT_EQ(hf->config.scaling.alpha, 50.0);
+  // Fixed: the same frequencies at every sequence length, b' = b * alpha^(d/(d-2)).
+  const long double b2 = 10000.0L * std::pow(50.0L, 128.0L / 126.0L);
+  for (int64_t seq_len : {0, 5000, 1000000}) {
+    const v1::RopeDerived d = Derived(kHunyuanDense, seq_len);
+    EXPECT_NEAR(d.effective_base(), static_cast<double>(b2), 1e-15 * static_cast<double>(b2));
+    EXPECT_EQ(d.seq_len(), 0);
+    EXPECT_EQ(d.attention_factor(), 1.0);
+    ASSERT_EQ(d.inv_freq_size(), 64);
+    for (int j = 0; j < 64; ++j) {
+      const double want = static_cast<double>(Omega(b2, j, 128));
+      EXPECT_NEAR(d.inv_freq(j), want, 1e-15 * want) << j;
+    }
+  }
+  // alpha 0 is falsy in transformers: plain dynamic NTK by factor.
+  const std::string zero = absl::StrReplaceAll(kHunyuanDense, {{"50.0", "0"}});
+  auto plain = ParseHfRopeConfig(zero, "");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->config.scaling.alpha.has_value());
+  // A negative alpha is the JSON's error.
+  const std::string negative = absl::StrReplaceAll(kHunyuanDense, {{"50.0", "-5.0"}});
+  v1::RopeCacheRequest req;
+  req.mutable_positions()->mutable_range()->set_count(1);
+  req.mutable_config()->set_hf_config_json(negative);
+  TestContext t;
+  v1::RopeCacheResponse resp;
+  const grpc::Status status = HandleRopeCache(t.ctx, req, &resp);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(),
+            "config.hf_config_json: config.scaling.alpha: expected > 0, got -5");
+}
+
+// freq_factors apply on top of the file's frequencies and are named as the wire field.
+TEST(HfConfigTest, FreqFactorsOnTopOfTheFile) {
+  v1::RopeCacheRequest req;
+  req.mutable_positions()->mutable_range()->set_count(1);
+  req.mutable_config()->set_hf_config_json(kHunyuanDense);
+  for (int j = 0; j < 64; ++j) req.mutable_config()->add_freq_factors(j < 32 ? 1.0 : 8.0);
+  TestContext t;
+  v1::RopeCacheResponse resp;
+  grpc::Status status = HandleRopeCache(t.ctx, req, &resp);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const v1::RopeDerived plain = Derived(kHunyuanDense);
+  for (int j = 0; j < 64; ++j) {
+    EXPECT_EQ(resp.derived().inv_freq(j), j < 32 ? plain.inv_freq(j) : plain.inv_freq(j) / 8) << j;
+  }
+  req.mutable_config()->set_freq_factors(7, -1.0);
+  status = HandleRopeCache(t.ctx, req, &resp);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "config.freq_factors[7]: expected a finite number > 0, got -1");
 }
 
 TEST(HfConfigTest, GptNeox20b) {

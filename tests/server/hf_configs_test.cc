@@ -271,6 +271,21 @@ v1::DescribeRopeResponse Describe(const std::string& name) {
 
 std::vector<int64_t> Layers(const Json& list) { return list.get<std::vector<int64_t>>(); }
 
+// The group's source of `name` is {key, origin, value}.
+void ExpectSource(const v1::RopeLayerGroup& g, const std::string& name, const std::string& key,
+                  const std::string& origin, const std::string& value) {
+  for (const v1::RopeValueSource& s : g.sources()) {
+    if (s.name() != name) continue;
+    EXPECT_EQ(s.key(), key) << name;
+    EXPECT_EQ(s.origin(), origin) << name;
+    EXPECT_EQ(s.value(), value) << name;
+    return;
+  }
+  ADD_FAILURE() << "no source named " << name << " in group " << g.layer_type();
+}
+
+constexpr char kNested[] = "nested config (text_config)";
+
 TEST(DescribeRopeTest, Gemma3SlidingAndFullLayers) {
   const Json want = Load("gemma-3-27b-it")["hf_expected"]["per_layer_type"];
   const v1::DescribeRopeResponse resp = Describe("gemma-3-27b-it");
@@ -300,7 +315,24 @@ TEST(DescribeRopeTest, Gemma3SlidingAndFullLayers) {
     EXPECT_FALSE(g.has_softmax_scale_multiplier());
     EXPECT_EQ(g.longrope_switch_seq_len(), 0);
     EXPECT_EQ(g.derived().inv_freq_size(), 64);
+    EXPECT_FALSE(g.has_attn_temperature_tuning());
   }
+  // Where each value came from: the file nests its keys in text_config and leaves the bases,
+  // the context and the layer pattern to Gemma3TextConfig's defaults.
+  const std::string gemma3 = "architecture default (models/gemma3/configuration_gemma3.py)";
+  for (const v1::RopeLayerGroup& g : resp.groups()) {
+    ExpectSource(g, "head_dim", "text_config.head_dim", kNested, "128");
+    ExpectSource(g, "max_position_embeddings", "max_position_embeddings", gemma3, "131072");
+    ExpectSource(g, "layer_types", "sliding_window_pattern", gemma3,
+                 "every 6th layer full_attention");
+    ExpectSource(g, "num_layers", "text_config.num_hidden_layers", kNested, "62");
+    ExpectSource(g, "pairing", "the architecture's rotation", gemma3, "neox");
+  }
+  ExpectSource(sliding, "base", "rope_local_base_freq", gemma3, "10000");
+  ExpectSource(sliding, "rope_type", "no rope_scaling / rope_parameters", gemma3, "default");
+  ExpectSource(full, "base", "rope_theta", gemma3, "1000000");
+  ExpectSource(full, "rope_type", "text_config.rope_scaling.rope_type", kNested, "linear");
+  ExpectSource(full, "scaling.factor", "text_config.rope_scaling.factor", kNested, "8");
 }
 
 TEST(DescribeRopeTest, Llama4NoPELayersAndTheLlama3Warning) {
@@ -330,6 +362,50 @@ TEST(DescribeRopeTest, Llama4NoPELayersAndTheLlama3Warning) {
     found = found || w.find("high_freq_factor") != w.npos;
   EXPECT_TRUE(found) << resp.warnings(0);
   EXPECT_FALSE(rope.warnings().empty());
+  // Attention temperature tuning on the NoPE layers only, Llama4TextConfig's defaults (the file
+  // leaves the keys out).
+  EXPECT_FALSE(rope.has_attn_temperature_tuning());
+  ASSERT_TRUE(nope.has_attn_temperature_tuning());
+  EXPECT_EQ(nope.attn_temperature_tuning().floor_scale(), 8192.0);
+  EXPECT_EQ(nope.attn_temperature_tuning().attn_scale(), 0.1);
+  const std::string llama4 = "architecture default (models/llama4/configuration_llama4.py)";
+  ExpectSource(nope, "attn_temperature_tuning", "attn_temperature_tuning", llama4, "true");
+  ExpectSource(nope, "floor_scale", "floor_scale", llama4, "8192");
+  ExpectSource(nope, "attn_scale", "attn_scale", llama4, "0.1");
+  // Nesting: every key the file gives is under text_config.
+  for (const v1::RopeLayerGroup* g : {&rope, &nope}) {
+    ExpectSource(*g, "base", "text_config.rope_theta", kNested, "500000");
+    ExpectSource(*g, "head_dim", "text_config.head_dim", kNested, "128");
+    ExpectSource(*g, "max_position_embeddings", "text_config.max_position_embeddings", kNested,
+                 "10485760");
+    ExpectSource(*g, "scaling.factor", "text_config.rope_scaling.factor", kNested, "16");
+    ExpectSource(*g, "scaling.original_max_position_embeddings",
+                 "text_config.rope_scaling.original_max_position_embeddings", kNested, "8192");
+    ExpectSource(*g, "pairing", "the architecture's rotation", llama4, "gptj");
+    ExpectSource(*g, "nope", "no_rope_layer_interval", llama4, "every 4th layer");
+  }
+  // A file that gives the keys: read from it; turned off: no tuning reported.
+  Json file = Load("llama-4-scout-17b-16e-instruct");
+  file["config"]["text_config"]["floor_scale"] = 4096;
+  file["config"]["text_config"]["attn_scale"] = 0.25;
+  const std::unique_ptr<kernels::Backend> backend = kernels::MakeReferenceBackend();
+  HandlerContext ctx{backend.get(), Limits{}, nullptr};
+  v1::DescribeRopeRequest req;
+  req.mutable_config()->set_hf_config_json(ConfigText(file, false));
+  v1::DescribeRopeResponse given;
+  ASSERT_TRUE(HandleDescribeRope(ctx, req, &given).ok());
+  ASSERT_EQ(given.groups_size(), 2);
+  EXPECT_EQ(given.groups(1).attn_temperature_tuning().floor_scale(), 4096.0);
+  EXPECT_EQ(given.groups(1).attn_temperature_tuning().attn_scale(), 0.25);
+  ExpectSource(given.groups(1), "floor_scale", "text_config.floor_scale", kNested, "4096");
+  file["config"]["text_config"]["attn_temperature_tuning"] = false;
+  req.mutable_config()->set_hf_config_json(ConfigText(file, false));
+  v1::DescribeRopeResponse off;
+  ASSERT_TRUE(HandleDescribeRope(ctx, req, &off).ok());
+  ASSERT_EQ(off.groups_size(), 2);
+  EXPECT_FALSE(off.groups(1).has_attn_temperature_tuning());
+  ExpectSource(off.groups(1), "attn_temperature_tuning", "text_config.attn_temperature_tuning",
+               kNested, "false");
 }
 
 TEST(DescribeRopeTest, DeepSeekV3SoftmaxScaleMultiplier) {
@@ -351,6 +427,15 @@ TEST(DescribeRopeTest, DeepSeekV3SoftmaxScaleMultiplier) {
   ASSERT_TRUE(g.has_softmax_scale_multiplier());
   ExpectRelative(g.softmax_scale_multiplier(), want["softmax_scale"]["multiplier"].get<double>(),
                  "softmax_scale_multiplier");
+  // The file has no rope_interleave: DeepseekV3Config's default (true) decides the pairing.
+  const std::string v3 =
+      "architecture default (models/deepseek_v3/configuration_deepseek_v3.py (Kimi K2: its "
+      "remote configuration_deepseek.py, the same class))";
+  ExpectSource(g, "pairing", "rope_interleave (class default true)", v3, "deepseek");
+  ExpectSource(g, "head_dim", "qk_rope_head_dim", "file", "64");
+  ExpectSource(g, "rope_type", "rope_scaling.type", "file", "yarn");
+  ExpectSource(g, "scaling.mscale_all_dim", "rope_scaling.mscale_all_dim", "file", "1");
+  ExpectSource(g, "base", "rope_theta", "file", "10000");
 }
 
 TEST(DescribeRopeTest, ExplicitConfigIsOneGroupAndLayerTypeIsRefused) {

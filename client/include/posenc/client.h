@@ -157,6 +157,7 @@ struct RopeScaling {
   std::vector<double> long_factor;
   std::vector<double> short_factor;
   std::optional<double> partial_rotary_factor;  // proportional
+  std::optional<double> alpha;                  // dynamic (Hunyuan): fixed b' = b * alpha^(d/(d-2))
 };
 
 enum class MropeLayout { kUnspecified, kContiguous, kInterleaved };  // default CONTIGUOUS
@@ -176,6 +177,7 @@ struct RopeConfig {
   bool inverse = false;                        // rotate by -theta and divide by m
   std::optional<bool> apply_attention_factor;  // default true
   std::optional<int64_t> seq_len;              // dynamic/longrope; default: largest position + 1
+  std::vector<double> freq_factors;  // d/2 divisors of omega_j, after the scaling (GGUF rope_freqs)
   std::string hf_config_json;
   std::string layer_type;
 };
@@ -201,6 +203,22 @@ struct RopeDerived {
   std::string model_type;             // hf_config_json: whose defaults applied
 };
 
+// A value read from a config.json and where it came from (posenc.proto RopeValueSource).
+struct RopeValueSource {
+  std::string name;    // "head_dim", "base", "rotary_dim", "pairing", "scaling.factor", ...
+  std::string key;     // the key path read ("text_config.rope_theta"), or the derivation
+  std::string origin;  // "file", "nested config (text_config)", "architecture default (...)"
+  std::string value;   // the value used, as text
+};
+
+// Llama 4's attention temperature tuning: q at position p times
+// log(floor((p + 1) / floor_scale) + 1) * attn_scale + 1 (posenc.proto
+// AttentionTemperatureTuning); the caller applies it.
+struct AttentionTemperatureTuning {
+  double floor_scale = 0;
+  double attn_scale = 0;
+};
+
 // DescribeRope: the layers that share one RoPE (posenc.proto RopeLayerGroup).
 struct RopeLayerGroup {
   std::vector<int64_t> layers;          // layer indices; empty when the file does not give them
@@ -215,6 +233,8 @@ struct RopeLayerGroup {
   std::optional<double> softmax_scale_multiplier;
   std::vector<int64_t> mrope_section;
   std::vector<std::string> warnings;
+  std::optional<AttentionTemperatureTuning> attn_temperature_tuning;  // where the model scales q
+  std::vector<RopeValueSource> sources;  // hf config: every value used and where it came from
 };
 
 struct DescribeRopeResult {

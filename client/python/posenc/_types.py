@@ -215,6 +215,7 @@ class RopeScaling:
     low_freq_factor: Optional[float] = None
     high_freq_factor: Optional[float] = None
     partial_rotary_factor: Optional[float] = None  # PROPORTIONAL
+    alpha: Optional[float] = None  # DYNAMIC (Hunyuan): fixed base b * alpha^(d/(d-2))
     long_factor: Sequence[float] = ()
     short_factor: Sequence[float] = ()
 
@@ -255,6 +256,8 @@ class RopeConfig:
     inverse: bool = False
     apply_attention_factor: Optional[bool] = None
     seq_len: Optional[int] = None
+    # d/2 divisors of omega_j after the scaling (GGUF's rope_freqs); also with hf_config_json.
+    freq_factors: Sequence[float] = ()
     hf_config_json: str = ""
     layer_type: str = ""
 

@@ -178,7 +178,7 @@ def _set_rope_config(msg: pb.RopeConfig, config: RopeConfig) -> None:
         out.type = parse_enum(RopeScalingType, s.type, "config.scaling.type")
         for name in ("factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
                      "attention_factor", "low_freq_factor", "high_freq_factor",
-                     "partial_rotary_factor"):
+                     "partial_rotary_factor", "alpha"):
             value = getattr(s, name)
             if value is not None:
                 setattr(out, name, float(value))
@@ -200,6 +200,7 @@ def _set_rope_config(msg: pb.RopeConfig, config: RopeConfig) -> None:
         msg.apply_attention_factor = bool(config.apply_attention_factor)
     if config.seq_len is not None:
         msg.seq_len = int(config.seq_len)
+    msg.freq_factors.extend(float(v) for v in config.freq_factors)
     msg.hf_config_json = config.hf_config_json or ""
     msg.layer_type = config.layer_type or ""
 
