@@ -102,6 +102,15 @@ kernels::PositionSpec SpecOf(const Positions& p) {
   return spec;
 }
 
+// The parameters a RopeScaling carries besides its type, alike (name and type) in the client's
+// and the kernels' struct: `ScalingParams(to) = ScalingParams(from)` copies them all.
+template <typename Scaling>
+auto ScalingParams(Scaling& s) {
+  return std::tie(s.factor, s.original_max_position_embeddings, s.beta_fast, s.beta_slow,
+                  s.truncate, s.mscale, s.mscale_all_dim, s.attention_factor, s.low_freq_factor,
+                  s.high_freq_factor, s.long_factor, s.short_factor, s.partial_rotary_factor);
+}
+
 kernels::RopeConfig KernelConfig(const RopeConfig& c) {
   kernels::RopeConfig k;
   k.head_dim = c.head_dim;
@@ -115,18 +124,7 @@ kernels::RopeConfig KernelConfig(const RopeConfig& c) {
       kernels::RopeScalingType::kLlama3,  kernels::RopeScalingType::kLongrope};
   const RopeScaling& s = c.scaling;
   k.scaling.type = kTypes[static_cast<int>(s.type)];
-  k.scaling.factor = s.factor;
-  k.scaling.original_max_position_embeddings = s.original_max_position_embeddings;
-  k.scaling.beta_fast = s.beta_fast;
-  k.scaling.beta_slow = s.beta_slow;
-  k.scaling.truncate = s.truncate;
-  k.scaling.mscale = s.mscale;
-  k.scaling.mscale_all_dim = s.mscale_all_dim;
-  k.scaling.attention_factor = s.attention_factor;
-  k.scaling.low_freq_factor = s.low_freq_factor;
-  k.scaling.high_freq_factor = s.high_freq_factor;
-  k.scaling.long_factor = s.long_factor;
-  k.scaling.short_factor = s.short_factor;
+  ScalingParams(k.scaling) = ScalingParams(s);
   k.max_position_embeddings = c.max_position_embeddings;
   k.mrope_section = c.mrope_section;
   k.mrope_layout = c.mrope_layout == MropeLayout::kInterleaved ? kernels::MropeLayout::kInterleaved

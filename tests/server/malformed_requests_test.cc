@@ -5,16 +5,19 @@
 
 #include <cctype>
 #include <chrono>
-#include <cmath>
 #include <functional>
-#include <limits>
 #include <ostream>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "server/handlers.h"
@@ -24,7 +27,8 @@
 namespace posenc::server {
 namespace {
 
-using testing::FloatTensor, testing::Int64Tensor, testing::MakeTensor, testing::TestContext;
+using testing::FloatTensor, testing::Int64Tensor, testing::MakeTensor, testing::Parse,
+    testing::TestContext;
 
 using AnyRequest =
     std::variant<v1::SinusoidalRequest, v1::AddPositionEncodingRequest, v1::RopeCacheRequest,
@@ -40,8 +44,6 @@ struct BadCase {
 
 void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr auto kInvalid = grpc::StatusCode::INVALID_ARGUMENT;
 
 // ----- valid base requests, each broken in one place by a case ------------------------------
@@ -54,110 +56,81 @@ v1::ApplyRopeRequest ValidApplyRope() {
 }
 
 v1::RopeCacheRequest ValidRopeCache() {
-  v1::RopeCacheRequest r;
-  r.mutable_positions()->mutable_range()->set_count(8);
-  r.mutable_config()->set_head_dim(64);
-  return r;
+  return Parse<v1::RopeCacheRequest>("positions { range { count: 8 } } config { head_dim: 64 }");
 }
 
 v1::SinusoidalRequest ValidSinusoidal() {
-  v1::SinusoidalRequest r;
-  r.mutable_positions()->mutable_range()->set_count(16);
-  r.mutable_params()->set_dim(32);
-  return r;
+  return Parse<v1::SinusoidalRequest>("positions { range { count: 16 } } params { dim: 32 }");
 }
 
 v1::AddPositionEncodingRequest ValidAddPe() {
-  v1::AddPositionEncodingRequest r;
+  auto r = Parse<v1::AddPositionEncodingRequest>("sinusoidal {}");
   *r.mutable_x() = FloatTensor({2, 4, 8});
-  r.mutable_sinusoidal();
   return r;
 }
 
-v1::AlibiSlopesRequest ValidAlibiSlopes() {
-  v1::AlibiSlopesRequest r;
-  r.set_num_heads(8);
-  return r;
-}
+v1::AlibiSlopesRequest ValidAlibiSlopes() { return Parse<v1::AlibiSlopesRequest>("num_heads: 8"); }
 
 v1::AlibiBiasRequest ValidAlibiBias() {
-  v1::AlibiBiasRequest r;
-  r.set_num_heads(4);
-  r.set_q_len(3);
-  r.set_k_len(5);
-  return r;
+  return Parse<v1::AlibiBiasRequest>("num_heads: 4 q_len: 3 k_len: 5");
 }
 
 v1::RelativeBiasRequest ValidRelativeBias() {
-  v1::RelativeBiasRequest r;
-  r.set_q_len(4);
-  r.set_k_len(4);
+  auto r = Parse<v1::RelativeBiasRequest>("q_len: 4 k_len: 4");
   *r.mutable_table_inline() = FloatTensor({32, 2});
   return r;
 }
 
 v1::RelativeEmbeddingRequest ValidRelativeEmbedding() {
-  v1::RelativeEmbeddingRequest r;
-  r.set_q_len(3);
-  r.set_k_len(3);
-  r.set_max_relative(2);
+  auto r = Parse<v1::RelativeEmbeddingRequest>("q_len: 3 k_len: 3 max_relative: 2");
   *r.mutable_table_inline() = FloatTensor({5, 4});
   return r;
 }
 
-// A case that edits a valid base request.
+// How a case breaks its valid base request: `edit` first (only for what text format cannot say:
+// a tensor's raw bytes, a changed element of a repeated field, a cleared field), then `text`,
+// protobuf text format merged into the request. Merged, not parsed and MergeFrom'd: a merge of
+// `head_dim: 0` sets the field to 0, where MergeFrom skips a proto3 field at its default.
 template <typename Request>
-BadCase Case(std::string name, Request (*base)(), std::function<void(Request&)> edit,
-             grpc::StatusCode code, std::string substr) {
-  return BadCase{std::move(name),
-                 [base, edit]() -> AnyRequest {
-                   Request r = base();
-                   edit(r);
-                   return r;
-                 },
-                 code, std::move(substr)};
-}
+struct Mutation {
+  Mutation(const char* text) : text(text) {}             // NOLINT(google-explicit-constructor)
+  Mutation(std::string text) : text(std::move(text)) {}  // NOLINT(google-explicit-constructor)
+  template <typename Edit, typename = std::enable_if_t<std::is_invocable_v<Edit&, Request&>>>
+  Mutation(Edit edit, std::string text = "")  // NOLINT(google-explicit-constructor)
+      : edit(std::move(edit)), text(std::move(text)) {}
 
-BadCase Apply(std::string name, std::function<void(v1::ApplyRopeRequest&)> edit, std::string substr,
-              grpc::StatusCode code = kInvalid) {
-  return Case<v1::ApplyRopeRequest>(std::move(name), ValidApplyRope, std::move(edit), code,
-                                    std::move(substr));
-}
-BadCase Cache(std::string name, std::function<void(v1::RopeCacheRequest&)> edit, std::string substr,
-              grpc::StatusCode code = kInvalid) {
-  return Case<v1::RopeCacheRequest>(std::move(name), ValidRopeCache, std::move(edit), code,
-                                    std::move(substr));
-}
-BadCase Sin(std::string name, std::function<void(v1::SinusoidalRequest&)> edit, std::string substr,
-            grpc::StatusCode code = kInvalid) {
-  return Case<v1::SinusoidalRequest>(std::move(name), ValidSinusoidal, std::move(edit), code,
-                                     std::move(substr));
-}
-BadCase AddPe(std::string name, std::function<void(v1::AddPositionEncodingRequest&)> edit,
-              std::string substr, grpc::StatusCode code = kInvalid) {
-  return Case<v1::AddPositionEncodingRequest>(std::move(name), ValidAddPe, std::move(edit), code,
-                                              std::move(substr));
-}
-BadCase Slopes(std::string name, std::function<void(v1::AlibiSlopesRequest&)> edit,
-               std::string substr, grpc::StatusCode code = kInvalid) {
-  return Case<v1::AlibiSlopesRequest>(std::move(name), ValidAlibiSlopes, std::move(edit), code,
-                                      std::move(substr));
-}
-BadCase Alibi(std::string name, std::function<void(v1::AlibiBiasRequest&)> edit, std::string substr,
-              grpc::StatusCode code = kInvalid) {
-  return Case<v1::AlibiBiasRequest>(std::move(name), ValidAlibiBias, std::move(edit), code,
-                                    std::move(substr));
-}
-BadCase T5(std::string name, std::function<void(v1::RelativeBiasRequest&)> edit, std::string substr,
-           grpc::StatusCode code = kInvalid) {
-  return Case<v1::RelativeBiasRequest>(std::move(name), ValidRelativeBias, std::move(edit), code,
-                                       std::move(substr));
-}
-BadCase RelEmb(std::string name, std::function<void(v1::RelativeEmbeddingRequest&)> edit,
-               std::string substr, grpc::StatusCode code = kInvalid) {
-  return Case<v1::RelativeEmbeddingRequest>(std::move(name), ValidRelativeEmbedding,
-                                            std::move(edit), code, std::move(substr));
-}
+  std::function<void(Request&)> edit;
+  std::string text;
+};
+
+// Makes the cases of one RPC from its valid base request: `Apply("name", "config { base: 0 }",
+// "config.base")`.
+template <typename Request>
+struct CasesOn {
+  Request (*base)();
+
+  BadCase operator()(std::string name, Mutation<Request> mutation, std::string substr,
+                     grpc::StatusCode code = kInvalid) const {
+    return BadCase{std::move(name),
+                   [base = base, mutation = std::move(mutation)]() -> AnyRequest {
+                     Request r = base();
+                     if (mutation.edit) mutation.edit(r);
+                     EXPECT_TRUE(google::protobuf::TextFormat::MergeFromString(mutation.text, &r))
+                         << mutation.text;
+                     return r;
+                   },
+                   code, std::move(substr)};
+  }
+};
+
+constexpr CasesOn<v1::ApplyRopeRequest> Apply{ValidApplyRope};
+constexpr CasesOn<v1::RopeCacheRequest> Cache{ValidRopeCache};
+constexpr CasesOn<v1::SinusoidalRequest> Sin{ValidSinusoidal};
+constexpr CasesOn<v1::AddPositionEncodingRequest> AddPe{ValidAddPe};
+constexpr CasesOn<v1::AlibiSlopesRequest> Slopes{ValidAlibiSlopes};
+constexpr CasesOn<v1::AlibiBiasRequest> Alibi{ValidAlibiBias};
+constexpr CasesOn<v1::RelativeBiasRequest> T5{ValidRelativeBias};
+constexpr CasesOn<v1::RelativeEmbeddingRequest> RelEmb{ValidRelativeEmbedding};
 
 constexpr char kLlamaJson[] =
     R"({"hidden_size": 4096, "num_attention_heads": 32, "rope_theta": 500000.0,
@@ -165,595 +138,266 @@ constexpr char kLlamaJson[] =
         "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})";
 
+// The text of a RopeConfig given by a Hugging Face config.json, with `config` (the explicit
+// fields beside it; by default head_dim 0, so that the JSON's is the only one).
+std::string HfConfig(const std::string& json, const std::string& config = "head_dim: 0") {
+  return absl::StrCat("config { ", config, " hf_config_json: \"", absl::CEscape(json), "\" }");
+}
+
+// ApplyRope on packed THD tokens: q [4 tokens, 2 heads, 8], no k (cu_seqlens left to the case).
+void PackedThd(v1::ApplyRopeRequest& r) {
+  *r.mutable_q() = FloatTensor({4, 2, 8});
+  r.clear_k();
+  r.set_layout(v1::TENSOR_LAYOUT_THD);
+}
+
+// An edit putting `tensor` at `path` ("positions.ids"), replacing what is there: a tensor is
+// raw bytes, which text format would only spell as escapes (and merge, not replace).
+std::function<void(google::protobuf::Message&)> Put(std::string path, v1::Tensor tensor) {
+  return [path = std::move(path), tensor = std::move(tensor)](google::protobuf::Message& request) {
+    google::protobuf::Message* at = &request;
+    for (absl::string_view name : absl::StrSplit(path, '.')) {
+      const google::protobuf::FieldDescriptor* field =
+          at->GetDescriptor()->FindFieldByName(std::string(name));
+      ASSERT_NE(field, nullptr) << path;
+      at = at->GetReflection()->MutableMessage(at, field);
+    }
+    at->CopyFrom(tensor);
+  };
+}
+
 std::vector<BadCase> AllCases() {
   using R = v1::ApplyRopeRequest;
-  using C = v1::RopeCacheRequest;
+  using A = v1::AddPositionEncodingRequest;
+  using T = v1::RelativeBiasRequest;
   return {
       // ----- tensors on the wire -----
       Apply(
           "q_byte_length_mismatch", [](R& r) { r.mutable_q()->mutable_data()->resize(100); },
           "q: data has 100 bytes, expected 256 (FLOAT32 [1, 4, 2, 8])"),
-      Apply(
-          "q_dtype_unspecified", [](R& r) { r.mutable_q()->set_dtype(v1::DTYPE_UNSPECIFIED); },
-          "q.dtype"),
-      Apply(
-          "q_dtype_int32", [](R& r) { r.mutable_q()->set_dtype(v1::DTYPE_INT32); }, "q.dtype"),
-      Apply(
-          "q_dtype_unknown_number",
-          [](R& r) { r.mutable_q()->set_dtype(static_cast<v1::DType>(99)); }, "q.dtype"),
-      Apply(
-          "q_rank_3_for_bshd",
-          [](R& r) {
-            *r.mutable_q() = FloatTensor({4, 2, 8});
-          },
-          "q"),
+      Apply("q_dtype_unspecified", "q { dtype: DTYPE_UNSPECIFIED }", "q.dtype"),
+      Apply("q_dtype_int32", "q { dtype: DTYPE_INT32 }", "q.dtype"),
+      Apply("q_dtype_unknown_number", "q { dtype: 99 }", "q.dtype"),
+      Apply("q_rank_3_for_bshd", Put("q", FloatTensor({4, 2, 8})), "q"),
       Apply(
           "q_zero_dim", [](R& r) { r.mutable_q()->set_shape(1, 0); }, "q.shape[1]"),
       Apply(
           "q_negative_dim", [](R& r) { r.mutable_q()->set_shape(0, -1); }, "q.shape[0]"),
-      Apply(
-          "q_shape_overflow",
-          [](R& r) {
-            r.mutable_q()->clear_shape();
-            for (int i = 0; i < 4; ++i) r.mutable_q()->add_shape(int64_t{1} << 20);
-          },
-          "q.shape"),
-      Apply(
-          "k_dtype_mismatch",
-          [](R& r) {
-            std::vector<double> v(1 * 4 * 1 * 8, 0.5);
-            *r.mutable_k() = MakeTensor(v1::DTYPE_FLOAT64, {1, 4, 1, 8}, v);
-          },
-          "k"),
-      Apply(
-          "k_batch_mismatch",
-          [](R& r) {
-            *r.mutable_k() = FloatTensor({2, 4, 1, 8});
-          },
-          "k"),
+      Apply("q_shape_overflow",  // 2^20 x 4
+            {[](R& r) { r.mutable_q()->clear_shape(); },
+             "q { shape: [1048576, 1048576, 1048576, 1048576] }"},
+            "q.shape"),
+      Apply("k_dtype_mismatch",
+            Put("k", MakeTensor(v1::DTYPE_FLOAT64, {1, 4, 1, 8}, std::vector<double>(32, 0.5))),
+            "k"),
+      Apply("k_batch_mismatch", Put("k", FloatTensor({2, 4, 1, 8})), "k"),
       Apply(
           "k_empty_message", [](R& r) { r.mutable_k()->Clear(); }, "k.dtype"),
-      Apply(
-          "layout_unknown", [](R& r) { r.set_layout(static_cast<v1::TensorLayout>(9)); }, "layout"),
+      Apply("layout_unknown", "layout: 9", "layout"),
       // ----- rotary config -----
-      Apply(
-          "odd_rotary_dim", [](R& r) { r.mutable_config()->set_rotary_dim(5); },
-          "config.rotary_dim"),
-      Apply(
-          "rotary_dim_over_head_dim", [](R& r) { r.mutable_config()->set_rotary_dim(16); },
-          "config.rotary_dim"),
-      Apply(
-          "head_dim_mismatch_with_q", [](R& r) { r.mutable_config()->set_head_dim(16); },
-          "config.head_dim"),
-      Apply(
-          "head_dim_negative", [](R& r) { r.mutable_config()->set_head_dim(-8); },
-          "config.head_dim"),
-      Apply(
-          "base_zero", [](R& r) { r.mutable_config()->set_base(0); }, "config.base"),
-      Apply(
-          "base_negative", [](R& r) { r.mutable_config()->set_base(-10); }, "config.base"),
-      Apply(
-          "base_one", [](R& r) { r.mutable_config()->set_base(1); }, "config.base"),
-      Apply(
-          "base_nan", [](R& r) { r.mutable_config()->set_base(kNaN); }, "config.base"),
-      Apply(
-          "base_inf", [](R& r) { r.mutable_config()->set_base(kInf); }, "config.base"),
-      Apply(
-          "style_unknown",
-          [](R& r) { r.mutable_config()->set_style(static_cast<v1::RopeStyle>(7)); },
-          "config.style"),
-      Apply(
-          "scaling_type_unknown",
-          [](R& r) {
-            r.mutable_config()->mutable_scaling()->set_type(static_cast<v1::RopeScalingType>(42));
-          },
-          "config.scaling.type"),
-      Apply(
-          "linear_factor_nan",
-          [](R& r) {
-            auto* s = r.mutable_config()->mutable_scaling();
-            s->set_type(v1::ROPE_SCALING_LINEAR);
-            s->set_factor(kNaN);
-          },
-          "config.scaling.factor"),
-      Apply(
-          "linear_factor_zero",
-          [](R& r) {
-            auto* s = r.mutable_config()->mutable_scaling();
-            s->set_type(v1::ROPE_SCALING_LINEAR);
-            s->set_factor(0);
-          },
-          "config.scaling.factor"),
-      Apply(
-          "linear_factor_negative",
-          [](R& r) {
-            auto* s = r.mutable_config()->mutable_scaling();
-            s->set_type(v1::ROPE_SCALING_LINEAR);
-            s->set_factor(-2);
-          },
-          "config.scaling.factor"),
-      Apply(
-          "llama3_missing_low_freq_factor",
-          [](R& r) {
-            auto* s = r.mutable_config()->mutable_scaling();
-            s->set_type(v1::ROPE_SCALING_LLAMA3);
-            s->set_factor(8);
-            s->set_high_freq_factor(4);
-            s->set_original_max_position_embeddings(8192);
-          },
-          "config.scaling.low_freq_factor"),
-      Apply(
-          "llama3_high_below_low",
-          [](R& r) {
-            auto* s = r.mutable_config()->mutable_scaling();
-            s->set_type(v1::ROPE_SCALING_LLAMA3);
-            s->set_factor(8);
-            s->set_low_freq_factor(4);
-            s->set_high_freq_factor(2);
-            s->set_original_max_position_embeddings(8192);
-          },
-          "config.scaling.high_freq_factor"),
-      Apply(
-          "yarn_with_llama3_field",
-          [](R& r) {
-            auto* s = r.mutable_config()->mutable_scaling();
-            s->set_type(v1::ROPE_SCALING_YARN);
-            s->set_factor(4);
-            s->set_original_max_position_embeddings(4096);
-            s->set_low_freq_factor(1);
-          },
-          "config.scaling.low_freq_factor"),
-      Apply(
-          "longrope_factor_lengths",
-          [](R& r) {
-            auto* s = r.mutable_config()->mutable_scaling();
-            s->set_type(v1::ROPE_SCALING_LONGROPE);
-            s->set_original_max_position_embeddings(4096);
-            for (int i = 0; i < 4; ++i) s->add_short_factor(1.0);
-            for (int i = 0; i < 3; ++i) s->add_long_factor(2.0);
-          },
-          "config.scaling.long_factor"),
-      Apply(
-          "longrope_factor_inf",
-          [](R& r) {
-            auto* s = r.mutable_config()->mutable_scaling();
-            s->set_type(v1::ROPE_SCALING_LONGROPE);
-            s->set_original_max_position_embeddings(4096);
-            for (int i = 0; i < 4; ++i) s->add_short_factor(1.0);
-            for (int i = 0; i < 4; ++i) s->add_long_factor(i == 2 ? kInf : 2.0);
-          },
-          "config.scaling.long_factor[2]"),
-      Cache(
-          "mrope_section_sum_mismatch",
-          [](C& r) {
-            for (int64_t s : {1, 1, 1}) r.mutable_config()->add_mrope_section(s);
-          },
-          "config.mrope_section"),
-      Cache(
-          "ntk_rotary_dim_2",
-          [](C& r) {
-            r.mutable_config()->set_head_dim(2);
-            r.mutable_config()->mutable_scaling()->set_type(v1::ROPE_SCALING_NTK);
-            r.mutable_config()->mutable_scaling()->set_factor(2);
-          },
-          "config.rotary_dim"),
-      Cache(
-          "dynamic_without_max_position_embeddings",
-          [](C& r) {
-            r.mutable_config()->mutable_scaling()->set_type(v1::ROPE_SCALING_DYNAMIC);
-            r.mutable_config()->mutable_scaling()->set_factor(2);
-          },
-          "config.max_position_embeddings"),
-      Cache(
-          "head_dim_missing", [](C& r) { r.mutable_config()->set_head_dim(0); }, "config.head_dim"),
+      Apply("odd_rotary_dim", "config { rotary_dim: 5 }", "config.rotary_dim"),
+      Apply("rotary_dim_over_head_dim", "config { rotary_dim: 16 }", "config.rotary_dim"),
+      Apply("head_dim_mismatch_with_q", "config { head_dim: 16 }", "config.head_dim"),
+      Apply("head_dim_negative", "config { head_dim: -8 }", "config.head_dim"),
+      Apply("base_zero", "config { base: 0 }", "config.base"),
+      Apply("base_negative", "config { base: -10 }", "config.base"),
+      Apply("base_one", "config { base: 1 }", "config.base"),
+      Apply("base_nan", "config { base: nan }", "config.base"),
+      Apply("base_inf", "config { base: inf }", "config.base"),
+      Apply("style_unknown", "config { style: 7 }", "config.style"),
+      Apply("scaling_type_unknown", "config { scaling { type: 42 } }", "config.scaling.type"),
+      Apply("linear_factor_nan", "config { scaling { type: ROPE_SCALING_LINEAR factor: nan } }",
+            "config.scaling.factor"),
+      Apply("linear_factor_zero", "config { scaling { type: ROPE_SCALING_LINEAR factor: 0 } }",
+            "config.scaling.factor"),
+      Apply("linear_factor_negative", "config { scaling { type: ROPE_SCALING_LINEAR factor: -2 } }",
+            "config.scaling.factor"),
+      Apply("llama3_missing_low_freq_factor",
+            "config { scaling { type: ROPE_SCALING_LLAMA3 factor: 8 high_freq_factor: 4"
+            "                   original_max_position_embeddings: 8192 } }",
+            "config.scaling.low_freq_factor"),
+      Apply("llama3_high_below_low",
+            "config { scaling { type: ROPE_SCALING_LLAMA3 factor: 8 low_freq_factor: 4"
+            "                   high_freq_factor: 2 original_max_position_embeddings: 8192 } }",
+            "config.scaling.high_freq_factor"),
+      Apply("yarn_with_llama3_field",
+            "config { scaling { type: ROPE_SCALING_YARN factor: 4"
+            "                   original_max_position_embeddings: 4096 low_freq_factor: 1 } }",
+            "config.scaling.low_freq_factor"),
+      Apply("longrope_factor_lengths",
+            "config { scaling { type: ROPE_SCALING_LONGROPE original_max_position_embeddings: 4096"
+            "                   short_factor: [1, 1, 1, 1] long_factor: [2, 2, 2] } }",
+            "config.scaling.long_factor"),
+      Apply("longrope_factor_inf",
+            "config { scaling { type: ROPE_SCALING_LONGROPE original_max_position_embeddings: 4096"
+            "                   short_factor: [1, 1, 1, 1] long_factor: [2, 2, inf, 2] } }",
+            "config.scaling.long_factor[2]"),
+      Cache("mrope_section_sum_mismatch", "config { mrope_section: [1, 1, 1] }",
+            "config.mrope_section"),
+      Cache("ntk_rotary_dim_2",
+            "config { head_dim: 2 scaling { type: ROPE_SCALING_NTK factor: 2 } }",
+            "config.rotary_dim"),
+      Cache("dynamic_without_max_position_embeddings",
+            "config { scaling { type: ROPE_SCALING_DYNAMIC factor: 2 } }",
+            "config.max_position_embeddings"),
+      Cache("head_dim_missing", "config { head_dim: 0 }", "config.head_dim"),
       // Issue #8: 24 bytes that asked for 2^27 frequencies (1-1.5 GiB held per distinct base).
-      Cache(
-          "head_dim_over_cap",
-          [](C& r) {
-            r.mutable_config()->set_head_dim(int64_t{1} << 27);
-            r.mutable_config()->set_base(12345.678);
-            r.set_output_dtype(v1::DTYPE_FLOAT16);
-          },
-          "config.head_dim"),
-      Cache(
-          "layer_type_without_hf", [](C& r) { r.mutable_config()->set_layer_type("full"); },
-          "config.layer_type"),
-      Cache(
-          "layout_unknown", [](C& r) { r.set_layout(static_cast<v1::RopeCacheLayout>(5)); },
-          "layout"),
-      Cache(
-          "output_dtype_int64", [](C& r) { r.set_output_dtype(v1::DTYPE_INT64); }, "output_dtype"),
-      Cache(
-          "output_bytes_over_limit",
-          [](C& r) {
-            // 2^20 x 64 = 2^26 elements per output (at the element limit), FLOAT64: 2 x 512 MiB.
-            r.mutable_positions()->mutable_range()->set_count(int64_t{1} << 20);
-            r.mutable_config()->set_head_dim(128);
-            r.set_output_dtype(v1::DTYPE_FLOAT64);
-          },
-          "--max_message_bytes", grpc::StatusCode::RESOURCE_EXHAUSTED),
+      Cache("head_dim_over_cap",
+            "config { head_dim: 134217728 base: 12345.678 } output_dtype: DTYPE_FLOAT16",
+            "config.head_dim"),
+      Cache("layer_type_without_hf", "config { layer_type: 'full' }", "config.layer_type"),
+      Cache("layout_unknown", "layout: 5", "layout"),
+      Cache("output_dtype_int64", "output_dtype: DTYPE_INT64", "output_dtype"),
+      // 2^20 x 64 = 2^26 elements per output (at the element limit), FLOAT64: 2 x 512 MiB.
+      Cache("output_bytes_over_limit",
+            "positions { range { count: 1048576 } } config { head_dim: 128 }"
+            " output_dtype: DTYPE_FLOAT64",
+            "--max_message_bytes", grpc::StatusCode::RESOURCE_EXHAUSTED),
       // ----- Hugging Face config.json -----
-      Cache(
-          "hf_malformed_json",
-          [](C& r) {
-            r.mutable_config()->set_head_dim(0);
-            r.mutable_config()->set_hf_config_json("{\"rope_theta\": 10000,");
-          },
-          "config.hf_config_json"),
-      Cache(
-          "hf_unknown_rope_type",
-          [](C& r) {
-            r.mutable_config()->set_head_dim(0);
-            r.mutable_config()->set_hf_config_json(
-                R"({"head_dim": 64, "rope_scaling": {"rope_type": "banana", "factor": 2}})");
-          },
-          "rope_scaling.rope_type: unknown rope type 'banana'"),
-      Cache(
-          "hf_value_of_wrong_type",
-          [](C& r) {
-            r.mutable_config()->set_head_dim(0);
-            r.mutable_config()->set_hf_config_json(
-                R"({"head_dim": 64, "max_position_embeddings": 8192,
-                      "rope_scaling": {"rope_type": "yarn", "factor": "four"}})");
-          },
-          "rope_scaling.factor must be a number, got string"),
-      Cache(
-          "hf_conflicting_head_dim",
-          [](C& r) { r.mutable_config()->set_hf_config_json(kLlamaJson); }, "config.head_dim"),
-      Cache(
-          "hf_conflicting_base",
-          [](C& r) {
-            r.mutable_config()->set_head_dim(0);
-            r.mutable_config()->set_base(10000);
-            r.mutable_config()->set_hf_config_json(kLlamaJson);
-          },
-          "config.base"),
-      Cache(
-          "hf_conflicting_scaling",
-          [](C& r) {
-            r.mutable_config()->set_head_dim(0);
-            r.mutable_config()->mutable_scaling()->set_type(v1::ROPE_SCALING_LINEAR);
-            r.mutable_config()->set_hf_config_json(kLlamaJson);
-          },
-          "config.scaling"),
-      Cache(
-          "hf_wrong_value_type",
-          [](C& r) {
-            r.mutable_config()->set_head_dim(0);
-            r.mutable_config()->set_hf_config_json(R"({"head_dim": 64, "rope_theta": "big"})");
-          },
-          "rope_theta must be a number"),
-      Cache(
-          "hf_missing_llama3_key",
-          [](C& r) {
-            r.mutable_config()->set_head_dim(0);
-            r.mutable_config()->set_hf_config_json(
-                R"({"head_dim": 64, "rope_scaling": {"rope_type": "llama3", "factor": 8,
-                      "high_freq_factor": 4, "original_max_position_embeddings": 8192}})");
-          },
-          "low_freq_factor"),
-      Cache(
-          "hf_layer_keyed_without_layer_type",
-          [](C& r) {
-            r.mutable_config()->set_head_dim(0);
-            r.mutable_config()->set_hf_config_json(
-                R"({"head_dim": 64, "rope_parameters": {
+      Cache("hf_malformed_json", HfConfig("{\"rope_theta\": 10000,"), "config.hf_config_json"),
+      Cache("hf_unknown_rope_type",
+            HfConfig(R"({"head_dim": 64, "rope_scaling": {"rope_type": "banana", "factor": 2}})"),
+            "rope_scaling.rope_type: unknown rope type 'banana'"),
+      Cache("hf_value_of_wrong_type", HfConfig(R"({"head_dim": 64, "max_position_embeddings": 8192,
+                      "rope_scaling": {"rope_type": "yarn", "factor": "four"}})"),
+            "rope_scaling.factor must be a number, got string"),
+      Cache("hf_conflicting_head_dim", HfConfig(kLlamaJson, ""), "config.head_dim"),
+      Cache("hf_conflicting_base", HfConfig(kLlamaJson, "head_dim: 0 base: 10000"), "config.base"),
+      Cache("hf_conflicting_scaling",
+            HfConfig(kLlamaJson, "head_dim: 0 scaling { type: ROPE_SCALING_LINEAR }"),
+            "config.scaling"),
+      Cache("hf_wrong_value_type", HfConfig(R"({"head_dim": 64, "rope_theta": "big"})"),
+            "rope_theta must be a number"),
+      Cache("hf_missing_llama3_key",
+            HfConfig(R"({"head_dim": 64, "rope_scaling": {"rope_type": "llama3", "factor": 8,
+                      "high_freq_factor": 4, "original_max_position_embeddings": 8192}})"),
+            "low_freq_factor"),
+      Cache("hf_layer_keyed_without_layer_type", HfConfig(R"({"head_dim": 64, "rope_parameters": {
                         "full_attention": {"rope_type": "default", "rope_theta": 1000000},
-                        "sliding_attention": {"rope_type": "default", "rope_theta": 10000}}})");
-          },
-          "config.layer_type"),
+                        "sliding_attention": {"rope_type": "default", "rope_theta": 10000}}})"),
+            "config.layer_type"),
       // ----- positions -----
-      Apply(
-          "position_negative",
-          [](R& r) {
-            *r.mutable_positions()->mutable_ids() = Int64Tensor({4}, {0, 1, -1, 3});
-          },
-          "positions"),
-      Apply(
-          "position_2_pow_31",
-          [](R& r) {
-            *r.mutable_positions()->mutable_ids() = Int64Tensor({4}, {0, 1, int64_t{1} << 31, 3});
-          },
-          "positions"),
-      Apply(
-          "ids_float_dtype", [](R& r) { *r.mutable_positions()->mutable_ids() = FloatTensor({4}); },
-          "positions.ids.dtype"),
-      Apply(
-          "ids_shape_mismatch",
-          [](R& r) {
-            *r.mutable_positions()->mutable_ids() = Int64Tensor({3}, {0, 1, 2});
-          },
-          "positions.ids"),
-      Apply(
-          "range_count_mismatch",
-          [](R& r) { r.mutable_positions()->mutable_range()->set_count(3); },
-          "positions.range.count"),
-      Cache(
-          "range_start_negative",
-          [](C& r) { r.mutable_positions()->mutable_range()->set_start(-5); },
-          "positions.range.start"),
-      Cache(
-          "range_past_2_pow_31",
-          [](C& r) {
-            r.mutable_positions()->mutable_range()->set_start((int64_t{1} << 31) - 4);
-            r.mutable_positions()->mutable_range()->set_count(8);
-          },
-          "positions.range.count"),
-      Apply(
-          "offsets_length_mismatch",
-          [](R& r) {
-            r.mutable_positions()->mutable_offsets()->add_offsets(0);
-            r.mutable_positions()->mutable_offsets()->add_offsets(4);
-          },
-          "offsets"),
-      Apply(
-          "cu_seqlens_decreasing",
-          [](R& r) {
-            *r.mutable_q() = FloatTensor({4, 2, 8});
-            r.clear_k();
-            r.set_layout(v1::TENSOR_LAYOUT_THD);
-            for (int64_t c : {0, 3, 2, 4}) {
-              r.mutable_positions()->mutable_cu_seqlens()->add_cu_seqlens(c);
-            }
-          },
-          "cu_seqlens"),
-      Apply(
-          "cu_seqlens_wrong_end",
-          [](R& r) {
-            *r.mutable_q() = FloatTensor({4, 2, 8});
-            r.clear_k();
-            r.set_layout(v1::TENSOR_LAYOUT_THD);
-            for (int64_t c : {0, 2, 5}) {
-              r.mutable_positions()->mutable_cu_seqlens()->add_cu_seqlens(c);
-            }
-          },
-          "cu_seqlens"),
-      Apply(
-          "attention_mask_shape_mismatch",
-          [](R& r) {
-            *r.mutable_positions()->mutable_attention_mask() = Int64Tensor({1, 3}, {1, 1, 1});
-          },
-          "positions.attention_mask"),
+      Apply("position_negative", Put("positions.ids", Int64Tensor({4}, {0, 1, -1, 3})),
+            "positions"),
+      Apply("position_2_pow_31",
+            Put("positions.ids", Int64Tensor({4}, {0, 1, int64_t{1} << 31, 3})), "positions"),
+      Apply("ids_float_dtype", Put("positions.ids", FloatTensor({4})), "positions.ids.dtype"),
+      Apply("ids_shape_mismatch", Put("positions.ids", Int64Tensor({3}, {0, 1, 2})),
+            "positions.ids"),
+      Apply("range_count_mismatch", "positions { range { count: 3 } }", "positions.range.count"),
+      Cache("range_start_negative", "positions { range { start: -5 } }", "positions.range.start"),
+      Cache("range_past_2_pow_31",  // start 2^31 - 4
+            "positions { range { start: 2147483644 count: 8 } }", "positions.range.count"),
+      Apply("offsets_length_mismatch", "positions { offsets { offsets: [0, 4] } }", "offsets"),
+      Apply("cu_seqlens_decreasing",
+            {PackedThd, "positions { cu_seqlens { cu_seqlens: [0, 3, 2, 4] } }"}, "cu_seqlens"),
+      Apply("cu_seqlens_wrong_end",
+            {PackedThd, "positions { cu_seqlens { cu_seqlens: [0, 2, 5] } }"}, "cu_seqlens"),
+      Apply("attention_mask_shape_mismatch",
+            Put("positions.attention_mask", Int64Tensor({1, 3}, {1, 1, 1})),
+            "positions.attention_mask"),
       Sin(
           "no_positions", [](v1::SinusoidalRequest& r) { r.clear_positions(); }, "positions"),
       // ----- sinusoidal / AddPositionEncoding -----
-      Sin(
-          "dim_zero", [](v1::SinusoidalRequest& r) { r.mutable_params()->set_dim(0); },
-          "params.dim"),
-      Sin(
-          "base_one", [](v1::SinusoidalRequest& r) { r.mutable_params()->set_base(1); },
-          "params.base"),
-      Sin(
-          "base_nan", [](v1::SinusoidalRequest& r) { r.mutable_params()->set_base(kNaN); },
-          "params.base"),
-      Sin(
-          "layout_unknown",
-          [](v1::SinusoidalRequest& r) {
-            r.mutable_params()->set_layout(static_cast<v1::SinusoidalLayout>(3));
-          },
-          "params.layout"),
-      Sin(
-          "output_dtype_int32",
-          [](v1::SinusoidalRequest& r) { r.set_output_dtype(v1::DTYPE_INT32); }, "output_dtype"),
-      Sin(
-          "output_elements_over_limit",
-          [](v1::SinusoidalRequest& r) {
-            r.mutable_positions()->mutable_range()->set_count(int64_t{1} << 30);
-            r.mutable_params()->set_dim(64);
-          },
-          "--max_output_elements", grpc::StatusCode::RESOURCE_EXHAUSTED),
+      Sin("dim_zero", "params { dim: 0 }", "params.dim"),
+      Sin("base_one", "params { base: 1 }", "params.base"),
+      Sin("base_nan", "params { base: nan }", "params.base"),
+      Sin("layout_unknown", "params { layout: 3 }", "params.layout"),
+      Sin("output_dtype_int32", "output_dtype: DTYPE_INT32", "output_dtype"),
+      Sin("output_elements_over_limit",  // 2^30 positions
+          "positions { range { count: 1073741824 } } params { dim: 64 }", "--max_output_elements",
+          grpc::StatusCode::RESOURCE_EXHAUSTED),
+      AddPe("x_rank_1", Put("x", FloatTensor({8})), "x"),
+      AddPe("combine_unknown", "combine: 11", "combine"),
+      AddPe("scale_nan", "scale: nan", "scale"),
+      AddPe("padding_idx_negative", "padding_idx: -1", "padding_idx"),
+      AddPe("add_width_mismatch", "sinusoidal { dim: 6 }", "sinusoidal.dim"),
       AddPe(
-          "x_rank_1", [](v1::AddPositionEncodingRequest& r) { *r.mutable_x() = FloatTensor({8}); },
-          "x"),
-      AddPe(
-          "combine_unknown",
-          [](v1::AddPositionEncodingRequest& r) { r.set_combine(static_cast<v1::Combine>(11)); },
-          "combine"),
-      AddPe(
-          "scale_nan", [](v1::AddPositionEncodingRequest& r) { r.set_scale(kNaN); }, "scale"),
-      AddPe(
-          "padding_idx_negative", [](v1::AddPositionEncodingRequest& r) { r.set_padding_idx(-1); },
-          "padding_idx"),
-      AddPe(
-          "add_width_mismatch",
-          [](v1::AddPositionEncodingRequest& r) { r.mutable_sinusoidal()->set_dim(6); },
-          "sinusoidal.dim"),
-      AddPe(
-          "no_source", [](v1::AddPositionEncodingRequest& r) { r.clear_source(); }, "source"),
-      AddPe(
-          "learned_table_name_unknown",
-          [](v1::AddPositionEncodingRequest& r) {
-            r.mutable_learned()->set_table_name("opt_125m");
-          },
-          "learned.table_name: no table named \"opt_125m\""),
-      AddPe(
-          "learned_position_past_table",
-          [](v1::AddPositionEncodingRequest& r) {
-            *r.mutable_learned()->mutable_table_inline() = FloatTensor({6, 8});
-            r.mutable_learned()->set_table_offset(2);  // positions 0..3 read rows 2..5: fits
-            r.mutable_positions()->mutable_range()->set_start(1);  // row 6 of 6: out of range
-          },
-          "positions", grpc::StatusCode::OUT_OF_RANGE),
+          "no_source", [](A& r) { r.clear_source(); }, "source"),
+      AddPe("learned_table_name_unknown", "learned { table_name: 'opt_125m' }",
+            "learned.table_name: no table named \"opt_125m\""),
+      // Positions 0..3 read rows 2..5 of 6: they fit; from start 1, row 6 is out of range.
+      AddPe("learned_position_past_table",
+            {Put("learned.table_inline", FloatTensor({6, 8})),
+             "learned { table_offset: 2 } positions { range { start: 1 } }"},
+            "positions", grpc::StatusCode::OUT_OF_RANGE),
       AddPe(
           "learned_table_byte_mismatch",
-          [](v1::AddPositionEncodingRequest& r) {
+          [](A& r) {
             *r.mutable_learned()->mutable_table_inline() = FloatTensor({6, 8});
             r.mutable_learned()->mutable_table_inline()->mutable_data()->pop_back();
           },
           "learned.table_inline: data has 191 bytes, expected 192"),
       // ----- ALiBi -----
-      Slopes(
-          "heads_zero", [](v1::AlibiSlopesRequest& r) { r.set_num_heads(0); }, "num_heads"),
-      Slopes(
-          "max_bias_negative", [](v1::AlibiSlopesRequest& r) { r.set_max_bias(-1); }, "max_bias"),
-      Slopes(
-          "output_dtype_unknown",
-          [](v1::AlibiSlopesRequest& r) { r.set_output_dtype(static_cast<v1::DType>(17)); },
-          "output_dtype"),
-      Slopes(
-          "heads_over_limit", [](v1::AlibiSlopesRequest& r) { r.set_num_heads(int64_t{1} << 40); },
-          "--max_output_elements", grpc::StatusCode::RESOURCE_EXHAUSTED),
-      Alibi(
-          "heads_zero", [](v1::AlibiBiasRequest& r) { r.set_num_heads(0); }, "num_heads"),
-      Alibi(
-          "q_len_zero", [](v1::AlibiBiasRequest& r) { r.set_q_len(0); }, "q_len"),
-      Alibi(
-          "k_len_negative", [](v1::AlibiBiasRequest& r) { r.set_k_len(-3); }, "k_len"),
-      Alibi(
-          "max_bias_zero", [](v1::AlibiBiasRequest& r) { r.set_max_bias(0); }, "max_bias"),
-      Alibi(
-          "max_bias_nan", [](v1::AlibiBiasRequest& r) { r.set_max_bias(kNaN); }, "max_bias"),
-      Alibi(
-          "mode_unknown",
-          [](v1::AlibiBiasRequest& r) { r.set_mode(static_cast<v1::AlibiMode>(8)); }, "mode"),
-      Alibi(
-          "future_unknown",
-          [](v1::AlibiBiasRequest& r) { r.set_future(static_cast<v1::FutureMode>(-1)); }, "future"),
-      Alibi(
-          "form_buckets", [](v1::AlibiBiasRequest& r) { r.set_form(v1::BIAS_FORM_BUCKETS); },
-          "form"),
-      Alibi(
-          "mask_without_bloom",
-          [](v1::AlibiBiasRequest& r) {
-            *r.mutable_attention_mask() = Int64Tensor({1, 5}, {1, 1, 1, 1, 1});
-          },
-          "attention_mask"),
-      Alibi(
-          "mask_shape_mismatch",
-          [](v1::AlibiBiasRequest& r) {
-            r.set_mode(v1::ALIBI_MODE_BLOOM);
-            *r.mutable_attention_mask() = Int64Tensor({1, 4}, {1, 1, 1, 1});
-          },
-          "attention_mask"),
-      Alibi(
-          "output_over_limit_64x2^20x2^20",
-          [](v1::AlibiBiasRequest& r) {
-            r.set_num_heads(64);
-            r.set_q_len(int64_t{1} << 20);
-            r.set_k_len(int64_t{1} << 20);
-          },
-          "bias [64, 1048576, 1048576] has 7.0e+13 elements, over "
-          "--max_output_elements=67108864",
-          grpc::StatusCode::RESOURCE_EXHAUSTED),
+      Slopes("heads_zero", "num_heads: 0", "num_heads"),
+      Slopes("max_bias_negative", "max_bias: -1", "max_bias"),
+      Slopes("output_dtype_unknown", "output_dtype: 17", "output_dtype"),
+      Slopes("heads_over_limit", "num_heads: 1099511627776",  // 2^40
+             "--max_output_elements", grpc::StatusCode::RESOURCE_EXHAUSTED),
+      Alibi("heads_zero", "num_heads: 0", "num_heads"),
+      Alibi("q_len_zero", "q_len: 0", "q_len"),
+      Alibi("k_len_negative", "k_len: -3", "k_len"),
+      Alibi("max_bias_zero", "max_bias: 0", "max_bias"),
+      Alibi("max_bias_nan", "max_bias: nan", "max_bias"),
+      Alibi("mode_unknown", "mode: 8", "mode"),
+      Alibi("future_unknown", "future: -1", "future"),
+      Alibi("form_buckets", "form: BIAS_FORM_BUCKETS", "form"),
+      Alibi("mask_without_bloom", Put("attention_mask", Int64Tensor({1, 5}, {1, 1, 1, 1, 1})),
+            "attention_mask"),
+      Alibi("mask_shape_mismatch",
+            {Put("attention_mask", Int64Tensor({1, 4}, {1, 1, 1, 1})), "mode: ALIBI_MODE_BLOOM"},
+            "attention_mask"),
+      Alibi("output_over_limit_64x2^20x2^20", "num_heads: 64 q_len: 1048576 k_len: 1048576",
+            "bias [64, 1048576, 1048576] has 7.0e+13 elements, over "
+            "--max_output_elements=67108864",
+            grpc::StatusCode::RESOURCE_EXHAUSTED),
       // ----- T5 relative bias -----
+      T5("max_distance_at_exact_range", "max_distance: 8", "max_distance"),
+      T5("unidirectional_max_distance_at_exact_range", "bidirectional: false max_distance: 16",
+         "max_distance"),
+      T5("table_shape_mismatch", Put("table_inline", FloatTensor({16, 2})), "table"),
+      T5("table_name_unknown", "table_name: 't5_small'",
+         "table_name: no table named \"t5_small\" (loaded: none)"),
       T5(
-          "max_distance_at_exact_range", [](v1::RelativeBiasRequest& r) { r.set_max_distance(8); },
-          "max_distance"),
-      T5(
-          "unidirectional_max_distance_at_exact_range",
-          [](v1::RelativeBiasRequest& r) {
-            r.set_bidirectional(false);
-            r.set_max_distance(16);
-          },
-          "max_distance"),
-      T5(
-          "table_shape_mismatch",
-          [](v1::RelativeBiasRequest& r) {
-            *r.mutable_table_inline() = FloatTensor({16, 2});
-          },
-          "table"),
-      T5(
-          "table_name_unknown", [](v1::RelativeBiasRequest& r) { r.set_table_name("t5_small"); },
-          "table_name: no table named \"t5_small\" (loaded: none)"),
-      T5(
-          "no_table_for_full", [](v1::RelativeBiasRequest& r) { r.clear_table(); }, "table"),
-      T5(
-          "buckets_with_float_output",
-          [](v1::RelativeBiasRequest& r) {
-            r.set_form(v1::BIAS_FORM_BUCKETS);
-            r.set_output_dtype(v1::DTYPE_FLOAT32);
-          },
-          "output_dtype"),
-      T5(
-          "num_buckets_too_small", [](v1::RelativeBiasRequest& r) { r.set_num_buckets(2); },
-          "num_buckets"),
+          "no_table_for_full", [](T& r) { r.clear_table(); }, "table"),
+      T5("buckets_with_float_output", "form: BIAS_FORM_BUCKETS output_dtype: DTYPE_FLOAT32",
+         "output_dtype"),
+      T5("num_buckets_too_small", "num_buckets: 2", "num_buckets"),
       // ----- Shaw relative embeddings -----
-      RelEmb(
-          "table_rows_not_2k_plus_1",
-          [](v1::RelativeEmbeddingRequest& r) {
-            *r.mutable_table_inline() = FloatTensor({4, 4});
-          },
-          "table"),
-      RelEmb(
-          "max_relative_negative", [](v1::RelativeEmbeddingRequest& r) { r.set_max_relative(-1); },
-          "max_relative"),
-      RelEmb(
-          "table_dtype_int64",
-          [](v1::RelativeEmbeddingRequest& r) {
-            *r.mutable_table_inline() = Int64Tensor({5, 1}, {1, 2, 3, 4, 5});
-          },
-          "table_inline.dtype"),
-      RelEmb(
-          "q_len_zero", [](v1::RelativeEmbeddingRequest& r) { r.set_q_len(0); }, "q_len"),
+      RelEmb("table_rows_not_2k_plus_1", Put("table_inline", FloatTensor({4, 4})), "table"),
+      RelEmb("max_relative_negative", "max_relative: -1", "max_relative"),
+      RelEmb("table_dtype_int64", Put("table_inline", Int64Tensor({5, 1}, {1, 2, 3, 4, 5})),
+             "table_inline.dtype"),
+      RelEmb("q_len_zero", "q_len: 0", "q_len"),
   };
 }
 
-// ----- running a request through the handlers or a stub -----------------------------------
+// Each RPC through its handler and through the stub, chosen by the request's type.
+#define POSENC_RUN_RPC_(Method)                                          \
+  [[maybe_unused]] grpc::Status Handle(const HandlerContext& ctx,        \
+                                       const v1::Method##Request& req) { \
+    v1::Method##Response resp;                                           \
+    return Handle##Method(ctx, req, &resp);                              \
+  }                                                                      \
+  [[maybe_unused]] grpc::Status Call(v1::PositionEncoding::Stub& stub,   \
+                                     grpc::ClientContext* context,       \
+                                     const v1::Method##Request& req) {   \
+    v1::Method##Response resp;                                           \
+    return stub.Method(context, req, &resp);                             \
+  }
+POSENC_FOR_EACH_RPC(POSENC_RUN_RPC_)
+#undef POSENC_RUN_RPC_
 
 grpc::Status RunHandler(const HandlerContext& ctx, const AnyRequest& request) {
-  return std::visit(
-      [&ctx](const auto& req) -> grpc::Status {
-        using T = std::decay_t<decltype(req)>;
-        if constexpr (std::is_same_v<T, v1::SinusoidalRequest>) {
-          v1::SinusoidalResponse resp;
-          return HandleSinusoidal(ctx, req, &resp);
-        } else if constexpr (std::is_same_v<T, v1::AddPositionEncodingRequest>) {
-          v1::AddPositionEncodingResponse resp;
-          return HandleAddPositionEncoding(ctx, req, &resp);
-        } else if constexpr (std::is_same_v<T, v1::RopeCacheRequest>) {
-          v1::RopeCacheResponse resp;
-          return HandleRopeCache(ctx, req, &resp);
-        } else if constexpr (std::is_same_v<T, v1::ApplyRopeRequest>) {
-          v1::ApplyRopeResponse resp;
-          return HandleApplyRope(ctx, req, &resp);
-        } else if constexpr (std::is_same_v<T, v1::AlibiSlopesRequest>) {
-          v1::AlibiSlopesResponse resp;
-          return HandleAlibiSlopes(ctx, req, &resp);
-        } else if constexpr (std::is_same_v<T, v1::AlibiBiasRequest>) {
-          v1::AlibiBiasResponse resp;
-          return HandleAlibiBias(ctx, req, &resp);
-        } else if constexpr (std::is_same_v<T, v1::RelativeBiasRequest>) {
-          v1::RelativeBiasResponse resp;
-          return HandleRelativeBias(ctx, req, &resp);
-        } else {
-          v1::RelativeEmbeddingResponse resp;
-          return HandleRelativeEmbedding(ctx, req, &resp);
-        }
-      },
-      request);
+  return std::visit([&ctx](const auto& req) { return Handle(ctx, req); }, request);
 }
 
 grpc::Status RunStub(v1::PositionEncoding::Stub& stub, const AnyRequest& request) {
   return std::visit(
-      [&stub](const auto& req) -> grpc::Status {
-        using T = std::decay_t<decltype(req)>;
+      [&stub](const auto& req) {
         grpc::ClientContext context;
         context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-        if constexpr (std::is_same_v<T, v1::SinusoidalRequest>) {
-          v1::SinusoidalResponse resp;
-          return stub.Sinusoidal(&context, req, &resp);
-        } else if constexpr (std::is_same_v<T, v1::AddPositionEncodingRequest>) {
-          v1::AddPositionEncodingResponse resp;
-          return stub.AddPositionEncoding(&context, req, &resp);
-        } else if constexpr (std::is_same_v<T, v1::RopeCacheRequest>) {
-          v1::RopeCacheResponse resp;
-          return stub.RopeCache(&context, req, &resp);
-        } else if constexpr (std::is_same_v<T, v1::ApplyRopeRequest>) {
-          v1::ApplyRopeResponse resp;
-          return stub.ApplyRope(&context, req, &resp);
-        } else if constexpr (std::is_same_v<T, v1::AlibiSlopesRequest>) {
-          v1::AlibiSlopesResponse resp;
-          return stub.AlibiSlopes(&context, req, &resp);
-        } else if constexpr (std::is_same_v<T, v1::AlibiBiasRequest>) {
-          v1::AlibiBiasResponse resp;
-          return stub.AlibiBias(&context, req, &resp);
-        } else if constexpr (std::is_same_v<T, v1::RelativeBiasRequest>) {
-          v1::RelativeBiasResponse resp;
-          return stub.RelativeBias(&context, req, &resp);
-        } else {
-          v1::RelativeEmbeddingResponse resp;
-          return stub.RelativeEmbedding(&context, req, &resp);
-        }
+        return Call(stub, &context, req);
       },
       request);
 }

@@ -15,9 +15,11 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "posenc/v1/posenc.grpc.pb.h"
@@ -503,16 +505,34 @@ std::string Entry(const std::string& name, const std::string& body) {
   return absl::StrCat("{\"", name, "\": ", body, "}");
 }
 
+// A .safetensors case of tensor "x" whose entry is XEntry(key, value).
+struct BadXKey {
+  const char* file;
+  const char* key;
+  const char* value;
+  const char* problem;
+};
+
+// The header entry of a good tensor of 24 bytes,
+//   {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+// but for `key`: set to `value` (JSON text), or left out where `value` is null.
+std::string XEntry(const std::string& key, const char* value) {
+  std::vector<std::string> fields;
+  for (auto [k, v] : {std::pair<std::string, const char*>{"dtype", "\"F32\""},
+                      {"shape", "[2, 3]"},
+                      {"data_offsets", "[0, 24]"}}) {
+    if (k == key) v = value;
+    if (v != nullptr) fields.push_back(absl::StrCat("\"", k, "\": ", v));
+  }
+  return absl::StrCat("{", absl::StrJoin(fields, ", "), "}");
+}
+
 std::vector<BadFile> BadFiles() {
   const std::string f32x6 = F32Bytes(6, 0.5f);
   const std::string ok_npy_header = NpyDict("<f4", "(2, 3)");
   std::string version4 = Npy(ok_npy_header, f32x6);
   version4[6] = 4;
-  // A .safetensors file of one tensor "x" described by `body`, with the 24 bytes of f32x6.
-  const auto x_f32x6 = [&f32x6](const std::string& body) {
-    return Safetensors(Entry("x", body), f32x6);
-  };
-  return {
+  std::vector<BadFile> cases = {
       // .npy
       {"magic.npy", "NOTNUMPY" + std::string(100, ' '), "bad magic"},
       {"short.npy", std::string("\x93NUMPY\x01", 7), "truncated: 7 bytes"},
@@ -563,38 +583,11 @@ std::vector<BadFile> BadFiles() {
        Safetensors(Entry("x", R"({"dtype": "Q8", "shape": [2, 3], "data_offsets": [0, 6]})"),
                    std::string(6, '\0')),
        "tensor \"x\": unsupported dtype \"Q8\": expected F32, F16, BF16 or F64"},
-      {"intdtype.safetensors",
-       x_f32x6(R"({"dtype": "I32", "shape": [2, 3], "data_offsets": [0, 24]})"),
-       "tensor \"x\": dtype I32 is not a float dtype"},
-      {"nodtype.safetensors", x_f32x6(R"({"shape": [2, 3], "data_offsets": [0, 24]})"),
-       "tensor \"x\": dtype: expected a string"},
-      {"rank1.safetensors", x_f32x6(R"({"dtype": "F32", "shape": [6], "data_offsets": [0, 24]})"),
-       "tensor \"x\": shape [6]: expected rank 2"},
-      {"rank3.safetensors",
-       x_f32x6(R"({"dtype": "F32", "shape": [1, 2, 3], "data_offsets": [0, 24]})"),
-       "tensor \"x\": shape [1, 2, 3]: expected rank 2 ([rows, cols]), got rank 3"},
-      {"negative.safetensors",
-       x_f32x6(R"({"dtype": "F32", "shape": [-2, 3], "data_offsets": [0, 24]})"),
-       "tensor \"x\": shape [-2,3]: expected non-negative integers"},
-      {"fraction.safetensors",
-       x_f32x6(R"({"dtype": "F32", "shape": [2.5, 3], "data_offsets": [0, 24]})"),
-       "expected non-negative integers"},
       {"overflow.safetensors",
-       x_f32x6(R"({"dtype": "F64", "shape": [4611686018427387904, 2],)"
-               R"( "data_offsets": [0, 24]})"),
+       Safetensors(Entry("x", R"({"dtype": "F64", "shape": [4611686018427387904, 2],)"
+                              R"( "data_offsets": [0, 24]})"),
+                   f32x6),
        "smaller than 2^63 bytes"},
-      {"range.safetensors",
-       x_f32x6(R"({"dtype": "F32", "shape": [2, 3], "data_offsets": [8, 32]})"),
-       "tensor \"x\": data_offsets [8, 32] out of range: the data section holds 24 bytes"},
-      {"hugeoffset.safetensors",
-       x_f32x6(R"({"dtype": "F32", "shape": [2, 3],)"
-               R"( "data_offsets": [0, 18446744073709551615]})"),
-       "data_offsets: expected [begin, end], two non-negative integers"},
-      {"reversed.safetensors",
-       x_f32x6(R"({"dtype": "F32", "shape": [2, 3], "data_offsets": [24, 0]})"),
-       "data_offsets [24, 0]: begin is after end"},
-      {"nooffsets.safetensors", x_f32x6(R"({"dtype": "F32", "shape": [2, 3]})"),
-       "data_offsets: expected [begin, end], two non-negative integers, got nothing"},
       {"size.safetensors",
        Safetensors(Entry("x", R"({"dtype": "F32", "shape": [4, 8], "data_offsets": [0, 100]})"),
                    std::string(100, '\0')),
@@ -613,6 +606,30 @@ std::vector<BadFile> BadFiles() {
       {"metadata.safetensors", Safetensors(R"({"__metadata__": 5})", ""),
        "__metadata__: expected a JSON object, got number"},
   };
+  // .safetensors files of one tensor "x" over the 24 bytes of f32x6 whose entry is broken in one
+  // key: {file, the key, its JSON value (null: left out), the problem}.
+  const BadXKey bad_x[] = {
+      {"intdtype.safetensors", "dtype", "\"I32\"", "tensor \"x\": dtype I32 is not a float dtype"},
+      {"nodtype.safetensors", "dtype", nullptr, "tensor \"x\": dtype: expected a string"},
+      {"rank1.safetensors", "shape", "[6]", "tensor \"x\": shape [6]: expected rank 2"},
+      {"rank3.safetensors", "shape", "[1, 2, 3]",
+       "tensor \"x\": shape [1, 2, 3]: expected rank 2 ([rows, cols]), got rank 3"},
+      {"negative.safetensors", "shape", "[-2, 3]",
+       "tensor \"x\": shape [-2,3]: expected non-negative integers"},
+      {"fraction.safetensors", "shape", "[2.5, 3]", "expected non-negative integers"},
+      {"range.safetensors", "data_offsets", "[8, 32]",
+       "tensor \"x\": data_offsets [8, 32] out of range: the data section holds 24 bytes"},
+      {"hugeoffset.safetensors", "data_offsets", "[0, 18446744073709551615]",
+       "data_offsets: expected [begin, end], two non-negative integers"},
+      {"reversed.safetensors", "data_offsets", "[24, 0]",
+       "data_offsets [24, 0]: begin is after end"},
+      {"nooffsets.safetensors", "data_offsets", nullptr,
+       "data_offsets: expected [begin, end], two non-negative integers, got nothing"},
+  };
+  for (const BadXKey& c : bad_x) {
+    cases.push_back({c.file, Safetensors(Entry("x", XEntry(c.key, c.value)), f32x6), c.problem});
+  }
+  return cases;
 }
 
 TEST_F(TableLoaderTest, MalformedFileStopsStartNamingTheFileAndTheProblem) {
