@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "kernels/common/types.h"
 #include "kernels/rope/frequency_cache.h"
 #include "nlohmann/json.hpp"
 #include "server/status.h"
@@ -1238,15 +1239,8 @@ absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json_text,
 
   // The selected layer.
   auto layers_text = [](const std::vector<int64_t>& layers) {
-    std::vector<std::string> runs;
-    for (size_t i = 0; i < layers.size();) {
-      size_t j = i;
-      while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
-      runs.push_back(j == i ? absl::StrCat(layers[i]) : absl::StrCat(layers[i], "-", layers[j]));
-      i = j + 1;
-    }
-    return runs.empty() ? std::string("layers not listed")
-                        : absl::StrCat("layers ", absl::StrJoin(runs, ", "));
+    return layers.empty() ? std::string("layers not listed")
+                          : absl::StrCat("layers ", kernels::IndexRuns(layers));
   };
   auto describe_groups = [&]() {
     std::vector<std::string> parts;

@@ -23,6 +23,7 @@
 #include "client/cli/png.h"
 #include "kernels/common/file.h"
 #include "kernels/common/status.h"
+#include "kernels/common/types.h"
 
 namespace posenc::cli {
 namespace {
@@ -786,16 +787,9 @@ absl::StatusOr<CommandOutput> RunInfo(const ParsedFlags&, const client::Client& 
   return out;
 }
 
-// "0-4, 6-10, 12": the layer indices as runs.
+// "0-4,6-10,12": the layer indices as runs ("-" for none).
 std::string LayerRuns(const std::vector<int64_t>& layers) {
-  std::vector<std::string> runs;
-  for (size_t i = 0; i < layers.size();) {
-    size_t j = i;
-    while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
-    runs.push_back(j == i ? absl::StrCat(layers[i]) : absl::StrCat(layers[i], "-", layers[j]));
-    i = j + 1;
-  }
-  return runs.empty() ? std::string("-") : absl::StrJoin(runs, ",");
+  return layers.empty() ? std::string("-") : kernels::IndexRuns(layers, ",");
 }
 
 std::string StyleName(client::RopeStyle style) {

@@ -54,6 +54,18 @@ std::string Abbreviate(absl::string_view text, size_t max_chars) {
   return absl::StrCat(text.substr(0, max_chars), "... (", text.size() - max_chars, " more bytes)");
 }
 
+std::string IndexRuns(absl::Span<const int64_t> indices, absl::string_view separator) {
+  std::string out;
+  for (size_t i = 0; i < indices.size();) {
+    size_t j = i;
+    while (j + 1 < indices.size() && indices[j + 1] == indices[j] + 1) ++j;
+    absl::StrAppend(&out, i == 0 ? "" : separator, indices[i]);
+    if (j > i) absl::StrAppend(&out, "-", indices[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
 bool CheckedMul(int64_t a, int64_t b, int64_t* out) {
   if (a < 0 || b < 0) return false;
   return !__builtin_mul_overflow(a, b, out);

@@ -39,6 +39,10 @@ std::string ShapeString(absl::Span<const int64_t> shape);
 // "... (N more bytes)".
 std::string Abbreviate(absl::string_view text, size_t max_chars = 64);
 
+// Sorted indices as runs: {0, 1, 2, 4, 6, 7} -> "0-2, 4, 6-7" (`separator` between runs); "" for
+// none.
+std::string IndexRuns(absl::Span<const int64_t> indices, absl::string_view separator = ", ");
+
 // prod(shape); an empty shape is a scalar (1). Errors (INVALID_ARGUMENT, naming `field`) on a
 // negative dimension or when the product overflows int64.
 absl::StatusOr<int64_t> NumElements(absl::Span<const int64_t> shape, absl::string_view field);

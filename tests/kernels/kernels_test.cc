@@ -106,6 +106,13 @@ absl::StatusOr<ResolvedPositions> Resolve(const PositionSpec& spec, const TokenG
   return ResolvePositions(plan);
 }
 
+TEST(IndexRunsTest, ConsecutiveIndicesBecomeRuns) {
+  EXPECT_EQ(IndexRuns({}), "");
+  EXPECT_EQ(IndexRuns({7}), "7");
+  EXPECT_EQ(IndexRuns({0, 1, 2, 4, 6, 7}), "0-2, 4, 6-7");
+  EXPECT_EQ(IndexRuns({3, 7, 11, 15}, ","), "3,7,11,15");
+}
+
 TEST(PositionsTest, EveryKindResolves) {
   TokenGrid bs{TokenGrid::Kind::kBatchSeq, 2, 3};
   auto r = Resolve(RangeSpec(5, 0), bs);
