@@ -24,6 +24,7 @@ constexpr int kThreads = 256;
 
 template <typename E, int V>
 struct alignas(16) Pack {
+  static_assert(V * sizeof(E) == 16, "a Pack is one 16-byte access");
   E v[V];
 };
 
@@ -77,18 +78,22 @@ __global__ void AlibiGeneratorKernel(AlibiGeneratorLaunch a) {
   }
 }
 
+// One block per output row (b, h, i) (grid-stride over rows; COMPACT: one row per (b, h)).
 template <typename S>
 __global__ void AlibiBloomKernel(AlibiBloomLaunch a) {
   S* out = static_cast<S*>(a.out);
   const int64_t q = a.compact ? 1 : a.q_len;
-  const double fill = a.future == 0 ? hd::DoubleFromBits(0xfff0000000000000ull) : 0.0;
-  POSENC_GRID_STRIDE(idx, a.batch * a.heads * q * a.k_len) {
-    const int64_t j = idx % a.k_len;
-    const int64_t i = (idx / a.k_len) % q;
-    const int64_t bh = idx / (a.k_len * q);
+  const S fill = FromDouble<S>(a.future == 0 ? hd::DoubleFromBits(0xfff0000000000000ull) : 0.0);
+  for (int64_t r = blockIdx.x; r < a.batch * a.heads * q; r += gridDim.x) {
+    const int64_t i = r % q, bh = r / q;
     const int64_t h = bh % a.heads, b = bh / a.heads;
-    const bool keep = a.compact || j < hd::BloomKeep(a.query_offset, i, a.k_len, a.future);
-    out[idx] = FromDouble<S>(keep ? a.slopes[h] * a.kpos[b * a.k_len + j] : fill);
+    const int64_t keep = a.compact ? a.k_len : hd::BloomKeep(a.query_offset, i, a.k_len, a.future);
+    const double m = a.slopes[h];
+    const double* kpos = a.kpos + b * a.k_len;
+    S* dst = out + r * a.k_len;
+    for (int64_t j = threadIdx.x; j < a.k_len; j += blockDim.x) {
+      dst[j] = j < keep ? FromDouble<S>(m * kpos[j]) : fill;
+    }
   }
 }
 
@@ -137,9 +142,9 @@ int LaunchAlibiGenerators(const AlibiGeneratorLaunch& a, void* stream) {
 
 int LaunchAlibiBloom(const AlibiBloomLaunch& a, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
-  const int64_t n = a.batch * a.heads * (a.compact ? 1 : a.q_len) * a.k_len;
+  const int64_t rows = a.batch * a.heads * (a.compact ? 1 : a.q_len);
   return DispatchFloat(a.dtype, [&](auto tag) {
-    AlibiBloomKernel<decltype(tag)><<<Blocks(n, kThreads), kThreads, 0, st>>>(a);
+    AlibiBloomKernel<decltype(tag)><<<Blocks(rows, 1, int64_t{1} << 20), kThreads, 0, st>>>(a);
     return cudaGetLastError();
   });
 }

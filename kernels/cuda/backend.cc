@@ -27,7 +27,7 @@
 // Fallbacks to the CPU backend inside this backend (exact results either way, named in
 // detail()): AddPositionEncoding (no kernel yet); RoPE requests whose largest phase p*omega
 // reaches 2^33 (omega > 4 from unusual scalings: the CPU reduces those in extended precision);
-// DEEPSEEK with rotary_dim > 2 * kRopeChunk.
+// DEEPSEEK with rotary_dim > 2 * kRopeChunk; more than 2^20 heads of q and k per token.
 #include "kernels/backend.h"
 
 #include <cuda_runtime_api.h>
@@ -428,8 +428,10 @@ absl::Status CudaBackend::ApplyRope(const ApplyRopePlan& plan, const RopeFrequen
                                     const TensorView& k) const {
   const int64_t half = freqs.rotary_dim / 2;
   AngleInputs angles(plan.config, freqs, positions);
-  if (!angles.exact_range ||
-      (plan.config.style == RopeStyle::kDeepseek && half > cuda::kRopeChunk)) {
+  const bool device_ok = angles.exact_range &&
+                         !(plan.config.style == RopeStyle::kDeepseek && half > cuda::kRopeChunk) &&
+                         (plan.q_heads + plan.k_heads) * 2 * cuda::kRopeChunk < (int64_t{1} << 31);
+  if (!device_ok) {
     return cpu_->ApplyRope(plan, freqs, positions, q, k);
   }
   POSENC_ASSIGN_OR_RETURN(std::unique_ptr<Request> r, Begin());

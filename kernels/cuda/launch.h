@@ -24,7 +24,8 @@ struct RopeAngles {
 };
 
 // The largest half (rotary_dim / 2) ApplyRope's DEEPSEEK style handles on the device (the whole
-// rotary part of a head is staged in shared memory); also its cos/sin chunk.
+// rotary part of a head is staged in shared memory); also its cos/sin chunk. LaunchApplyRope
+// also needs (q_heads + k_heads) * 2 * kRopeChunk < 2^31 (32-bit indexing within a token).
 inline constexpr int64_t kRopeChunk = 512;
 
 struct ApplyRopeLaunch {

@@ -26,8 +26,10 @@ __device__ __forceinline__ double AnglePosition(const RopeAngles& a, int64_t t, 
   return static_cast<double>(a.positions[static_cast<int64_t>(a.component[j]) * a.tokens + t]);
 }
 
+// V storage elements moved as one 16-byte access (V * sizeof(S) == 16 only).
 template <typename S, int V>
 struct alignas(16) Pack {
+  static_assert(V * sizeof(S) == 16, "a Pack is one 16-byte access");
   S v[V];
 };
 
@@ -37,37 +39,48 @@ template <typename S, typename T, int V>
 __device__ void RotateChunk(const ApplyRopeLaunch& a, int64_t t, int64_t j0, int64_t n, const T* c,
                             const T* s) {
   const int64_t half = a.angles.half;
-  const int64_t heads = a.q_heads + a.k_heads;
+  // 32-bit item arithmetic (the host guarantees heads * kRopeChunk * 2 < 2^31): 64-bit integer
+  // division is slow on the GPU.
+  const int heads = static_cast<int>(a.q_heads + a.k_heads);
+  const int q_heads = static_cast<int>(a.q_heads);
   const int64_t b = t / a.seq, sq = t % a.seq;
   S* qbase = static_cast<S*>(a.q) + b * a.q_batch + sq * a.q_seq;
   S* kbase = a.k ? static_cast<S*>(a.k) + b * a.k_batch + sq * a.k_seq : nullptr;
   if (a.style == 0) {  // NEOX: V consecutive pairs, halves at j and j + half
-    const int64_t per_head = n / V;
-    for (int64_t item = threadIdx.x; item < heads * per_head; item += blockDim.x) {
-      const int64_t h = item / per_head, jj = (item % per_head) * V;
-      S* row = h < a.q_heads ? qbase + h * a.q_head : kbase + (h - a.q_heads) * a.k_head;
-      Pack<S, V>* pa = reinterpret_cast<Pack<S, V>*>(row + j0 + jj);
-      Pack<S, V>* pb = reinterpret_cast<Pack<S, V>*>(row + half + j0 + jj);
-      Pack<S, V> va = *pa, vb = *pb;
+    const int per_head = static_cast<int>(n / V);
+    for (int item = threadIdx.x; item < heads * per_head; item += blockDim.x) {
+      const int h = item / per_head, jj = (item % per_head) * V;
+      S* row = h < q_heads ? qbase + h * a.q_head : kbase + (h - q_heads) * a.k_head;
+      S* pa = row + j0 + jj;
+      S* pb = pa + half;
+      if constexpr (V == 1) {  // scalar accesses (a Pack is 16-byte aligned: not for these)
+        T xa = Load<S, T>(*pa), xb = Load<S, T>(*pb);
+        hd::RotatePair<T>(&xa, &xb, c[jj], s[jj]);
+        *pa = Store<S, T>(xa);
+        *pb = Store<S, T>(xb);
+      } else {
+        Pack<S, V> va = *reinterpret_cast<Pack<S, V>*>(pa);
+        Pack<S, V> vb = *reinterpret_cast<Pack<S, V>*>(pb);
 #pragma unroll
-      for (int u = 0; u < V; ++u) {
-        T xa = Load<S, T>(va.v[u]), xb = Load<S, T>(vb.v[u]);
-        hd::RotatePair<T>(&xa, &xb, c[jj + u], s[jj + u]);
-        va.v[u] = Store<S, T>(xa);
-        vb.v[u] = Store<S, T>(xb);
+        for (int u = 0; u < V; ++u) {
+          T xa = Load<S, T>(va.v[u]), xb = Load<S, T>(vb.v[u]);
+          hd::RotatePair<T>(&xa, &xb, c[jj + u], s[jj + u]);
+          va.v[u] = Store<S, T>(xa);
+          vb.v[u] = Store<S, T>(xb);
+        }
+        *reinterpret_cast<Pack<S, V>*>(pa) = va;
+        *reinterpret_cast<Pack<S, V>*>(pb) = vb;
       }
-      *pa = va;
-      *pb = vb;
     }
     return;
   }
   // GPT-J: V storage elements are V/2 interleaved pairs (V == 1: one pair per item).
   constexpr int kPairs = V >= 2 ? V / 2 : 1;
   constexpr int kElems = 2 * kPairs;
-  const int64_t per_head = n / kPairs;
-  for (int64_t item = threadIdx.x; item < heads * per_head; item += blockDim.x) {
-    const int64_t h = item / per_head, jj = (item % per_head) * kPairs;
-    S* row = h < a.q_heads ? qbase + h * a.q_head : kbase + (h - a.q_heads) * a.k_head;
+  const int per_head = static_cast<int>(n / kPairs);
+  for (int item = threadIdx.x; item < heads * per_head; item += blockDim.x) {
+    const int h = item / per_head, jj = (item % per_head) * kPairs;
+    S* row = h < q_heads ? qbase + h * a.q_head : kbase + (h - q_heads) * a.k_head;
     S* at = row + 2 * (j0 + jj);
     S v[kElems];
     if constexpr (V >= 2) {
@@ -202,6 +215,7 @@ int LaunchApplyRope(const ApplyRopeLaunch& a, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
   if (a.angles.tokens == 0 || a.angles.half == 0) return cudaSuccess;
   if (a.style == 2 && a.angles.half > kRopeChunk) return cudaErrorInvalidValue;
+  if ((a.q_heads + a.k_heads) * 2 * kRopeChunk >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
   return DispatchFloat(a.dtype, [&](auto tag) {
     using S = decltype(tag);
     if constexpr (sizeof(S) == 4) {
