@@ -24,9 +24,9 @@
 // before the upload, before the launches and before the download; the kernels themselves take
 // microseconds to milliseconds and are not interrupted.
 //
-// Fallbacks to the CPU backend inside this backend (exact results either way, named in
-// detail()): AddPositionEncoding (no kernel yet); RoPE requests whose largest phase p*omega
-// reaches 2^33 (omega > 4 from unusual scalings: the CPU reduces those in extended precision);
+// Fallbacks to the CPU backend inside this backend (the same results within the parity
+// tolerances): requests whose largest phase p*omega reaches 2^33 (omega > 4 from unusual
+// scalings: the CPU reduces those in extended precision);
 // DEEPSEEK with rotary_dim > 2 * kRopeChunk; more than 2^20 heads of q and k per token.
 #include "kernels/backend.h"
 
@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -210,9 +211,8 @@ class CudaBackend final : public Backend {
 
   absl::string_view name() const override { return "cuda"; }
   std::string detail() const override {
-    std::string d =
-        absl::StrCat("device ", options_.device, ": ", device_name_, ", ", streams_.size(),
-                     " streams; AddPositionEncoding on the cpu (", cpu_->detail(), ")");
+    std::string d = absl::StrCat("device ", options_.device, ": ", device_name_, ", ",
+                                 streams_.size(), " streams");
     if (const char* broken = broken_.load()) {
       absl::StrAppend(&d, "; BROKEN after ", broken, " (restart the process)");
     }
@@ -247,9 +247,7 @@ class CudaBackend final : public Backend {
                           const TensorView& table) const override;
   absl::Status AddPositionEncoding(const AddPositionEncodingPlan& plan,
                                    const ResolvedPositions& positions,
-                                   const TensorView& y) const override {
-    return cpu_->AddPositionEncoding(plan, positions, y);
-  }
+                                   const TensorView& y) const override;
   absl::Status RopeCache(const RopeCachePlan& plan, const RopeFrequencies& freqs,
                          const ResolvedPositions& positions, const TensorView& cos,
                          const TensorView& sin) const override;
@@ -500,6 +498,74 @@ absl::Status CudaBackend::Sinusoidal(const SinusoidalPlan& plan, const ResolvedP
   l.dim = plan.params.dim;
   l.nfreq = static_cast<int64_t>(exact.size());
   POSENC_RETURN_IF_ERROR(r->Check(cuda::LaunchSinusoidal(l, r->stream()), "Sinusoidal kernel"));
+  return r->Download();
+}
+
+absl::Status CudaBackend::AddPositionEncoding(const AddPositionEncodingPlan& plan,
+                                              const ResolvedPositions& positions,
+                                              const TensorView& y) const {
+  const AddPositionEncodingParams& params = plan.params;
+  const cpu::SplitFrequencies w(plan.frequencies);
+  const bool sinusoidal = params.sinusoidal.has_value();
+  if (sinusoidal &&
+      static_cast<double>(std::max<int64_t>(positions.max_position, 0) + plan.shift) * w.max >=
+          hd::kMaxExactPhase) {
+    return cpu_->AddPositionEncoding(plan, positions, y);
+  }
+  POSENC_ASSIGN_OR_RETURN(std::unique_ptr<Request> r, Begin());
+  const std::vector<int32_t> pos = DevicePositions(positions);
+  const int pos_i = r->Input(pos);
+  const int64_t esize = DTypeSize(plan.x.dtype);
+  const int x_i = r->Input(plan.x.data, static_cast<size_t>(plan.x.NumElements() * esize));
+  const int y_i = r->Output(y.data, static_cast<size_t>(y.NumElements() * esize));
+  cuda::AddPositionEncodingLaunch l;
+  std::vector<double> hi = w.hi, lo = w.lo;
+  hi.push_back(0);  // never empty
+  lo.push_back(0);
+  int hi_i = -1, lo_i = -1, table_i = -1;
+  int64_t first_row = 0;
+  if (sinusoidal) {
+    hi_i = r->Input(hi);
+    lo_i = r->Input(lo);
+    l.nfreq = static_cast<int64_t>(plan.frequencies.size());
+    l.shift = plan.shift;
+    l.layout = static_cast<int>(params.sinusoidal->layout);
+  } else {
+    // Only the learned rows the request reads (RunAddPositionEncoding checked them all).
+    int64_t last_row = -1;
+    first_row = INT64_MAX;
+    for (int64_t t = 0; t < positions.num_tokens; ++t) {
+      if (!positions.IsValid(t)) continue;
+      first_row = std::min(first_row, positions.At(t) + params.table_offset);
+      last_row = std::max(last_row, positions.At(t) + params.table_offset);
+    }
+    if (last_row < 0) first_row = last_row = 0;  // every token is padding
+    const int64_t row_bytes = plan.pe_dim * DTypeSize(params.learned.dtype);
+    table_i =
+        r->Input(static_cast<const unsigned char*>(params.learned.data) + first_row * row_bytes,
+                 static_cast<size_t>((last_row - first_row + 1) * row_bytes));
+    l.table_dtype = static_cast<int>(params.learned.dtype);
+    l.table_offset = params.table_offset - first_row;
+  }
+  POSENC_RETURN_IF_ERROR(r->Upload());
+  l.x = r->Device(x_i);
+  l.y = r->Device(y_i);
+  l.dtype = static_cast<int>(plan.x.dtype);
+  l.positions = static_cast<const int32_t*>(r->Device(pos_i));
+  l.tokens = positions.num_tokens;
+  l.dim = plan.dim;
+  l.pe_dim = plan.pe_dim;
+  l.out_dim = plan.out_dim;
+  l.scale = params.scale;
+  l.concat = params.combine == Combine::kConcat;
+  if (sinusoidal) {
+    l.w_hi = static_cast<const double*>(r->Device(hi_i));
+    l.w_lo = static_cast<const double*>(r->Device(lo_i));
+  } else {
+    l.table = r->Device(table_i);
+  }
+  POSENC_RETURN_IF_ERROR(
+      r->Check(cuda::LaunchAddPositionEncoding(l, r->stream()), "AddPositionEncoding kernel"));
   return r->Download();
 }
 

@@ -64,6 +64,29 @@ struct SinusoidalLaunch {
 };
 int LaunchSinusoidal(const SinusoidalLaunch& a, void* stream);
 
+// AddPositionEncoding: y[t, c] = x[t, c] * scale + PE[t, c] (ADD, out_dim == dim) or
+// y[t] = [x[t] * scale ; PE[t]] (CONCAT). PE: sinusoidal (w_hi/w_lo, nfreq, layout, at position
+// + shift) or rows position + table_offset of a learned table (table_dtype); zero for padding.
+struct AddPositionEncodingLaunch {
+  const void* x = nullptr;
+  void* y = nullptr;
+  int dtype = 0;                       // of x and y
+  const int32_t* positions = nullptr;  // [tokens], -1 padding
+  int64_t tokens = 0, dim = 0, pe_dim = 0, out_dim = 0;
+  double scale = 1;
+  bool concat = false;
+  // sinusoidal when w_hi is set
+  const double* w_hi = nullptr;
+  const double* w_lo = nullptr;
+  int64_t nfreq = 0, shift = 0;
+  int layout = 0;
+  // learned otherwise
+  const void* table = nullptr;
+  int table_dtype = 0;
+  int64_t table_offset = 0;
+};
+int LaunchAddPositionEncoding(const AddPositionEncodingLaunch& a, void* stream);
+
 // out[h, i, j] = gen[h, j - i + q_len - 1] for elements of `esize` bytes (2, 4 or 8).
 struct ToeplitzLaunch {
   const void* gen = nullptr;

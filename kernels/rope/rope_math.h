@@ -127,6 +127,19 @@ POSENC_HOST_DEVICE int SinusoidSource(int layout, int64_t dim, int64_t nfreq, in
   return col < half ? 0 : 1;
 }
 
+// Column `col` of a sinusoidal row at position p in the compute type T (float rounds the
+// short-polynomial value once, as the CPU backend's FLOAT32 tables; double keeps the full one).
+template <typename T>
+POSENC_HOST_DEVICE T SinusoidValue(int layout, int64_t dim, int64_t nfreq, int64_t col, double p,
+                                   const double* w_hi, const double* w_lo) {
+  int64_t k;
+  const int which = SinusoidSource(layout, dim, nfreq, col, &k);
+  if (which < 0) return T(0);
+  double c, s;
+  SinCosExactPhase<sizeof(T) == 8>(p, w_hi[k], w_lo[k], &c, &s);
+  return static_cast<T>(which == 0 ? s : c);
+}
+
 }  // namespace posenc::kernels::hd
 
 #endif  // POSENC_KERNELS_ROPE_ROPE_MATH_H_

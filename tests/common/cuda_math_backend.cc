@@ -128,6 +128,42 @@ class CudaMathHostBackend final : public Backend {
   absl::string_view name() const override { return "cuda-math-host"; }
   std::string detail() const override { return "the CUDA kernels' math on the host"; }
 
+  // absolute/cuda.cu's AddPositionEncodingKernel, element by element (the whole row of x is
+  // read first: y may alias x).
+  template <typename T>
+  static void AddT(const AddPositionEncodingPlan& plan, const ResolvedPositions& positions,
+                   const TensorView& y) {
+    const AddPositionEncodingParams& params = plan.params;
+    const cpu::SplitFrequencies w(plan.frequencies);
+    const T scale = static_cast<T>(params.scale);
+    const bool concat = params.combine == Combine::kConcat;
+    std::vector<T> xs(plan.dim);
+    for (int64_t t = 0; t < positions.num_tokens; ++t) {
+      for (int64_t c = 0; c < plan.dim; ++c) {
+        xs[c] = static_cast<T>(LoadHd(plan.x.data, plan.x.dtype, t * plan.dim + c)) * scale;
+      }
+      for (int64_t col = 0; col < plan.out_dim; ++col) {
+        const bool x_col = col < plan.dim;
+        const int64_t pe_col = concat ? col - plan.dim : col;
+        T pe = 0;
+        if (positions.IsValid(t) && (!concat || !x_col)) {
+          if (params.sinusoidal) {
+            pe = hd::SinusoidValue<T>(static_cast<int>(params.sinusoidal->layout), plan.pe_dim,
+                                      static_cast<int64_t>(plan.frequencies.size()), pe_col,
+                                      static_cast<double>(positions.At(t) + plan.shift),
+                                      w.hi.data(), w.lo.data());
+          } else {
+            pe = static_cast<T>(
+                LoadAsDouble(params.learned.data, params.learned.dtype,
+                             (positions.At(t) + params.table_offset) * plan.pe_dim + pe_col));
+          }
+        }
+        const T v = x_col ? (concat ? xs[col] : xs[col] + pe) : pe;
+        StoreHd(y.data, y.dtype, t * plan.out_dim + col, static_cast<double>(v));
+      }
+    }
+  }
+
   absl::Status Sinusoidal(const SinusoidalPlan& plan, const ResolvedPositions& positions,
                           const TensorView& table) const override {
     const std::vector<long double> exact = SinusoidalFrequencies(plan.params);
@@ -158,7 +194,12 @@ class CudaMathHostBackend final : public Backend {
   absl::Status AddPositionEncoding(const AddPositionEncodingPlan& plan,
                                    const ResolvedPositions& positions,
                                    const TensorView& y) const override {
-    return cpu_->AddPositionEncoding(plan, positions, y);  // as the cuda backend does
+    if (plan.x.dtype == DType::kFloat32) {
+      AddT<float>(plan, positions, y);
+    } else {
+      AddT<double>(plan, positions, y);
+    }
+    return absl::OkStatus();
   }
   absl::Status RopeCache(const RopeCachePlan& plan, const RopeFrequencies& freqs,
                          const ResolvedPositions& positions, const TensorView& cos,
