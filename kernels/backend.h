@@ -87,6 +87,14 @@ std::vector<CudaDeviceInfo> ListCudaDevices();
 
 struct CudaBackendOptions {
   int device = 0;  // the CUDA device index (--cuda_device)
+  // Streams that concurrent requests spread over (round robin): copies of one request overlap
+  // the kernels and copies of others.
+  int streams = 4;
+  // Device memory the stream-ordered pool keeps for reuse between requests (its release
+  // threshold); requests beyond it still run, the excess is returned to the driver.
+  int64_t device_pool_bytes = int64_t{1} << 30;
+  // Pinned (page-locked) staging buffers kept for reuse; larger requests get a buffer of their own.
+  int64_t pinned_pool_bytes = int64_t{256} << 20;
 };
 
 // The CUDA backend on one device. UNIMPLEMENTED when the build has no CUDA backend; UNAVAILABLE

@@ -13,6 +13,7 @@
 #include "kernels/backend.h"
 #include "kernels/ops.h"
 #include "tests/common/buffers.h"
+#include "tests/common/cuda_math_backend.h"
 
 namespace posenc::kernels {
 namespace {
@@ -22,12 +23,18 @@ using ::posenc::testing::GoldenCase;
 using ::posenc::testing::NpyArray;
 using json = nlohmann::json;
 
-// Every backend this machine runs: the reference and each CPU instruction-set level.
+// Every backend this machine runs: the reference, each CPU instruction-set level, the CUDA
+// kernels' math on the host (every build) and the CUDA backend where a device is present.
 std::vector<std::unique_ptr<Backend>> AllBackends() {
   std::vector<std::unique_ptr<Backend>> out;
   out.push_back(MakeReferenceBackend());
   for (const char* isa : {"avx512", "avx2", "scalar"}) {
     auto b = MakeCpuBackend(CpuBackendOptions{1, isa});
+    if (b.ok()) out.push_back(std::move(*b));
+  }
+  out.push_back(::posenc::testing::MakeCudaMathHostBackend());
+  if (!ListCudaDevices().empty()) {
+    auto b = MakeCudaBackend({});
     if (b.ok()) out.push_back(std::move(*b));
   }
   return out;

@@ -1,0 +1,86 @@
+// FLOAT16 / BFLOAT16 conversions as host-device functions (kernels/common/host_device.h) for the
+// CUDA kernels: the same results, bit for bit, as kernels/common/types.h's DoubleToHalf,
+// HalfToFloat, DoubleToBFloat16 and BFloat16ToFloat (round to nearest even, correctly rounded
+// from double; NaN stays NaN, overflow gives inf). tests/kernels/cuda_math_test.cc checks them
+// against types.h on every fp16 pattern and on random and boundary doubles.
+//
+// Integer arithmetic on the double's bits: no frexp/ldexp/rint, so host and device agree exactly.
+#ifndef POSENC_KERNELS_COMMON_HALF_CODEC_H_
+#define POSENC_KERNELS_COMMON_HALF_CODEC_H_
+
+#include <cstdint>
+
+#include "kernels/common/host_device.h"
+
+namespace posenc::kernels::hd {
+
+// Rounds |v| (as the bits of a double) to units of 2^unit_exp, where unit_exp is
+// max(E - mant_bits, min_unit) for v in [2^E, 2^(E+1)); returns the small format's bits without
+// sign, given its exponent bias. Overflow returns inf_bits.
+POSENC_HOST_DEVICE uint32_t RoundToSmallFloat(uint64_t bits, int mant_bits, int min_unit, int bias,
+                                              uint32_t inf_bits) {
+  const int e_field = static_cast<int>((bits >> 52) & 0x7ff);
+  if (e_field == 0) return 0;  // zero or double subnormal: far below either format's unit
+  const int e = e_field - 1023;
+  if (e > bias) return inf_bits;
+  const uint64_t sig = (bits & ((uint64_t{1} << 52) - 1)) | (uint64_t{1} << 52);
+  const int unit = e - mant_bits > min_unit ? e - mant_bits : min_unit;
+  const int shift = unit - (e - 52);  // >= 52 - mant_bits
+  uint64_t q;
+  if (shift >= 64) {
+    q = 0;  // below half a unit
+  } else {
+    q = sig >> shift;
+    const uint64_t rem = sig & ((uint64_t{1} << shift) - 1);
+    const uint64_t half = uint64_t{1} << (shift - 1);
+    if (rem > half || (rem == half && (q & 1))) ++q;
+  }
+  uint32_t out;
+  if (unit == min_unit && e - mant_bits <= min_unit) {
+    out = static_cast<uint32_t>(q);  // subnormal (q == 2^mant_bits rolls into the min normal)
+  } else {
+    // normal: q in [2^mant_bits, 2^(mant_bits+1)]; the carry of q == 2^(mant_bits+1) moves into
+    // the exponent by the addition.
+    out = (static_cast<uint32_t>(e + bias) << mant_bits) +
+          static_cast<uint32_t>(q - (uint64_t{1} << mant_bits));
+  }
+  return out >= inf_bits ? inf_bits : out;
+}
+
+POSENC_HOST_DEVICE uint16_t DoubleToHalfBits(double v) {
+  const uint64_t bits = DoubleBits(v);
+  const uint16_t sign = (bits >> 63) ? 0x8000 : 0;
+  const uint64_t mag = bits & ~(uint64_t{1} << 63);
+  if (mag > 0x7ff0000000000000ull) return sign | 0x7e00;   // NaN
+  if (mag == 0x7ff0000000000000ull) return sign | 0x7c00;  // inf
+  return static_cast<uint16_t>(sign | RoundToSmallFloat(mag, 10, -24, 15, 0x7c00));
+}
+
+POSENC_HOST_DEVICE uint16_t DoubleToBFloat16Bits(double v) {
+  const uint64_t bits = DoubleBits(v);
+  const uint16_t sign = (bits >> 63) ? 0x8000 : 0;
+  const uint64_t mag = bits & ~(uint64_t{1} << 63);
+  if (mag > 0x7ff0000000000000ull) return sign | 0x7fc0;   // NaN
+  if (mag == 0x7ff0000000000000ull) return sign | 0x7f80;  // inf
+  return static_cast<uint16_t>(sign | RoundToSmallFloat(mag, 7, -133, 127, 0x7f80));
+}
+
+POSENC_HOST_DEVICE float HalfBitsToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1f;
+  const uint32_t man = h & 0x3ffu;
+  if (exp == 0) {
+    const float mag = static_cast<float>(man) * 5.9604644775390625e-08f;  // 2^-24, exact
+    return FloatFromBits(FloatBits(mag) | sign);
+  }
+  if (exp == 31) return FloatFromBits(sign | (man ? 0x7fc00000u : 0x7f800000u));
+  return FloatFromBits(sign | ((exp - 15 + 127) << 23) | (man << 13));
+}
+
+POSENC_HOST_DEVICE float BFloat16BitsToFloat(uint16_t b) {
+  return FloatFromBits(static_cast<uint32_t>(b) << 16);
+}
+
+}  // namespace posenc::kernels::hd
+
+#endif  // POSENC_KERNELS_COMMON_HALF_CODEC_H_

@@ -1,0 +1,145 @@
+// The per-element math of the CUDA RoPE/sinusoid kernels (kernels/rope/cuda.cu,
+// kernels/absolute/cuda.cu) as host-device functions (kernels/common/host_device.h), tested on the
+// CPU against the reference backend in every build (tests/kernels/cuda_math_test.cc).
+//
+// Exact phase, as the CPU backend's (cpu/sincos_simd.cc): omega_j is a double-double
+// (hi + lo, cpu.h's SplitFrequencies), the phase p*omega_j = hi + lo is formed with one FMA, and
+// the mod-pi/2 reduction is a three-part Cody-Waite in double (k*A and k*B exact for k < 2^33,
+// i.e. phases below kMaxExactPhase), then fdlibm's minimax polynomials. Within 2 ulp of double
+// for the full polynomial; the short one (FLOAT32 outputs) is off by < 2e-9, invisible in a float.
+// Callers check p_max * omega_max < kMaxExactPhase first (larger phases go elsewhere).
+#ifndef POSENC_KERNELS_ROPE_ROPE_MATH_H_
+#define POSENC_KERNELS_ROPE_ROPE_MATH_H_
+
+#include <cstdint>
+
+#include "kernels/common/host_device.h"
+
+namespace posenc::kernels::hd {
+
+// Phases below this reduce exactly (k < 2^33); the same bound as cpu/simd_kernels.h.
+constexpr double kMaxExactPhase = 8589934592.0;  // 2^33
+
+// cos and sin of p * (w_hi + w_lo). kFull: the whole fdlibm polynomial (FLOAT64, FLOAT16/BFLOAT16
+// math); otherwise terms through r^9 / r^10 (FLOAT32).
+template <bool kFull>
+POSENC_HOST_DEVICE void SinCosExactPhase(double p, double w_hi, double w_lo, double* c_out,
+                                         double* s_out) {
+  constexpr double kTwoOverPi = 0.63661977236758134308;
+  constexpr double kPio2A = 1.5707950592041016;       // top 20 bits of pi/2
+  constexpr double kPio2B = 1.2675900507019833e-06;   // the next 20 bits
+  constexpr double kPio2C = 7.443547480486623e-13;    // pi/2 - A - B, rounded
+  constexpr double kRoundMagic = 6755399441055744.0;  // 1.5 * 2^52
+  constexpr double kS1 = -1.66666666666666324348e-01, kS2 = 8.33333333332248946124e-03,
+                   kS3 = -1.98412698298579493134e-04, kS4 = 2.75573137070700676789e-06,
+                   kS5 = -2.50507602534068634195e-08, kS6 = 1.58969099521155010221e-10;
+  constexpr double kC1 = 4.16666666666666019037e-02, kC2 = -1.38888888888741095749e-03,
+                   kC3 = 2.48015872894767294178e-05, kC4 = -2.75573143513906633035e-07,
+                   kC5 = 2.08757232129817482790e-09, kC6 = -1.13596475577881948265e-11;
+  const double hi = p * w_hi;
+  const double lo = Fma(p, w_hi, -hi) + p * w_lo;
+  const double k = (hi * kTwoOverPi + kRoundMagic) - kRoundMagic;
+  const double r = (((hi - k * kPio2A) - k * kPio2B) - k * kPio2C) + lo;
+  const double q = k - 4.0 * ((k * 0.25 - 0.375 + kRoundMagic) - kRoundMagic);  // k mod 4
+  const double z = r * r;
+  double sin_r, cos_r;
+  if constexpr (kFull) {
+    sin_r = r + r * z * (kS1 + z * (kS2 + z * (kS3 + z * (kS4 + z * (kS5 + z * kS6)))));
+    cos_r = 1.0 - 0.5 * z + z * z * (kC1 + z * (kC2 + z * (kC3 + z * (kC4 + z * (kC5 + z * kC6)))));
+  } else {
+    sin_r = r + r * z * (kS1 + z * (kS2 + z * (kS3 + z * kS4)));
+    cos_r = 1.0 - 0.5 * z + z * z * (kC1 + z * (kC2 + z * (kC3 + z * kC4)));
+  }
+  const bool odd = q == 1.0 || q == 3.0;
+  double sv = odd ? cos_r : sin_r;
+  double cv = odd ? sin_r : cos_r;
+  sv = q >= 2.0 ? -sv : sv;
+  cv = (q == 1.0 || q == 2.0) ? -cv : cv;
+  *c_out = cv;
+  *s_out = sv;
+}
+
+// cos/sin of RoPE frequency j at position p, times the cos/sin factors (scale m or 1/m, sign +1
+// or -1 for the inverse), in the compute type T (float for FLOAT32, double otherwise) as the CPU
+// backend rounds them (cpu.h's SinCos).
+template <typename T>
+POSENC_HOST_DEVICE void RopeCosSin(double p, double w_hi, double w_lo, double scale, double sign,
+                                   T* c, T* s) {
+  double cv, sv;
+  SinCosExactPhase<sizeof(T) == 8>(p, w_hi, w_lo, &cv, &sv);
+  *c = static_cast<T>(cv * scale);
+  *s = static_cast<T>(sv * (sign * scale));
+}
+
+// One rotation: x_a' = x_a c - x_b s, x_b' = x_b c + x_a s (c, s carry m and the sign).
+template <typename T>
+POSENC_HOST_DEVICE void RotatePair(T* xa, T* xb, T c, T s) {
+  const T a = *xa, b = *xb;
+  *xa = a * c - b * s;
+  *xb = b * c + a * s;
+}
+
+// Pair j of a head row of rotary width 2*half: the channels of its two elements.
+//   NEOX (style 0):  (j, j + half)      GPTJ (style 1):  (2j, 2j + 1)
+// DEEPSEEK (style 2) reads GPT-J pairs and writes NEOX positions (forward) or the reverse
+// (inverse): PairChannels gives the input channels, and OutputChannels the output ones.
+POSENC_HOST_DEVICE void PairChannels(int style, bool inverse, int64_t half, int64_t j, int64_t* a,
+                                     int64_t* b) {
+  const bool gptj_in = style == 1 || (style == 2 && !inverse);
+  *a = gptj_in ? 2 * j : j;
+  *b = gptj_in ? 2 * j + 1 : j + half;
+}
+POSENC_HOST_DEVICE void OutputChannels(int style, bool inverse, int64_t half, int64_t j, int64_t* a,
+                                       int64_t* b) {
+  const bool gptj_out = style == 1 || (style == 2 && inverse);
+  *a = gptj_out ? 2 * j : j;
+  *b = gptj_out ? 2 * j + 1 : j + half;
+}
+
+// RopeCache's columns of frequency j: layout 0 COMPACT (j), 1 NEOX (j and j + half), 2 GPTJ
+// (2j and 2j + 1). Returns how many (1 or 2).
+POSENC_HOST_DEVICE int CacheColumns(int layout, int64_t half, int64_t j, int64_t* c0, int64_t* c1) {
+  if (layout == 0) {
+    *c0 = *c1 = j;
+    return 1;
+  }
+  *c0 = layout == 1 ? j : 2 * j;
+  *c1 = layout == 1 ? j + half : 2 * j + 1;
+  return 2;
+}
+
+// What column `col` of a sinusoidal row (absolute/sinusoidal.h) holds: returns 0 for
+// sin(p*omega_k), 1 for cos(p*omega_k), -1 for a zero column. INTERLEAVED (layout 0): sin at 2k,
+// cos at 2k+1; CONCAT (1): sin at k, cos at half + k (half = floor(D/2)). Odd D: INTERLEAVED with
+// nfreq > half frequencies (VASWANI) ends with sin(p*omega_half), otherwise the last column is 0.
+POSENC_HOST_DEVICE int SinusoidSource(int layout, int64_t dim, int64_t nfreq, int64_t col,
+                                      int64_t* k) {
+  const int64_t half = dim / 2;
+  if (col >= 2 * half) {  // the last column of an odd D
+    *k = half;
+    return layout == 0 && nfreq > half ? 0 : -1;
+  }
+  if (layout == 0) {
+    *k = col / 2;
+    return static_cast<int>(col % 2);
+  }
+  *k = col < half ? col : col - half;
+  return col < half ? 0 : 1;
+}
+
+// Column `col` of a sinusoidal row at position p in the compute type T (float rounds the
+// short-polynomial value once, as the CPU backend's FLOAT32 tables; double keeps the full one).
+template <typename T>
+POSENC_HOST_DEVICE T SinusoidValue(int layout, int64_t dim, int64_t nfreq, int64_t col, double p,
+                                   const double* w_hi, const double* w_lo) {
+  int64_t k;
+  const int which = SinusoidSource(layout, dim, nfreq, col, &k);
+  if (which < 0) return T(0);
+  double c, s;
+  SinCosExactPhase<sizeof(T) == 8>(p, w_hi[k], w_lo[k], &c, &s);
+  return static_cast<T>(which == 0 ? s : c);
+}
+
+}  // namespace posenc::kernels::hd
+
+#endif  // POSENC_KERNELS_ROPE_ROPE_MATH_H_

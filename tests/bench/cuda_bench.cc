@@ -1,0 +1,331 @@
+// GPU benchmarks of the CUDA backend (Google Benchmark; built with POSENC_BUILD_BENCHMARKS and
+// CUDA; tests/bench/run_cuda.sh runs it). Two kinds of figures:
+//
+//  * Kernel (BM_Kernel*): the kernels of kernels/cuda/launch.h on device buffers, timed with
+//    CUDA events around the launch alone (no host copies, no allocation). Each benchmark also
+//    times, in the same run, a device-to-device cudaMemcpy moving the same number of bytes
+//    (memcpy_GBps) and reports the ratio (of_memcpy = kernel GB/s / memcpy GB/s).
+//    Bytes moved: ApplyRope reads and writes q and k (2 x their bytes, in place); RopeCache writes
+//    cos and sin; biases write the output matrix. A cudaMemcpy of N bytes moves 2N (read +
+//    write), so the reference copy is of half the kernel's bytes.
+//  * End to end (BM_EndToEnd*): the cuda Backend method with host tensors (upload through the
+//    pinned staging buffers, kernel, download), wall time.
+//
+// Without a device every benchmark is skipped with the reason.
+#include <benchmark/benchmark.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/ops.h"
+
+namespace posenc::kernels {
+namespace {
+
+bool HaveDevice(benchmark::State& state) {
+  if (!ListCudaDevices().empty()) return true;
+  state.SkipWithError(
+      absl::StrCat("no CUDA device: ", MakeCudaBackend({}).status().ToString()).c_str());
+  return false;
+}
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit DeviceBuffer(size_t n) : bytes(n) {
+    if (cudaMalloc(&p, std::max<size_t>(n, 256)) != cudaSuccess) p = nullptr;
+    if (p) cudaMemset(p, 0, n);
+  }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+template <typename T>
+std::unique_ptr<DeviceBuffer> Upload(const std::vector<T>& v) {
+  auto d = std::make_unique<DeviceBuffer>(v.size() * sizeof(T));
+  cudaMemcpy(d->p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+  return d;
+}
+
+// Milliseconds of launch() on the default stream, by CUDA events.
+template <typename F>
+float TimeMs(F launch) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  cudaEventRecord(a, nullptr);
+  launch();
+  cudaEventRecord(b, nullptr);
+  cudaEventSynchronize(b);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms;
+}
+
+// Times the kernel for the state's iterations, then the same-bytes device-to-device copy, and
+// sets the counters. `moved`: bytes the kernel reads + writes per launch.
+template <typename F>
+void RunKernel(benchmark::State& state, int64_t moved, F launch) {
+  launch();  // warm-up
+  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
+    state.SkipWithError(cudaGetErrorName(e));
+    return;
+  }
+  double total_ms = 0;
+  for (auto _ : state) {
+    const float ms = TimeMs(launch);
+    total_ms += ms;
+    state.SetIterationTime(ms / 1e3);
+  }
+  state.SetBytesProcessed(state.iterations() * moved);
+  const size_t copy = static_cast<size_t>(moved / 2);
+  DeviceBuffer src(copy), dst(copy);
+  if (src.p == nullptr || dst.p == nullptr) return;
+  std::vector<float> copies;
+  for (int i = 0; i < 10; ++i) {
+    copies.push_back(
+        TimeMs([&] { cudaMemcpyAsync(dst.p, src.p, copy, cudaMemcpyDeviceToDevice); }));
+  }
+  std::sort(copies.begin(), copies.end());
+  const double kernel_gbps = moved / (total_ms / state.iterations() / 1e3) / 1e9;
+  const double copy_gbps = moved / (copies[copies.size() / 2] / 1e3) / 1e9;
+  state.counters["kernel_GBps"] = kernel_gbps;
+  state.counters["memcpy_GBps"] = copy_gbps;
+  state.counters["of_memcpy"] = kernel_gbps / copy_gbps;
+}
+
+// The launch structs' frequency and position inputs for positions 0 .. tokens-1 (per sequence).
+struct AngleData {
+  std::unique_ptr<DeviceBuffer> hi, lo, pos;
+  AngleData(const RopeFrequencies& f, int64_t tokens, int64_t seq) {
+    const cpu::SplitFrequencies w(f.inv_freq);
+    std::vector<int32_t> p(tokens);
+    for (int64_t t = 0; t < tokens; ++t) p[t] = static_cast<int32_t>(t % seq);
+    hi = Upload(w.hi);
+    lo = Upload(w.lo);
+    pos = Upload(p);
+  }
+  cuda::RopeAngles Angles(int64_t tokens, int64_t half) const {
+    cuda::RopeAngles a;
+    a.w_hi = hi->as<double>();
+    a.w_lo = lo->as<double>();
+    a.positions = pos->as<int32_t>();
+    a.tokens = tokens;
+    a.half = half;
+    return a;
+  }
+};
+
+void BM_KernelApplyRope(benchmark::State& state) {
+  if (!HaveDevice(state)) return;
+  const int64_t b = state.range(0), s = state.range(1), h = state.range(2), d = state.range(3);
+  const bool gptj = state.range(4) != 0;
+  const auto dtype = static_cast<DType>(state.range(5));
+  RopeConfig config;
+  config.head_dim = d;
+  const RopeFrequencies f = ComputeValidRopeFrequencies(config, s - 1);
+  AngleData angles(f, b * s, s);
+  const int64_t esize = DTypeSize(dtype);
+  const int64_t elems = b * s * h * d;
+  DeviceBuffer q(elems * esize), k(elems * esize);
+  cuda::ApplyRopeLaunch l;
+  l.angles = angles.Angles(b * s, d / 2);
+  l.q = q.p;
+  l.k = k.p;
+  l.dtype = static_cast<int>(dtype);
+  l.style = gptj ? 1 : 0;
+  l.seq = s;
+  l.q_heads = l.k_heads = h;
+  l.q_batch = l.k_batch = s * h * d;
+  l.q_seq = l.k_seq = h * d;
+  l.q_head = l.k_head = d;
+  l.vector = static_cast<int>(16 / esize);
+  RunKernel(state, 2 * 2 * elems * esize, [&] { cuda::LaunchApplyRope(l, nullptr); });
+}
+BENCHMARK(BM_KernelApplyRope)
+    ->ArgNames({"b", "s", "h", "d", "gptj", "dtype"})
+    ->Args({1, 4096, 32, 128, 0, 0})
+    ->Args({1, 4096, 32, 128, 1, 0})
+    ->Args({8, 2048, 32, 128, 0, 0})
+    ->Args({1, 4096, 32, 128, 0, 1})
+    ->Args({1, 4096, 32, 128, 0, 2})
+    ->Args({64, 1, 32, 128, 0, 0})
+    ->Args({16, 4096, 32, 128, 0, 2})
+    ->Args({16, 4096, 32, 128, 0, 0})
+    ->UseManualTime();
+
+void BM_KernelRopeCache(benchmark::State& state) {
+  if (!HaveDevice(state)) return;
+  const int64_t n = state.range(0), d = state.range(1);
+  const auto dtype = static_cast<DType>(state.range(2));
+  RopeConfig config;
+  config.head_dim = d;
+  const RopeFrequencies f = ComputeValidRopeFrequencies(config, n - 1);
+  AngleData angles(f, n, n);
+  const int64_t esize = DTypeSize(dtype);
+  DeviceBuffer cos(n * d * esize), sin(n * d * esize);
+  cuda::RopeCacheLaunch l;
+  l.angles = angles.Angles(n, d / 2);
+  l.cos = cos.p;
+  l.sin = sin.p;
+  l.dtype = static_cast<int>(dtype);
+  l.layout = 1;  // NEOX
+  l.width = d;
+  RunKernel(state, 2 * n * d * esize, [&] { cuda::LaunchRopeCache(l, nullptr); });
+}
+BENCHMARK(BM_KernelRopeCache)
+    ->ArgNames({"n", "d", "dtype"})
+    ->ArgsProduct({{4096, 32768, 131072, 1048576}, {128}, {0, 2}})
+    ->UseManualTime();
+
+void BM_KernelAlibiBias(benchmark::State& state) {
+  if (!HaveDevice(state)) return;
+  const int64_t h = state.range(0), q = state.range(1), k = state.range(2);
+  const auto dtype = static_cast<DType>(state.range(3));
+  const int64_t esize = DTypeSize(dtype);
+  std::vector<double> slopes = *AlibiSlopes(h);
+  auto ds = Upload(slopes);
+  DeviceBuffer gen(h * (q + k - 1) * esize), out(h * q * k * esize);
+  cuda::AlibiGeneratorLaunch g;
+  g.slopes = ds->as<double>();
+  g.out = gen.p;
+  g.dtype = static_cast<int>(dtype);
+  g.heads = h;
+  g.q_len = q;
+  g.k_len = k;
+  g.query_offset = k - q;
+  cuda::ToeplitzLaunch t{gen.p, out.p, h, q, k, static_cast<int>(esize)};
+  RunKernel(state, h * q * k * esize, [&] {
+    cuda::LaunchAlibiGenerators(g, nullptr);
+    cuda::LaunchToeplitzExpand(t, nullptr);
+  });
+}
+BENCHMARK(BM_KernelAlibiBias)
+    ->ArgNames({"h", "q", "k", "dtype"})
+    ->Args({32, 2048, 2048, 0})
+    ->Args({32, 2048, 2048, 2})
+    ->Args({32, 8192, 8192, 0})
+    ->Args({32, 8192, 8192, 2})
+    ->UseManualTime();
+
+void BM_KernelRelativeBias(benchmark::State& state) {
+  if (!HaveDevice(state)) return;
+  const int64_t h = state.range(0), q = state.range(1), k = state.range(2);
+  const auto dtype = static_cast<DType>(state.range(3));
+  const int64_t esize = DTypeSize(dtype);
+  const int64_t gen_len = q + k - 1;
+  std::vector<int32_t> buckets(gen_len);
+  for (int64_t t = 0; t < gen_len; ++t) {
+    buckets[t] = static_cast<int32_t>(T5Bucket(t - (q - 1), true, 32, 128));
+  }
+  std::vector<double> table(32 * h);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = 0.01 * static_cast<double>(i);
+  auto db = Upload(buckets), dt = Upload(table);
+  DeviceBuffer gen(h * gen_len * esize), out(h * q * k * esize);
+  cuda::T5GeneratorLaunch g;
+  g.buckets = db->as<int32_t>();
+  g.table = dt->as<double>();
+  g.out = gen.p;
+  g.dtype = static_cast<int>(dtype);
+  g.heads = h;
+  g.gen_len = gen_len;
+  cuda::ToeplitzLaunch t{gen.p, out.p, h, q, k, static_cast<int>(esize)};
+  RunKernel(state, h * q * k * esize, [&] {
+    cuda::LaunchT5Generators(g, nullptr);
+    cuda::LaunchToeplitzExpand(t, nullptr);
+  });
+}
+BENCHMARK(BM_KernelRelativeBias)
+    ->ArgNames({"h", "q", "k", "dtype"})
+    ->Args({32, 2048, 2048, 0})
+    ->Args({32, 2048, 2048, 2})
+    ->Args({32, 8192, 8192, 0})
+    ->UseManualTime();
+
+// ---- end to end: the Backend method with host tensors ------------------------------------------
+
+const Backend* CudaBackendOrNull() {
+  static const Backend* b = []() -> const Backend* {
+    auto made = MakeCudaBackend({});
+    return made.ok() ? made->release() : nullptr;
+  }();
+  return b;
+}
+
+void BM_EndToEndApplyRope(benchmark::State& state) {
+  if (!HaveDevice(state) || CudaBackendOrNull() == nullptr) return;
+  const int64_t b = state.range(0), s = state.range(1), h = state.range(2), d = state.range(3);
+  const auto dtype = static_cast<DType>(state.range(4));
+  const int64_t bytes = b * s * h * d * DTypeSize(dtype);
+  std::vector<unsigned char> qh(bytes), kh(bytes);
+  TensorView q{dtype, {b, s, h, d}, qh.data()}, k{dtype, {b, s, h, d}, kh.data()};
+  RopeConfig config;
+  auto plan = PlanApplyRope(
+      {.config = config, .layout = TensorLayout::kBSHD, .q = q, .k = k, .positions = {}});
+  auto in = PrepareRopeRun(plan->positions, plan->config, nullptr);
+  for (auto _ : state) {
+    auto st = CudaBackendOrNull()->ApplyRope(*plan, *in->info.frequencies, in->positions, q, k);
+    if (!st.ok()) {
+      state.SkipWithError(st.ToString().c_str());
+      return;
+    }
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * 2 * bytes);
+}
+BENCHMARK(BM_EndToEndApplyRope)
+    ->ArgNames({"b", "s", "h", "d", "dtype"})
+    ->Args({1, 4096, 32, 128, 0})
+    ->Args({1, 4096, 32, 128, 2})
+    ->UseRealTime();
+
+void BM_EndToEndAlibiBias(benchmark::State& state) {
+  if (!HaveDevice(state) || CudaBackendOrNull() == nullptr) return;
+  AlibiBiasParams p{.num_heads = state.range(0), .q_len = state.range(1), .k_len = state.range(2)};
+  auto plan = PlanAlibiBias({.params = p, .output_dtype = DType::kFloat32});
+  std::vector<double> slopes = *AlibiSlopes(p.num_heads);
+  std::vector<unsigned char> out(plan->bias.shape[0] * plan->bias.shape[1] * plan->bias.shape[2] *
+                                 4);
+  TensorView view{DType::kFloat32, plan->bias.shape, out.data()};
+  for (auto _ : state) {
+    auto st = CudaBackendOrNull()->AlibiBias(*plan, slopes, view);
+    if (!st.ok()) {
+      state.SkipWithError(st.ToString().c_str());
+      return;
+    }
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(out.size()));
+}
+BENCHMARK(BM_EndToEndAlibiBias)->ArgNames({"h", "q", "k"})->Args({32, 2048, 2048})->UseRealTime();
+
+}  // namespace
+}  // namespace posenc::kernels
+
+int main(int argc, char** argv) {
+  for (const auto& d : posenc::kernels::ListCudaDevices()) {
+    std::printf("cuda device %d: %s, %.1f GiB, sm_%d%d, driver %s, runtime %s\n", d.index,
+                d.name.c_str(), static_cast<double>(d.total_memory_bytes) / (1 << 30),
+                d.compute_capability_major, d.compute_capability_minor, d.driver_version.c_str(),
+                d.runtime_version.c_str());
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

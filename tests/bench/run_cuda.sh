@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The CUDA backend on a GPU machine, in one go: device info, the device parity suite
+# (cuda_parity_test), the golden suite through every backend incl. cuda (kernels_test's
+# GoldenTest), the host-side math tests, the GPU benchmarks (cuda_bench: kernels on device data
+# beside cudaMemcpy, and end to end) and the PyTorch eager peer on the GPU when torch with CUDA
+# is importable. Exits non-zero when a test fails (benchmarks never fail the run).
+#
+#   tests/bench/run_cuda.sh [--quick]     (BUILD_DIR env: default build/cuda-release)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${BUILD_DIR:-$root/build/cuda-release}
+out=${POSENC_BENCH_OUT:-$build/bench}
+min_time=0.5
+[ "${1:-}" = "--quick" ] && min_time=0.1
+cd "$root"
+mkdir -p "$out"
+echo "== device"
+nvidia-smi --query-gpu=index,name,memory.total,driver_version,compute_cap --format=csv ||
+  echo "nvidia-smi not available"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPOSENC_ENABLE_CUDA=ON \
+  -DPOSENC_BUILD_BENCHMARKS=ON -DPOSENC_BUILD_PYTHON=OFF >/dev/null
+cmake --build "$build" --target kernels_test cuda_parity_test cuda_bench
+status=0
+echo "== cuda_parity_test (the cuda backend vs the reference; skips without a device)"
+"$build/tests/cuda_parity_test" || status=1
+echo "== golden cases through every backend (incl. cuda) and the kernels' math on the host"
+"$build/tests/kernels_test" --gtest_filter='AllCases/GoldenTest.*:CudaMath*:CudaEntryPoints*' ||
+  status=1
+echo "== cuda_bench (kernel GB/s on device data, beside cudaMemcpy; end to end with copies)"
+"$build/cuda_bench" --benchmark_min_time="$min_time" --benchmark_counters_tabular=true \
+  --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json || true
+echo "== PyTorch eager on the GPU, same shapes"
+python3 tests/bench/torch_cuda_peer.py | tee "$out/torch_cuda.jsonl" || true
+echo "results: $out (cuda_bench.json, torch_cuda.jsonl)"
+exit $status

@@ -1,0 +1,186 @@
+// The CUDA kernels' arithmetic, verified on the CPU in every build (with or without nvcc): the
+// host-device functions the .cu kernels use (kernels/common/half_codec.h, rope/rope_math.h,
+// bias/bias_math.h) run through tests/common/cuda_math_backend.h against the reference backend
+// on the whole parity suite (parity_suite.inc), on random phases up to 2^31-1 for every scaling
+// type and dtype, and (golden_test.cc) on the golden cases; the fp16/bf16 codec is checked equal
+// to kernels/common/types.h's, bit for bit. Also: what the CUDA entry points of backend.h say in
+// this build.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+
+#include "kernels/common/half_codec.h"
+#include "kernels/rope/rope_math.h"
+#include "tests/common/cuda_math_backend.h"
+
+#define POSENC_PARITY_SUITE CudaMathParityTest
+#include "tests/kernels/parity_suite.inc"
+
+namespace posenc::kernels {
+namespace {
+
+INSTANTIATE_TEST_SUITE_P(CudaMathOnHost, CudaMathParityTest,
+                         ::testing::Values(ParityBackend{
+                             "host",
+                             []() -> absl::StatusOr<std::unique_ptr<Backend>> {
+                               return ::posenc::testing::MakeCudaMathHostBackend();
+                             }}),
+                         ParityName);
+
+uint32_t Bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  return b;
+}
+
+TEST(CudaMathCodecTest, HalfAndBFloat16ToFloatMatchTypesOnEveryPattern) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const auto b = static_cast<uint16_t>(h);
+    const float want = HalfToFloat(b), got = hd::HalfBitsToFloat(b);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << h;
+    } else {
+      EXPECT_EQ(Bits(want), Bits(got)) << "half " << h;
+    }
+    EXPECT_EQ(Bits(BFloat16ToFloat(b)), Bits(hd::BFloat16BitsToFloat(b))) << "bf16 " << h;
+  }
+}
+
+void ExpectSameRounding(double v) {
+  ASSERT_EQ(DoubleToHalf(v), hd::DoubleToHalfBits(v)) << "half of " << v;
+  ASSERT_EQ(DoubleToBFloat16(v), hd::DoubleToBFloat16Bits(v)) << "bf16 of " << v;
+}
+
+TEST(CudaMathCodecTest, RoundingFromDoubleMatchesTypesAtEveryTieAndAtRandom) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double v : {0.0,
+                   -0.0,
+                   inf,
+                   -inf,
+                   std::nan(""),
+                   65504.0,
+                   65519.999,
+                   65520.0,
+                   1e-300,
+                   -1e-300,
+                   5.960464477539063e-08,
+                   2.9802322387695312e-08,
+                   0x1p-25,
+                   3e38,
+                   3.4e38,
+                   3.3961775292304e38,
+                   0x1p-133,
+                   0x1p-134,
+                   0x1.8p-134,
+                   1e-45}) {
+    ExpectSameRounding(v);
+  }
+  // Every tie between neighbouring fp16 / bf16 values, and its neighbours.
+  for (uint32_t h = 0; h < 0x7c00; ++h) {
+    const double lo = HalfToFloat(static_cast<uint16_t>(h));
+    const double hi = HalfToFloat(static_cast<uint16_t>(h + 1));
+    const double mid = (lo + hi) / 2;
+    for (double v : {mid, std::nextafter(mid, 0.0), std::nextafter(mid, inf)}) {
+      ExpectSameRounding(v);
+      ExpectSameRounding(-v);
+    }
+  }
+  for (uint32_t b = 0; b < 0x7f80; b += 7) {
+    const double lo = BFloat16ToFloat(static_cast<uint16_t>(b));
+    const double hi = BFloat16ToFloat(static_cast<uint16_t>(b + 1));
+    const double mid = (lo + hi) / 2;
+    for (double v : {mid, std::nextafter(mid, 0.0), std::nextafter(mid, inf)}) {
+      ExpectSameRounding(v);
+    }
+  }
+  std::mt19937_64 rng(12);
+  std::uniform_real_distribution<double> mant(0.5, 1.0);
+  std::uniform_int_distribution<int> exp(-150, 130);
+  for (int i = 0; i < 200000; ++i) {
+    const double v = std::ldexp(mant(rng), exp(rng)) * (i % 2 ? -1 : 1);
+    ExpectSameRounding(v);
+  }
+}
+
+// Random positions in [0, 2^31) for every scaling type and dtype: RopeCache through the
+// kernels' math against the reference (FLOAT32 within 1e-6 * max(1, m), FLOAT16/BFLOAT16 one
+// output ulp, FLOAT64 the parity tolerance).
+TEST(CudaMathPhaseTest, RandomPositionsUpTo2To31EveryScalingAndDtype) {
+  std::mt19937_64 rng(31);
+  std::uniform_int_distribution<int64_t> pos(0, kMaxPosition);
+  std::vector<int64_t> ids(512);
+  for (auto& p : ids) p = pos(rng);
+  ids[0] = kMaxPosition;
+  ids[1] = 0;
+  PositionSpec spec;
+  spec.kind = PositionSpec::Kind::kIds;
+  spec.ids = {DType::kInt64, {static_cast<int64_t>(ids.size())}, ids.data()};
+  const auto host = ::posenc::testing::MakeCudaMathHostBackend();
+  for (DType dtype : kFloatTypes) {
+    for (auto& [sname, config] : RopeConfigs(128, 128)) {
+      auto plan = PlanRopeCache({.config = config,
+                                 .layout = RopeCacheLayout::kCompact,
+                                 .positions = spec,
+                                 .output_dtype = dtype});
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      Buffer wc(plan->cos, kFill), ws(plan->sin, kFill), gc(plan->cos, kFill), gs(plan->sin, kFill);
+      auto want = RunRopeCache(Ref(), *plan, nullptr, wc.view, ws.view);
+      ASSERT_TRUE(want.ok()) << want.status();
+      ASSERT_TRUE(RunRopeCache(*host, *plan, nullptr, gc.view, gs.view).ok());
+      const RopeFrequencies* f = want->frequencies.get();
+      const double m =
+          std::max(1.0, config.inverse ? 1 / f->attention_factor : f->attention_factor);
+      ExpectParity(wc, gc, Kind::kTable, m, "random cos " + Name(dtype) + " " + sname);
+      ExpectParity(ws, gs, Kind::kTable, m, "random sin " + Name(dtype) + " " + sname);
+    }
+  }
+}
+
+// The reduction against long double for phases near its exact limit (omega up to 4).
+TEST(CudaMathPhaseTest, ExactPhaseSinCosWithinTwoUlp) {
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int64_t> pos(0, kMaxPosition);
+  std::uniform_real_distribution<double> omega(0.0, 3.9);
+  double worst = 0;
+  for (int i = 0; i < 100000; ++i) {
+    const auto p = static_cast<double>(pos(rng));
+    const long double w = omega(rng);
+    const double hi = static_cast<double>(w);
+    const double lo = static_cast<double>(w - hi);
+    double c, s;
+    hd::SinCosExactPhase<true>(p, hi, lo, &c, &s);
+    // long double's own phase carries a rounding of up to 2^-64 * phase (2^-31 here)...
+    const long double phase = static_cast<long double>(p) * w;
+    const double tol = 0x1p-51 + 0x1p-63 * static_cast<double>(phase);
+    const double ec = std::fabs(c - static_cast<double>(std::cos(phase)));
+    const double es = std::fabs(s - static_cast<double>(std::sin(phase)));
+    worst = std::max({worst, ec / tol, es / tol});
+    ASSERT_LE(ec, tol) << "p " << p << " w " << static_cast<double>(w);
+    ASSERT_LE(es, tol) << "p " << p << " w " << static_cast<double>(w);
+  }
+  EXPECT_LE(worst, 1.0);
+}
+
+TEST(CudaEntryPointsTest, AgreeWithTheBuild) {
+#if defined(POSENC_HAVE_CUDA)
+  EXPECT_TRUE(CudaBuiltIn());
+  auto b = MakeCudaBackend({});
+  if (ListCudaDevices().empty()) {
+    ASSERT_FALSE(b.ok());
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kUnavailable) << b.status();
+    EXPECT_NE(b.status().message().find("cuda"), std::string::npos) << b.status();
+  } else {
+    EXPECT_TRUE(b.ok()) << b.status();
+  }
+#else
+  EXPECT_FALSE(CudaBuiltIn());
+  EXPECT_TRUE(ListCudaDevices().empty());
+  EXPECT_EQ(MakeCudaBackend({}).status().code(), absl::StatusCode::kUnimplemented);
+#endif
+}
+
+}  // namespace
+}  // namespace posenc::kernels
