@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA backend on a GPU machine, in one go: device info, the device parity suite
 # (cuda_parity_test), the golden suite through every backend incl. cuda (kernels_test's
-# GoldenTest), the host-side math tests, the GPU benchmarks (cuda_bench: kernels on device data
+# GoldenTest) and end to end through posenc-server --backend=cuda (tests/python/test_golden.py), the host-side math tests, the GPU benchmarks (cuda_bench: kernels on device data
 # beside cudaMemcpy, and end to end) and the PyTorch eager peer on the GPU when torch with CUDA
 # is importable. Exits non-zero when a test fails (benchmarks never fail the run).
 #
@@ -18,7 +18,7 @@ echo "== device"
 nvidia-smi --query-gpu=index,name,memory.total,driver_version,compute_cap --format=csv ||
   echo "nvidia-smi not available"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPOSENC_ENABLE_CUDA=ON \
-  -DPOSENC_BUILD_BENCHMARKS=ON -DPOSENC_BUILD_PYTHON=OFF >/dev/null
+  -DPOSENC_BUILD_BENCHMARKS=ON >/dev/null
 cmake --build "$build" --target kernels_test cuda_parity_test cuda_bench
 status=0
 echo "== cuda_parity_test (the cuda backend vs the reference; skips without a device)"
@@ -26,6 +26,14 @@ echo "== cuda_parity_test (the cuda backend vs the reference; skips without a de
 echo "== golden cases through every backend (incl. cuda) and the kernels' math on the host"
 "$build/tests/kernels_test" --gtest_filter='AllCases/GoldenTest.*:CudaMath*:CudaEntryPoints*' ||
   status=1
+echo "== golden cases end to end: the Python client against posenc-server --backend=cuda"
+cmake --build "$build" --target posenc-server posenc_python
+if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import grpc, numpy' 2>/dev/null; then
+  (cd tests/python && PYTHONPATH="$build/python" POSENC_SERVER_PATH="$build/posenc-server" \
+    POSENC_GOLDEN_BACKENDS=cuda /usr/bin/python3 -m unittest test_golden) || status=1
+else
+  echo "skipped: Debian's python3 with python3-grpcio and python3-numpy is needed"
+fi
 echo "== cuda_bench (kernel GB/s on device data, beside cudaMemcpy; end to end with copies)"
 "$build/cuda_bench" --benchmark_min_time="$min_time" --benchmark_counters_tabular=true \
   --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json || true

@@ -2,7 +2,8 @@
 
 The same checks and per-dtype tolerances as tests/kernels/golden_test.cc (the C++ golden test),
 here end to end over gRPC, against two servers: the default cpu backend and the float64
-reference backend.
+reference backend. POSENC_GOLDEN_BACKENDS (comma-separated, e.g. "cuda") picks other backends:
+tests/bench/run_cuda.sh runs the cases through a cuda server with every call on the GPU.
 """
 
 import json
@@ -19,8 +20,11 @@ CLIENTS = {}
 
 
 def setUpModule():
-    for backend in ("cpu", "reference"):
-        SERVERS[backend] = ServerProcess(f"--backend={backend}", "--threads=2")
+    backends = os.environ.get("POSENC_GOLDEN_BACKENDS", "cpu,reference").split(",")
+    for backend in backends:
+        # cuda: no call is small enough for the cpu backend to take it.
+        extra = ["--cuda_small_call_bytes=0"] if backend == "cuda" else []
+        SERVERS[backend] = ServerProcess(f"--backend={backend}", "--threads=2", *extra)
         CLIENTS[backend] = posenc.Client(SERVERS[backend].address, timeout=120)
 
 
