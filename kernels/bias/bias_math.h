@@ -23,7 +23,7 @@ POSENC_HOST_DEVICE double AlibiToeplitzValue(double m, int64_t qoff, int64_t q_l
   const int64_t rel = t - (q_len - 1);
   const int64_t diff = qoff - rel;  // qpos - kpos
   if (diff < 0 && mode == 0) {
-    if (future == 0) return DoubleFromBits(0xfff0000000000000ull);  // -inf
+    if (future == 0) return BitCast<double>(uint64_t{0xfff0000000000000ull});  // -inf
     if (future == 1) return 0.0;
   }
   const double d = static_cast<double>(diff);

@@ -68,7 +68,7 @@ cudaError_t ExpandT(const ToeplitzLaunch& a, cudaStream_t st) {
 }
 
 template <typename S>
-__global__ void AlibiGeneratorKernel(AlibiGeneratorLaunch a) {
+__global__ void AlibiGeneratorKernel(AlibiLaunch a) {
   const int64_t gen_len = a.q_len + a.k_len - 1;
   S* out = static_cast<S*>(a.out);
   POSENC_GRID_STRIDE(idx, a.heads * gen_len) {
@@ -80,10 +80,11 @@ __global__ void AlibiGeneratorKernel(AlibiGeneratorLaunch a) {
 
 // One block per output row (b, h, i) (grid-stride over rows; COMPACT: one row per (b, h)).
 template <typename S>
-__global__ void AlibiBloomKernel(AlibiBloomLaunch a) {
+__global__ void AlibiBloomKernel(AlibiLaunch a) {
   S* out = static_cast<S*>(a.out);
   const int64_t q = a.compact ? 1 : a.q_len;
-  const S fill = FromDouble<S>(a.future == 0 ? hd::DoubleFromBits(0xfff0000000000000ull) : 0.0);
+  const S fill =
+      FromDouble<S>(a.future == 0 ? hd::BitCast<double>(uint64_t{0xfff0000000000000ull}) : 0.0);
   for (int64_t r = blockIdx.x; r < a.batch * a.heads * q; r += gridDim.x) {
     const int64_t i = r % q, bh = r / q;
     const int64_t h = bh % a.heads, b = bh / a.heads;
@@ -131,7 +132,7 @@ int LaunchToeplitzExpand(const ToeplitzLaunch& a, void* stream) {
   }
 }
 
-int LaunchAlibiGenerators(const AlibiGeneratorLaunch& a, void* stream) {
+int LaunchAlibiGenerators(const AlibiLaunch& a, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
   const int64_t n = a.heads * (a.q_len + a.k_len - 1);
   return DispatchFloat(a.dtype, [&](auto tag) {
@@ -140,7 +141,7 @@ int LaunchAlibiGenerators(const AlibiGeneratorLaunch& a, void* stream) {
   });
 }
 
-int LaunchAlibiBloom(const AlibiBloomLaunch& a, void* stream) {
+int LaunchAlibiBloom(const AlibiLaunch& a, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
   const int64_t rows = a.batch * a.heads * (a.compact ? 1 : a.q_len);
   return DispatchFloat(a.dtype, [&](auto tag) {

@@ -14,7 +14,7 @@
 
 namespace posenc::kernels::hd {
 
-// Rounds |v| (as the bits of a double) to units of 2^unit_exp, where unit_exp is
+// Rounds |v| (as the bits of a double, sign cleared) to units of 2^unit_exp, where unit_exp is
 // max(E - mant_bits, min_unit) for v in [2^E, 2^(E+1)); returns the small format's bits without
 // sign, given its exponent bias. Overflow returns inf_bits.
 POSENC_HOST_DEVICE uint32_t RoundToSmallFloat(uint64_t bits, int mant_bits, int min_unit, int bias,
@@ -47,22 +47,25 @@ POSENC_HOST_DEVICE uint32_t RoundToSmallFloat(uint64_t bits, int mant_bits, int 
   return out >= inf_bits ? inf_bits : out;
 }
 
-POSENC_HOST_DEVICE uint16_t DoubleToHalfBits(double v) {
-  const uint64_t bits = DoubleBits(v);
+// v correctly rounded to a 16-bit float format (sign, NaN and inf handled here; the magnitude by
+// RoundToSmallFloat).
+POSENC_HOST_DEVICE uint16_t DoubleToSmallFloatBits(double v, int mant_bits, int min_unit, int bias,
+                                                   uint16_t inf_bits, uint16_t nan_bits) {
+  const uint64_t bits = BitCast<uint64_t>(v);
   const uint16_t sign = (bits >> 63) ? 0x8000 : 0;
   const uint64_t mag = bits & ~(uint64_t{1} << 63);
-  if (mag > 0x7ff0000000000000ull) return sign | 0x7e00;   // NaN
-  if (mag == 0x7ff0000000000000ull) return sign | 0x7c00;  // inf
-  return static_cast<uint16_t>(sign | RoundToSmallFloat(mag, 10, -24, 15, 0x7c00));
+  if (mag > 0x7ff0000000000000ull) return sign | nan_bits;
+  if (mag == 0x7ff0000000000000ull) return sign | inf_bits;
+  return static_cast<uint16_t>(sign | RoundToSmallFloat(mag, mant_bits, min_unit, bias, inf_bits));
+}
+
+POSENC_HOST_DEVICE uint16_t DoubleToHalfBits(double v) {
+  return DoubleToSmallFloatBits(v, /*mant_bits=*/10, /*min_unit=*/-24, /*bias=*/15, 0x7c00, 0x7e00);
 }
 
 POSENC_HOST_DEVICE uint16_t DoubleToBFloat16Bits(double v) {
-  const uint64_t bits = DoubleBits(v);
-  const uint16_t sign = (bits >> 63) ? 0x8000 : 0;
-  const uint64_t mag = bits & ~(uint64_t{1} << 63);
-  if (mag > 0x7ff0000000000000ull) return sign | 0x7fc0;   // NaN
-  if (mag == 0x7ff0000000000000ull) return sign | 0x7f80;  // inf
-  return static_cast<uint16_t>(sign | RoundToSmallFloat(mag, 7, -133, 127, 0x7f80));
+  return DoubleToSmallFloatBits(v, /*mant_bits=*/7, /*min_unit=*/-133, /*bias=*/127, 0x7f80,
+                                0x7fc0);
 }
 
 POSENC_HOST_DEVICE float HalfBitsToFloat(uint16_t h) {
@@ -71,14 +74,14 @@ POSENC_HOST_DEVICE float HalfBitsToFloat(uint16_t h) {
   const uint32_t man = h & 0x3ffu;
   if (exp == 0) {
     const float mag = static_cast<float>(man) * 5.9604644775390625e-08f;  // 2^-24, exact
-    return FloatFromBits(FloatBits(mag) | sign);
+    return BitCast<float>(BitCast<uint32_t>(mag) | sign);
   }
-  if (exp == 31) return FloatFromBits(sign | (man ? 0x7fc00000u : 0x7f800000u));
-  return FloatFromBits(sign | ((exp - 15 + 127) << 23) | (man << 13));
+  if (exp == 31) return BitCast<float>(sign | (man ? 0x7fc00000u : 0x7f800000u));
+  return BitCast<float>(sign | ((exp - 15 + 127) << 23) | (man << 13));
 }
 
 POSENC_HOST_DEVICE float BFloat16BitsToFloat(uint16_t b) {
-  return FloatFromBits(static_cast<uint32_t>(b) << 16);
+  return BitCast<float>(static_cast<uint32_t>(b) << 16);
 }
 
 }  // namespace posenc::kernels::hd

@@ -1,6 +1,6 @@
 // POSENC_HOST_DEVICE: marks the per-element math that the CUDA kernels (*.cu, nvcc) and the CPU
 // tests of that math (tests/kernels/cuda_math_test.cc, every build) share. Under nvcc it is
-// `__host__ __device__ inline`; for g++/clang it is plain `inline`, so the same functions are
+// `__host__ __device__ inline`; for g++/clang it is `static inline`, so the same functions are
 // compiled and tested on the host in every build, with or without the CUDA toolkit.
 //
 // Headers built on it (kernels/common/half_codec.h, kernels/rope/rope_math.h,
@@ -12,52 +12,26 @@
 #include <cstdint>
 #include <cstring>
 
+// On the host the functions have internal linkage (static): cpu/sincos_simd.cc inlines them into
+// one object per ISA level (scalar, AVX2, AVX-512), and an external inline copy compiled with
+// AVX-512 could otherwise be the one the linker keeps for the scalar path too.
 #if defined(__CUDACC__)
 #define POSENC_HOST_DEVICE __host__ __device__ __forceinline__
 #else
-#define POSENC_HOST_DEVICE inline
+#define POSENC_HOST_DEVICE static inline
 #endif
 
 namespace posenc::kernels::hd {
 
-POSENC_HOST_DEVICE uint64_t DoubleBits(double v) {
-#if defined(__CUDA_ARCH__)
-  return static_cast<uint64_t>(__double_as_longlong(v));
-#else
-  uint64_t b;
-  std::memcpy(&b, &v, sizeof b);
-  return b;
-#endif
-}
-
-POSENC_HOST_DEVICE double DoubleFromBits(uint64_t b) {
-#if defined(__CUDA_ARCH__)
-  return __longlong_as_double(static_cast<long long>(b));
-#else
-  double d;
-  std::memcpy(&d, &b, sizeof d);
-  return d;
-#endif
-}
-
-POSENC_HOST_DEVICE float FloatFromBits(uint32_t b) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(b);
-#else
-  float f;
-  std::memcpy(&f, &b, sizeof f);
-  return f;
-#endif
-}
-
-POSENC_HOST_DEVICE uint32_t FloatBits(float v) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(v);
-#else
-  uint32_t b;
-  std::memcpy(&b, &v, sizeof b);
-  return b;
-#endif
+// The bits of `v` read as a `To` of the same size (std::bit_cast, which C++17 lacks). memcpy is
+// declared __host__ __device__ by the CUDA runtime; on both sides a fixed-size copy of a local
+// compiles to a register move.
+template <typename To, typename From>
+POSENC_HOST_DEVICE To BitCast(From v) {
+  static_assert(sizeof(To) == sizeof(From), "BitCast needs types of one size");
+  To out;
+  memcpy(&out, &v, sizeof out);
+  return out;
 }
 
 // fma(a, b, c) with one rounding on both sides (std::fma on the host, the FMA instruction on the

@@ -579,6 +579,20 @@ std::vector<double> TableAsDouble(const ConstTensorView& t) {
   return out;
 }
 
+// The bias output from its generator rows (heads rows of q_len + k_len - 1 values, element size
+// esize): in the compact form the generators are the output; in the full form each row expands into
+// its q_len x k_len Toeplitz matrix. Then the output goes back to the host.
+absl::Status ExpandBiasAndDownload(Request& r, bool compact, int gen, int out, int64_t heads,
+                                   int64_t q_len, int64_t k_len, int64_t esize) {
+  if (!compact) {
+    POSENC_RETURN_IF_ERROR(CheckCancelled());
+    cuda::ToeplitzLaunch t{r.Device(gen), r.Device(out), heads,
+                           q_len,         k_len,         static_cast<int>(esize)};
+    POSENC_RETURN_IF_ERROR(r.Check(cuda::LaunchToeplitzExpand(t, r.stream()), "Toeplitz kernel"));
+  }
+  return r.Download();
+}
+
 absl::Status CudaBackend::AlibiBias(const AlibiBiasPlan& plan, absl::Span<const double> slopes,
                                     const TensorView& bias) const {
   const AlibiBiasParams& p = plan.params;
@@ -587,49 +601,38 @@ absl::Status CudaBackend::AlibiBias(const AlibiBiasPlan& plan, absl::Span<const 
   const int slopes_i = r->Input(slope_vec);
   const int64_t esize = DTypeSize(bias.dtype);
   const int out = r->Output(bias.data, static_cast<size_t>(bias.NumElements() * esize));
-  if (p.mode == AlibiMode::kBloom) {
-    std::vector<double> kpos(static_cast<size_t>(plan.batch * p.k_len));
+  const bool bloom = p.mode == AlibiMode::kBloom;
+  const bool compact = p.form == BiasForm::kCompact;
+  std::vector<double> kpos;  // BLOOM: each batch row's key positions
+  int kpos_i = -1, gen = out;
+  if (bloom) {
+    kpos.resize(static_cast<size_t>(plan.batch * p.k_len));
     for (int64_t b = 0; b < plan.batch; ++b) plan.KeyPositions(b, kpos.data() + b * p.k_len);
-    const int kpos_i = r->Input(kpos);
-    POSENC_RETURN_IF_ERROR(r->Upload());
-    cuda::AlibiBloomLaunch l;
-    l.slopes = static_cast<const double*>(r->Device(slopes_i));
-    l.kpos = static_cast<const double*>(r->Device(kpos_i));
-    l.out = r->Device(out);
-    l.dtype = static_cast<int>(bias.dtype);
-    l.future = static_cast<int>(p.future);
-    l.compact = p.form == BiasForm::kCompact;
-    l.batch = plan.batch;
-    l.heads = p.num_heads;
-    l.q_len = p.q_len;
-    l.k_len = p.k_len;
-    l.query_offset = plan.query_offset;
+    kpos_i = r->Input(kpos);
+  } else if (!compact) {
+    gen = r->Scratch(static_cast<size_t>(p.num_heads * (p.q_len + p.k_len - 1) * esize));
+  }
+  POSENC_RETURN_IF_ERROR(r->Upload());
+  cuda::AlibiLaunch l;
+  l.slopes = static_cast<const double*>(r->Device(slopes_i));
+  l.kpos = bloom ? static_cast<const double*>(r->Device(kpos_i)) : nullptr;
+  l.out = r->Device(gen);
+  l.dtype = static_cast<int>(bias.dtype);
+  l.mode = static_cast<int>(p.mode);
+  l.future = static_cast<int>(p.future);
+  l.compact = compact;
+  l.batch = plan.batch;
+  l.heads = p.num_heads;
+  l.q_len = p.q_len;
+  l.k_len = p.k_len;
+  l.query_offset = plan.query_offset;
+  if (bloom) {
     POSENC_RETURN_IF_ERROR(r->Check(cuda::LaunchAlibiBloom(l, r->stream()), "AlibiBias kernel"));
     return r->Download();
   }
-  const int64_t gen_len = p.q_len + p.k_len - 1;
-  const bool compact = p.form == BiasForm::kCompact;
-  const int gen = compact ? out : r->Scratch(static_cast<size_t>(p.num_heads * gen_len * esize));
-  POSENC_RETURN_IF_ERROR(r->Upload());
-  cuda::AlibiGeneratorLaunch g;
-  g.slopes = static_cast<const double*>(r->Device(slopes_i));
-  g.out = r->Device(gen);
-  g.dtype = static_cast<int>(bias.dtype);
-  g.mode = static_cast<int>(p.mode);
-  g.future = static_cast<int>(p.future);
-  g.heads = p.num_heads;
-  g.q_len = p.q_len;
-  g.k_len = p.k_len;
-  g.query_offset = plan.query_offset;
   POSENC_RETURN_IF_ERROR(
-      r->Check(cuda::LaunchAlibiGenerators(g, r->stream()), "AlibiBias generator kernel"));
-  if (!compact) {
-    POSENC_RETURN_IF_ERROR(CheckCancelled());
-    cuda::ToeplitzLaunch t{r->Device(gen), r->Device(out), p.num_heads,
-                           p.q_len,        p.k_len,        static_cast<int>(esize)};
-    POSENC_RETURN_IF_ERROR(r->Check(cuda::LaunchToeplitzExpand(t, r->stream()), "Toeplitz kernel"));
-  }
-  return r->Download();
+      r->Check(cuda::LaunchAlibiGenerators(l, r->stream()), "AlibiBias generator kernel"));
+  return ExpandBiasAndDownload(*r, compact, gen, out, p.num_heads, p.q_len, p.k_len, esize);
 }
 
 absl::Status CudaBackend::RelativeBias(const RelativeBiasPlan& plan, const TensorView& bias) const {
@@ -646,9 +649,8 @@ absl::Status CudaBackend::RelativeBias(const RelativeBiasPlan& plan, const Tenso
   const int out = r->Output(bias.data, static_cast<size_t>(bias.NumElements() * esize));
   if (p.form == BiasForm::kBuckets) {
     POSENC_RETURN_IF_ERROR(r->Upload());
-    cuda::ToeplitzLaunch t{r->Device(buckets_i), r->Device(out), 1, p.q_len, p.k_len, 4};
-    POSENC_RETURN_IF_ERROR(r->Check(cuda::LaunchToeplitzExpand(t, r->stream()), "Toeplitz kernel"));
-    return r->Download();
+    return ExpandBiasAndDownload(*r, /*compact=*/false, buckets_i, out, /*heads=*/1, p.q_len,
+                                 p.k_len, /*esize=*/4);
   }
   const std::vector<double> table = TableAsDouble(p.table);
   const int table_i = r->Input(table);
@@ -664,13 +666,7 @@ absl::Status CudaBackend::RelativeBias(const RelativeBiasPlan& plan, const Tenso
   g.gen_len = gen_len;
   POSENC_RETURN_IF_ERROR(
       r->Check(cuda::LaunchT5Generators(g, r->stream()), "RelativeBias generator kernel"));
-  if (!compact) {
-    POSENC_RETURN_IF_ERROR(CheckCancelled());
-    cuda::ToeplitzLaunch t{r->Device(gen), r->Device(out), plan.heads,
-                           p.q_len,        p.k_len,        static_cast<int>(esize)};
-    POSENC_RETURN_IF_ERROR(r->Check(cuda::LaunchToeplitzExpand(t, r->stream()), "Toeplitz kernel"));
-  }
-  return r->Download();
+  return ExpandBiasAndDownload(*r, compact, gen, out, plan.heads, p.q_len, p.k_len, esize);
 }
 
 absl::Status CudaBackend::RelativeEmbedding(const RelativeEmbeddingPlan& plan,

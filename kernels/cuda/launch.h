@@ -96,28 +96,21 @@ struct ToeplitzLaunch {
 };
 int LaunchToeplitzExpand(const ToeplitzLaunch& a, void* stream);
 
-// ALiBi CAUSAL/SYMMETRIC generators out[h, t], t < q_len + k_len - 1, in dtype.
-struct AlibiGeneratorLaunch {
-  const double* slopes = nullptr;
-  void* out = nullptr;
-  int dtype = 0;
-  int mode = 0, future = 0;
-  int64_t heads = 0, q_len = 0, k_len = 0, query_offset = 0;
-};
-int LaunchAlibiGenerators(const AlibiGeneratorLaunch& a, void* stream);
-
-// BLOOM: kpos[b, j] key positions; compact: out[b, h, j] = m_h * kpos; full: out[b, h, i, j]
-// with the future rule.
-struct AlibiBloomLaunch {
+// ALiBi, both kernels. LaunchAlibiGenerators (CAUSAL/SYMMETRIC): generator rows out[h, t],
+// t < q_len + k_len - 1, in dtype (kpos, compact and batch unused). LaunchAlibiBloom: kpos[b, j]
+// key positions; compact: out[b, h, j] = m_h * kpos; full: out[b, h, i, j] with the future rule
+// (mode unused).
+struct AlibiLaunch {
   const double* slopes = nullptr;
   const double* kpos = nullptr;
   void* out = nullptr;
   int dtype = 0;
-  int future = 0;
+  int mode = 0, future = 0;
   bool compact = false;
   int64_t batch = 1, heads = 0, q_len = 0, k_len = 0, query_offset = 0;
 };
-int LaunchAlibiBloom(const AlibiBloomLaunch& a, void* stream);
+int LaunchAlibiGenerators(const AlibiLaunch& a, void* stream);
+int LaunchAlibiBloom(const AlibiLaunch& a, void* stream);
 
 // T5 generators out[h, t] = table[buckets[t] * heads + h] (table as double) in dtype.
 struct T5GeneratorLaunch {

@@ -194,6 +194,27 @@ BENCHMARK(BM_KernelRopeCache)
     ->ArgsProduct({{4096, 32768, 131072, 1048576}, {128}, {0, 2}})
     ->UseManualTime();
 
+// A bias generator kernel (one row of q + k - 1 values per head, written into gen) and the
+// Toeplitz expansion of those rows into the h x q x k output, timed together.
+template <typename Generate>
+void RunBiasKernels(benchmark::State& state, const DeviceBuffer& gen, const DeviceBuffer& out,
+                    int64_t h, int64_t q, int64_t k, int64_t esize, Generate generate) {
+  const cuda::ToeplitzLaunch t{gen.p, out.p, h, q, k, static_cast<int>(esize)};
+  RunKernel(state, h * q * k * esize, [&] {
+    generate();
+    cuda::LaunchToeplitzExpand(t, nullptr);
+  });
+}
+
+// The bias shapes: posenc_bench.cc's (32 heads, 2048 x 2048) and 4x longer, FLOAT32 and BFLOAT16.
+void BiasShapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"h", "q", "k", "dtype"});
+  for (int64_t n : {2048, 8192}) {
+    for (int64_t dtype : {0, 2}) b->Args({32, n, n, dtype});
+  }
+  b->UseManualTime();
+}
+
 void BM_KernelAlibiBias(benchmark::State& state) {
   if (!HaveDevice(state)) return;
   const int64_t h = state.range(0), q = state.range(1), k = state.range(2);
@@ -202,7 +223,7 @@ void BM_KernelAlibiBias(benchmark::State& state) {
   std::vector<double> slopes = *AlibiSlopes(h);
   auto ds = Upload(slopes);
   DeviceBuffer gen(h * (q + k - 1) * esize), out(h * q * k * esize);
-  cuda::AlibiGeneratorLaunch g;
+  cuda::AlibiLaunch g;
   g.slopes = ds->as<double>();
   g.out = gen.p;
   g.dtype = static_cast<int>(dtype);
@@ -210,19 +231,9 @@ void BM_KernelAlibiBias(benchmark::State& state) {
   g.q_len = q;
   g.k_len = k;
   g.query_offset = k - q;
-  cuda::ToeplitzLaunch t{gen.p, out.p, h, q, k, static_cast<int>(esize)};
-  RunKernel(state, h * q * k * esize, [&] {
-    cuda::LaunchAlibiGenerators(g, nullptr);
-    cuda::LaunchToeplitzExpand(t, nullptr);
-  });
+  RunBiasKernels(state, gen, out, h, q, k, esize, [&] { cuda::LaunchAlibiGenerators(g, nullptr); });
 }
-BENCHMARK(BM_KernelAlibiBias)
-    ->ArgNames({"h", "q", "k", "dtype"})
-    ->Args({32, 2048, 2048, 0})
-    ->Args({32, 2048, 2048, 2})
-    ->Args({32, 8192, 8192, 0})
-    ->Args({32, 8192, 8192, 2})
-    ->UseManualTime();
+BENCHMARK(BM_KernelAlibiBias)->Apply(BiasShapes);
 
 void BM_KernelRelativeBias(benchmark::State& state) {
   if (!HaveDevice(state)) return;
@@ -245,18 +256,9 @@ void BM_KernelRelativeBias(benchmark::State& state) {
   g.dtype = static_cast<int>(dtype);
   g.heads = h;
   g.gen_len = gen_len;
-  cuda::ToeplitzLaunch t{gen.p, out.p, h, q, k, static_cast<int>(esize)};
-  RunKernel(state, h * q * k * esize, [&] {
-    cuda::LaunchT5Generators(g, nullptr);
-    cuda::LaunchToeplitzExpand(t, nullptr);
-  });
+  RunBiasKernels(state, gen, out, h, q, k, esize, [&] { cuda::LaunchT5Generators(g, nullptr); });
 }
-BENCHMARK(BM_KernelRelativeBias)
-    ->ArgNames({"h", "q", "k", "dtype"})
-    ->Args({32, 2048, 2048, 0})
-    ->Args({32, 2048, 2048, 2})
-    ->Args({32, 8192, 8192, 0})
-    ->UseManualTime();
+BENCHMARK(BM_KernelRelativeBias)->Apply(BiasShapes);
 
 // ---- end to end: the Backend method with host tensors ------------------------------------------
 

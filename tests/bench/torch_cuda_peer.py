@@ -19,6 +19,8 @@ if not torch.cuda.is_available():
     print("torch_cuda_peer: torch has no CUDA device; skipped", file=sys.stderr)
     sys.exit(0)
 
+from torch_peer import apply_rope_step, rope_tables  # noqa: E402 (after the torch check)
+
 DTYPES = {0: torch.float32, 1: torch.float16, 2: torch.bfloat16}
 
 
@@ -34,23 +36,6 @@ def time_ms(fn, iters=20):
     return start.elapsed_time(stop) / iters
 
 
-def rotate_half(x):
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def rotate_every_two(x):
-    x1, x2 = x[..., ::2], x[..., 1::2]
-    return torch.stack((-x2, x1), dim=-1).flatten(-2)
-
-
-def rope_tables(n, d, dtype, base=10000.0):
-    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, device="cuda").float() / d))
-    t = torch.arange(n, device="cuda", dtype=torch.float32)
-    emb = torch.cat((torch.outer(t, inv_freq),) * 2, dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
-
-
 def report(name, shape, dtype, ms, nbytes):
     print(json.dumps({"name": name, "shape": shape, "dtype": str(dtype).replace("torch.", ""),
                       "ms": ms, "GBps": nbytes / (ms / 1e3) / 1e9}), flush=True)
@@ -58,25 +43,14 @@ def report(name, shape, dtype, ms, nbytes):
 
 def apply_rope(b, s, h, d, gptj, dt):
     dtype = DTYPES[dt]
-    q = torch.randn(b, s, h, d, device="cuda").to(dtype)
-    k = torch.randn(b, s, h, d, device="cuda").to(dtype)
-    cos, sin = rope_tables(s, d, dtype)
-    if gptj:
-        cos = cos[:, : d // 2].repeat_interleave(2, dim=-1)
-        sin = sin[:, : d // 2].repeat_interleave(2, dim=-1)
-    cos, sin = cos[None, :, None, :], sin[None, :, None, :]
-    rot = rotate_every_two if gptj else rotate_half
-
-    def run():
-        return q * cos + rot(q) * sin, k * cos + rot(k) * sin
-
+    run = apply_rope_step(b, s, h, d, gptj, dtype, device="cuda")
     report("ApplyRope" + (" gptj" if gptj else " neox"), [b, s, h, d], dtype, time_ms(run),
-           2 * 2 * q.numel() * q.element_size())
+           2 * 2 * b * s * h * d * torch.tensor([], dtype=dtype).element_size())
 
 
 def rope_cache(n, d, dt):
     dtype = DTYPES[dt]
-    ms = time_ms(lambda: rope_tables(n, d, dtype))
+    ms = time_ms(lambda: rope_tables(n, d, dtype=dtype, device="cuda"))
     report("RopeCache", [n, d], dtype, ms, 2 * n * d * torch.tensor([], dtype=dtype).element_size())
 
 

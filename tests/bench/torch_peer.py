@@ -34,18 +34,20 @@ def rotate_every_two(x):  # GPT-J
     return torch.stack((-x2, x1), dim=-1).flatten(-2)
 
 
-def rope_tables(n, d, base=10000.0, dtype=torch.float32):
-    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
-    t = torch.arange(n, dtype=torch.float32)
+def rope_tables(n, d, base=10000.0, dtype=torch.float32, device="cpu"):
+    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.int64, device=device).float() / d))
+    t = torch.arange(n, dtype=torch.float32, device=device)
     freqs = torch.outer(t, inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
-def bench_apply(b, s, h, d, gptj, dtype, threads):
-    q = torch.randn(b, s, h, d).to(dtype)
-    k = torch.randn(b, s, h, d).to(dtype)
-    cos, sin = rope_tables(s, d, dtype=dtype)
+def apply_rope_step(b, s, h, d, gptj, dtype, device="cpu"):
+    """Random q and k of shape [b, s, h, d] and a function rotating both as transformers does
+    (q * cos + rotate(q) * sin); torch_cuda_peer.py times the same step on the GPU."""
+    q = torch.randn(b, s, h, d, device=device).to(dtype)
+    k = torch.randn(b, s, h, d, device=device).to(dtype)
+    cos, sin = rope_tables(s, d, dtype=dtype, device=device)
     if gptj:
         cos = cos[:, : d // 2].repeat_interleave(2, dim=-1)
         sin = sin[:, : d // 2].repeat_interleave(2, dim=-1)
@@ -57,7 +59,11 @@ def bench_apply(b, s, h, d, gptj, dtype, threads):
         ke = k * cos + rot(k) * sin
         return qe, ke
 
-    sec = timeit(run)
+    return run
+
+
+def bench_apply(b, s, h, d, gptj, dtype, threads):
+    sec = timeit(apply_rope_step(b, s, h, d, gptj, dtype))
     elem = 2 * b * s * h * d
     size = torch.finfo(dtype).bits // 8
     return {"name": f"ApplyRope/b:{b}/s:{s}/h:{h}/d:{d}/rot:{d}/gptj:{int(gptj)}/dtype:{dtype}",

@@ -60,6 +60,25 @@ void ExpandToeplitz(const void* gen, int64_t heads, int64_t q_len, int64_t k_len
   }
 }
 
+// A bias from its generator rows, value(h, t) for t < q_len + k_len - 1: written straight into the
+// output in the compact form, expanded into each head's Toeplitz matrix in the full form (the two
+// steps of kernels/cuda/backend.cc).
+template <typename Value>
+void WriteBiasFromGenerators(const TensorView& bias, bool compact, int64_t heads, int64_t q_len,
+                             int64_t k_len, Value value) {
+  const int64_t gen_len = q_len + k_len - 1;
+  std::vector<unsigned char> scratch;
+  void* gen = bias.data;
+  if (!compact) {
+    scratch.resize(heads * gen_len * DTypeSize(bias.dtype));
+    gen = scratch.data();
+  }
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t t = 0; t < gen_len; ++t) StoreHd(gen, bias.dtype, h * gen_len + t, value(h, t));
+  }
+  if (!compact) ExpandToeplitz(gen, heads, q_len, k_len, DTypeSize(bias.dtype), bias.data);
+}
+
 struct Angles {
   cpu::SplitFrequencies w;
   std::vector<int32_t> pos;  // -1 padding
@@ -264,24 +283,11 @@ class CudaMathHostBackend final : public Backend {
       }
       return absl::OkStatus();
     }
-    const int64_t gen_len = p.q_len + p.k_len - 1;
-    const bool compact = p.form == BiasForm::kCompact;
-    std::vector<unsigned char> scratch;
-    void* gen = bias.data;
-    if (!compact) {
-      scratch.resize(p.num_heads * gen_len * DTypeSize(bias.dtype));
-      gen = scratch.data();
-    }
-    for (int64_t h = 0; h < p.num_heads; ++h) {
-      for (int64_t t = 0; t < gen_len; ++t) {
-        StoreHd(gen, bias.dtype, h * gen_len + t,
-                hd::AlibiToeplitzValue(slopes[h], plan.query_offset, p.q_len, t,
-                                       static_cast<int>(p.mode), future));
-      }
-    }
-    if (!compact) {
-      ExpandToeplitz(gen, p.num_heads, p.q_len, p.k_len, DTypeSize(bias.dtype), bias.data);
-    }
+    WriteBiasFromGenerators(bias, p.form == BiasForm::kCompact, p.num_heads, p.q_len, p.k_len,
+                            [&](int64_t h, int64_t t) {
+                              return hd::AlibiToeplitzValue(slopes[h], plan.query_offset, p.q_len,
+                                                            t, static_cast<int>(p.mode), future);
+                            });
     return absl::OkStatus();
   }
   absl::Status RelativeBias(const RelativeBiasPlan& plan, const TensorView& bias) const override {
@@ -295,21 +301,11 @@ class CudaMathHostBackend final : public Backend {
       ExpandToeplitz(buckets.data(), 1, p.q_len, p.k_len, 4, bias.data);
       return absl::OkStatus();
     }
-    const bool compact = p.form == BiasForm::kCompact;
-    std::vector<unsigned char> scratch;
-    void* gen = bias.data;
-    if (!compact) {
-      scratch.resize(plan.heads * gen_len * DTypeSize(bias.dtype));
-      gen = scratch.data();
-    }
-    for (int64_t h = 0; h < plan.heads; ++h) {
-      for (int64_t t = 0; t < gen_len; ++t) {
-        StoreHd(gen, bias.dtype, h * gen_len + t,
-                LoadAsDouble(p.table.data, p.table.dtype, buckets[t] * plan.heads + h));
-      }
-    }
-    if (!compact)
-      ExpandToeplitz(gen, plan.heads, p.q_len, p.k_len, DTypeSize(bias.dtype), bias.data);
+    WriteBiasFromGenerators(bias, p.form == BiasForm::kCompact, plan.heads, p.q_len, p.k_len,
+                            [&](int64_t h, int64_t t) {
+                              return LoadAsDouble(p.table.data, p.table.dtype,
+                                                  buckets[t] * plan.heads + h);
+                            });
     return absl::OkStatus();
   }
   absl::Status RelativeEmbedding(const RelativeEmbeddingPlan& plan,

@@ -4,7 +4,9 @@
 #include "server/hf_config.h"
 
 #include <cmath>
+#include <fstream>
 #include <numbers>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -56,43 +58,16 @@ constexpr char kMistral7b[] = R"({
 
 // The published config.json of microsoft/Phi-3-vision-128k-instruct's language model (the
 // Phi-3-mini-128k architecture: hidden 3072, 32 heads, head dim 96), LongRoPE under its older
-// spelling "su", 48 factors each (d/2).
-constexpr char kPhi3Vision128k[] = R"({
-  "hidden_size": 3072, "intermediate_size": 8192, "num_attention_heads": 32,
-  "num_hidden_layers": 32, "num_key_value_heads": 32, "max_position_embeddings": 131072,
-  "original_max_position_embeddings": 4096, "rope_theta": 10000.0, "sliding_window": 131072,
-  "rope_scaling": {"type": "su",
-  "long_factor": [
-    1.0299999713897705, 1.0499999523162842, 1.0499999523162842, 1.0799999237060547,
-    1.2299998998641968, 1.2299998998641968, 1.2999999523162842, 1.4499999284744263,
-    1.5999999046325684, 1.6499998569488525, 1.8999998569488525, 2.859999895095825,
-    3.68999981880188, 5.419999599456787, 5.489999771118164, 5.489999771118164, 9.09000015258789,
-    11.579999923706055, 15.65999984741211, 15.769999504089355, 15.789999961853027,
-    18.360000610351562, 21.989999771118164, 23.079999923706055, 30.009998321533203,
-    32.35000228881836, 32.590003967285156, 35.56000518798828, 39.95000457763672,
-    53.840003967285156, 56.20000457763672, 57.95000457763672, 59.29000473022461,
-    59.77000427246094, 59.920005798339844, 61.190006256103516, 61.96000671386719,
-    62.50000762939453, 63.3700065612793, 63.48000717163086, 63.48000717163086, 63.66000747680664,
-    63.850006103515625, 64.08000946044922, 64.760009765625, 64.80001068115234, 64.81001281738281,
-    64.81001281738281],
-  "short_factor": [
-    1.05, 1.05, 1.05, 1.1, 1.1, 1.1, 1.2500000000000002, 1.2500000000000002, 1.4000000000000004,
-    1.4500000000000004, 1.5500000000000005, 1.8500000000000008, 1.9000000000000008,
-    2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001,
-    2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001,
-    2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001,
-    2.000000000000001, 2.000000000000001, 2.000000000000001, 2.000000000000001,
-    2.000000000000001, 2.000000000000001, 2.000000000000001, 2.1000000000000005,
-    2.1000000000000005, 2.2, 2.3499999999999996, 2.3499999999999996, 2.3499999999999996,
-    2.3499999999999996, 2.3999999999999995, 2.3999999999999995, 2.6499999999999986,
-    2.6999999999999984, 2.8999999999999977, 2.9499999999999975, 3.049999999999997,
-    3.049999999999997, 3.049999999999997]}})";
-
+// spelling "su", 48 factors each (d/2), from tests/hf_configs/config_only; and its factors.
 std::string Phi3Vision128k(std::vector<double>* short_factor, std::vector<double>* long_factor) {
-  const nlohmann::json j = nlohmann::json::parse(kPhi3Vision128k);
+  std::ifstream in(std::string(POSENC_HF_CONFIGS_DIR) +
+                   "/config_only/phi-3-vision-128k-instruct.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(text.str());
   *short_factor = j["rope_scaling"]["short_factor"].get<std::vector<double>>();
   *long_factor = j["rope_scaling"]["long_factor"].get<std::vector<double>>();
-  return kPhi3Vision128k;
+  return text.str();
 }
 
 // RopeCache through the handler for one position, returning the derived values.
