@@ -9,7 +9,8 @@
 //    cos and sin; biases write the output matrix. A cudaMemcpy of N bytes moves 2N (read +
 //    write), so the reference copy is of half the kernel's bytes.
 //  * End to end (BM_EndToEnd*): the cuda Backend method with host tensors (upload through the
-//    pinned staging buffers, kernel, download), wall time.
+//    pinned staging buffers, kernel, download), wall time. BM_SmallCallApplyRope times small
+//    calls on the cpu and the cuda backend side by side, for --cuda_small_call_bytes.
 //
 // Without a device every benchmark is skipped with the reason.
 #include <benchmark/benchmark.h>
@@ -270,10 +271,9 @@ const Backend* CudaBackendOrNull() {
   return b;
 }
 
-void BM_EndToEndApplyRope(benchmark::State& state) {
-  if (!HaveDevice(state) || CudaBackendOrNull() == nullptr) return;
-  const int64_t b = state.range(0), s = state.range(1), h = state.range(2), d = state.range(3);
-  const auto dtype = static_cast<DType>(state.range(4));
+// ApplyRope on host tensors q and k of [b, s, h, d] through `backend`, wall time per call.
+void RunApplyRopeEndToEnd(benchmark::State& state, const Backend& backend, int64_t b, int64_t s,
+                          int64_t h, int64_t d, DType dtype) {
   const int64_t bytes = b * s * h * d * DTypeSize(dtype);
   std::vector<unsigned char> qh(bytes), kh(bytes);
   TensorView q{dtype, {b, s, h, d}, qh.data()}, k{dtype, {b, s, h, d}, kh.data()};
@@ -282,18 +282,42 @@ void BM_EndToEndApplyRope(benchmark::State& state) {
       {.config = config, .layout = TensorLayout::kBSHD, .q = q, .k = k, .positions = {}});
   auto in = PrepareRopeRun(plan->positions, plan->config, nullptr);
   for (auto _ : state) {
-    auto st = CudaBackendOrNull()->ApplyRope(*plan, *in->info.frequencies, in->positions, q, k);
+    auto st = backend.ApplyRope(*plan, *in->info.frequencies, in->positions, q, k);
     if (!st.ok()) {
       state.SkipWithError(st.ToString().c_str());
       return;
     }
   }
   state.SetBytesProcessed(state.iterations() * 2 * 2 * bytes);
+  // The bytes the server compares with --cuda_small_call_bytes: the outputs q and k (and inv_freq).
+  state.counters["call_bytes"] = static_cast<double>(2 * bytes + d / 2 * 8);
+}
+
+void BM_EndToEndApplyRope(benchmark::State& state) {
+  if (!HaveDevice(state) || CudaBackendOrNull() == nullptr) return;
+  RunApplyRopeEndToEnd(state, *CudaBackendOrNull(), state.range(0), state.range(1), state.range(2),
+                       state.range(3), static_cast<DType>(state.range(4)));
 }
 BENCHMARK(BM_EndToEndApplyRope)
     ->ArgNames({"b", "s", "h", "d", "dtype"})
     ->Args({1, 4096, 32, 128, 0})
     ->Args({1, 4096, 32, 128, 2})
+    ->UseRealTime();
+
+// The small-call threshold of the server (--cuda_small_call_bytes): the same ApplyRope call
+// (q and k of [1, s, 32, 128] FLOAT32, s = 1 .. 1024: 32 KiB .. 32 MiB of outputs) end to end on
+// the cpu backend (every core, as the server's small-call backend) and on the cuda backend.
+// tests/bench/run_cuda.sh prints the smallest call_bytes at which cuda is faster.
+void BM_SmallCallApplyRope(benchmark::State& state) {
+  const bool cuda = state.range(0) == 1;
+  if (cuda && (!HaveDevice(state) || CudaBackendOrNull() == nullptr)) return;
+  static const Backend* cpu = MakeCpuBackend({})->release();
+  RunApplyRopeEndToEnd(state, cuda ? *CudaBackendOrNull() : *cpu, 1, state.range(1), 32, 128,
+                       DType::kFloat32);
+}
+BENCHMARK(BM_SmallCallApplyRope)
+    ->ArgNames({"cuda", "s"})
+    ->ArgsProduct({{0, 1}, {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024}})
     ->UseRealTime();
 
 void BM_EndToEndAlibiBias(benchmark::State& state) {
