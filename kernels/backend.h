@@ -32,6 +32,9 @@ class Backend {
 
   virtual absl::string_view name() const = 0;  // "reference", "cpu", "cuda"
   virtual std::string detail() const = 0;      // ISA, device
+  // OK while the backend can compute; otherwise why it cannot any more (the cuda backend after a
+  // sticky CUDA error, which leaves the process's CUDA context unusable until a restart).
+  virtual absl::Status Usable() const { return absl::OkStatus(); }
 
   virtual absl::Status Sinusoidal(const SinusoidalPlan& plan, const ResolvedPositions& positions,
                                   const TensorView& table) const = 0;

@@ -317,9 +317,15 @@ absl::StatusOr<const kernels::Backend*> AdmitOutputs(const HandlerContext& ctx,
                                                      std::initializer_list<PlannedOutput> outputs) {
   POSENC_ASSIGN_OR_RETURN(const int64_t bytes, CheckOutputBytes(ctx.limits, outputs));
   POSENC_RETURN_IF_ERROR(AdmitCurrentCall(bytes));
-  const kernels::Backend* backend = ctx.small_backend != nullptr && bytes < ctx.small_call_bytes
-                                        ? ctx.small_backend
-                                        : ctx.backend;
+  const kernels::Backend* backend = ctx.backend;
+  if (ctx.small_backend != nullptr) {
+    if (bytes < ctx.small_call_bytes) {
+      backend = ctx.small_backend;
+    } else if (absl::Status usable = ctx.backend->Usable(); !usable.ok()) {
+      if (ctx.on_backend_unusable) ctx.on_backend_unusable(usable);
+      backend = ctx.small_backend;
+    }
+  }
   NoteCurrentCallBackend(backend->name());
   if (ctx.metrics != nullptr) ctx.metrics->OnBackendCall(backend->name());
   return backend;

@@ -17,6 +17,7 @@
 #include <grpcpp/support/status.h>
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <vector>
 
@@ -60,6 +61,10 @@ struct HandlerContext {
   // The CUDA devices seen at start-up (GetServerInfo) and the one `backend` runs on (-1: none).
   std::vector<kernels::CudaDeviceInfo> devices;
   int cuda_device = -1;
+  // Called, from the thread of any call and possibly many times, when `backend` reports that it
+  // cannot compute any more (Backend::Usable: a sticky CUDA error) and the call goes to
+  // small_backend instead. The server logs it once and reports NOT_SERVING. May be empty.
+  std::function<void(const absl::Status&)> on_backend_unusable;
 };
 
 // A planned output tensor, for CheckOutputLimits: usually one of a kernel plan's outputs.
@@ -83,8 +88,9 @@ struct PlannedOutput {
 absl::Status CheckOutputLimits(const Limits& limits, std::initializer_list<PlannedOutput> outputs);
 
 // CheckOutputLimits with ctx.limits, then the backend that runs the call: ctx.small_backend when
-// the outputs total under ctx.small_call_bytes, else ctx.backend. The choice is noted on the
-// call's admission (the access log's backend) and counted (posenc_backend_calls_total).
+// the outputs total under ctx.small_call_bytes, or when ctx.backend is no longer usable (then
+// ctx.on_backend_unusable is told); else ctx.backend. The choice is noted on the call's admission
+// (the access log's backend) and counted (posenc_backend_calls_total).
 absl::StatusOr<const kernels::Backend*> AdmitOutputs(const HandlerContext& ctx,
                                                      std::initializer_list<PlannedOutput> outputs);
 

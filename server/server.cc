@@ -5,6 +5,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <mutex>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "server/table_loader.h"
 #include "server/tables.h"
 #include "server/tls.h"
+#include "spdlog/spdlog.h"
 
 namespace posenc::server {
 namespace {
@@ -95,7 +97,8 @@ class PosencServerImpl final : public PosencServer {
                    admission_.options().max_inflight_bytes, admission_.options().max_heavy_calls},
             &tables_, false, &rope_cache_, &metrics_, small_backend_.get(),
             small_backend_ != nullptr ? options.cuda_small_call_bytes : 0,
-            kernels::ListCudaDevices(), backend_->name() == "cuda" ? options.cuda_device : -1}) {}
+            kernels::ListCudaDevices(), backend_->name() == "cuda" ? options.cuda_device : -1,
+            [this](const absl::Status& why) { OnBackendUnusable(why); }}) {}
 
   ~PosencServerImpl() override {
     Shutdown(std::chrono::system_clock::now());
@@ -194,9 +197,23 @@ class PosencServerImpl final : public PosencServer {
   }
 
  private:
+  // The device backend broke (a sticky CUDA error; calls now run on the cpu backend): logged
+  // once, and health goes NOT_SERVING so that readiness probes take the server out of rotation
+  // and liveness probes restart it (the CUDA context only recovers in a new process).
+  void OnBackendUnusable(const absl::Status& why) {
+    if (backend_unusable_.exchange(true)) return;
+    spdlog::error("backend {} unusable, calls run on {} from now on; health NOT_SERVING: {}",
+                  std::string(backend_->name()), std::string(small_backend_->name()),
+                  std::string(why.message()));
+    if (auto* health = server_->GetHealthCheckService(); health != nullptr) {
+      health->SetServingStatus(false);
+    }
+  }
+
   const ServerOptions options_;
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<kernels::Backend> small_backend_;  // null unless backend_ is cuda
+  std::atomic<bool> backend_unusable_{false};
   TableRegistry tables_;  // filled from options_.tables_dir by Init, read-only afterwards
   Metrics metrics_;       // outlives service_ and server_ (declared before them)
   kernels::RopeFrequencyCache rope_cache_;  // shared by every call

@@ -16,9 +16,10 @@
 // context, the pool and the streams stay usable. Sticky errors (an illegal address, a kernel
 // fault, ECC: the CUDA context is corrupt and every later CUDA call in the process fails) mark
 // the backend broken: later requests fail fast with INTERNAL naming the first error, and
-// detail() says so. No recovery is attempted in-process (cudaDeviceReset would pull memory from
-// under requests still in flight on other threads); the process must be restarted, which the
-// server's health reporting can use.
+// detail() and Usable() say so. No recovery is attempted in-process (cudaDeviceReset would pull
+// memory from under requests still in flight on other threads); the process must be restarted.
+// The server runs later calls on its cpu backend and reports NOT_SERVING (server/handlers.h,
+// AdmitOutputs), so an orchestrator restarts it.
 //
 // Cancellation: the calling thread's Cancellation (kernels/common/cancellation.h) is checked
 // before the upload, before the launches and before the download; the kernels themselves take
@@ -219,6 +220,15 @@ class CudaBackend final : public Backend {
     return d;
   }
 
+  absl::Status Usable() const override {
+    if (const char* broken = broken_.load()) {
+      return absl::InternalError(absl::StrCat("cuda: device ", options_.device,
+                                              " unusable after a sticky error: ", broken,
+                                              " (restart the process)"));
+    }
+    return absl::OkStatus();
+  }
+
   // Called by Request on every CUDA error.
   absl::Status Fail(cudaError_t e, absl::string_view what) const {
     cudaGetLastError();  // clears a non-sticky error of this thread
@@ -230,11 +240,7 @@ class CudaBackend final : public Backend {
   }
 
   absl::StatusOr<std::unique_ptr<Request>> Begin() const {
-    if (const char* broken = broken_.load()) {
-      return absl::InternalError(absl::StrCat("cuda: device ", options_.device,
-                                              " unusable after a sticky error: ", broken,
-                                              " (restart the process)"));
-    }
+    POSENC_RETURN_IF_ERROR(Usable());
     POSENC_RETURN_IF_ERROR(CheckCancelled());
     if (cudaError_t e = cudaSetDevice(options_.device); e != cudaSuccess) {
       return Fail(e, "cudaSetDevice");

@@ -484,6 +484,84 @@ TEST(AdmitOutputsTest, SmallCallsRunOnTheSmallCallBackend) {
             absl::StatusCode::kResourceExhausted);
 }
 
+// A device backend after a sticky error: Usable() says why, and every op would fail.
+class BrokenBackend final : public kernels::Backend {
+ public:
+  absl::string_view name() const override { return "cuda"; }
+  std::string detail() const override { return "device 0: BROKEN"; }
+  absl::Status Usable() const override { return Broken(); }
+  absl::Status Sinusoidal(const kernels::SinusoidalPlan&, const kernels::ResolvedPositions&,
+                          const kernels::TensorView&) const override {
+    return Broken();
+  }
+  absl::Status AddPositionEncoding(const kernels::AddPositionEncodingPlan&,
+                                   const kernels::ResolvedPositions&,
+                                   const kernels::TensorView&) const override {
+    return Broken();
+  }
+  absl::Status RopeCache(const kernels::RopeCachePlan&, const kernels::RopeFrequencies&,
+                         const kernels::ResolvedPositions&, const kernels::TensorView&,
+                         const kernels::TensorView&) const override {
+    return Broken();
+  }
+  absl::Status ApplyRope(const kernels::ApplyRopePlan&, const kernels::RopeFrequencies&,
+                         const kernels::ResolvedPositions&, const kernels::TensorView&,
+                         const kernels::TensorView&) const override {
+    return Broken();
+  }
+  absl::Status AlibiBias(const kernels::AlibiBiasPlan&, absl::Span<const double>,
+                         const kernels::TensorView&) const override {
+    return Broken();
+  }
+  absl::Status RelativeBias(const kernels::RelativeBiasPlan&,
+                            const kernels::TensorView&) const override {
+    return Broken();
+  }
+  absl::Status RelativeEmbedding(const kernels::RelativeEmbeddingPlan&,
+                                 const kernels::TensorView&) const override {
+    return Broken();
+  }
+
+ private:
+  static absl::Status Broken() {
+    return absl::InternalError(
+        "cuda: device 0 unusable after a sticky error: cudaErrorIllegalAddress");
+  }
+};
+
+TEST(AdmitOutputsTest, CallsLeaveABackendThatCannotComputeAnyMore) {
+  TestContext t;
+  BrokenBackend broken;
+  auto cpu = kernels::MakeCpuBackend({});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  t.ctx.backend = &broken;
+  t.ctx.small_backend = cpu->get();
+  t.ctx.small_call_bytes = 1000;
+  std::vector<absl::Status> told;
+  t.ctx.on_backend_unusable = [&](const absl::Status& why) { told.push_back(why); };
+  const kernels::Shape small{10, 10}, large{10, 100};  // 400 and 4000 bytes of FLOAT32
+  // Small calls went to the cpu backend anyway; the large one would have gone to the device.
+  auto backend = AdmitOutputs(t.ctx, {{"table", kernels::DType::kFloat32, &small}});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->name(), "cpu");
+  EXPECT_TRUE(told.empty());
+  backend = AdmitOutputs(t.ctx, {{"table", kernels::DType::kFloat32, &large}});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->name(), "cpu");
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0].code(), absl::StatusCode::kInternal);
+  EXPECT_NE(told[0].message().find("cudaErrorIllegalAddress"), std::string::npos);
+
+  // A whole RPC: computed on the cpu backend, correct.
+  const auto req = Parse<v1::SinusoidalRequest>(  // 64 x 64 FLOAT32: 16 KiB
+      "positions { range { count: 64 } } params { dim: 64 }");
+  v1::SinusoidalResponse resp;
+  const grpc::Status status = HandleSinusoidal(t.ctx, req, &resp);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(told.size(), 2u);
+  EXPECT_EQ(ShapeOf(resp.table()), (std::vector<int64_t>{64, 64}));
+}
+
 TEST(CheckOutputLimitsTest, BoundariesAndMessages) {
   const Limits limits{100, 1000};
   const kernels::Shape at_limit = {10, 10}, over = {101}, big = {int64_t{1} << 40, 1 << 30, 64};
