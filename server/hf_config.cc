@@ -1316,6 +1316,17 @@ absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json_text,
     }
   }
   out.style = out.config.style;
+  if (const kernels::RopeScaling& sc = out.config.scaling;
+      sc.type == RopeScalingType::kDynamic && sc.alpha && out.config.max_position_embeddings) {
+    // modeling_hunyuan_v1_dense.py sets the alpha base at init, but its forward keeps
+    // @dynamic_rope_update: past max_position_embeddings it recomputes inv_freq with the plain
+    // dynamic-NTK formula from rope_theta (ROPE_INIT_FUNCTIONS["dynamic"]), alpha dropped.
+    out.warnings.push_back(absl::StrCat(
+        "dynamic NTK with alpha: posenc (as vLLM) keeps b * alpha^(d/(d-2)) at every position; "
+        "transformers switches to plain dynamic NTK from rope_theta, without alpha, once a "
+        "sequence grows past max_position_embeddings (",
+        *out.config.max_position_embeddings, ")"));
+  }
   // The layer type is reported only where layers differ or the caller named one.
   bool all_alike = true;
   for (const Group& g : groups) all_alike = all_alike && g.key == groups.front().key;

@@ -3,6 +3,7 @@
 // ParseHfRopeConfig and end to end through the RopeCache handler's derived values.
 #include "server/hf_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <numbers>
@@ -10,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -184,6 +187,14 @@ TEST(HfConfigTest, HunyuanDynamicAlpha) {
   EXPECT_EQ(hf->config.head_dim, 128);
   EXPECT_EQ(hf->config.scaling.type, RopeScalingType::kDynamic);
   EXPECT_EQ(hf->config.scaling.alpha, 50.0);
+  // Besides the four keys transformers does not read for 'dynamic': where transformers differs.
+  EXPECT_EQ(hf->warnings.size(), 5u);
+  EXPECT_EQ(std::count_if(hf->warnings.begin(), hf->warnings.end(),
+                          [](const std::string& w) {
+                            return absl::StrContains(w, "past max_position_embeddings (262144)");
+                          }),
+            1)
+      << absl::StrJoin(hf->warnings, "\n");
   // Fixed: the same frequencies at every sequence length, b' = b * alpha^(d/(d-2)).
   const long double b2 = 10000.0L * std::pow(50.0L, 128.0L / 126.0L);
   for (int64_t seq_len : {0, 5000, 1000000}) {
