@@ -35,6 +35,9 @@ class Backend {
   // OK while the backend can compute; otherwise why it cannot any more (the cuda backend after a
   // sticky CUDA error, which leaves the process's CUDA context unusable until a restart).
   virtual absl::Status Usable() const { return absl::OkStatus(); }
+  // Host memory a call takes beyond its tensors while it computes, given its output bytes (the
+  // server counts it against --max_inflight_bytes): the cuda backend's pinned staging buffer.
+  virtual int64_t HostStagingBytes(int64_t /*output_bytes*/) const { return 0; }
 
   virtual absl::Status Sinusoidal(const SinusoidalPlan& plan, const ResolvedPositions& positions,
                                   const TensorView& table) const = 0;

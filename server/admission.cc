@@ -94,9 +94,9 @@ CallAdmission::~CallAdmission() {
   if (control_ != nullptr && held_bytes_ > 0) control_->ReleaseBytes(held_bytes_);
 }
 
-absl::Status CallAdmission::Admit(int64_t output_bytes) {
+absl::Status CallAdmission::Admit(int64_t output_bytes, int64_t staging_bytes) {
   if (control_ == nullptr || held_bytes_ > 0) return absl::OkStatus();
-  const int64_t bytes = request_bytes_ + 2 * output_bytes;
+  const int64_t bytes = request_bytes_ + 2 * output_bytes + staging_bytes;
   if (absl::Status s = control_->AcquireBytes(bytes, request_bytes_); !s.ok()) {
     refused_ = true;
     return s;
@@ -117,9 +117,9 @@ void CallAdmission::EndCompute() {
   heavy_ = false;
 }
 
-absl::Status AdmitCurrentCall(int64_t output_bytes) {
+absl::Status AdmitCurrentCall(int64_t output_bytes, int64_t staging_bytes) {
   if (current_admission == nullptr) return absl::OkStatus();
-  return current_admission->Admit(output_bytes);
+  return current_admission->Admit(output_bytes, staging_bytes);
 }
 
 void NoteCurrentCallBackend(absl::string_view backend) {

@@ -3,8 +3,9 @@
 // Two limits, both applied when a handler knows its planned outputs (CheckOutputLimits calls
 // AdmitCurrentCall), before anything proportional to them is allocated:
 //   - bytes in flight (--max_inflight_bytes): each call holds its request's bytes plus twice its
-//     planned response bytes (the response message and its serialization) until gRPC is done with
-//     it (the call's reactor OnDone); a call that would go over gets RESOURCE_EXHAUSTED;
+//     planned response bytes (the response message and its serialization), plus the backend's
+//     host staging (the cuda backend's pinned buffer, about the response again), until gRPC is
+//     done with it (the call's reactor OnDone); a call that would go over gets RESOURCE_EXHAUSTED;
 //   - heavy calls at once (--max_heavy_calls): a call whose outputs are over kHeavyCallBytes
 //     takes a slot for its compute; without a free slot within kHeavyCallWait it gets
 //     RESOURCE_EXHAUSTED. The rest of the machine stays with small calls and health checks.
@@ -73,9 +74,10 @@ class CallAdmission {
   CallAdmission(const CallAdmission&) = delete;
   CallAdmission& operator=(const CallAdmission&) = delete;
 
-  // Admits planned outputs of `output_bytes` (CheckOutputLimits calls this through
-  // AdmitCurrentCall); at most once a call.
-  absl::Status Admit(int64_t output_bytes);
+  // Admits planned outputs of `output_bytes`, and `staging_bytes` more that the backend holds on
+  // the host while it computes (Backend::HostStagingBytes) (CheckOutputLimits and AdmitOutputs
+  // call this through AdmitCurrentCall); at most once a call.
+  absl::Status Admit(int64_t output_bytes, int64_t staging_bytes = 0);
   void EndCompute();
   // True when Admit refused the call (busy: worth retrying shortly, unlike a hard limit).
   bool refused() const { return refused_; }
@@ -94,7 +96,7 @@ class CallAdmission {
 };
 
 // The calling thread's call admission (null outside a call), for CheckOutputLimits.
-absl::Status AdmitCurrentCall(int64_t output_bytes);
+absl::Status AdmitCurrentCall(int64_t output_bytes, int64_t staging_bytes = 0);
 // Notes the backend that runs the calling thread's call (nothing outside a call).
 void NoteCurrentCallBackend(absl::string_view backend);
 

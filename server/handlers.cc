@@ -316,7 +316,6 @@ absl::Status CheckOutputLimits(const Limits& limits, std::initializer_list<Plann
 absl::StatusOr<const kernels::Backend*> AdmitOutputs(const HandlerContext& ctx,
                                                      std::initializer_list<PlannedOutput> outputs) {
   POSENC_ASSIGN_OR_RETURN(const int64_t bytes, CheckOutputBytes(ctx.limits, outputs));
-  POSENC_RETURN_IF_ERROR(AdmitCurrentCall(bytes));
   const kernels::Backend* backend = ctx.backend;
   if (ctx.small_backend != nullptr) {
     if (bytes < ctx.small_call_bytes) {
@@ -326,6 +325,7 @@ absl::StatusOr<const kernels::Backend*> AdmitOutputs(const HandlerContext& ctx,
       backend = ctx.small_backend;
     }
   }
+  POSENC_RETURN_IF_ERROR(AdmitCurrentCall(bytes, backend->HostStagingBytes(bytes)));
   NoteCurrentCallBackend(backend->name());
   if (ctx.metrics != nullptr) ctx.metrics->OnBackendCall(backend->name());
   return backend;

@@ -220,6 +220,11 @@ class CudaBackend final : public Backend {
     return d;
   }
 
+  // The pinned staging buffer holds max(inputs, outputs); inputs are the request's tensors (a few
+  // KiB of positions and frequencies besides), so about the outputs. A learned table given by
+  // name uploads the rows a call reads, which can exceed that.
+  int64_t HostStagingBytes(int64_t output_bytes) const override { return output_bytes; }
+
   absl::Status Usable() const override {
     if (const char* broken = broken_.load()) {
       return absl::InternalError(absl::StrCat("cuda: device ", options_.device,

@@ -13,6 +13,7 @@
 #include "kernels/backend.h"
 #include "kernels/common/positions.h"
 #include "kernels/ops.h"
+#include "server/admission.h"
 #include "tests/server/server_test_util.h"
 
 namespace posenc::server {
@@ -484,12 +485,16 @@ TEST(AdmitOutputsTest, SmallCallsRunOnTheSmallCallBackend) {
             absl::StatusCode::kResourceExhausted);
 }
 
-// A device backend after a sticky error: Usable() says why, and every op would fail.
-class BrokenBackend final : public kernels::Backend {
+// A device backend that stages through host memory as large as its outputs (as the cuda
+// backend), usable or broken by a sticky error (then Usable() says why). Its ops are never run
+// here: they fail.
+class FakeDeviceBackend final : public kernels::Backend {
  public:
+  explicit FakeDeviceBackend(bool usable) : usable_(usable) {}
   absl::string_view name() const override { return "cuda"; }
-  std::string detail() const override { return "device 0: BROKEN"; }
-  absl::Status Usable() const override { return Broken(); }
+  std::string detail() const override { return usable_ ? "device 0" : "device 0: BROKEN"; }
+  absl::Status Usable() const override { return usable_ ? absl::OkStatus() : Broken(); }
+  int64_t HostStagingBytes(int64_t output_bytes) const override { return output_bytes; }
   absl::Status Sinusoidal(const kernels::SinusoidalPlan&, const kernels::ResolvedPositions&,
                           const kernels::TensorView&) const override {
     return Broken();
@@ -527,16 +532,50 @@ class BrokenBackend final : public kernels::Backend {
     return absl::InternalError(
         "cuda: device 0 unusable after a sticky error: cudaErrorIllegalAddress");
   }
+  const bool usable_;
 };
 
-TEST(AdmitOutputsTest, CallsLeaveABackendThatCannotComputeAnyMore) {
+// A handler context whose backend is `device`, beside the cpu backend for calls under 1000 bytes.
+struct DeviceBesideCpu {
+  explicit DeviceBesideCpu(const kernels::Backend* device)
+      : cpu(*kernels::MakeCpuBackend(kernels::CpuBackendOptions{})) {
+    t.ctx.backend = device;
+    t.ctx.small_backend = cpu.get();
+    t.ctx.small_call_bytes = 1000;
+  }
+  std::unique_ptr<kernels::Backend> cpu;
   TestContext t;
-  BrokenBackend broken;
-  auto cpu = kernels::MakeCpuBackend({});
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
-  t.ctx.backend = &broken;
-  t.ctx.small_backend = cpu->get();
-  t.ctx.small_call_bytes = 1000;
+};
+
+TEST(AdmitOutputsTest, DeviceCallsAlsoHoldTheirHostStaging) {
+  FakeDeviceBackend device(/*usable=*/true);
+  DeviceBesideCpu c(&device);
+  TestContext& t = c.t;
+  AdmissionControl control({.max_inflight_bytes = 1 << 20});
+  const kernels::Shape small{10, 10}, large{10, 100};  // 400 and 4000 bytes of FLOAT32
+  {
+    CallAdmission call(&control, /*request_bytes=*/100);
+    ScopedCallAdmission scope(&call);
+    auto backend = AdmitOutputs(t.ctx, {{"table", kernels::DType::kFloat32, &large}});
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    EXPECT_EQ((*backend)->name(), "cuda");
+    EXPECT_EQ(control.inflight_bytes(), 100 + 2 * 4000 + 4000);  // request, response x2, staging
+  }
+  {
+    CallAdmission call(&control, /*request_bytes=*/100);
+    ScopedCallAdmission scope(&call);
+    auto backend = AdmitOutputs(t.ctx, {{"table", kernels::DType::kFloat32, &small}});
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    EXPECT_EQ((*backend)->name(), "cpu");
+    EXPECT_EQ(control.inflight_bytes(), 100 + 2 * 400);  // the cpu backend stages nothing
+  }
+  EXPECT_EQ(control.inflight_bytes(), 0);
+}
+
+TEST(AdmitOutputsTest, CallsLeaveABackendThatCannotComputeAnyMore) {
+  FakeDeviceBackend broken(/*usable=*/false);
+  DeviceBesideCpu c(&broken);
+  TestContext& t = c.t;
   std::vector<absl::Status> told;
   t.ctx.on_backend_unusable = [&](const absl::Status& why) { told.push_back(why); };
   const kernels::Shape small{10, 10}, large{10, 100};  // 400 and 4000 bytes of FLOAT32
