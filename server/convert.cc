@@ -308,6 +308,30 @@ absl::Status ToRopeScaling(const v1::RopeScaling& scaling, kernels::RopeScaling*
   return absl::OkStatus();
 }
 
+// A config.json's RoPE with the request's choices on top: a style given in the request overrides
+// the architecture's (a caller with permuted weights); the file's M-RoPE layout, where it has
+// one, the request's.
+void OverrideHfRope(const v1::RopeConfig& config, kernels::RopeStyle style,
+                    kernels::MropeLayout mrope_layout,
+                    std::optional<kernels::MropeLayout> file_mrope_layout,
+                    kernels::RopeConfig* out) {
+  if (config.style() != v1::ROPE_STYLE_UNSPECIFIED) out->style = style;
+  out->mrope_layout = file_mrope_layout.value_or(mrope_layout);
+}
+
+// The request's fields that apply to a RoPE config from any source.
+void SetRequestRopeFields(const v1::RopeConfig& config, kernels::RopeConfig* out) {
+  out->inverse = config.inverse();
+  out->apply_attention_factor =
+      config.has_apply_attention_factor() ? config.apply_attention_factor() : true;
+  if (config.has_seq_len()) out->seq_len = config.seq_len();
+  // Checked by the plan (d/2 finite entries > 0); bounded by the request's size.
+  out->freq_factors.assign(config.freq_factors().begin(), config.freq_factors().end());
+  // The op's plan validates the config once; a config the JSON made invalid (a missing llama3
+  // key, say) is reported against the JSON.
+  out->from_hf_config_json = !config.hf_config_json().empty() && out->head_dim > 0;
+}
+
 }  // namespace
 
 absl::StatusOr<kernels::RopeConfig> ToRopeConfig(const v1::RopeConfig& config,
@@ -321,13 +345,10 @@ absl::StatusOr<kernels::RopeConfig> ToRopeConfig(const v1::RopeConfig& config,
     POSENC_RETURN_IF_ERROR(CheckNoHfConflicts(config));
     POSENC_ASSIGN_OR_RETURN(HfRopeConfig hf,
                             ParseHfRopeConfig(config.hf_config_json(), config.layer_type()));
-    // A style in the request overrides the architecture's (a caller with permuted weights).
-    const kernels::RopeStyle style =
-        config.style() == v1::ROPE_STYLE_UNSPECIFIED ? hf.style : out.style;
-    const kernels::MropeLayout mrope_layout = hf.mrope_layout.value_or(out.mrope_layout);
+    const kernels::RopeStyle style = out.style;
+    const kernels::MropeLayout mrope_layout = out.mrope_layout;
     out = std::move(hf.config);
-    out.style = style;
-    out.mrope_layout = mrope_layout;
+    OverrideHfRope(config, style, mrope_layout, hf.mrope_layout, &out);
     if (notes != nullptr) {
       notes->warnings = std::move(hf.warnings);
       notes->layer_type = std::move(hf.layer_type);
@@ -356,15 +377,7 @@ absl::StatusOr<kernels::RopeConfig> ToRopeConfig(const v1::RopeConfig& config,
     }
     out.mrope_section.assign(config.mrope_section().begin(), config.mrope_section().end());
   }
-  out.inverse = config.inverse();
-  out.apply_attention_factor =
-      config.has_apply_attention_factor() ? config.apply_attention_factor() : true;
-  if (config.has_seq_len()) out.seq_len = config.seq_len();
-  // Checked by the plan (d/2 finite entries > 0); bounded by the request's size.
-  out.freq_factors.assign(config.freq_factors().begin(), config.freq_factors().end());
-  // The op's plan validates the config once; a config the JSON made invalid (a missing llama3
-  // key, say) is reported against the JSON.
-  out.from_hf_config_json = !config.hf_config_json().empty() && out.head_dim > 0;
+  SetRequestRopeFields(config, &out);
   return out;
 }
 
@@ -415,16 +428,8 @@ absl::StatusOr<std::vector<HfLayerRope>> ToLayerRopeConfigs(const v1::RopeConfig
                           ParseHfRopeConfig(config.hf_config_json(), "", /*all_layers=*/true));
   std::vector<std::string> warnings = std::move(hf.warnings);
   for (HfLayerRope& group : hf.layer_ropes) {
-    kernels::RopeConfig& c = group.config;
-    // As ToRopeConfig: a style in the request overrides the architecture's.
-    if (config.style() != v1::ROPE_STYLE_UNSPECIFIED) c.style = style;
-    c.mrope_layout = hf.mrope_layout.value_or(mrope_layout);
-    c.inverse = config.inverse();
-    c.apply_attention_factor =
-        config.has_apply_attention_factor() ? config.apply_attention_factor() : true;
-    if (config.has_seq_len()) c.seq_len = config.seq_len();
-    c.freq_factors.assign(config.freq_factors().begin(), config.freq_factors().end());
-    c.from_hf_config_json = c.head_dim > 0;
+    OverrideHfRope(config, style, mrope_layout, hf.mrope_layout, &group.config);
+    SetRequestRopeFields(config, &group.config);
     for (const std::string& w : group.warnings) {
       if (std::find(warnings.begin(), warnings.end(), w) == warnings.end()) warnings.push_back(w);
     }

@@ -607,6 +607,7 @@ struct TextModel {
   std::string theta_key;
   std::optional<double> fraction;  // top-level partial_rotary_factor | rotary_pct
   std::string fraction_key;
+  bool fraction_default = false;      // fraction is the class default
   std::optional<int64_t> rotary_dim;  // top-level absolute rotary_dim
   bool rotary_dim_default = false;    // rotary_dim is the class default (GPT-J)
   std::optional<int64_t> original_max;
@@ -723,6 +724,7 @@ absl::Status ReadTextModel(TextModel* m, std::vector<std::string>* warnings) {
     if (f.partial) {
       m->fraction = f.partial;
       m->fraction_key = "the class default partial_rotary_factor";
+      m->fraction_default = true;
     } else if (f.rotary_dim && !Find(*m->text, "rotary_dim")) {
       m->rotary_dim = f.rotary_dim;
       m->rotary_dim_default = true;
@@ -854,11 +856,13 @@ absl::StatusOr<kernels::RopeConfig> BuildConfig(const TextModel& m, const LayerS
       std::optional<double> fraction,
       Get<double>(dict, "partial_rotary_factor", spec.path + ".partial_rotary_factor"));
   std::string fraction_key = spec.path + ".partial_rotary_factor";
+  bool fraction_default = false;
   if (!fraction) {
     fraction = m.fraction;
     fraction_key = m.fraction_key;
+    fraction_default = m.fraction_default;
   }
-  if (fraction && fraction_key == "the class default partial_rotary_factor") {
+  if (fraction && fraction_default) {
     Defaulted(sources, f, "partial_rotary_factor", "partial_rotary_factor", ValueText(*fraction));
   } else if (fraction) {
     ReadFrom(sources, f, "partial_rotary_factor", fraction_key, ValueText(*fraction));
@@ -928,6 +932,16 @@ absl::StatusOr<kernels::RopeConfig> BuildConfig(const TextModel& m, const LayerS
                      "original_max_position_embeddings = ",
                      static_cast<double>(*config.max_position_embeddings) /
                          static_cast<double>(*sc.original_max_position_embeddings)));
+  }
+  if (sc.type == RopeScalingType::kDynamic && sc.alpha && config.max_position_embeddings) {
+    // modeling_hunyuan_v1_dense.py sets the alpha base at init, but its forward keeps
+    // @dynamic_rope_update: past max_position_embeddings it recomputes inv_freq with the plain
+    // dynamic-NTK formula from rope_theta (ROPE_INIT_FUNCTIONS["dynamic"]), alpha dropped.
+    warnings->push_back(absl::StrCat(
+        "dynamic NTK with alpha: posenc (as vLLM) keeps b * alpha^(d/(d-2)) at every position; "
+        "transformers switches to plain dynamic NTK from rope_theta, without alpha, once a "
+        "sequence grows past max_position_embeddings (",
+        *config.max_position_embeddings, ")"));
   }
 
   POSENC_ASSIGN_OR_RETURN(config.mrope_section,
@@ -1250,10 +1264,10 @@ absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json_text,
     }
     return kernels::Abbreviate(absl::StrJoin(parts, "; "), 400);
   };
+  bool all_alike = true;  // every layer has the same RoPE
+  for (const Group& g : groups) all_alike = all_alike && g.key == groups.front().key;
   const Group* selected = nullptr;
   if (layer_type.empty()) {
-    bool all_alike = true;
-    for (const Group& g : groups) all_alike = all_alike && g.key == groups.front().key;
     if (!all_alike && !all_layers) {
       return absl::InvalidArgumentError(
           absl::StrCat("config.layer_type: required: the layers of this model differ (",
@@ -1316,20 +1330,7 @@ absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json_text,
     }
   }
   out.style = out.config.style;
-  if (const kernels::RopeScaling& sc = out.config.scaling;
-      sc.type == RopeScalingType::kDynamic && sc.alpha && out.config.max_position_embeddings) {
-    // modeling_hunyuan_v1_dense.py sets the alpha base at init, but its forward keeps
-    // @dynamic_rope_update: past max_position_embeddings it recomputes inv_freq with the plain
-    // dynamic-NTK formula from rope_theta (ROPE_INIT_FUNCTIONS["dynamic"]), alpha dropped.
-    out.warnings.push_back(absl::StrCat(
-        "dynamic NTK with alpha: posenc (as vLLM) keeps b * alpha^(d/(d-2)) at every position; "
-        "transformers switches to plain dynamic NTK from rope_theta, without alpha, once a "
-        "sequence grows past max_position_embeddings (",
-        *out.config.max_position_embeddings, ")"));
-  }
   // The layer type is reported only where layers differ or the caller named one.
-  bool all_alike = true;
-  for (const Group& g : groups) all_alike = all_alike && g.key == groups.front().key;
   if (!all_alike || !layer_type.empty()) out.layer_type = selected->rope.layer_type;
   for (const std::string& w : selected->warnings) {
     if (std::find(out.warnings.begin(), out.warnings.end(), w) == out.warnings.end()) {

@@ -372,13 +372,17 @@ std::string_view ScalingName(client::RopeScalingType type) {
   return kNames[static_cast<int>(type)];
 }
 
+std::string StyleName(client::RopeStyle style) {
+  return style == client::RopeStyle::kGptj       ? "gptj"
+         : style == client::RopeStyle::kDeepseek ? "deepseek"
+                                                 : "neox";
+}
+
 Json DerivedToJson(const client::RopeDerived& d) {
   Json j;
   j["head_dim"] = d.head_dim;
   j["rotary_dim"] = d.rotary_dim;
-  j["style"] = d.style == client::RopeStyle::kGptj       ? "gptj"
-               : d.style == client::RopeStyle::kDeepseek ? "deepseek"
-                                                         : "neox";
+  j["style"] = StyleName(d.style);
   j["scaling"] = std::string(ScalingName(d.scaling_type));
   j["effective_base"] = d.effective_base;
   j["factor"] = d.factor;
@@ -790,12 +794,6 @@ absl::StatusOr<CommandOutput> RunInfo(const ParsedFlags&, const client::Client& 
 // "0-4,6-10,12": the layer indices as runs ("-" for none).
 std::string LayerRuns(const std::vector<int64_t>& layers) {
   return layers.empty() ? std::string("-") : kernels::IndexRuns(layers, ",");
-}
-
-std::string StyleName(client::RopeStyle style) {
-  return style == client::RopeStyle::kGptj       ? "gptj"
-         : style == client::RopeStyle::kDeepseek ? "deepseek"
-                                                 : "neox";
 }
 
 std::string Num(double v) { return absl::StrFormat("%.6g", v); }

@@ -18,17 +18,13 @@ template <typename S>
 __global__ void SinusoidalKernel(SinusoidalLaunch a) {
   S* out = static_cast<S*>(a.out);
   const int64_t n = a.tokens * a.dim;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  POSENC_GRID_STRIDE(i, n) {
     const int64_t t = i / a.dim, col = i % a.dim;
     const int32_t p = a.positions[t];
     double v = 0;
     if (p >= 0) {
       // FLOAT32 tables round the short polynomial to float; the others keep the full double.
-      v = sizeof(S) == 4
-              ? static_cast<double>(
-                    hd::SinusoidValue<float>(a.layout, a.dim, a.nfreq, col, p, a.w_hi, a.w_lo))
-              : hd::SinusoidValue<double>(a.layout, a.dim, a.nfreq, col, p, a.w_hi, a.w_lo);
+      v = hd::SinusoidValue<ComputeType<S>>(a.layout, a.dim, a.nfreq, col, p, a.w_hi, a.w_lo);
     }
     out[i] = FromDouble<S>(v);
   }
@@ -49,8 +45,7 @@ __global__ void AddPositionEncodingKernel(AddPositionEncodingLaunch a) {
   S* y = static_cast<S*>(a.y);
   const T scale = static_cast<T>(a.scale);
   const int64_t n = a.tokens * a.out_dim;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  POSENC_GRID_STRIDE(i, n) {
     const int64_t t = i / a.out_dim, col = i % a.out_dim;
     const int32_t p = a.positions[t];
     const bool x_col = col < a.dim;
@@ -94,11 +89,7 @@ int LaunchAddPositionEncoding(const AddPositionEncodingLaunch& a, void* stream) 
   if (n == 0) return cudaSuccess;
   return DispatchFloat(a.dtype, [&](auto tag) {
     using S = decltype(tag);
-    if constexpr (sizeof(S) == 4) {
-      AddPositionEncodingKernel<S, float><<<Blocks(n, 256), 256, 0, st>>>(a);
-    } else {
-      AddPositionEncodingKernel<S, double><<<Blocks(n, 256), 256, 0, st>>>(a);
-    }
+    AddPositionEncodingKernel<S, ComputeType<S>><<<Blocks(n, 256), 256, 0, st>>>(a);
     return cudaGetLastError();
   });
 }

@@ -18,16 +18,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-#define POSENC_GRID_STRIDE(i, n)                                                         \
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-
-template <typename E, int V>
-struct alignas(16) Pack {
-  static_assert(V * sizeof(E) == 16, "a Pack is one 16-byte access");
-  E v[V];
-};
-
 // One block per output row (h, i) (grid-stride over rows); V elements per thread step.
 template <typename E, int V>
 __global__ void ToeplitzExpandKernel(const E* __restrict__ gen, E* __restrict__ out, int64_t heads,

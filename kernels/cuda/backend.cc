@@ -365,6 +365,13 @@ std::vector<int32_t> DevicePositions(const ResolvedPositions& positions) {
   return out;
 }
 
+// Whether every phase p * omega of positions up to max_position (shifted by `shift`) reduces
+// exactly on the device (below hd::kMaxExactPhase); larger ones go to the CPU backend.
+bool ExactOnDevice(int64_t max_position, int64_t shift, const cpu::SplitFrequencies& w) {
+  return static_cast<double>(std::max<int64_t>(max_position, 0) + shift) * w.max <
+         hd::kMaxExactPhase;
+}
+
 // What the angle kernels need, packed for one upload.
 struct AngleInputs {
   cpu::SplitFrequencies w;
@@ -384,8 +391,7 @@ struct AngleInputs {
         component.push_back(static_cast<int8_t>(MropeComponent(config, static_cast<int64_t>(j))));
       }
     }
-    exact_range = static_cast<double>(std::max<int64_t>(resolved.max_position, 0)) * w.max <
-                  hd::kMaxExactPhase;
+    exact_range = ExactOnDevice(resolved.max_position, 0, w);
   }
 
   cuda::RopeAngles Bind(Request& r, int64_t tokens) {
@@ -484,8 +490,7 @@ absl::Status CudaBackend::Sinusoidal(const SinusoidalPlan& plan, const ResolvedP
                                      const TensorView& table) const {
   const std::vector<long double> exact = SinusoidalFrequencies(plan.params);
   const cpu::SplitFrequencies w(exact);
-  if (static_cast<double>(std::max<int64_t>(positions.max_position, 0)) * w.max >=
-      hd::kMaxExactPhase) {
+  if (!ExactOnDevice(positions.max_position, 0, w)) {
     return cpu_->Sinusoidal(plan, positions, table);
   }
   POSENC_ASSIGN_OR_RETURN(std::unique_ptr<Request> r, Begin());
@@ -518,9 +523,7 @@ absl::Status CudaBackend::AddPositionEncoding(const AddPositionEncodingPlan& pla
   const AddPositionEncodingParams& params = plan.params;
   const cpu::SplitFrequencies w(plan.frequencies);
   const bool sinusoidal = params.sinusoidal.has_value();
-  if (sinusoidal &&
-      static_cast<double>(std::max<int64_t>(positions.max_position, 0) + plan.shift) * w.max >=
-          hd::kMaxExactPhase) {
+  if (sinusoidal && !ExactOnDevice(positions.max_position, plan.shift, w)) {
     return cpu_->AddPositionEncoding(plan, positions, y);
   }
   POSENC_ASSIGN_OR_RETURN(std::unique_ptr<Request> r, Begin());

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/half_codec.h"
 
@@ -61,6 +62,22 @@ template <>
 __device__ __forceinline__ float Store<float, float>(float v) {
   return v;
 }
+
+// The compute type of a storage type: FLOAT32 in float, the others in double (as the CPU backend).
+template <typename S>
+using ComputeType = std::conditional_t<sizeof(S) == 4, float, double>;
+
+// V elements moved as one 16-byte access (V * sizeof(E) == 16 only).
+template <typename E, int V>
+struct alignas(16) Pack {
+  static_assert(V * sizeof(E) == 16, "a Pack is one 16-byte access");
+  E v[V];
+};
+
+// Grid-stride loop over i in [0, n).
+#define POSENC_GRID_STRIDE(i, n)                                                         \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 // Calls fn(S{}) with the storage type of a float dtype code (0 f32, 1 f16, 2 bf16, 3 f64).
 template <typename Fn>

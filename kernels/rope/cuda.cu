@@ -26,13 +26,6 @@ __device__ __forceinline__ double AnglePosition(const RopeAngles& a, int64_t t, 
   return static_cast<double>(a.positions[static_cast<int64_t>(a.component[j]) * a.tokens + t]);
 }
 
-// V storage elements moved as one 16-byte access (V * sizeof(S) == 16 only).
-template <typename S, int V>
-struct alignas(16) Pack {
-  static_assert(V * sizeof(S) == 16, "a Pack is one 16-byte access");
-  S v[V];
-};
-
 // Rotates pairs [first, first + n) of the chunk in every head of one token; heads of q come
 // first, then those of k. V storage elements per access.
 template <typename S, typename T, int V>
@@ -171,8 +164,7 @@ __global__ void RopeCacheKernel(RopeCacheLaunch a) {
   const int64_t n = g.tokens * g.half;
   S* cos_out = static_cast<S*>(a.cos);
   S* sin_out = static_cast<S*>(a.sin);
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  POSENC_GRID_STRIDE(i, n) {
     const int64_t t = i / g.half, j = i % g.half;
     int32_t p0 = g.positions[t];
     double p;
@@ -218,11 +210,7 @@ int LaunchApplyRope(const ApplyRopeLaunch& a, void* stream) {
   if ((a.q_heads + a.k_heads) * 2 * kRopeChunk >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
   return DispatchFloat(a.dtype, [&](auto tag) {
     using S = decltype(tag);
-    if constexpr (sizeof(S) == 4) {
-      return LaunchApplyRopeT<S, float>(a, st);
-    } else {
-      return LaunchApplyRopeT<S, double>(a, st);
-    }
+    return LaunchApplyRopeT<S, ComputeType<S>>(a, st);
   });
 }
 
@@ -232,11 +220,7 @@ int LaunchRopeCache(const RopeCacheLaunch& a, void* stream) {
   if (n == 0) return cudaSuccess;
   return DispatchFloat(a.dtype, [&](auto tag) {
     using S = decltype(tag);
-    if constexpr (sizeof(S) == 4) {
-      RopeCacheKernel<S, float><<<Blocks(n, kThreads), kThreads, 0, st>>>(a);
-    } else {
-      RopeCacheKernel<S, double><<<Blocks(n, kThreads), kThreads, 0, st>>>(a);
-    }
+    RopeCacheKernel<S, ComputeType<S>><<<Blocks(n, kThreads), kThreads, 0, st>>>(a);
     return cudaGetLastError();
   });
 }
