@@ -1,17 +1,21 @@
-// Kernel benchmarks (Google Benchmark): the machine's limit (STREAM-style copy, triad and fill)
+// Kernel benchmarks (Google Benchmark): the machine's limit (STREAM-style copy, triad, in-place
+// update and fill)
 // and posenc's CPU backend at the shapes of issue #3, side by side in one process.
 //
 // Conventions (SPEC §8): RoPE apply counts 8 bytes per FLOAT32 element of q and k (read +
-// write), 4 per FLOAT16/BFLOAT16 element, rotated in place on buffers touched before timing;
-// bias matrices count the bytes written into pre-faulted buffers; RopeCache/Sinusoidal count the
-// elements of the full-width cos and sin tables. Every benchmark takes the thread count as its
-// last argument. Run through tests/bench/run_bench.sh, which adds the PyTorch peer and prints the
-// table of BENCHMARKS.md.
+// write), 4 per FLOAT16/BFLOAT16 element, rotated in place on buffers touched before timing (all of
+// each row counted, also where partial rotary touches part of it); bias matrices count the bytes
+// written into pre-faulted buffers; RopeCache/Sinusoidal count the elements of the full-width cos
+// and sin tables (and 4 bytes each). Every benchmark takes the thread count as its last argument.
+// Run through tests/bench/run_bench.sh, which adds the PyTorch peer and prints the tables of
+// BENCHMARKS.md, each kernel as a fraction of the limit measured in the same run: ApplyRope of
+// BM_StreamUpdate, biases and tables of BM_StreamFill.
 //
 // The timed loops call the backend's method alone: each op is planned, its positions resolved
 // and its RoPE frequencies (ALiBi slopes) computed once, before the loop.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -33,17 +37,24 @@ const Backend& Cpu(int threads) {
   return *backends[threads];
 }
 
-// A pre-faulted buffer of `n` elements of `dtype` filled with small random values.
+// A pre-faulted buffer of `n` elements of `dtype`, every one a random value in [-1, 1) (a block of
+// them repeated: drawing each would cost seconds per benchmark).
 struct Buffer {
   std::vector<unsigned char> bytes;
   TensorView view;
   Buffer(DType dtype, Shape shape) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
-    bytes.resize(static_cast<size_t>(n * DTypeSize(dtype)));
+    const size_t esize = static_cast<size_t>(DTypeSize(dtype));
+    bytes.resize(static_cast<size_t>(n) * esize);
     std::mt19937 gen(1);
     std::uniform_real_distribution<double> dist(-1, 1);
-    for (int64_t i = 0; i < n; i += 97) StoreFromDouble(bytes.data(), dtype, i, dist(gen));
+    const int64_t block = std::min<int64_t>(n, 4099);
+    for (int64_t i = 0; i < block; ++i) StoreFromDouble(bytes.data(), dtype, i, dist(gen));
+    for (int64_t i = block; i < n; i += block) {
+      std::memcpy(bytes.data() + i * esize, bytes.data(),
+                  static_cast<size_t>(std::min(block, n - i)) * esize);
+    }
     view = {dtype, shape, bytes.data()};
   }
   // A planned output.
@@ -124,6 +135,16 @@ void BM_StreamTriad(benchmark::State& state) {
   });
 }
 
+// The limit of an in-place op such as ApplyRope: each element read and written back once (the
+// store hits a line already in cache, so nothing is read for it: 16 bytes per element move).
+void BM_StreamUpdate(benchmark::State& state) {
+  RunStream(state, 2 * 8, [](StreamArrays& s, int64_t b, int64_t e) {
+    double* __restrict a = s.a.data();
+    const double scale = 1.0000001;
+    for (int64_t i = b; i < e; ++i) a[i] = scale * a[i];
+  });
+}
+
 void BM_StreamFill(benchmark::State& state) {
   RunStream(state, 8, [](StreamArrays& s, int64_t b, int64_t e) {
     std::fill(s.c.data() + b, s.c.data() + e, 1.5);
@@ -132,30 +153,33 @@ void BM_StreamFill(benchmark::State& state) {
 
 BENCHMARK(BM_StreamCopy)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
 BENCHMARK(BM_StreamTriad)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(BM_StreamUpdate)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
 BENCHMARK(BM_StreamFill)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
 
 // ---- ApplyRope ------------------------------------------------------------------------------
 
-// Args: batch, seq, heads, head_dim, rotary_dim, style (0 NEOX, 1 GPTJ), dtype, offsets, threads.
+// Args: batch, seq, heads, head_dim, rotary_dim, style (0 NEOX, 1 GPTJ, 2 DEEPSEEK), layout (0
+// BSHD, 1 BHSD, 2 THD: b*s packed tokens), dtype, offsets (one per sequence), threads.
 void BM_ApplyRope(benchmark::State& state) {
   const int64_t b = state.range(0), s = state.range(1), h = state.range(2), d = state.range(3);
   RopeConfig config;
   config.rotary_dim = state.range(4);
-  config.style = state.range(5) ? RopeStyle::kGptj : RopeStyle::kNeox;
-  const auto dtype = static_cast<DType>(state.range(6));
-  const bool offsets = state.range(7) != 0;
-  const int threads = static_cast<int>(state.range(8));
-  Buffer q(dtype, {b, s, h, d}), k(dtype, {b, s, h, d});
+  config.style = static_cast<RopeStyle>(state.range(5));
+  const auto layout = static_cast<TensorLayout>(state.range(6));
+  const auto dtype = static_cast<DType>(state.range(7));
+  const bool offsets = state.range(8) != 0;
+  const int threads = static_cast<int>(state.range(9));
+  const Shape shape = layout == TensorLayout::kBSHD   ? Shape{b, s, h, d}
+                      : layout == TensorLayout::kBHSD ? Shape{b, h, s, d}
+                                                      : Shape{b * s, h, d};
+  Buffer q(dtype, shape), k(dtype, shape);
   PositionSpec spec;
   if (offsets) {
     spec.kind = PositionSpec::Kind::kOffsets;
     for (int64_t i = 0; i < b; ++i) spec.offsets.push_back(1000 + 37 * i);
   }
-  auto plan = PlanApplyRope({.config = config,
-                             .layout = TensorLayout::kBSHD,
-                             .q = q.view,
-                             .k = k.view,
-                             .positions = spec});
+  auto plan = PlanApplyRope(
+      {.config = config, .layout = layout, .q = q.view, .k = k.view, .positions = spec});
   if (!Ready(state, plan)) return;
   auto in = PrepareRopeRun(plan->positions, plan->config, /*cache=*/nullptr);
   if (!Ready(state, in)) return;
@@ -164,24 +188,39 @@ void BM_ApplyRope(benchmark::State& state) {
   const Backend& backend = Cpu(threads);
   TimeRuns(state, [&] { return backend.ApplyRope(*plan, f, *rp, q.view, k.view); });
   state.SetBytesProcessed(state.iterations() * 2 * (b * s * h * d) * 2 * DTypeSize(dtype));
+  state.counters["tokens"] = static_cast<double>(b * s);
 }
 
 void ApplyRopeArgs(benchmark::internal::Benchmark* bm) {
-  bm->ArgNames({"b", "s", "h", "d", "rot", "gptj", "dtype", "offsets", "threads"});
+  bm->ArgNames(
+      {"b", "s", "h", "d", "rot", "style", "layout", "dtype", "offsets", "threads"});
   const int64_t f32 = static_cast<int64_t>(DType::kFloat32);
+  const int64_t neox = 0, gptj = 1, deepseek = 2, bshd = 0, bhsd = 1, thd = 2;
   for (int64_t threads : {1, 2}) {
     for (auto shape :
          {std::vector<int64_t>{1, 4096, 32, 128}, std::vector<int64_t>{8, 2048, 32, 128}}) {
-      for (int64_t gptj : {0, 1}) {
+      for (int64_t style : {neox, gptj}) {
         for (int64_t rot : {128, 64}) {
-          bm->Args({shape[0], shape[1], shape[2], shape[3], rot, gptj, f32, 0, threads});
+          bm->Args({shape[0], shape[1], shape[2], shape[3], rot, style, bshd, f32, 0, threads});
         }
       }
     }
+    bm->Args({1, 4096, 32, 128, 128, deepseek, bshd, f32, 0, threads});
+    // FLOAT16/BFLOAT16: every style, partial rotary, and the three layouts.
     for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
-      bm->Args({1, 4096, 32, 128, 128, 0, static_cast<int64_t>(dt), 0, threads});
+      const auto dtype = static_cast<int64_t>(dt);
+      for (int64_t style : {neox, gptj, deepseek}) {
+        bm->Args({1, 4096, 32, 128, 128, style, bshd, dtype, 0, threads});
+      }
+      bm->Args({1, 4096, 32, 128, 64, neox, bshd, dtype, 0, threads});
+      bm->Args({1, 4096, 32, 128, 64, gptj, bshd, dtype, 0, threads});
+      bm->Args({1, 4096, 32, 128, 128, neox, bhsd, dtype, 0, threads});
+      bm->Args({1, 4096, 32, 128, 128, gptj, thd, dtype, 0, threads});
     }
-    bm->Args({64, 1, 32, 128, 128, 0, f32, 1, threads});  // decode step with offsets
+    // The decode step: one new token per sequence, each at its own offset.
+    for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+      bm->Args({64, 1, 32, 128, 128, neox, bshd, static_cast<int64_t>(dt), 1, threads});
+    }
   }
   bm->UseRealTime();
 }
@@ -242,12 +281,14 @@ BENCHMARK(BM_Sinusoidal)
 
 // ---- biases ------------------------------------------------------------------------------------
 
+// Args: heads, q_len, k_len, mode (0 CAUSAL, 2 BLOOM; FULL form, FLOAT32), threads.
 void BM_AlibiBias(benchmark::State& state) {
   AlibiBiasParams p;
   p.num_heads = state.range(0);
   p.q_len = state.range(1);
   p.k_len = state.range(2);
-  const int threads = static_cast<int>(state.range(3));
+  p.mode = static_cast<AlibiMode>(state.range(3));
+  const int threads = static_cast<int>(state.range(4));
   auto plan = PlanAlibiBias({.params = p, .output_dtype = DType::kFloat32});
   if (!Ready(state, plan)) return;
   auto slopes = AlibiSlopes(plan->params.num_heads, plan->params.max_bias);
@@ -258,8 +299,8 @@ void BM_AlibiBias(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * p.num_heads * p.q_len * p.k_len * 4);
 }
 BENCHMARK(BM_AlibiBias)
-    ->ArgNames({"h", "q", "k", "threads"})
-    ->ArgsProduct({{32}, {2048}, {2048}, {1, 2}})
+    ->ArgNames({"h", "q", "k", "mode", "threads"})
+    ->ArgsProduct({{32}, {2048}, {2048}, {0, 2}, {1, 2}})
     ->UseRealTime();
 
 void BM_RelativeBias(benchmark::State& state) {

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Reproduces BENCHMARKS.md: builds the release benchmarks, then runs in one invocation the
-# STREAM-style limits and posenc's kernels (posenc_bench) and the PyTorch eager peer
-# (torch_peer.py, at its best with huge pages), at 1 and 2 threads, and prints the table.
+# STREAM-style limits (copy, triad, the in-place update a[i] = s*a[i] and fill) and posenc's
+# kernels (posenc_bench) and the PyTorch eager peer (torch_peer.py, at its best with huge pages),
+# at 1 and 2 threads, and prints the tables: each kernel as a fraction of the limit of its kind
+# measured in the same run (ApplyRope of the in-place update, biases and tables of fill), the
+# decode step's latency, and the targets of issue #19.
 #
 #   tests/bench/run_bench.sh [--quick]      (needs python3-torch; installs it if missing)
 set -euo pipefail

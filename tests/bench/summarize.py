@@ -1,5 +1,10 @@
 #!/usr/bin/python3
-"""Turns posenc_bench's JSON and torch_peer.py's lines into the table of BENCHMARKS.md."""
+"""Turns posenc_bench's JSON and torch_peer.py's lines into the tables of BENCHMARKS.md.
+
+Every ratio divides by a limit measured in the same run at the same thread count: ApplyRope (an
+in-place op) by BM_StreamUpdate (a[i] = s*a[i]), biases and tables (write-only) by BM_StreamFill.
+Medians of the repetitions when there are any, else the single runs.
+"""
 import json
 import re
 import sys
@@ -7,6 +12,15 @@ import sys
 posenc = json.load(open(sys.argv[1]))
 torch_rows = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
 DTYPES = {"0": "f32", "1": "f16", "2": "bf16", "3": "f64"}
+STYLES = {"0": "neox", "1": "gptj", "2": "deepseek"}
+LAYOUTS = {"0": "BSHD", "1": "BHSD", "2": "THD"}
+# The targets of issue #19: (what, op, dtypes or None, limit, lowest ratio, threads).
+TARGETS = [
+    ("FLOAT16/BFLOAT16 ApplyRope", "ApplyRope", {"1", "2"}, "update", 0.80, ("1", "2")),
+    ("FLOAT32 ApplyRope", "ApplyRope", {"0"}, "update", 0.85, ("1", "2")),
+    ("AlibiBias / RelativeBias", "Bias", None, "fill", 0.95, ("1",)),
+    ("RopeCache / Sinusoidal FLOAT32", "Table", None, "fill", 0.70, ("1", "2")),
+]
 
 
 def args(name):
@@ -15,59 +29,88 @@ def args(name):
 
 ours = {}
 for b in posenc["benchmarks"]:
-    # Medians of the repetitions when there are any, else the single runs.
     if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
         continue
     a = args(b["name"])
-    ours[(b["name"].split("/")[0], tuple(sorted((k, v) for k, v in a.items())))] = b
+    ours[(b["name"].split("/")[0], tuple(sorted(a.items())))] = b
 
-stream = {}
+limit = {}
 for (op, a), b in ours.items():
     if op.startswith("BM_Stream"):
-        stream[(op[len("BM_Stream"):].lower(), dict(a)["threads"])] = b["bytes_per_second"] / 1e9
+        limit[(op[len("BM_Stream"):].lower(), dict(a)["threads"])] = b["bytes_per_second"] / 1e9
 
-torch_by = {}
-for r in torch_rows:
-    if "seconds" in r:
-        torch_by[(r["name"], r["threads"])] = r
+torch_by = {(r["name"], r["threads"]): r for r in torch_rows if "seconds" in r}
 
-print(f"STREAM (GB/s): " + ", ".join(
-    f"{k} {v:.1f} ({t} thr)" for (k, t), v in sorted(stream.items())))
+print("Limits, GB/s (1 / 2 threads): " + ", ".join(
+    f"{k} {limit.get((k, '1'), 0):.1f} / {limit.get((k, '2'), 0):.1f}"
+    for k in ("update", "fill", "copy", "triad")))
 print()
-print("| op | shape | thr | posenc | of STREAM | PyTorch | speed-up |")
+print("| op | shape | thr | posenc | of limit | PyTorch | speed-up |")
 print("|---|---|---|---|---|---|---|")
-for (op, a), b in sorted(ours.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+rows, decode, worst = [], [], {}
+for (op, a), b in ours.items():
     if op.startswith("BM_Stream"):
         continue
     a = dict(a)
-    thr = a["threads"]
-    name = op[3:]
+    thr, name = a["threads"], op[3:]
+    gbps = b["bytes_per_second"] / 1e9
     if name == "ApplyRope":
-        shape = f"[{a['b']},{a['s']},{a['h']},{a['d']}] {'gptj' if a['gptj'] == '1' else 'neox'} rot{a['rot']} {DTYPES[a['dtype']]}" + (" offsets" if a["offsets"] == "1" else "")
-        value = b["bytes_per_second"] / 1e9
-        ref = stream.get(("triad", thr))
+        group, ref = "ApplyRope", "update"
+        shape = (f"[{a['b']},{a['s']},{a['h']},{a['d']}] {LAYOUTS[a['layout']]} "
+                 f"{STYLES[a['style']]} rot{a['rot']} {DTYPES[a['dtype']]}")
         tdt = {"0": "torch.float32", "1": "torch.float16", "2": "torch.bfloat16"}[a["dtype"]]
-        tkey = f"ApplyRope/b:{a['b']}/s:{a['s']}/h:{a['h']}/d:{a['d']}/rot:{a['rot']}/gptj:{a['gptj']}/dtype:{tdt}"
-        unit = "GB/s"
+        tkey = (f"ApplyRope/b:{a['b']}/s:{a['s']}/h:{a['h']}/d:{a['d']}/rot:{a['rot']}"
+                f"/gptj:{a['style']}/dtype:{tdt}")
+        if a["layout"] != "0" or a["style"] == "2" or a["offsets"] == "1":
+            tkey = None
+        value, unit = gbps, "GB/s"
+        if a["offsets"] == "1":  # the decode step: in cache, so no ratio; latency instead
+            tokens = int(a["b"]) * int(a["s"])
+            sec = b["real_time"] * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1}[b["time_unit"]]
+            decode.append((thr, f"{shape} offsets", sec, sec / tokens, gbps))
+            continue
     elif name in ("AlibiBias", "RelativeBias"):
-        shape = f"[{a['h']},{a['q']},{a['k']}]"
-        value = b["bytes_per_second"] / 1e9
-        ref = stream.get(("fill", thr))
-        tkey = f"{name}/h:{a['h']}/q:{a['q']}/k:{a['k']}"
-        unit = "GB/s"
+        group, ref = "Bias", "fill"
+        mode = {"0": "causal", "1": "symmetric", "2": "bloom"}[a.get("mode", "0")]
+        shape = f"[{a['h']},{a['q']},{a['k']}]" + (f" {mode}" if name == "AlibiBias" else "")
+        tkey = f"{name}/h:{a['h']}/q:{a['q']}/k:{a['k']}" if a.get("mode", "0") == "0" else None
+        value, unit = gbps, "GB/s"
     else:
+        group, ref = "Table", "fill"
         shape = f"{a['n']} x {a['d']}"
-        value = b["items_per_second"] / 1e9
-        ref = None
         tkey = f"{name}/n:{a['n']}/d:{a['d']}"
-        unit = "G el/s"
-    t = torch_by.get((tkey, int(thr)))
-    tval = None
-    if t is not None:
-        tval = (t["bytes"] if "bytes" in t else t["items"]) / t["seconds"] / 1e9
-    frac = f"{value / ref:.2f} triad" if ref and name == "ApplyRope" else (f"{value / ref:.2f} fill" if ref else "")
-    print(f"| {name} | {shape} | {thr} | {value:.2f} {unit} | {frac} | "
-          f"{'' if tval is None else f'{tval:.2f} {unit}'} | {'' if tval is None else f'{value / tval:.1f}x'} |")
+        value, unit = b["items_per_second"] / 1e9, "G el/s"
+    ratio = gbps / limit[(ref, thr)] if (ref, thr) in limit else float("nan")
+    worst.setdefault((group, a.get("dtype", "0"), thr), []).append((ratio, f"{name} {shape}"))
+    t = torch_by.get((tkey, int(thr))) if tkey else None
+    tval = None if t is None else (t["bytes"] if "bytes" in t else t["items"]) / t["seconds"] / 1e9
+    rows.append((name, shape, thr,
+                 f"| {name} | {shape} | {thr} | {value:.2f} {unit} | {ratio:.2f} {ref} | "
+                 f"{'' if tval is None else f'{tval:.2f} {unit}'} | "
+                 f"{'' if tval is None else f'{value / tval:.1f}x'} |"))
+for *_, line in sorted(rows):
+    print(line)
+
+print()
+print("Decode step (in cache: latency, no ratio):")
+print()
+print("| shape | thr | per call | per token | GB/s |")
+print("|---|---|---|---|---|")
+for thr, shape, sec, per_token, gbps in sorted(decode, key=lambda d: (d[1], d[0])):
+    print(f"| {shape} | {thr} | {sec * 1e6:.1f} us | {per_token * 1e9:.0f} ns | {gbps:.1f} |")
+
+print()
+print("Targets of issue #19 (lowest ratio of each group, same run):")
+print()
+for what, group, dtypes, ref, goal, threads in TARGETS:
+    for thr in threads:
+        cands = [r for (g, dt, t), lst in worst.items() if g == group and t == thr
+                 and (dtypes is None or dt in dtypes) for r in lst]
+        if not cands:
+            continue
+        low = min(cands)
+        print(f"- {what}, {thr} thread(s): >= {goal:.2f} of {ref}: lowest {low[0]:.2f} "
+              f"({low[1]}) -> {'met' if low[0] >= goal else 'NOT met'}")
 
 for r in torch_rows:
     if "errors" in r:

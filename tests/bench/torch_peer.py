@@ -163,7 +163,8 @@ def main():
         for gptj in (False, True):
             results.append(bench_apply(*shape, gptj, torch.float32, threads))
     for dtype in (torch.float16, torch.bfloat16):
-        results.append(bench_apply(1, 4096, 32, 128, False, dtype, threads))
+        for gptj in (False, True):
+            results.append(bench_apply(1, 4096, 32, 128, gptj, dtype, threads))
     for n in (4096, 32768, 131072):
         results.append(bench_rope_cache(n, 128, threads))
     results.append(bench_sinusoidal(8192, 1024, threads))
