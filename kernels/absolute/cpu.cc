@@ -2,6 +2,8 @@
 #include "kernels/cpu/cpu.h"
 
 #include <algorithm>
+#include <optional>
+#include <type_traits>
 #include <vector>
 
 namespace posenc::kernels::cpu {
@@ -35,17 +37,32 @@ absl::Status SinusoidalT(const CpuContext& cpu, const SinusoidalPlan& plan,
   const SplitFrequencies w(exact);
   const int64_t nfreq = static_cast<int64_t>(exact.size());
   const int64_t dim = params.dim;
+  const int64_t row_bytes = dim * DTypeSize(out.dtype);
+  // FLOAT32 rows are copied out whole (streamed when the table is large).
+  const CopyFn copy = OutputCopy(cpu.simd, positions.num_tokens * row_bytes);
   return cpu.pool.ParallelFor(positions.num_tokens, Grain(dim), [&](int64_t t0, int64_t t1) {
     std::vector<T> c(static_cast<size_t>(nfreq + 1)), s(c.size()), row(static_cast<size_t>(dim));
+    // FLOAT32-computed tables: angle addition between exact anchors (cpu.h's AngleWalker).
+    std::optional<AngleWalker> walker;
+    if constexpr (std::is_same_v<T, float>) walker.emplace(cpu.simd, w, exact, nfreq);
     for (int64_t t = t0; t < t1; ++t) {
       if (!positions.IsValid(t)) {
         std::fill(row.begin(), row.end(), T(0));
       } else {
         const double p = static_cast<double>(positions.At(t));
-        SinCos<T>(cpu.simd, &p, 0, w, exact, nfreq, 1.0, 1.0, c.data(), s.data());
+        if constexpr (std::is_same_v<T, float>) {
+          walker->At(p);
+          cpu.simd.cos_sin_to_float(walker->c(), walker->s(), nfreq, 1.0, 1.0, c.data(), s.data());
+        } else {
+          SinCos<T>(cpu.simd, &p, 0, w, exact, nfreq, 1.0, 1.0, c.data(), s.data());
+        }
         PlaceSinusoidal<T>(params, nfreq, c.data(), s.data(), row.data());
       }
-      StoreRow<T>(cpu.simd, row.data(), out.data, out.dtype, t * dim, dim);
+      if (std::is_same_v<T, float> && out.dtype == DType::kFloat32) {
+        copy(static_cast<unsigned char*>(out.data) + t * row_bytes, row.data(), row_bytes);
+      } else {
+        StoreRow<T>(cpu.simd, row.data(), out.data, out.dtype, t * dim, dim);
+      }
     }
   });
 }

@@ -64,6 +64,7 @@ absl::Status AlibiBias(const CpuContext& cpu, const AlibiBiasPlan& plan,
   std::vector<double> fv(static_cast<size_t>(p.k_len), p.future == FutureMode::kMask ? -inf : 0.0);
   StoreRow<double>(cpu.simd, fv.data(), fill.data(), out.dtype, 0, p.k_len);
   const int64_t row_bytes = p.k_len * esize;
+  const CopyFn copy = OutputCopy(cpu.simd, rows_count * p.q_len * row_bytes);
   return cpu.pool.ParallelFor(rows_count * p.q_len, Grain(p.k_len), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t bh = r / p.q_len, i = r % p.q_len;
@@ -73,8 +74,8 @@ absl::Status AlibiBias(const CpuContext& cpu, const AlibiBiasPlan& plan,
       const int64_t keep = p.future == FutureMode::kLinear
                                ? p.k_len
                                : std::clamp<int64_t>(plan.query_offset + i + 1, 0, p.k_len);
-      std::memcpy(dst, src, keep * esize);
-      std::memcpy(dst + keep * esize, fill.data(), (p.k_len - keep) * esize);
+      copy(dst, src, keep * esize);
+      copy(dst + keep * esize, fill.data(), (p.k_len - keep) * esize);
     }
   });
 }

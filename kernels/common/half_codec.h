@@ -1,10 +1,11 @@
 // FLOAT16 / BFLOAT16 conversions as host-device functions (kernels/common/host_device.h) for the
-// CUDA kernels: the same results, bit for bit, as kernels/common/types.h's DoubleToHalf,
-// HalfToFloat, DoubleToBFloat16 and BFloat16ToFloat (round to nearest even, correctly rounded
-// from double; NaN stays NaN, overflow gives inf). tests/kernels/cuda_math_test.cc checks them
-// against types.h on every fp16 pattern and on random and boundary doubles.
+// CUDA kernels and the CPU's float rotations: the same results, bit for bit, as
+// kernels/common/types.h's DoubleToHalf, HalfToFloat, DoubleToBFloat16 and BFloat16ToFloat
+// (round to nearest even, correctly rounded from double; NaN stays NaN, overflow gives inf), and
+// from float the same as from the float's (exact) double. tests/kernels/cuda_math_test.cc checks
+// them against types.h on every fp16 pattern and on random and boundary values.
 //
-// Integer arithmetic on the double's bits: no frexp/ldexp/rint, so host and device agree exactly.
+// Integer arithmetic on the value's bits: no frexp/ldexp/rint, so host and device agree exactly.
 #ifndef POSENC_KERNELS_COMMON_HALF_CODEC_H_
 #define POSENC_KERNELS_COMMON_HALF_CODEC_H_
 
@@ -82,6 +83,50 @@ POSENC_HOST_DEVICE float HalfBitsToFloat(uint16_t h) {
 
 POSENC_HOST_DEVICE float BFloat16BitsToFloat(uint16_t b) {
   return BitCast<float>(static_cast<uint32_t>(b) << 16);
+}
+
+// v correctly rounded to FLOAT16 (DoubleToHalfBits(v), in 32-bit integer arithmetic).
+POSENC_HOST_DEVICE uint16_t FloatToHalfBits(float v) {
+  const uint32_t x = BitCast<uint32_t>(v);
+  const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7e00;   // NaN
+  if (a >= 0x477ff000u) return sign | 0x7c00;  // >= 65520: inf
+  if (a >= 0x38800000u) {                      // >= 2^-14: a normal half
+    const uint32_t m = a - 0x38000000u;        // the exponent rebiased from 127 to 15
+    return static_cast<uint16_t>(sign | ((m + 0xfffu + ((m >> 13) & 1u)) >> 13));
+  }
+  if (a <= 0x33000000u) return sign;  // <= 2^-25: zero (2^-25 ties to even)
+  // A subnormal half: units of 2^-24, q = sig * 2^(e - 150 + 24) rounded to nearest even.
+  const int shift = 126 - static_cast<int>(a >> 23);  // 14 .. 24
+  const uint32_t sig = (a & 0x7fffffu) | 0x800000u;
+  uint32_t q = sig >> shift;
+  const uint32_t rem = sig & ((1u << shift) - 1u), half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (q & 1u))) ++q;
+  return static_cast<uint16_t>(sign | q);
+}
+
+// v correctly rounded to BFLOAT16 (DoubleToBFloat16Bits(v), in 32-bit integer arithmetic).
+POSENC_HOST_DEVICE uint16_t FloatToBFloat16Bits(float v) {
+  const uint32_t x = BitCast<uint32_t>(v);
+  if ((x & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>(((x >> 16) & 0x8000u) | 0x7fc0u);
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+// The codec of FLOAT16 (kBf16 false) or BFLOAT16 (true) by a template flag, for code written once
+// for both.
+template <bool kBf16>
+POSENC_HOST_DEVICE float SmallFloatToFloat(uint16_t bits) {
+  return kBf16 ? BFloat16BitsToFloat(bits) : HalfBitsToFloat(bits);
+}
+template <bool kBf16>
+POSENC_HOST_DEVICE uint16_t FloatToSmallFloat(float v) {
+  return kBf16 ? FloatToBFloat16Bits(v) : FloatToHalfBits(v);
+}
+template <bool kBf16>
+POSENC_HOST_DEVICE uint16_t DoubleToSmallFloat(double v) {
+  return kBf16 ? DoubleToBFloat16Bits(v) : DoubleToHalfBits(v);
 }
 
 }  // namespace posenc::kernels::hd

@@ -44,6 +44,18 @@ POSENC_HOST_DEVICE double Fma(double a, double b, double c) {
 #endif
 }
 
+// The same in float (FLOAT16/BFLOAT16 rotations, rope/rope_math.h's RotatePairInFloat).
+POSENC_HOST_DEVICE float Fma(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return __builtin_fmaf(a, b, c);
+#endif
+}
+
+// c - a * b with one rounding.
+POSENC_HOST_DEVICE float Fnma(float a, float b, float c) { return Fma(-a, b, c); }
+
 }  // namespace posenc::kernels::hd
 
 #endif  // POSENC_KERNELS_COMMON_HOST_DEVICE_H_

@@ -30,6 +30,11 @@ namespace posenc::kernels {
 void ExpandToeplitzRows(const void* generator, int64_t heads, int64_t q_len, int64_t k_len,
                         int64_t element_size, int64_t row_begin, int64_t row_end, void* out);
 
+// The same, each row copied by copy(dst, src, bytes) (e.g. with streaming stores).
+void ExpandToeplitzRows(const void* generator, int64_t heads, int64_t q_len, int64_t k_len,
+                        int64_t element_size, int64_t row_begin, int64_t row_end, void* out,
+                        void (*copy)(void* dst, const void* src, int64_t bytes));
+
 }  // namespace posenc::kernels
 
 #endif  // POSENC_KERNELS_COMMON_TOEPLITZ_H_

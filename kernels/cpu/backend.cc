@@ -24,11 +24,24 @@ SplitFrequencies::SplitFrequencies(const std::vector<long double>& omega)
   }
 }
 
+namespace {
+
+void MemCopy(void* dst, const void* src, int64_t n) {
+  std::memcpy(dst, src, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+CopyFn OutputCopy(const SimdKernels& simd, int64_t bytes) {
+  return bytes >= kStreamMinBytes ? simd.stream_copy : MemCopy;
+}
+
 absl::Status ParallelExpandToeplitz(const CpuContext& cpu, const unsigned char* generators,
                                     int64_t heads, int64_t q_len, int64_t k_len, int64_t esize,
                                     unsigned char* out) {
+  const CopyFn copy = OutputCopy(cpu.simd, heads * q_len * k_len * esize);
   return cpu.pool.ParallelFor(heads * q_len, Grain(k_len), [&](int64_t r0, int64_t r1) {
-    ExpandToeplitzRows(generators, heads, q_len, k_len, esize, r0, r1, out);
+    ExpandToeplitzRows(generators, heads, q_len, k_len, esize, r0, r1, out, copy);
   });
 }
 

@@ -36,6 +36,15 @@ struct CpuContext {
 // Work below this many output elements runs on the calling thread.
 inline constexpr int64_t kMinParallelElements = int64_t{1} << 16;
 
+// Outputs of at least this many bytes (the size of the last-level cache here) are written with
+// streaming stores (SimdKernels::stream_copy): they would not stay in cache anyway, and a streaming
+// store does not read the line it writes.
+inline constexpr int64_t kStreamMinBytes = int64_t{32} << 20;
+
+// The row copy for an output of `bytes` bytes: streaming for large ones, else memcpy.
+using CopyFn = void (*)(void* dst, const void* src, int64_t n);
+CopyFn OutputCopy(const SimdKernels& simd, int64_t bytes);
+
 // Items per parallel chunk for items of `per_item` elements.
 inline int64_t Grain(int64_t per_item) {
   return std::max<int64_t>(1, kMinParallelElements / std::max<int64_t>(1, per_item));
@@ -119,7 +128,47 @@ void SinCos(const SimdKernels& simd, const double* p, int64_t p_stride, const Sp
   }
 }
 
-// kernels/common/toeplitz.h's ExpandToeplitzRows over every row, across the pool.
+// Exact-phase cos/sin (unscaled) of p*omega_j, j < n, for the tokens of a table in order. A token
+// whose position is the previous one's plus one takes them by angle addition in double
+// (SimdKernels::angle_step) with the exact-phase cos/sin of omega_j itself; every kMaxSteps-th
+// such token, and every other, anchors anew on SinCos. Each step adds a few double ulps: after
+// kMaxSteps steps the values are within 2^-46 of the exact ones, far inside FLOAT32's 1e-6, at
+// a fraction of the polynomial's cost.
+class AngleWalker {
+ public:
+  static constexpr int kMaxSteps = 32;
+  AngleWalker(const SimdKernels& simd, const SplitFrequencies& w,
+              const std::vector<long double>& w_exact, int64_t n)
+      : simd_(simd), w_(w), w_exact_(w_exact), n_(n), c_(n), s_(n), cw_(n), sw_(n) {
+    const double one = 1;
+    SinCos<double>(simd, &one, 0, w, w_exact, n, 1.0, 1.0, cw_.data(), sw_.data());
+  }
+  // The angles of position p: c() and s() hold them until the next call.
+  void At(double p) {
+    if (p == last_ + 1 && steps_ < kMaxSteps) {
+      simd_.angle_step(c_.data(), s_.data(), cw_.data(), sw_.data(), n_);
+      ++steps_;
+    } else {
+      SinCos<double>(simd_, &p, 0, w_, w_exact_, n_, 1.0, 1.0, c_.data(), s_.data());
+      steps_ = 0;
+    }
+    last_ = p;
+  }
+  const double* c() const { return c_.data(); }
+  const double* s() const { return s_.data(); }
+
+ private:
+  const SimdKernels& simd_;
+  const SplitFrequencies& w_;
+  const std::vector<long double>& w_exact_;
+  int64_t n_;
+  std::vector<double> c_, s_, cw_, sw_;
+  double last_ = -2;
+  int steps_ = kMaxSteps;
+};
+
+// kernels/common/toeplitz.h's ExpandToeplitzRows over every row, across the pool (rows copied by
+// OutputCopy).
 absl::Status ParallelExpandToeplitz(const CpuContext& cpu, const unsigned char* generators,
                                     int64_t heads, int64_t q_len, int64_t k_len, int64_t esize,
                                     unsigned char* out);

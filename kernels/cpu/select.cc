@@ -22,6 +22,18 @@ bool HasF16c() {
 }  // namespace
 #endif
 
+bool HasAvx512Bf16() {
+#if defined(POSENC_HAVE_X86_SIMD)
+  // CPUID leaf 7, sub-leaf 1, EAX bit 5 (and AVX-512 itself, whose state the OS saves).
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") &&
+         __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5)) != 0;
+#else
+  return false;
+#endif
+}
+
 const SimdKernels* SelectKernels(const char* name) {
 #if defined(POSENC_HAVE_X86_SIMD)
   __builtin_cpu_init();

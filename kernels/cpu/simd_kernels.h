@@ -1,11 +1,12 @@
 // The inner loops of the optimized CPU backend, compiled once per instruction-set level.
 //
-// Every *_simd.cc file (cpu/sincos_simd.cc, cpu/convert_simd.cc, rope/apply_rope_simd.cc, and
-// cpu/table_simd.cc, which assembles the table) is built three times with different target flags
-// (baseline, AVX2+FMA+F16C, AVX-512) into namespaces posenc::kernels::cpu::{scalar,avx2,avx512};
-// the CPU backend picks the best table the running processor supports (select.cc). Processors
-// other than x86-64 build the portable level only. The loops are plain C++ written for GCC's
-// vectorizer; only fp16 conversion uses intrinsics (F16C).
+// Every *_simd.cc file (cpu/sincos_simd.cc, cpu/convert_simd.cc, cpu/stream_simd.cc,
+// rope/apply_rope_simd.cc, and cpu/table_simd.cc, which assembles the table) is built three times
+// with different target flags (baseline, AVX2+FMA+F16C, AVX-512) into namespaces
+// posenc::kernels::cpu::{scalar,avx2,avx512}; the CPU backend picks the best table the running
+// processor supports (select.cc). Processors other than x86-64 build the portable level only.
+// Most loops are plain C++ written for GCC's vectorizer; intrinsics where it does not find the
+// code: ApplyRope's rows on the vector levels, fp16 conversions (F16C), streaming stores.
 //
 // Sin/cos with an exact phase: theta = p*omega is formed as a double-double
 // (hi = p*omega_hi, lo = fma(p, omega_hi, -hi) + p*omega_lo), reduced modulo pi/2 by a three-part
@@ -24,6 +25,30 @@ namespace posenc::kernels::cpu {
 // Largest |p * omega| the vector reduction handles exactly; beyond it callers use libm.
 inline constexpr double kMaxVectorPhase = 8589934592.0;  // 2^33
 
+// The rows one ApplyRope call rotates in place: row r at x + r*row_stride (elements), its pairs
+// read in GPT-J order (2j, 2j+1) when gptj_in, else in NEOX order (j, j+half), and written in
+// gptj_out order (the orders differ for DEEPSEEK only: then every row's 2*half rotary channels are
+// first copied to `scratch`, which holds rows * 2*half elements). Row r takes pair j's angles from
+// table entry r*table_stride + j (table_stride 0: every row the same angles, e.g. the heads of one
+// token). Channels past 2*half are untouched.
+struct RopeRows {
+  void* x = nullptr;
+  int64_t rows = 0, row_stride = 0, half = 0, table_stride = 0;
+  bool gptj_in = false, gptj_out = false;
+  void* scratch = nullptr;
+};
+
+// The angles of FLOAT16/BFLOAT16 rotations (rope/rope_math.h): for each table entry the exact
+// cos/sin c, s (times m and the sign) and their float factors cf, t_hi, t_lo
+// (FloatRotationFactors; read by the AVX2/AVX-512 levels only).
+struct HalfRopeFactors {
+  const double* c = nullptr;
+  const double* s = nullptr;
+  const float* cf = nullptr;
+  const float* t_hi = nullptr;
+  const float* t_lo = nullptr;
+};
+
 struct SimdKernels {
   const char* name;  // "avx512", "avx2", "scalar"
 
@@ -34,19 +59,29 @@ struct SimdKernels {
   void (*sincos_f64)(const double* p, int64_t p_stride, const double* w_hi, const double* w_lo,
                      int64_t n, double scale, double sign, double* c, double* s);
 
-  // ApplyRope: rotates `rows` head rows in place, row r at x + r*row_stride (elements). NEOX
-  // pairs (j, j+half), GPT-J pairs (2j, 2j+1); c and s hold `half` values. Channels past 2*half
-  // are untouched.
-  void (*apply_rope_f32)(float* x, int64_t rows, int64_t row_stride, const float* c, const float* s,
-                         int64_t half, bool gptj);
-  void (*apply_rope_f64)(double* x, int64_t rows, int64_t row_stride, const double* c,
-                         const double* s, int64_t half, bool gptj);
-  // fp16/bf16 rows rotate in double (a rotation can cancel: x_a*c - x_b*s may be far smaller than
-  // its terms, and only double keeps the result within 1 output ulp of the exact value).
-  void (*apply_rope_f16)(uint16_t* x, int64_t rows, int64_t row_stride, const double* c,
-                         const double* s, int64_t half, bool gptj);
-  void (*apply_rope_bf16)(uint16_t* x, int64_t rows, int64_t row_stride, const double* c,
-                          const double* s, int64_t half, bool gptj);
+  // Angle addition, n pairs in double: (c, s) of theta -> of theta + phi, where cw, sw are cos and
+  // sin of phi: c' = c*cw - s*sw, s' = s*cw + c*sw.
+  void (*angle_step)(double* c, double* s, const double* cw, const double* sw, int64_t n);
+  // cf[j] = float(c[j] * c_scale), sf[j] = float(s[j] * s_scale).
+  void (*cos_sin_to_float)(const double* c, const double* s, int64_t n, double c_scale,
+                           double s_scale, float* cf, float* sf);
+
+  // ApplyRope (RopeRows): FLOAT32 in float, FLOAT64 in double, each with tables c and s.
+  // fp16/bf16 with HalfRopeFactors: a rotation can cancel (x_a*c - x_b*s far smaller than its
+  // terms); the vector levels rotate in float with the arithmetic of rope_math.h's RotateHalfPair
+  // (the CUDA kernel's bits), the scalar level in double; both within 1 output ulp of the exact
+  // value.
+  void (*apply_rope_f32)(const RopeRows& rows, const float* c, const float* s);
+  void (*apply_rope_f64)(const RopeRows& rows, const double* c, const double* s);
+  void (*apply_rope_f16)(const RopeRows& rows, const HalfRopeFactors& f);
+  void (*apply_rope_bf16)(const RopeRows& rows, const HalfRopeFactors& f);
+  // The float factors of n pairs (HalfRopeFactors); null on the scalar level, which needs none.
+  void (*half_rotation_factors)(const double* c, const double* s, int64_t n, float* cf, float* t_hi,
+                                float* t_lo);
+
+  // memcpy of n bytes with non-temporal stores where the level has them (large write-only
+  // outputs: no read of the destination's lines first); the stores are fenced on return.
+  void (*stream_copy)(void* dst, const void* src, int64_t n);
 
   // Conversions of n values (round to nearest even; NaN stays NaN).
   void (*f32_to_f16)(const float* in, uint16_t* out, int64_t n);
@@ -64,6 +99,10 @@ namespace avx2 {
 namespace avx512 {
 #include "kernels/cpu/simd_functions.inc"
 }  // namespace avx512
+
+// Whether the processor has AVX512_BF16 (VCVTNEPS2BF16), which the AVX-512 level's BFLOAT16 rows
+// use where present.
+bool HasAvx512Bf16();
 
 // The best table this processor supports, or the one named ("avx512", "avx2", "scalar"); null
 // if the named level is unknown or not supported here.

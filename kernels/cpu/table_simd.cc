@@ -16,10 +16,18 @@ constexpr SimdKernels kKernels = {
     .name = POSENC_STR(POSENC_SIMD_NS),
     .sincos_f32 = SinCosF32,
     .sincos_f64 = SinCosF64,
+    .angle_step = AngleStep,
+    .cos_sin_to_float = CosSinToFloat,
     .apply_rope_f32 = ApplyRopeRotateF32,
     .apply_rope_f64 = ApplyRopeRotateF64,
     .apply_rope_f16 = ApplyRopeRotateF16,
     .apply_rope_bf16 = ApplyRopeRotateBf16,
+#if defined(__AVX2__)
+    .half_rotation_factors = HalfRotationFactors,
+#else
+    .half_rotation_factors = nullptr,
+#endif
+    .stream_copy = StreamCopy,
     .f32_to_f16 = F32ToF16,
     .f32_to_bf16 = F32ToBf16,
     .f16_to_f32 = F16ToF32,

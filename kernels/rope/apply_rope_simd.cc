@@ -1,9 +1,27 @@
 // ApplyRope's inner loops for the CPU backend: rotating head rows in place (see
-// cpu/simd_kernels.h for the table they fill). Built once per ISA level (POSENC_SIMD_NS).
+// cpu/simd_kernels.h for the table they fill and RopeRows for what one call covers). Built once
+// per ISA level (POSENC_SIMD_NS).
+//
+// The vector levels (AVX2, AVX-512) rotate FLOAT32 and FLOAT16/BFLOAT16 rows with intrinsics,
+// frequencies outermost (RotateRowsInLanes); FLOAT16/BFLOAT16 in float with rope_math.h's
+// RotatePairInFloat (RotateHalfPair's bits, the CUDA kernel's). The scalar level, and FLOAT64
+// everywhere, run portable loops; the scalar level rotates FLOAT16/BFLOAT16 in double (as before
+// the float rotation existed: its results are unchanged).
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
+#include "kernels/common/half_codec.h"
 #include "kernels/cpu/simd_kernels.h"
+#include "kernels/rope/rope_math.h"
+
+#if defined(__AVX2__)
+// GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_* self-initialization).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
 
 #ifndef POSENC_SIMD_NS
 #error "POSENC_SIMD_NS must name the ISA level"
@@ -12,6 +30,13 @@
 namespace posenc::kernels::cpu::POSENC_SIMD_NS {
 namespace {
 
+// ---- portable loops ----------------------------------------------------------------------------
+
+// The channels of pair j in a row of rotary width 2*half, in GPT-J or NEOX order.
+inline int64_t ChannelA(bool gptj, int64_t j) { return gptj ? 2 * j : j; }
+inline int64_t ChannelB(bool gptj, int64_t half, int64_t j) { return gptj ? 2 * j + 1 : j + half; }
+
+// One row in place, pairs in one order (the compiler vectorizes both loops).
 template <typename T>
 inline void RotateRow(T* __restrict x, const T* __restrict c, const T* __restrict s, int64_t half,
                       bool gptj) {
@@ -32,70 +57,558 @@ inline void RotateRow(T* __restrict x, const T* __restrict c, const T* __restric
   }
 }
 
+// One row from `in` (pairs in gptj_in order) to `out` (gptj_out order), pairs [j0, j1): the same
+// arithmetic as RotateRow.
 template <typename T>
-void RotateRows(T* x, int64_t rows, int64_t row_stride, const T* c, const T* s, int64_t half,
-                bool gptj) {
-  constexpr int64_t kLine = 64 / sizeof(T);
-  constexpr int64_t kAhead = 4;  // rows ahead: measured best of 1, 2, 4
-  for (int64_t r = 0; r < rows; ++r) {
-    // Asking for the rotary lines of the row four ahead keeps memory busy where the hardware
-    // prefetchers fall behind: NEOX walks two half-rows at once, and partial rotary touches only
-    // part of each row (measured on one thread: NEOX 0.75 -> 1.1 of triad, rot64 0.8 -> 1.3).
-    if (r + kAhead < rows) {
-      const T* next = x + (r + kAhead) * row_stride;
-      for (int64_t i = 0; i < 2 * half; i += kLine) __builtin_prefetch(next + i, 1, 3);
-    }
-    RotateRow(x + r * row_stride, c, s, half, gptj);
+void RotatePairs(const T* in, T* out, const T* c, const T* s, int64_t half, bool gptj_in,
+                 bool gptj_out, int64_t j0, int64_t j1) {
+  for (int64_t j = j0; j < j1; ++j) {
+    const T xa = in[ChannelA(gptj_in, j)], xb = in[ChannelB(gptj_in, half, j)];
+    out[ChannelA(gptj_out, j)] = xa * c[j] - xb * s[j];
+    out[ChannelB(gptj_out, half, j)] = xb * c[j] + xa * s[j];
   }
 }
 
-// fp16/bf16 rows: widen the rotary channels to double, rotate, round back (via fp32: a double
-// rounding, still within one output ulp of the exact value).
-template <void (*Load)(const uint16_t*, float*, int64_t),
-          void (*Store)(const float*, uint16_t*, int64_t)>
-void RotateHalfRows(uint16_t* x, int64_t rows, int64_t stride, const double* c, const double* s,
-                    int64_t half, bool gptj) {
-  constexpr int64_t kSlice = 1024;  // pairs per slice
-  float f[2 * kSlice];
-  double d[2 * kSlice];
-  for (int64_t r = 0; r < rows; ++r) {
-    uint16_t* row = x + r * stride;
-    for (int64_t j0 = 0; j0 < half; j0 += kSlice) {
-      const int64_t m = std::min<int64_t>(kSlice, half - j0);
-      // GPT-J slices are contiguous pairs; NEOX slices take the same range of both halves.
-      uint16_t* a = gptj ? row + 2 * j0 : row + j0;
-      uint16_t* b = gptj ? nullptr : row + half + j0;
-      Load(a, f, gptj ? 2 * m : m);
-      if (!gptj) Load(b, f + m, m);
-      for (int64_t i = 0; i < 2 * m; ++i) d[i] = f[i];
-      RotateRow<double>(d, c + j0, s + j0, m, gptj);
-      for (int64_t i = 0; i < 2 * m; ++i) f[i] = static_cast<float>(d[i]);
-      Store(f, a, gptj ? 2 * m : m);
-      if (!gptj) Store(f + m, b, m);
+// Calls fn(in, out, r) for each row r: `out` the row, `in` the row itself, or (DEEPSEEK: the orders
+// differ) a copy of its rotary channels in the scratch.
+template <typename E, typename RowFn>
+void EachRow(const RopeRows& a, RowFn fn) {
+  auto* x = static_cast<E*>(a.x);
+  auto* scratch = static_cast<E*>(a.scratch);
+  const size_t bytes = static_cast<size_t>(2 * a.half) * sizeof(E);
+  for (int64_t r = 0; r < a.rows; ++r) {
+    E* row = x + r * a.row_stride;
+    if (a.gptj_in == a.gptj_out) {
+      fn(row, row, r);
+    } else {
+      std::memcpy(scratch, row, bytes);
+      fn(scratch, row, r);
     }
   }
 }
+
+// FLOAT32 (scalar level) and FLOAT64 rows.
+template <typename T>
+void RotateRowsPortable(const RopeRows& a, const T* c, const T* s) {
+  EachRow<T>(a, [&](const T* in, T* out, int64_t r) {
+    const T* cr = c + r * a.table_stride;
+    const T* sr = s + r * a.table_stride;
+    if (in == out) {
+      RotateRow<T>(out, cr, sr, a.half, a.gptj_in);
+    } else {
+      RotatePairs<T>(in, out, cr, sr, a.half, a.gptj_in, a.gptj_out, 0, a.half);
+    }
+  });
+}
+
+// FLOAT16/BFLOAT16 rows in double (the scalar level): widen the rotary channels, rotate, round
+// back via fp32 (a double rounding, still within one output ulp of the exact value).
+template <void (*Load)(const uint16_t*, float*, int64_t),
+          void (*Store)(const float*, uint16_t*, int64_t)>
+void RotateHalfRowsInDouble(const RopeRows& a, const HalfRopeFactors& f) {
+  constexpr int64_t kSlice = 512;  // pairs per slice
+  uint16_t h[2 * kSlice];
+  float fl[2 * kSlice];
+  double d[2 * kSlice];
+  const int64_t half = a.half;
+  EachRow<uint16_t>(a, [&](const uint16_t* in, uint16_t* out, int64_t r) {
+    const double* c = f.c + r * a.table_stride;
+    const double* s = f.s + r * a.table_stride;
+    for (int64_t j0 = 0; j0 < half; j0 += kSlice) {
+      const int64_t m = std::min<int64_t>(kSlice, half - j0);
+      // NEOX order in the slice: the m first elements of the pairs, then the m second ones.
+      for (int64_t j = 0; j < m; ++j) {
+        h[j] = in[ChannelA(a.gptj_in, j0 + j)];
+        h[m + j] = in[ChannelB(a.gptj_in, half, j0 + j)];
+      }
+      Load(h, fl, 2 * m);
+      for (int64_t i = 0; i < 2 * m; ++i) d[i] = fl[i];
+      RotateRow<double>(d, c + j0, s + j0, m, /*gptj=*/false);
+      for (int64_t i = 0; i < 2 * m; ++i) fl[i] = static_cast<float>(d[i]);
+      Store(fl, h, 2 * m);
+      for (int64_t j = 0; j < m; ++j) {
+        out[ChannelA(a.gptj_out, j0 + j)] = h[j];
+        out[ChannelB(a.gptj_out, half, j0 + j)] = h[m + j];
+      }
+    }
+  });
+}
+
+// Pairs [j0, j1) of one row through rope_math.h's RotateHalfPair, the factors from table index
+// `t` on (the vector loops' tails and the blocks whose float results are not all finite).
+template <bool kBf16>
+void RotateHalfPairs(const uint16_t* in, uint16_t* out, const HalfRopeFactors& f, int64_t t,
+                     int64_t half, bool gptj_in, bool gptj_out, int64_t j0, int64_t j1) {
+  for (int64_t j = j0; j < j1; ++j) {
+    uint16_t a = in[ChannelA(gptj_in, j)], b = in[ChannelB(gptj_in, half, j)];
+    hd::RotateHalfPair<kBf16>(&a, &b, f.cf[t + j], f.t_hi[t + j], f.t_lo[t + j], f.c[t + j],
+                              f.s[t + j]);
+    out[ChannelA(gptj_out, j)] = a;
+    out[ChannelB(gptj_out, half, j)] = b;
+  }
+}
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+
+// ---- float lanes -----------------------------------------------------------------------------
+// Vf: the level's vector of floats, with what rope_math.h's RotatePairInFloat needs (found by
+// argument-dependent lookup).
+#if defined(__AVX512F__)
+struct Vf {
+  __m512 v;
+};
+constexpr int64_t kLanes = 16;
+inline Vf LoadF(const float* p) { return {_mm512_loadu_ps(p)}; }
+inline Vf operator*(Vf a, Vf b) { return {_mm512_mul_ps(a.v, b.v)}; }
+inline Vf Fma(Vf a, Vf b, Vf c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+inline Vf Fnma(Vf a, Vf b, Vf c) { return {_mm512_fnmadd_ps(a.v, b.v, c.v)}; }
+inline __m512i Bits(Vf a) { return _mm512_castps_si512(a.v); }
+inline Vf FromBits(__m512i b) { return {_mm512_castsi512_ps(b)}; }
+
+inline Vf Add(Vf a, Vf b) { return {_mm512_add_ps(a.v, b.v)}; }
+inline Vf Sub(Vf a, Vf b) { return {_mm512_sub_ps(a.v, b.v)}; }
+
+// Whether a lane is inf or NaN (fpclass categories 0x01 QNaN, 0x08 +inf, 0x10 -inf, 0x80 SNaN).
+inline bool AnyNotFinite(Vf a) {
+  const __mmask16 m = _mm512_fpclass_ps_mask(a.v, 0x99);
+  return _kortestz_mask16_u8(m, m) == 0;
+}
+
+// 16 words from the low halves of 16 dwords, and back (zero-extended).
+inline __m256i LowWords(__m512i w) { return _mm512_cvtepi32_epi16(w); }
+inline __m512i Widen(__m256i h) { return _mm512_cvtepu16_epi32(h); }
+inline __m256i LoadWords(const uint16_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+inline void StoreWords(uint16_t* p, __m256i h) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
+}
+inline __m512i LoadDwords(const uint16_t* p) { return _mm512_loadu_si512(p); }
+inline void StoreDwords(uint16_t* p, __m512i w) { _mm512_storeu_si512(p, w); }
+inline Vf HalfToVf(__m256i h) { return {_mm512_cvtph_ps(h)}; }
+inline __m256i VfToHalf(Vf v) {
+  return _mm512_cvtps_ph(v.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+#else
+struct Vf {
+  __m256 v;
+};
+constexpr int64_t kLanes = 8;
+inline Vf LoadF(const float* p) { return {_mm256_loadu_ps(p)}; }
+inline Vf operator*(Vf a, Vf b) { return {_mm256_mul_ps(a.v, b.v)}; }
+inline Vf Fma(Vf a, Vf b, Vf c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
+inline Vf Fnma(Vf a, Vf b, Vf c) { return {_mm256_fnmadd_ps(a.v, b.v, c.v)}; }
+inline __m256i Bits(Vf a) { return _mm256_castps_si256(a.v); }
+inline Vf FromBits(__m256i b) { return {_mm256_castsi256_ps(b)}; }
+
+inline Vf Add(Vf a, Vf b) { return {_mm256_add_ps(a.v, b.v)}; }
+inline Vf Sub(Vf a, Vf b) { return {_mm256_sub_ps(a.v, b.v)}; }
+
+// Whether a lane is inf or NaN (its magnitude's bits above the largest float's).
+inline bool AnyNotFinite(Vf a) {
+  const __m256i mag = _mm256_and_si256(Bits(a), _mm256_set1_epi32(0x7fffffff));
+  const __m256i bad = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7f7fffff));
+  return !_mm256_testz_si256(bad, bad);
+}
+
+// 8 words from the low halves of 8 dwords, and back (zero-extended).
+inline __m128i LowWords(__m256i w) {
+  const __m256i lo = _mm256_and_si256(w, _mm256_set1_epi32(0xffff));
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(lo, lo), 0x08));
+}
+inline __m256i Widen(__m128i h) { return _mm256_cvtepu16_epi32(h); }
+inline __m128i LoadWords(const uint16_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
+inline void StoreWords(uint16_t* p, __m128i h) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
+}
+inline __m256i LoadDwords(const uint16_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+inline void StoreDwords(uint16_t* p, __m256i w) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), w);
+}
+inline Vf HalfToVf(__m128i h) { return {_mm256_cvtph_ps(h)}; }
+inline __m128i VfToHalf(Vf v) {
+  return _mm256_cvtps_ph(v.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+#endif
+
+#if defined(__AVX512F__)
+using Dwords = __m512i;
+inline Dwords Set1(uint32_t v) { return _mm512_set1_epi32(static_cast<int>(v)); }
+inline Dwords Add(Dwords a, Dwords b) { return _mm512_add_epi32(a, b); }
+inline Dwords And(Dwords a, Dwords b) { return _mm512_and_si512(a, b); }
+inline Dwords Or(Dwords a, Dwords b) { return _mm512_or_si512(a, b); }
+inline Dwords Shl16(Dwords a) { return _mm512_slli_epi32(a, 16); }
+inline Dwords Shr16(Dwords a) { return _mm512_srli_epi32(a, 16); }
+#else
+using Dwords = __m256i;
+inline Dwords Set1(uint32_t v) { return _mm256_set1_epi32(static_cast<int>(v)); }
+inline Dwords Add(Dwords a, Dwords b) { return _mm256_add_epi32(a, b); }
+inline Dwords And(Dwords a, Dwords b) { return _mm256_and_si256(a, b); }
+inline Dwords Or(Dwords a, Dwords b) { return _mm256_or_si256(a, b); }
+inline Dwords Shl16(Dwords a) { return _mm256_slli_epi32(a, 16); }
+inline Dwords Shr16(Dwords a) { return _mm256_srli_epi32(a, 16); }
+#endif
+
+// ---- storage formats: kLanes consecutive elements, or kLanes GPT-J pairs ----------------------
+// Load/Store move kLanes consecutive elements; LoadPairs/StorePairs kLanes pairs (2j, 2j + 1),
+// de-interleaved into (x_a, x_b). For the 16-bit formats a pair is one dword: element 2j in the
+// low half, 2j + 1 in the high half.
+
+// FLOAT32: the pairs de-interleaved by permutes.
+struct F32 {
+  using Elem = float;
+  static Vf Load(const float* p) { return LoadF(p); }
+#if defined(__AVX512F__)
+  static void Store(float* p, Vf v) { _mm512_storeu_ps(p, v.v); }
+  static void LoadPairs(const float* p, Vf* a, Vf* b) {
+    const __m512 lo = _mm512_loadu_ps(p), hi = _mm512_loadu_ps(p + 16);
+    const __m512i even =
+        _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    *a = {_mm512_permutex2var_ps(lo, even, hi)};
+    *b = {_mm512_permutex2var_ps(lo, odd, hi)};
+  }
+  static void StorePairs(float* p, Vf a, Vf b) {
+    const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+    _mm512_storeu_ps(p, _mm512_permutex2var_ps(a.v, lo, b.v));
+    _mm512_storeu_ps(p + 16, _mm512_permutex2var_ps(a.v, hi, b.v));
+  }
+#else
+  static void Store(float* p, Vf v) { _mm256_storeu_ps(p, v.v); }
+  static void LoadPairs(const float* p, Vf* a, Vf* b) {
+    const __m256 lo = _mm256_loadu_ps(p), hi = _mm256_loadu_ps(p + 8);
+    // shuffle_ps picks within 128-bit lanes: [0 2 8 10 | 4 6 12 14]; the permute restores order.
+    *a = {_mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xd8))};
+    *b = {_mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xdd)), 0xd8))};
+  }
+  static void StorePairs(float* p, Vf a, Vf b) {
+    const __m256 lo = _mm256_unpacklo_ps(a.v, b.v), hi = _mm256_unpackhi_ps(a.v, b.v);
+    _mm256_storeu_ps(p, _mm256_permute2f128_ps(lo, hi, 0x20));
+    _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+  }
+#endif
+};
+
+// FLOAT16: F16C conversions (round to nearest even, subnormals kept).
+struct F16 {
+  using Elem = uint16_t;
+  static constexpr bool kBf16 = false;
+  static constexpr bool kFlushesDenormals = false;
+  static Vf Load(const uint16_t* p) { return HalfToVf(LoadWords(p)); }
+  static void Store(uint16_t* p, Vf v) { StoreWords(p, VfToHalf(v)); }
+  static void LoadPairs(const uint16_t* p, Vf* a, Vf* b) {
+    const Dwords w = LoadDwords(p);
+    *a = HalfToVf(LowWords(w));
+    *b = HalfToVf(LowWords(Shr16(w)));
+  }
+  static void StorePairs(uint16_t* p, Vf a, Vf b) {
+    StoreDwords(p, Or(Widen(VfToHalf(a)), Shl16(Widen(VfToHalf(b)))));
+  }
+};
+
+// BFLOAT16 by integer rounding (round to nearest even, subnormals kept; the caller has checked
+// that every value is finite, so no NaN reaches the rounding).
+struct Bf16 {
+  using Elem = uint16_t;
+  static constexpr bool kBf16 = true;
+  static constexpr bool kFlushesDenormals = false;
+  // The bf16 of each lane in the high half of its dword (the low half is garbage).
+  static Dwords RoundHigh(Vf v) {
+    const Dwords u = Bits(v);
+    return Add(u, Add(Set1(0x7fff), And(Shr16(u), Set1(1))));
+  }
+  static Vf Load(const uint16_t* p) { return FromBits(Shl16(Widen(LoadWords(p)))); }
+  static void Store(uint16_t* p, Vf v) { StoreWords(p, LowWords(Shr16(RoundHigh(v)))); }
+  static void LoadPairs(const uint16_t* p, Vf* a, Vf* b) {
+    const Dwords w = LoadDwords(p);
+    *a = FromBits(Shl16(w));
+    *b = FromBits(And(w, Set1(0xffff0000u)));
+  }
+  static void StorePairs(uint16_t* p, Vf a, Vf b) {
+    StoreDwords(p, Or(Shr16(RoundHigh(a)), And(RoundHigh(b), Set1(0xffff0000u))));
+  }
+};
+
+#if defined(__AVX512F__)
+// VCVTNEPS2BF16 (AVX512_BF16; the level's compiler flags do not include it, so inline assembly,
+// run only where the processor has it: HasAvx512Bf16). It flushes float subnormals to zero: the
+// loop checks for them (kFlushesDenormals) and takes the scalar path there.
+inline __m256i CvtNeps2Bf16(__m512 v) {
+  __m256i r;
+  asm("vcvtneps2bf16 %1, %0" : "=v"(r) : "v"(v));
+  return r;
+}
+struct Bf16Native : Bf16 {
+  static constexpr bool kFlushesDenormals = true;
+  // Whether a lane of a or b is inf, NaN or a nonzero float below 2^-126 (0x20: subnormal).
+  template <int kVecs>
+  static bool AnyNotFiniteOrDenormal(const Vf* a, const Vf* b) {
+    __mmask16 m = _mm512_fpclass_ps_mask(a[0].v, 0xb9);
+    for (int u = 0; u < kVecs; ++u) {
+      if (u > 0) m = _kor_mask16(m, _mm512_fpclass_ps_mask(a[u].v, 0xb9));
+      m = _kor_mask16(m, _mm512_fpclass_ps_mask(b[u].v, 0xb9));
+    }
+    return _kortestz_mask16_u8(m, m) == 0;
+  }
+  static void Store(uint16_t* p, Vf v) { StoreWords(p, CvtNeps2Bf16(v.v)); }
+  static void StorePairs(uint16_t* p, Vf a, Vf b) {
+    StoreDwords(p, Or(Widen(CvtNeps2Bf16(a.v)), Shl16(Widen(CvtNeps2Bf16(b.v)))));
+  }
+};
+#endif
+
+// kLanes pairs at pair j: GPT-J elements 2j.., or NEOX elements j.. and half + j...
+template <class Fmt, bool kGptj>
+inline void LoadPairsAt(const typename Fmt::Elem* in, int64_t half, int64_t j, Vf* xa, Vf* xb) {
+  if constexpr (kGptj) {
+    Fmt::LoadPairs(in + 2 * j, xa, xb);
+  } else {
+    *xa = Fmt::Load(in + j);
+    *xb = Fmt::Load(in + half + j);
+  }
+}
+template <class Fmt, bool kGptj>
+inline void StorePairsAt(typename Fmt::Elem* out, int64_t half, int64_t j, Vf xa, Vf xb) {
+  if constexpr (kGptj) {
+    Fmt::StorePairs(out + 2 * j, xa, xb);
+  } else {
+    Fmt::Store(out + j, xa);
+    Fmt::Store(out + half + j, xb);
+  }
+}
+
+// ---- the rotations in lanes ---------------------------------------------------------------------
+
+// FLOAT32: x_a c - x_b s and x_b c + x_a s, each product rounded, as RotateRow (the same bits).
+struct F32Rotation {
+  struct Tables {
+    const float* c;
+    const float* s;
+  };
+  struct Lanes {
+    Vf c, s;
+    Lanes() = default;
+    Lanes(const Tables& tab, int64_t i) : c(LoadF(tab.c + i)), s(LoadF(tab.s + i)) {}
+  };
+  static void Rotate(Vf* xa, Vf* xb, const Lanes& l) {
+    const Vf a = *xa, b = *xb;
+    *xa = Sub(a * l.c, b * l.s);
+    *xb = Add(b * l.c, a * l.s);
+  }
+  template <class Fmt, int kVecs>
+  static bool AnyNotFinite(const Vf* /*xa*/, const Vf* /*xb*/) {
+    return false;  // inf and NaN take the arithmetic as they come, as in RotateRow
+  }
+  template <class Fmt>
+  static void Pairs(const float* in, float* out, const Tables& tab, int64_t t, int64_t half,
+                    bool gptj_in, bool gptj_out, int64_t j0, int64_t j1) {
+    RotatePairs<float>(in, out, tab.c + t, tab.s + t, half, gptj_in, gptj_out, j0, j1);
+  }
+};
+
+// FLOAT16/BFLOAT16 in float (rope_math.h). Results are checked before they are stored: any inf
+// or NaN (and, for a conversion that flushes float subnormals, any subnormal) sends the pairs
+// through RotateHalfPairs, which gives the same bits for the others.
+struct HalfRotation {
+  using Tables = HalfRopeFactors;
+  struct Lanes {
+    Vf c, t_hi, t_lo;
+    Lanes() = default;
+    Lanes(const Tables& tab, int64_t i)
+        : c(LoadF(tab.cf + i)), t_hi(LoadF(tab.t_hi + i)), t_lo(LoadF(tab.t_lo + i)) {}
+  };
+  static void Rotate(Vf* xa, Vf* xb, const Lanes& l) {
+    hd::RotatePairInFloat(xa, xb, l.c, l.t_hi, l.t_lo);
+  }
+  template <class Fmt, int kVecs>
+  static bool AnyNotFinite(const Vf* xa, const Vf* xb) {
+    if constexpr (Fmt::kFlushesDenormals) {
+      return Fmt::template AnyNotFiniteOrDenormal<kVecs>(xa, xb);
+    } else {
+      // One check of the sum: an overflowing sum only sends the pairs the slow way.
+      Vf sum = Add(xa[0], xb[0]);
+      for (int u = 1; u < kVecs; ++u) sum = Add(sum, Add(xa[u], xb[u]));
+      return POSENC_SIMD_NS::AnyNotFinite(sum);
+    }
+  }
+  template <class Fmt>
+  static void Pairs(const uint16_t* in, uint16_t* out, const Tables& tab, int64_t t, int64_t half,
+                    bool gptj_in, bool gptj_out, int64_t j0, int64_t j1) {
+    RotateHalfPairs<Fmt::kBf16>(in, out, tab, t, half, gptj_in, gptj_out, j0, j1);
+  }
+};
+
+// Up to this many vectors of pairs per row in one pass (rotary dims to 128 on AVX-512 in one).
+constexpr int kMaxVecs = 4;
+
+// Pairs [j, j + kVecs*kLanes) of every row, row r read from in + r*in_stride and written to
+// out + r*out_stride with the tables from entry r*table_stride: all of a row's pairs are loaded
+// before any is stored (so `in` may be `out` for DEEPSEEK too when one pass covers the row), and
+// where the rows share their tables (kShared, the heads of one token) they stay in registers.
+template <class Fmt, class Rot, bool kGptjIn, bool kGptjOut, bool kShared, int kVecs>
+void RotatePass(const typename Fmt::Elem* in, int64_t in_stride, typename Fmt::Elem* out,
+                int64_t out_stride, const RopeRows& a, const typename Rot::Tables& tab, int64_t j) {
+  using Lanes = typename Rot::Lanes;
+  using E = typename Fmt::Elem;
+  // Locals: the vector stores may alias anything, so fields of `a` would be reloaded each row.
+  const int64_t half = a.half, rows = a.rows, ts = a.table_stride;
+  Lanes shared[kVecs];
+  if constexpr (kShared) {
+    for (int u = 0; u < kVecs; ++u) shared[u] = Lanes(tab, j + u * kLanes);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const E* in_r = in + r * in_stride;
+    E* out_r = out + r * out_stride;
+    const int64_t t = r * ts;
+    Vf xa[kVecs], xb[kVecs];
+    for (int u = 0; u < kVecs; ++u) {
+      LoadPairsAt<Fmt, kGptjIn>(in_r, half, j + u * kLanes, &xa[u], &xb[u]);
+    }
+    for (int u = 0; u < kVecs; ++u) {
+      Rot::Rotate(&xa[u], &xb[u], kShared ? shared[u] : Lanes(tab, t + j + u * kLanes));
+    }
+    if (__builtin_expect(Rot::template AnyNotFinite<Fmt, kVecs>(xa, xb), 0)) {
+      if constexpr (kGptjIn != kGptjOut) {
+        if (in_r == out_r) {  // DEEPSEEK in one pass: the pairs one by one from a copy of the row
+          E row[2 * kMaxVecs * kLanes];
+          std::memcpy(row, in_r, static_cast<size_t>(2 * half) * sizeof(E));
+          Rot::template Pairs<Fmt>(row, out_r, tab, t, half, kGptjIn, kGptjOut, 0, half);
+          continue;
+        }
+      }
+      Rot::template Pairs<Fmt>(in_r, out_r, tab, t, half, kGptjIn, kGptjOut, j, j + kVecs * kLanes);
+      continue;
+    }
+    for (int u = 0; u < kVecs; ++u) {
+      StorePairsAt<Fmt, kGptjOut>(out_r, half, j + u * kLanes, xa[u], xb[u]);
+    }
+  }
+}
+
+// The rows of one call. Each row is walked whole in one pass where it fits kMaxVecs vectors
+// (rows outermost, all of a row's lines at once, the shared tables in registers: measured 0.95-1.0
+// of the in-place limit on FLOAT32 and fp16/bf16 rows of 128, against 0.5-0.8 with the
+// frequencies outermost or the tables reloaded per row), else in passes of kMaxVecs vectors, then
+// smaller ones, then the scalar tail.
+template <class Fmt, class Rot, bool kGptjIn, bool kGptjOut, bool kShared>
+void RotateRowsInLanes(const typename Fmt::Elem* in, int64_t in_stride, typename Fmt::Elem* out,
+                       int64_t out_stride, const RopeRows& a, const typename Rot::Tables& tab) {
+  int64_t j = 0;
+  for (; j + kMaxVecs * kLanes <= a.half; j += kMaxVecs * kLanes) {
+    RotatePass<Fmt, Rot, kGptjIn, kGptjOut, kShared, kMaxVecs>(in, in_stride, out, out_stride, a,
+                                                               tab, j);
+  }
+  if (j + 2 * kLanes <= a.half) {
+    RotatePass<Fmt, Rot, kGptjIn, kGptjOut, kShared, 2>(in, in_stride, out, out_stride, a, tab, j);
+    j += 2 * kLanes;
+  }
+  if (j + kLanes <= a.half) {
+    RotatePass<Fmt, Rot, kGptjIn, kGptjOut, kShared, 1>(in, in_stride, out, out_stride, a, tab, j);
+    j += kLanes;
+  }
+  if (j == a.half) return;
+  for (int64_t r = 0; r < a.rows; ++r) {
+    Rot::template Pairs<Fmt>(in + r * in_stride, out + r * out_stride, tab, r * a.table_stride,
+                             a.half, kGptjIn, kGptjOut, j, a.half);
+  }
+}
+
+template <class Fmt, class Rot, bool kGptjIn, bool kGptjOut>
+void RotateRowsInLanes(const typename Fmt::Elem* in, int64_t in_stride, typename Fmt::Elem* out,
+                       int64_t out_stride, const RopeRows& a, const typename Rot::Tables& tab) {
+  if (a.table_stride == 0) {
+    RotateRowsInLanes<Fmt, Rot, kGptjIn, kGptjOut, true>(in, in_stride, out, out_stride, a, tab);
+  } else {
+    RotateRowsInLanes<Fmt, Rot, kGptjIn, kGptjOut, false>(in, in_stride, out, out_stride, a, tab);
+  }
+}
+
+// One call's rows in lanes, in place. DEEPSEEK (the orders differ) reads from a copy of every
+// row's rotary channels in the scratch, unless one pass covers each row (then a row is read
+// whole before it is written).
+template <class Fmt, class Rot>
+void RotateInLanes(const RopeRows& a, const typename Rot::Tables& tab) {
+  using E = typename Fmt::Elem;
+  auto* x = static_cast<E*>(a.x);
+  const int64_t stride = a.row_stride;
+  const bool one_pass = a.half == kMaxVecs * kLanes || a.half == 2 * kLanes || a.half == kLanes;
+  if (a.gptj_in == a.gptj_out || one_pass) {
+    if (a.gptj_in && a.gptj_out) {
+      RotateRowsInLanes<Fmt, Rot, true, true>(x, stride, x, stride, a, tab);
+    } else if (a.gptj_in) {
+      RotateRowsInLanes<Fmt, Rot, true, false>(x, stride, x, stride, a, tab);
+    } else if (a.gptj_out) {
+      RotateRowsInLanes<Fmt, Rot, false, true>(x, stride, x, stride, a, tab);
+    } else {
+      RotateRowsInLanes<Fmt, Rot, false, false>(x, stride, x, stride, a, tab);
+    }
+    return;
+  }
+  auto* scratch = static_cast<E*>(a.scratch);
+  const int64_t width = 2 * a.half;
+  for (int64_t r = 0; r < a.rows; ++r) {
+    std::memcpy(scratch + r * width, x + r * stride, static_cast<size_t>(width) * sizeof(E));
+  }
+  if (a.gptj_in) {
+    RotateRowsInLanes<Fmt, Rot, true, false>(scratch, width, x, stride, a, tab);
+  } else {
+    RotateRowsInLanes<Fmt, Rot, false, true>(scratch, width, x, stride, a, tab);
+  }
+}
+
+#endif  // __AVX512F__ || __AVX2__
 
 }  // namespace
 
-void ApplyRopeRotateF32(float* x, int64_t rows, int64_t stride, const float* c, const float* s,
-                        int64_t half, bool gptj) {
-  RotateRows<float>(x, rows, stride, c, s, half, gptj);
+void ApplyRopeRotateF32(const RopeRows& rows, const float* c, const float* s) {
+#if defined(__AVX512F__) || defined(__AVX2__)
+  RotateInLanes<F32, F32Rotation>(rows, {c, s});
+#else
+  RotateRowsPortable<float>(rows, c, s);
+#endif
 }
 
-void ApplyRopeRotateF64(double* x, int64_t rows, int64_t stride, const double* c, const double* s,
-                        int64_t half, bool gptj) {
-  RotateRows<double>(x, rows, stride, c, s, half, gptj);
+void ApplyRopeRotateF64(const RopeRows& rows, const double* c, const double* s) {
+  RotateRowsPortable<double>(rows, c, s);
 }
 
-void ApplyRopeRotateF16(uint16_t* x, int64_t rows, int64_t stride, const double* c, const double* s,
-                        int64_t half, bool gptj) {
-  RotateHalfRows<F16ToF32, F32ToF16>(x, rows, stride, c, s, half, gptj);
+void ApplyRopeRotateF16(const RopeRows& rows, const HalfRopeFactors& f) {
+#if defined(__AVX512F__) || defined(__AVX2__)
+  RotateInLanes<F16, HalfRotation>(rows, f);
+#else
+  RotateHalfRowsInDouble<F16ToF32, F32ToF16>(rows, f);
+#endif
 }
 
-void ApplyRopeRotateBf16(uint16_t* x, int64_t rows, int64_t stride, const double* c,
-                         const double* s, int64_t half, bool gptj) {
-  RotateHalfRows<Bf16ToF32, F32ToBf16>(x, rows, stride, c, s, half, gptj);
+void ApplyRopeRotateBf16(const RopeRows& rows, const HalfRopeFactors& f) {
+#if defined(__AVX512F__)
+  static const bool native = HasAvx512Bf16();
+  if (native) {
+    RotateInLanes<Bf16Native, HalfRotation>(rows, f);
+    return;
+  }
+#endif
+  ApplyRopeRotateBf16Portable(rows, f);
+}
+
+void ApplyRopeRotateBf16Portable(const RopeRows& rows, const HalfRopeFactors& f) {
+#if defined(__AVX512F__) || defined(__AVX2__)
+  RotateInLanes<Bf16, HalfRotation>(rows, f);
+#else
+  RotateHalfRowsInDouble<Bf16ToF32, F32ToBf16>(rows, f);
+#endif
+}
+
+void HalfRotationFactors(const double* c, const double* s, int64_t n, float* cf, float* t_hi,
+                         float* t_lo) {
+  for (int64_t j = 0; j < n; ++j) hd::FloatRotationFactors(c[j], s[j], &cf[j], &t_hi[j], &t_lo[j]);
 }
 
 }  // namespace posenc::kernels::cpu::POSENC_SIMD_NS

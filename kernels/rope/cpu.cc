@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -37,6 +38,27 @@ struct CosSinFactors {
   }
 };
 
+// The cos/sin of token t (padding: position 0) times the factors into c and s: FLOAT32-computed
+// tables (FLOAT32/FLOAT16/BFLOAT16 outputs) of one position per token from the walker (angle
+// addition between anchors), the others (FLOAT64, M-RoPE) each from SinCos.
+template <typename T>
+void TokenCosSin(const CpuContext& cpu, const RopeConfig& config, const RopeFrequencies& freqs,
+                 const SplitFrequencies& w, const CosSinFactors& f,
+                 const ResolvedPositions& positions, int64_t t, AngleWalker* walker,
+                 std::vector<double>* pbuf, T* c, T* s) {
+  const int64_t half = freqs.rotary_dim / 2;
+  if constexpr (std::is_same_v<T, float>) {
+    if (walker != nullptr) {
+      walker->At(positions.IsValid(t) ? static_cast<double>(positions.At(t)) : 0.0);
+      cpu.simd.cos_sin_to_float(walker->c(), walker->s(), half, f.scale, f.sign * f.scale, c, s);
+      return;
+    }
+  }
+  int64_t stride;
+  const double* p = TokenPositions(config, positions, t, half, pbuf->data(), &stride);
+  SinCos<T>(cpu.simd, p, stride, w, freqs.inv_freq, half, f.scale, f.sign, c, s);
+}
+
 template <typename T>
 absl::Status RopeCacheT(const CpuContext& cpu, const RopeCachePlan& plan,
                         const RopeFrequencies& freqs, const ResolvedPositions& positions,
@@ -46,27 +68,20 @@ absl::Status RopeCacheT(const CpuContext& cpu, const RopeCachePlan& plan,
   const RopeCacheLayout layout = plan.layout;
   const SplitFrequencies w(freqs.inv_freq);
   const CosSinFactors f(plan.config, freqs);
-  const bool direct =
-      std::is_same_v<T, float> && cos.dtype == DType::kFloat32 && layout != RopeCacheLayout::kGptj;
+  const bool walk = std::is_same_v<T, float> && plan.config.mrope_section.empty();
+  // FLOAT32 rows are copied out whole (streamed when the tables are large).
+  const bool f32 = std::is_same_v<T, float> && cos.dtype == DType::kFloat32;
+  const int64_t row_bytes = width * DTypeSize(cos.dtype);
+  const CopyFn copy = OutputCopy(cpu.simd, 2 * positions.num_tokens * row_bytes);
   return cpu.pool.ParallelFor(positions.num_tokens, Grain(2 * width), [&](int64_t t0, int64_t t1) {
     std::vector<T> c(static_cast<size_t>(half)), s(c.size());
     std::vector<T> cw(static_cast<size_t>(width)), sw(cw.size());
     std::vector<double> pbuf(static_cast<size_t>(half) + 1);
+    std::optional<AngleWalker> walker;
+    if (walk) walker.emplace(cpu.simd, w, freqs.inv_freq, half);
     for (int64_t t = t0; t < t1; ++t) {
-      int64_t stride;
-      const double* p = TokenPositions(plan.config, positions, t, half, pbuf.data(), &stride);
-      if (direct) {
-        // FLOAT32 COMPACT/NEOX: straight into the output rows (NEOX repeats the first half).
-        T* cd = static_cast<T*>(cos.data) + t * width;
-        T* sd = static_cast<T*>(sin.data) + t * width;
-        SinCos<T>(cpu.simd, p, stride, w, freqs.inv_freq, half, f.scale, f.sign, cd, sd);
-        if (layout == RopeCacheLayout::kNeox) {
-          std::memcpy(cd + half, cd, half * sizeof(T));
-          std::memcpy(sd + half, sd, half * sizeof(T));
-        }
-        continue;
-      }
-      SinCos<T>(cpu.simd, p, stride, w, freqs.inv_freq, half, f.scale, f.sign, c.data(), s.data());
+      TokenCosSin<T>(cpu, plan.config, freqs, w, f, positions, t, walk ? &*walker : nullptr, &pbuf,
+                     c.data(), s.data());
       const T* cr = c.data();
       const T* sr = s.data();
       if (layout == RopeCacheLayout::kNeox) {
@@ -84,86 +99,96 @@ absl::Status RopeCacheT(const CpuContext& cpu, const RopeCachePlan& plan,
         cr = cw.data();
         sr = sw.data();
       }
+      if (f32) {
+        copy(static_cast<unsigned char*>(cos.data) + t * row_bytes, cr, row_bytes);
+        copy(static_cast<unsigned char*>(sin.data) + t * row_bytes, sr, row_bytes);
+        continue;
+      }
       StoreRow<T>(cpu.simd, cr, cos.data, cos.dtype, t * width, width);
       StoreRow<T>(cpu.simd, sr, sin.data, sin.dtype, t * width, width);
     }
   });
 }
 
-// Rotates the `heads` head rows of one token starting at element `base` of x.
+// Tokens whose angles are computed together before their rows are rotated (BHSD: head by head,
+// kChunkTokens rows in a run).
+constexpr int64_t kChunkTokens = 128;
+
+// The angles of up to kChunkTokens tokens, token i's pair j at entry i*half + j: cos/sin in the
+// compute type T and, for FLOAT16/BFLOAT16 on the vector levels, their float factors.
 template <typename T>
-void RotateToken(const SimdKernels& simd, const TensorView& x, int64_t base, int64_t heads,
-                 int64_t head_stride, const T* c, const T* s, int64_t half, bool gptj) {
+struct ChunkAngles {
+  std::vector<T> c, s;
+  std::vector<float> cf, t_hi, t_lo;
+  ChunkAngles(int64_t half, bool factors)
+      : c(static_cast<size_t>(kChunkTokens * half)),
+        s(c.size()),
+        cf(factors ? c.size() : 0),
+        t_hi(cf.size()),
+        t_lo(cf.size()) {}
+};
+
+// Rotates `rows` (RopeRows, x set) of dtype x.dtype with the angles from entry `at` on.
+template <typename T>
+void RotateRows(const SimdKernels& simd, DType dtype, const RopeRows& rows, const ChunkAngles<T>& g,
+                int64_t at) {
   if constexpr (std::is_same_v<T, float>) {
-    simd.apply_rope_f32(static_cast<float*>(x.data) + base, heads, head_stride, c, s, half, gptj);
+    simd.apply_rope_f32(rows, g.c.data() + at, g.s.data() + at);
+  } else if (dtype == DType::kFloat64) {
+    simd.apply_rope_f64(rows, g.c.data() + at, g.s.data() + at);
   } else {
-    switch (x.dtype) {
-      case DType::kFloat64:
-        simd.apply_rope_f64(static_cast<double*>(x.data) + base, heads, head_stride, c, s, half,
-                            gptj);
-        break;
-      case DType::kFloat16:
-        simd.apply_rope_f16(static_cast<uint16_t*>(x.data) + base, heads, head_stride, c, s, half,
-                            gptj);
-        break;
-      case DType::kBFloat16:
-        simd.apply_rope_bf16(static_cast<uint16_t*>(x.data) + base, heads, head_stride, c, s, half,
-                             gptj);
-        break;
-      default: break;
-    }
+    const bool factors = !g.cf.empty();
+    const HalfRopeFactors f{g.c.data() + at, g.s.data() + at, factors ? g.cf.data() + at : nullptr,
+                            factors ? g.t_hi.data() + at : nullptr,
+                            factors ? g.t_lo.data() + at : nullptr};
+    (dtype == DType::kFloat16 ? simd.apply_rope_f16 : simd.apply_rope_bf16)(rows, f);
   }
 }
 
-// DEEPSEEK: the first 2*half channels of each of `heads` rows (element type E, the storage type)
-// move between GPT-J pair order [x0 x1 x2 x3 ..] and NEOX order [x0 x2 .. | x1 x3 ..]: forward
-// de-interleaves before the NEOX rotation, inverse re-interleaves after it. A permutation, so
-// the rotation's arithmetic is the NEOX loop's, exactly.
-template <typename E>
-void PermuteRows(void* data, int64_t base, int64_t heads, int64_t head_stride, int64_t half,
-                 bool deinterleave, std::vector<unsigned char>* scratch) {
-  scratch->resize(static_cast<size_t>(2 * half) * sizeof(E));
-  E* tmp = reinterpret_cast<E*>(scratch->data());
-  for (int64_t h = 0; h < heads; ++h) {
-    E* row = static_cast<E*>(data) + base + h * head_stride;
-    std::memcpy(tmp, row, static_cast<size_t>(2 * half) * sizeof(E));
-    for (int64_t j = 0; j < half; ++j) {
-      if (deinterleave) {
-        row[j] = tmp[2 * j];
-        row[j + half] = tmp[2 * j + 1];
-      } else {
-        row[2 * j] = tmp[j];
-        row[2 * j + 1] = tmp[j + half];
-      }
-    }
-  }
-}
-
-void PermuteToken(const TensorView& x, int64_t base, int64_t heads, int64_t head_stride,
-                  int64_t half, bool deinterleave, std::vector<unsigned char>* scratch) {
-  switch (DTypeSize(x.dtype)) {
-    case 2:
-      PermuteRows<uint16_t>(x.data, base, heads, head_stride, half, deinterleave, scratch);
-      break;
-    case 4:
-      PermuteRows<uint32_t>(x.data, base, heads, head_stride, half, deinterleave, scratch);
-      break;
-    default: PermuteRows<uint64_t>(x.data, base, heads, head_stride, half, deinterleave, scratch);
-  }
-}
-
-// RotateToken in `style`: DEEPSEEK is a permutation around the NEOX rotation.
+// Rotates the `heads` rows of tokens [u0, u1) of x (strides `st`) with the chunk's angles (token
+// u0 first). Token-major layouts (BSHD, THD: a token's heads together) go token by token, every
+// head of a token sharing its angles; BHSD goes head by head over runs of consecutive tokens of
+// one sequence, whose rows are adjacent in memory.
 template <typename T>
-void RotateTokenStyled(const SimdKernels& simd, const TensorView& x, int64_t base, int64_t heads,
-                       int64_t head_stride, const T* c, const T* s, int64_t half, RopeStyle style,
-                       bool inverse, std::vector<unsigned char>* scratch) {
-  if (style != RopeStyle::kDeepseek) {
-    RotateToken<T>(simd, x, base, heads, head_stride, c, s, half, style == RopeStyle::kGptj);
+void RotateChunk(const SimdKernels& simd, const ApplyRopePlan& plan,
+                 const ResolvedPositions& positions, const TensorView& x, const HeadStrides& st,
+                 int64_t heads, int64_t u0, int64_t u1, const ChunkAngles<T>& g, RopeRows rows,
+                 std::vector<unsigned char>* scratch) {
+  const int64_t half = rows.half, esize = DTypeSize(x.dtype);
+  auto* bytes = static_cast<unsigned char*>(x.data);
+  const bool token_major = st.head <= st.seq || u1 - u0 == 1;
+  const int64_t max_rows = token_major ? heads : u1 - u0;
+  if (rows.gptj_in != rows.gptj_out) {
+    scratch->resize(static_cast<size_t>(max_rows * 2 * half * esize));
+    rows.scratch = scratch->data();
+  }
+  if (token_major) {
+    rows.rows = heads;
+    rows.row_stride = st.head;
+    rows.table_stride = 0;
+    for (int64_t t = u0; t < u1; ++t) {
+      if (!positions.IsValid(t)) continue;  // padding passes through unchanged
+      rows.x = bytes + ApplyRopePlan::TokenBase(st, plan.seq, t) * esize;
+      RotateRows<T>(simd, x.dtype, rows, g, (t - u0) * half);
+    }
     return;
   }
-  if (!inverse) PermuteToken(x, base, heads, head_stride, half, /*deinterleave=*/true, scratch);
-  RotateToken<T>(simd, x, base, heads, head_stride, c, s, half, /*gptj=*/false);
-  if (inverse) PermuteToken(x, base, heads, head_stride, half, /*deinterleave=*/false, scratch);
+  rows.row_stride = st.seq;
+  rows.table_stride = half;
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t t = u0; t < u1;) {
+      if (!positions.IsValid(t)) {
+        ++t;
+        continue;
+      }
+      int64_t e = t + 1;
+      while (e < u1 && positions.IsValid(e) && e / plan.seq == t / plan.seq) ++e;
+      rows.x = bytes + (ApplyRopePlan::TokenBase(st, plan.seq, t) + h * st.head) * esize;
+      rows.rows = e - t;
+      RotateRows<T>(simd, x.dtype, rows, g, (t - u0) * half);
+      t = e;
+    }
+  }
 }
 
 template <typename T>
@@ -174,25 +199,38 @@ absl::Status ApplyRopeT(const CpuContext& cpu, const ApplyRopePlan& plan,
   const SplitFrequencies w(freqs.inv_freq);
   const CosSinFactors f(plan.config, freqs);
   const RopeStyle style = plan.config.style;
-  const bool inverse = plan.config.inverse;
+  const bool deepseek = style == RopeStyle::kDeepseek, inverse = plan.config.inverse;
+  RopeRows rows;
+  rows.half = half;
+  // DEEPSEEK reads GPT-J pairs and writes them at NEOX places (inverse: the other way round).
+  rows.gptj_in = style == RopeStyle::kGptj || (deepseek && !inverse);
+  rows.gptj_out = style == RopeStyle::kGptj || (deepseek && inverse);
+  const bool small = plan.dtype == DType::kFloat16 || plan.dtype == DType::kBFloat16;
+  auto* const factors = small ? cpu.simd.half_rotation_factors : nullptr;
   // Angles once per token, shared by all heads of q and k.
   const int64_t per_token = (plan.q_heads + plan.k_heads) * plan.head_dim;
   return cpu.pool.ParallelFor(plan.tokens, Grain(per_token), [&](int64_t t0, int64_t t1) {
-    std::vector<T> c(static_cast<size_t>(half)), s(c.size());
+    ChunkAngles<T> g(half, factors != nullptr);
     std::vector<double> pbuf(static_cast<size_t>(half) + 1);
     std::vector<unsigned char> scratch;
-    for (int64_t t = t0; t < t1; ++t) {
-      if (!positions.IsValid(t)) continue;  // padding passes through unchanged
-      int64_t stride;
-      const double* p = TokenPositions(plan.config, positions, t, half, pbuf.data(), &stride);
-      SinCos<T>(cpu.simd, p, stride, w, freqs.inv_freq, half, f.scale, f.sign, c.data(), s.data());
-      RotateTokenStyled<T>(cpu.simd, q, ApplyRopePlan::TokenBase(plan.q_strides, plan.seq, t),
-                           plan.q_heads, plan.q_strides.head, c.data(), s.data(), half, style,
-                           inverse, &scratch);
+    for (int64_t u0 = t0; u0 < t1; u0 += kChunkTokens) {
+      const int64_t u1 = std::min(u0 + kChunkTokens, t1);
+      for (int64_t t = u0; t < u1; ++t) {
+        if (!positions.IsValid(t)) continue;
+        const int64_t at = (t - u0) * half;
+        int64_t stride;
+        const double* p = TokenPositions(plan.config, positions, t, half, pbuf.data(), &stride);
+        SinCos<T>(cpu.simd, p, stride, w, freqs.inv_freq, half, f.scale, f.sign, &g.c[at],
+                  &g.s[at]);
+        if constexpr (std::is_same_v<T, double>) {
+          if (factors) factors(&g.c[at], &g.s[at], half, &g.cf[at], &g.t_hi[at], &g.t_lo[at]);
+        }
+      }
+      RotateChunk<T>(cpu.simd, plan, positions, q, plan.q_strides, plan.q_heads, u0, u1, g, rows,
+                     &scratch);
       if (plan.has_k()) {
-        RotateTokenStyled<T>(cpu.simd, k, ApplyRopePlan::TokenBase(plan.k_strides, plan.seq, t),
-                             plan.k_heads, plan.k_strides.head, c.data(), s.data(), half, style,
-                             inverse, &scratch);
+        RotateChunk<T>(cpu.simd, plan, positions, k, plan.k_strides, plan.k_heads, u0, u1, g, rows,
+                       &scratch);
       }
     }
   });
@@ -213,7 +251,8 @@ absl::Status RopeCache(const CpuContext& cpu, const RopeCachePlan& plan,
 absl::Status ApplyRope(const CpuContext& cpu, const ApplyRopePlan& plan,
                        const RopeFrequencies& freqs, const ResolvedPositions& positions,
                        const TensorView& q, const TensorView& k) {
-  // FLOAT32 rotates in fp32; FLOAT64, FLOAT16 and BFLOAT16 in double (see simd_kernels.h).
+  // FLOAT32 rotates in fp32, FLOAT64 in double; FLOAT16 and BFLOAT16 take their angles in double
+  // and rotate as simd_kernels.h's apply_rope_f16 says (DEEPSEEK's order in the same loops).
   return WithComputeType(
       plan.dtype, [&]<typename T>() { return ApplyRopeT<T>(cpu, plan, freqs, positions, q, k); });
 }

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/half_codec.h"
 #include "kernels/common/host_device.h"
 
 namespace posenc::kernels::hd {
@@ -77,6 +78,65 @@ POSENC_HOST_DEVICE void RotatePair(T* xa, T* xb, T c, T s) {
   const T a = *xa, b = *xb;
   *xa = a * c - b * s;
   *xb = b * c + a * s;
+}
+
+// FLOAT16 / BFLOAT16 rotations in float (the CPU's AVX2/AVX-512 loops, lane by lane, and the
+// CUDA kernel): with t = s / c,
+//   x_a' = c (x_a - x_b t),   x_b' = c (x_b + x_a t),
+// c rounded to float, t kept as a float pair t_hi + t_lo (48 bits). The inner sums are FMAs:
+// where x_a - x_b t cancels, its error stays relative to the (small) sum, and the product with c
+// only adds a relative error; the result is within about 2^-22 |x'| + 2^-47 |x_b s| of the exact
+// rotation, as close as the double rotation (RotatePair<double>) and far inside one fp16/bf16
+// ulp, at three operations per output. x_a, x_b are fp16/bf16 values (exact in float).
+//
+// The factors of one pair from its cos/sin (c and s carry m and the sign). Where |t| > 2^20 (c
+// near 0) or c is not a normal float they set c to NaN, so the rotation gives NaN and the pair
+// takes the double path (RotateHalfPair).
+POSENC_HOST_DEVICE void FloatRotationFactors(double c, double s, float* cf, float* t_hi,
+                                             float* t_lo) {
+  const double t = s / c;
+  *t_hi = static_cast<float>(t);
+  *t_lo = static_cast<float>(t - static_cast<double>(*t_hi));
+  // Unless |t| <= 2^20 and |c| >= 2^-100 (false for NaN), c's bits OR 0x7fc00000: a NaN. Integer
+  // arithmetic on the bits, no branch or float compare: the CPU's loop over j vectorizes.
+  constexpr uint64_t kAbs = ~(uint64_t{1} << 63);
+  const auto bad = static_cast<uint32_t>(((BitCast<uint64_t>(t) & kAbs) > 0x4130000000000000ull) |
+                                         ((BitCast<uint64_t>(c) & kAbs) < 0x39b0000000000000ull));
+  *cf = BitCast<float>(BitCast<uint32_t>(static_cast<float>(c)) | (bad * 0x7fc00000u));
+}
+
+// The rotation of one pair in float lanes (F: float, or a vector of floats with operator*, Fma and
+// Fnma).
+template <typename F>
+POSENC_HOST_DEVICE void RotatePairInFloat(F* xa, F* xb, F c, F t_hi, F t_lo) {
+  const F a = *xa, b = *xb;
+  *xa = c * Fnma(b, t_lo, Fnma(b, t_hi, a));
+  *xb = c * Fma(a, t_lo, Fma(a, t_hi, b));
+}
+
+POSENC_HOST_DEVICE bool IsFiniteFloat(float v) {
+  return (BitCast<uint32_t>(v) & 0x7f800000u) != 0x7f800000u;
+}
+
+// One FLOAT16 (kBf16 false) or BFLOAT16 pair: the float rotation, rounded once from float; where
+// that is not finite (inf/NaN inputs, overflow, the factors' NaN) the double rotation with the
+// exact cos/sin (cd, sd), rounded once from double. Every CPU and CUDA path of these dtypes gives
+// exactly these bits.
+template <bool kBf16>
+POSENC_HOST_DEVICE void RotateHalfPair(uint16_t* a, uint16_t* b, float c, float t_hi, float t_lo,
+                                       double cd, double sd) {
+  const float xa = SmallFloatToFloat<kBf16>(*a), xb = SmallFloatToFloat<kBf16>(*b);
+  float ra = xa, rb = xb;
+  RotatePairInFloat<float>(&ra, &rb, c, t_hi, t_lo);
+  if (IsFiniteFloat(ra) && IsFiniteFloat(rb)) {
+    *a = FloatToSmallFloat<kBf16>(ra);
+    *b = FloatToSmallFloat<kBf16>(rb);
+    return;
+  }
+  double da = xa, db = xb;
+  RotatePair<double>(&da, &db, cd, sd);
+  *a = DoubleToSmallFloat<kBf16>(da);
+  *b = DoubleToSmallFloat<kBf16>(db);
 }
 
 // Pair j of a head row of rotary width 2*half: the channels of its two elements.

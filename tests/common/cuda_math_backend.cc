@@ -108,17 +108,23 @@ struct Angles {
   }
 };
 
+// rope/cuda.cu's ApplyRopeKernel: FLOAT32 in float, FLOAT64 in double, FLOAT16/BFLOAT16 pair by
+// pair through RotateHalfPair (float, double where that is not finite) on the storage bits.
 template <typename T>
 void ApplyRopeT(const ApplyRopePlan& plan, const Angles& a, const TensorView& q,
                 const TensorView& k) {
   const int64_t half = static_cast<int64_t>(a.w.hi.size());
   const int style = static_cast<int>(plan.config.style);
   const bool inverse = plan.config.inverse;
+  const bool small = plan.dtype == DType::kFloat16 || plan.dtype == DType::kBFloat16;
   std::vector<T> c(half), s(half), buf(2 * half);
+  std::vector<float> cf(half), t_hi(half), t_lo(half);
+  std::vector<uint16_t> bits(2 * half);
   for (int64_t t = 0; t < plan.tokens; ++t) {
     if (a.pos[t] < 0) continue;
     for (int64_t j = 0; j < half; ++j) {
       hd::RopeCosSin<T>(a.Position(t, j), a.w.hi[j], a.w.lo[j], a.scale, a.sign, &c[j], &s[j]);
+      if (small) hd::FloatRotationFactors(c[j], s[j], &cf[j], &t_hi[j], &t_lo[j]);
     }
     for (int64_t h = 0; h < plan.q_heads + plan.k_heads; ++h) {
       const bool is_q = h < plan.q_heads;
@@ -126,12 +132,29 @@ void ApplyRopeT(const ApplyRopePlan& plan, const Angles& a, const TensorView& q,
       const HeadStrides& st = is_q ? plan.q_strides : plan.k_strides;
       const int64_t row =
           ApplyRopePlan::TokenBase(st, plan.seq, t) + (is_q ? h : h - plan.q_heads) * st.head;
-      for (int64_t e = 0; e < 2 * half; ++e)
-        buf[e] = static_cast<T>(LoadHd(x.data, x.dtype, row + e));
+      auto* x16 = static_cast<uint16_t*>(x.data) + row;
+      for (int64_t e = 0; e < 2 * half; ++e) {
+        if (small) {
+          bits[e] = x16[e];
+        } else {
+          buf[e] = static_cast<T>(LoadHd(x.data, x.dtype, row + e));
+        }
+      }
       for (int64_t j = 0; j < half; ++j) {
         int64_t ia, ib, oa, ob;
         hd::PairChannels(style, inverse, half, j, &ia, &ib);
         hd::OutputChannels(style, inverse, half, j, &oa, &ob);
+        if (small) {
+          uint16_t xa = bits[ia], xb = bits[ib];
+          if (x.dtype == DType::kBFloat16) {
+            hd::RotateHalfPair<true>(&xa, &xb, cf[j], t_hi[j], t_lo[j], c[j], s[j]);
+          } else {
+            hd::RotateHalfPair<false>(&xa, &xb, cf[j], t_hi[j], t_lo[j], c[j], s[j]);
+          }
+          x16[oa] = xa;
+          x16[ob] = xb;
+          continue;
+        }
         T xa = buf[ia], xb = buf[ib];
         hd::RotatePair<T>(&xa, &xb, c[j], s[j]);
         StoreHd(x.data, x.dtype, row + oa, static_cast<double>(xa));
