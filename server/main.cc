@@ -69,7 +69,7 @@ ABSL_FLAG(std::string, backend, "cpu",
           "is present, else cpu) (env POSENC_BACKEND)");
 ABSL_FLAG(int64_t, cuda_device, 0,
           "The CUDA device the cuda backend runs on (env POSENC_CUDA_DEVICE)");
-ABSL_FLAG(int64_t, cuda_small_call_bytes, posenc::server::kDefaultCudaSmallCallBytes,
+ABSL_FLAG(int64_t, cuda_small_call_bytes, posenc::kernels::kDefaultCudaSmallCallBytes,
           "With the cuda backend, calls whose outputs total fewer bytes run on the cpu backend "
           "(a device round trip costs more); 0 = every call on the device "
           "(env POSENC_CUDA_SMALL_CALL_BYTES)");
