@@ -370,12 +370,12 @@ absl::Status GetServerInfo(const HandlerContext& ctx, const v1::GetServerInfoReq
 absl::Status DescribeRope(const HandlerContext& ctx, const v1::DescribeRopeRequest& req,
                           v1::DescribeRopeResponse* resp) {
   RopeConfigNotes notes;
-  POSENC_ASSIGN_OR_RETURN(std::vector<HfLayerRope> groups,
+  POSENC_ASSIGN_OR_RETURN(std::vector<hf::LayerRope> groups,
                           ToLayerRopeConfigs(req.config(), &notes));
   // No tensors: d/2 frequencies per group (head_dim is capped); cancellation and admission only.
   POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {}));
   int64_t num_layers = 0;
-  for (const HfLayerRope& group : groups) {
+  for (const hf::LayerRope& group : groups) {
     POSENC_ASSIGN_OR_RETURN(kernels::RopeFrequencies freqs,
                             kernels::ComputeRopeFrequencies(group.config, /*max_position=*/-1));
     FillRopeLayerGroup(group, freqs, resp->add_groups());

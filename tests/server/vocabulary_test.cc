@@ -52,8 +52,8 @@ void ExpectRoundTrip() {
     EXPECT_FALSE(lower.empty()) << d->name();
     EXPECT_EQ(ParseEnum<E>(lower), value) << d->name() << " " << lower;
     EXPECT_EQ(std::string(d->FindValueByNumber(static_cast<int>(value))->name()),
-              std::string(d->FindValueByNumber(0)->name()).substr(
-                  0, d->FindValueByNumber(0)->name().size() - 11) +
+              std::string(d->FindValueByNumber(0)->name())
+                      .substr(0, d->FindValueByNumber(0)->name().size() - 11) +
                   std::string(WireName(value)))
         << d->name();
   }
@@ -75,7 +75,8 @@ TEST(VocabularyTest, EveryEnumRoundTrips) {
 }
 
 // The kernels' own names (used in the kernels' messages, which cannot link protobuf) are the
-// wire's: dtypes by WireName, scaling types by LowerName.
+// wire's: dtypes by WireName, scaling types and styles by LowerName (the config.json normalizer,
+// kernels/hf, reports pairings by RopeStyleName).
 TEST(VocabularyTest, KernelNamesAreTheWireNames) {
   for (DType wire : SpecifiedValues<DType>()) {
     const std::optional<kernels::DType> kernel = FromWireDType(wire);
@@ -87,6 +88,11 @@ TEST(VocabularyTest, KernelNamesAreTheWireNames) {
     const auto kernel = KernelFromWire<kernels::RopeScalingType>(wire);
     EXPECT_EQ(std::string(kernels::RopeScalingTypeName(kernel)), LowerName(wire));
     EXPECT_EQ(WireFromKernel<RopeScalingType>(kernel), wire);
+  }
+  for (RopeStyle wire : SpecifiedValues<RopeStyle>()) {
+    const auto kernel = KernelFromWire<kernels::RopeStyle>(wire);
+    EXPECT_EQ(std::string(kernels::RopeStyleName(kernel)), LowerName(wire));
+    EXPECT_EQ(WireFromKernel<RopeStyle>(kernel), wire);
   }
 }
 
