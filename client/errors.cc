@@ -11,8 +11,7 @@ namespace posenc::client {
 
 ErrorDetails GetErrorDetails(const absl::Status& status) {
   ErrorDetails out;
-  const auto payload =
-      status.GetPayload(std::string(kStatusDetailsTypeUrl));
+  const auto payload = status.GetPayload(std::string(kStatusDetailsTypeUrl));
   google::rpc::Status details;
   if (!payload.has_value() || !details.ParseFromString(std::string(*payload))) return out;
   for (const google::protobuf::Any& any : details.details()) {

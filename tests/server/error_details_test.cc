@@ -9,8 +9,7 @@ namespace posenc::server {
 namespace {
 
 TEST(ErrorDetailsTest, FieldIsTheMessagesLeadingPath) {
-  EXPECT_EQ(FieldOfMessage("config.scaling.factor: expected > 0, got -1"),
-            "config.scaling.factor");
+  EXPECT_EQ(FieldOfMessage("config.scaling.factor: expected > 0, got -1"), "config.scaling.factor");
   EXPECT_EQ(FieldOfMessage("q.shape[1]: expected a size >= 1, got 0"), "q.shape[1]");
   EXPECT_EQ(FieldOfMessage("config.scaling.long_factor[2]: expected finite"),
             "config.scaling.long_factor[2]");

@@ -17,12 +17,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "google/protobuf/text_format.h"
-#include "gtest/gtest.h"
-#include "posenc/v1/posenc.grpc.pb.h"
 #include "client/errors_internal.h"
+#include "google/protobuf/text_format.h"
 #include "google/rpc/status.pb.h"
+#include "gtest/gtest.h"
 #include "posenc/errors.h"
+#include "posenc/v1/posenc.grpc.pb.h"
 #include "server/handlers.h"
 #include "server/server.h"
 #include "tests/server/server_test_util.h"
@@ -468,7 +468,8 @@ void ExpectStructuredDetails(const grpc::Status& status, const AnyRequest& reque
   ASSERT_TRUE(details.ParseFromString(status.error_details())) << status.error_message();
   EXPECT_EQ(details.code(), static_cast<int>(status.error_code()));
   EXPECT_EQ(details.message(), status.error_message());
-  const client::ErrorDetails read = client::GetErrorDetails(client::internal::FromGrpcStatus(status));
+  const client::ErrorDetails read =
+      client::GetErrorDetails(client::internal::FromGrpcStatus(status));
   EXPECT_EQ(read.domain, "posenc.v1");
   switch (status.error_code()) {
     case grpc::StatusCode::INVALID_ARGUMENT: EXPECT_EQ(read.reason, "INVALID_FIELD"); break;

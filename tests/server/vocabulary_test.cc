@@ -52,8 +52,8 @@ void ExpectRoundTrip() {
     EXPECT_FALSE(lower.empty()) << d->name();
     EXPECT_EQ(ParseEnum<E>(lower), value) << d->name() << " " << lower;
     EXPECT_EQ(std::string(d->FindValueByNumber(static_cast<int>(value))->name()),
-              std::string(d->FindValueByNumber(0)->name()).substr(
-                  0, d->FindValueByNumber(0)->name().size() - 11) +
+              std::string(d->FindValueByNumber(0)->name())
+                      .substr(0, d->FindValueByNumber(0)->name().size() - 11) +
                   std::string(WireName(value)))
         << d->name();
   }

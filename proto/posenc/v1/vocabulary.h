@@ -36,8 +36,7 @@ namespace vocabulary_internal {
 
 // The value's name less the enum's prefix; "" for a number the enum does not define.
 std::string_view WireName(const google::protobuf::EnumDescriptor* descriptor, int number);
-std::optional<int> Parse(const google::protobuf::EnumDescriptor* descriptor,
-                         std::string_view name);
+std::optional<int> Parse(const google::protobuf::EnumDescriptor* descriptor, std::string_view name);
 std::vector<int> SpecifiedNumbers(const google::protobuf::EnumDescriptor* descriptor);
 std::string Lower(std::string_view name);
 
