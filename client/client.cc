@@ -291,17 +291,16 @@ struct Client::Impl {
   auto ByQueryRows(const char* what, Method<Request, Response> method,
                    AsyncMethod<Request, Response> async_method, const Options& options,
                    int64_t request_bytes, const std::vector<internal::OutputShape>& outputs,
-                   const CallOptions& call, Convert convert,
-                   size_t rank_from_end) const -> decltype(convert(std::declval<Response&&>())) {
+                   const CallOptions& call, Convert convert, size_t rank_from_end) const
+      -> decltype(convert(std::declval<Response&&>())) {
     int64_t response_bytes = 0;
     for (const internal::OutputShape& output : outputs) response_bytes += output.Bytes();
     const int64_t limit = SplitLimit(std::max(request_bytes, response_bytes), call);
     if (limit == 0 || options.q_len <= 0) return Unary(method, options, call, convert);
-    POSENC_ASSIGN_OR_RETURN(
-        const int64_t pieces,
-        internal::QueryRowPieces(what, options.q_len, request_bytes,
-                                 response_bytes - outputs[0].Bytes(),
-                                 outputs[0].Bytes() / options.q_len, limit));
+    POSENC_ASSIGN_OR_RETURN(const int64_t pieces,
+                            internal::QueryRowPieces(what, options.q_len, request_bytes,
+                                                     response_bytes - outputs[0].Bytes(),
+                                                     outputs[0].Bytes() / options.q_len, limit));
     POSENC_ASSIGN_OR_RETURN(
         auto parts, Gather(async_method, internal::SplitQueryRows(options, pieces), call, convert));
     return JoinRows(std::move(parts), rank_from_end);
@@ -452,10 +451,9 @@ absl::StatusOr<AlibiBiasResult> Client::AlibiBias(const AlibiBiasOptions& option
   if (options.form == BiasForm::kCompact) {
     return impl_->Unary(&Stub::AlibiBias, options, call, kWhole);
   }
-  return impl_->ByQueryRows(
-      "AlibiBias", &Stub::AlibiBias, &Stub::async::AlibiBias, options,
-      InlineBytes(options.attention_mask),
-      internal::AlibiBiasOutputs(options), call, kWhole, 2);
+  return impl_->ByQueryRows("AlibiBias", &Stub::AlibiBias, &Stub::async::AlibiBias, options,
+                            InlineBytes(options.attention_mask),
+                            internal::AlibiBiasOutputs(options), call, kWhole, 2);
 }
 
 absl::StatusOr<Tensor> Client::RelativeBias(const RelativeBiasOptions& options,

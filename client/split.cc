@@ -88,13 +88,13 @@ void CopyBox(const std::vector<int64_t>& shape, const std::vector<int64_t>& begi
 
 absl::Status CannotCut(absl::string_view op, absl::string_view smallest, int64_t need,
                        int64_t limit) {
-  return absl::ResourceExhaustedError(absl::StrCat(
-      op, ": the request cannot be cut to fit the message limit of ", limit,
-      " bytes (the smaller of the server's --max_message_bytes and ClientOptions::"
-      "max_message_bytes): ",
-      smallest, " takes ", need, " bytes, over the ", limit - kMessageOverheadBytes,
-      " bytes a piece may carry (the limit less ", kMessageOverheadBytes,
-      " for framing); raise both limits"));
+  return absl::ResourceExhaustedError(
+      absl::StrCat(op, ": the request cannot be cut to fit the message limit of ", limit,
+                   " bytes (the smaller of the server's --max_message_bytes and ClientOptions::"
+                   "max_message_bytes): ",
+                   smallest, " takes ", need, " bytes, over the ", limit - kMessageOverheadBytes,
+                   " bytes a piece may carry (the limit less ", kMessageOverheadBytes,
+                   " for framing); raise both limits"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -169,7 +169,8 @@ class PositionCut {
       }
       case Kind::kCuSeqlens: return 8 * (2 * static_cast<int64_t>(p.cu_seqlens.size()) - 1);
       case Kind::kAttentionMask:
-        return (mask_as_ids_ ? 8 * (mrope_ ? 3 : 1) : DTypeSize(p.tensor.dtype)) * rows * tokens;
+        return (mask_as_ids_ ? int64_t{8} * (mrope_ ? 3 : 1) : DTypeSize(p.tensor.dtype)) * rows *
+               tokens;
     }
     return 0;
   }
@@ -208,7 +209,8 @@ class PositionCut {
           const int64_t c = p.cu_seqlens[i];
           cu.push_back(std::clamp<int64_t>(c - t0, 0, n));
           if (i + 1 < p.cu_seqlens.size()) {
-            offsets.push_back((p.offsets.empty() ? 0 : p.offsets[i]) + std::max<int64_t>(0, t0 - c));
+            offsets.push_back((p.offsets.empty() ? 0 : p.offsets[i]) +
+                              std::max<int64_t>(0, t0 - c));
           }
         }
         return Positions::CuSeqlens(std::move(cu), std::move(offsets));
@@ -353,8 +355,8 @@ Tensor SliceBox(const Tensor& tensor, const std::vector<int64_t>& begin,
   out.shape = count;
   const auto item = static_cast<size_t>(DTypeSize(tensor.dtype));
   out.data.resize(static_cast<size_t>(Product(count, 0, count.size())) * item);
-  CopyBox(tensor.shape, begin, count, item, const_cast<char*>(tensor.data.data()),
-          out.data.data(), /*to_small=*/true);
+  CopyBox(tensor.shape, begin, count, item, const_cast<char*>(tensor.data.data()), out.data.data(),
+          /*to_small=*/true);
   return out;
 }
 
@@ -429,9 +431,9 @@ absl::StatusOr<kernels::ResolvedPositions> ResolveOnGrid(const Positions& positi
   spec.cu_seqlens = positions.cu_seqlens;
   if (positions.kind == Kind::kIds || positions.kind == Kind::kAttentionMask) {
     if (!positions.tensor.Validate().ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(positions.kind == Kind::kIds ? "positions.ids: " : "positions.attention_mask: ",
-                       positions.tensor.Validate().message()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          positions.kind == Kind::kIds ? "positions.ids: " : "positions.attention_mask: ",
+          positions.tensor.Validate().message()));
     }
     kernels::ConstTensorView view;
     view.dtype = ToKernelsDType(positions.tensor.dtype);
@@ -562,6 +564,125 @@ int64_t MessageBytes(const AddPositionEncodingOptions& options, const OutputShap
 // ApplyRope.
 // ---------------------------------------------------------------------------------------------
 
+namespace {
+
+using Range = std::pair<int64_t, int64_t>;  // {begin, count}
+
+// The steps of SplitApplyRope over one request of a known geometry.
+class RopeSplitter {
+ public:
+  RopeSplitter(const ApplyRopeOptions& options, const RopeGeometry& g, int64_t limit)
+      : options_(options),
+        g_(g),
+        limit_(limit),
+        budget_(limit - kMessageOverheadBytes),
+        config_bytes_(RopeConfigBytes(options.config)),
+        most_heads_(std::max(g.q_heads, g.k_heads)) {}
+
+  // 1. Heads: the fewest p whose every piece (its heads with every token, the positions and
+  // config as they are) fits; false when even one head range per piece does not.
+  bool SplitHeads(ApplyRopeSplit* split) const {
+    const int64_t head = SatMul(SatMul(g_.grid.batch, g_.grid.seq), g_.head_bytes);
+    const int64_t fixed = SatAdd(PositionBytes(options_.positions), config_bytes_);
+    for (int64_t p = 1; p <= most_heads_; ++p) {
+      const auto q_ranges = EvenRanges(g_.q_heads, p);
+      const auto k_ranges = EvenRanges(g_.k_heads, p);
+      bool fits = true;
+      for (int64_t i = 0; fits && i < p; ++i) {
+        fits = SatAdd(SatMul(q_ranges[i].second + k_ranges[i].second, head), fixed) <= budget_;
+      }
+      if (!fits) continue;
+      for (int64_t i = 0; i < p; ++i) {
+        if (q_ranges[i].second + k_ranges[i].second == 0) continue;
+        AddPiece(q_ranges[i], k_ranges[i], {0, g_.grid.batch}, {0, g_.grid.seq}, options_.positions,
+                 options_.config, split);
+      }
+      return true;
+    }
+    return false;
+  }
+
+  // 2. and 3. One head range per piece, cut along tokens (batch rows first when one token of
+  // the range across the batch does not fit); positions rebased, seq_len pinned.
+  absl::Status SplitTokens(const PositionCut& cut, const kernels::ResolvedPositions& resolved,
+                           const RopeConfig& config, ApplyRopeSplit* split) const {
+    const auto q_ranges = EvenRanges(g_.q_heads, most_heads_);
+    const auto k_ranges = EvenRanges(g_.k_heads, most_heads_);
+    for (int64_t i = 0; i < most_heads_; ++i) {
+      const int64_t heads = q_ranges[i].second + k_ranges[i].second;
+      if (heads == 0) continue;
+      // The bytes of a piece of `rows` batch rows and `tokens` tokens of these heads.
+      auto bytes = [&](int64_t rows, int64_t tokens) {
+        return SatAdd(SatMul(SatMul(heads * rows, tokens), g_.head_bytes),
+                      SatAdd(cut.Bytes(rows, tokens), config_bytes_));
+      };
+      POSENC_ASSIGN_OR_RETURN(const std::vector<Range> row_ranges, RowRanges(bytes));
+      for (const Range& rows : row_ranges) {
+        if (rows.second == 0) continue;
+        const int64_t most_tokens = MostThatFit(
+            g_.grid.seq, budget_, [&](int64_t tokens) { return bytes(rows.second, tokens); });
+        for (const Range& tokens : EvenRanges(g_.grid.seq, CeilDiv(g_.grid.seq, most_tokens))) {
+          if (tokens.second == 0) continue;
+          AddPiece(q_ranges[i], k_ranges[i], rows, tokens, cut.Piece(rows, tokens, &resolved),
+                   config, split);
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // Every batch row when one token of them fits, else the fewest even row ranges in which one
+  // token fits; RESOURCE_EXHAUSTED when one token of one row does not.
+  absl::StatusOr<std::vector<Range>> RowRanges(
+      const std::function<int64_t(int64_t, int64_t)>& bytes) const {
+    if (bytes(g_.grid.batch, 1) <= budget_) return std::vector<Range>{{0, g_.grid.batch}};
+    const int64_t most_rows =
+        MostThatFit(g_.grid.batch, budget_, [&](int64_t rows) { return bytes(rows, 1); });
+    if (most_rows == 0) {
+      return CannotCut("ApplyRope",
+                       g_.grid.packed ? "one token of one head with its positions"
+                                      : "one token of one head of one batch row with its positions",
+                       bytes(1, 1), limit_);
+    }
+    return EvenRanges(g_.grid.batch, CeilDiv(g_.grid.batch, most_rows));
+  }
+
+  // A piece of q heads `qh`, k heads `kh`, `rows` and `tokens`, with `positions` and `config`.
+  void AddPiece(Range qh, Range kh, Range rows, Range tokens, Positions positions,
+                const RopeConfig& config, ApplyRopeSplit* split) const {
+    ApplyRopeOptions piece;
+    piece.layout = options_.layout;
+    piece.positions = std::move(positions);
+    piece.config = config;
+    ApplyRopeSplit::Place place;
+    const Box k_box = kh.second > 0 ? HeadBox(g_, options_.k->shape, kh, rows, tokens) : Box();
+    if (qh.second > 0) {
+      place.q = HeadBox(g_, options_.q.shape, qh, rows, tokens);
+      piece.q = SliceBox(options_.q, place.q.begin, place.q.count);
+      if (kh.second > 0) {
+        piece.k = SliceBox(*options_.k, k_box.begin, k_box.count);
+        place.k = k_box;
+      }
+    } else {
+      piece.q = SliceBox(*options_.k, k_box.begin, k_box.count);
+      place.k = k_box;
+      place.q_carries_k = true;
+    }
+    split->pieces.push_back(std::move(piece));
+    split->places.push_back(std::move(place));
+  }
+
+  const ApplyRopeOptions& options_;
+  const RopeGeometry& g_;
+  const int64_t limit_;
+  const int64_t budget_;
+  const int64_t config_bytes_;
+  const int64_t most_heads_;
+};
+
+}  // namespace
+
 absl::StatusOr<ApplyRopeSplit> SplitApplyRope(const ApplyRopeOptions& options, int64_t limit) {
   ApplyRopeSplit split;
   const std::optional<RopeGeometry> geometry = Geometry(options);
@@ -569,78 +690,24 @@ absl::StatusOr<ApplyRopeSplit> SplitApplyRope(const ApplyRopeOptions& options, i
     split.whole = true;
     return split;
   }
-  const RopeGeometry& g = *geometry;
-  const int64_t budget = limit - kMessageOverheadBytes;
-  const int64_t config_bytes = RopeConfigBytes(options.config);
-  const int64_t head_all_tokens = SatMul(SatMul(g.grid.batch, g.grid.seq), g.head_bytes);
-  const int64_t most_heads = std::max(g.q_heads, g.k_heads);
-  const std::pair<int64_t, int64_t> all_rows{0, g.grid.batch};
-  const std::pair<int64_t, int64_t> all_tokens{0, g.grid.seq};
-
-  // A piece of q heads `qh`, k heads `kh`, `rows` and `tokens`, with `positions` and `config`.
-  auto add_piece = [&](std::pair<int64_t, int64_t> qh, std::pair<int64_t, int64_t> kh,
-                       std::pair<int64_t, int64_t> rows, std::pair<int64_t, int64_t> tokens,
-                       Positions positions, const RopeConfig& config) {
-    ApplyRopeOptions piece;
-    piece.layout = options.layout;
-    piece.positions = std::move(positions);
-    piece.config = config;
-    ApplyRopeSplit::Place place;
-    const Box k_box = kh.second > 0 ? HeadBox(g, options.k->shape, kh, rows, tokens) : Box();
-    if (qh.second > 0) {
-      const Box q_box = HeadBox(g, options.q.shape, qh, rows, tokens);
-      piece.q = SliceBox(options.q, q_box.begin, q_box.count);
-      place.q = q_box;
-      if (kh.second > 0) {
-        piece.k = SliceBox(*options.k, k_box.begin, k_box.count);
-        place.k = k_box;
-      }
-    } else {
-      piece.q = SliceBox(*options.k, k_box.begin, k_box.count);
-      place.k = k_box;
-      place.q_carries_k = true;
-    }
-    split.pieces.push_back(std::move(piece));
-    split.places.push_back(std::move(place));
-  };
-
-  // 1. Heads: the fewest p whose every piece (its heads with every token, the positions and
-  // config as they are) fits.
-  const int64_t whole_positions = PositionBytes(options.positions);
-  for (int64_t p = 1; p <= most_heads; ++p) {
-    const auto q_ranges = EvenRanges(g.q_heads, p);
-    const auto k_ranges = EvenRanges(g.k_heads, p);
-    bool fits = true;
-    for (int64_t i = 0; fits && i < p; ++i) {
-      const int64_t heads = q_ranges[i].second + k_ranges[i].second;
-      fits = SatAdd(SatMul(heads, head_all_tokens), whole_positions + config_bytes) <= budget;
-    }
-    if (!fits) continue;
-    for (int64_t i = 0; i < p; ++i) {
-      if (q_ranges[i].second + k_ranges[i].second == 0) continue;
-      add_piece(q_ranges[i], k_ranges[i], all_rows, all_tokens, options.positions,
-                options.config);
-    }
-    return split;
-  }
-
-  // 2. and 3. One head range per piece, cut along tokens (and batch rows first when one token
-  // of the piece's heads across the batch does not fit); positions rebased, seq_len pinned.
-  const bool mrope = IsMrope(options.config);
+  const RopeSplitter splitter(options, *geometry, limit);
+  if (splitter.SplitHeads(&split)) return split;
+  const Grid& grid = geometry->grid;
   const std::optional<PositionCut> cut =
-      PositionCut::Make(options.positions, g.grid, mrope, /*mask_as_ids=*/true);
+      PositionCut::Make(options.positions, grid, IsMrope(options.config), /*mask_as_ids=*/true);
   if (!cut.has_value()) {
     split.whole = true;
     return split;
   }
+  // The whole request's positions: checked, their largest (seq_len), a mask's.
   kernels::ResolvedPositions resolved;
   int64_t largest = -1;
   if (options.positions.kind == Positions::Kind::kIds) {
     largest = LargestId(options.positions.tensor);
   } else {
     // One component suffices: every kind but ids repeats it for M-RoPE.
-    POSENC_ASSIGN_OR_RETURN(resolved, ResolveOnGrid(options.positions, g.grid.packed,
-                                                    g.grid.batch, g.grid.seq));
+    POSENC_ASSIGN_OR_RETURN(resolved,
+                            ResolveOnGrid(options.positions, grid.packed, grid.batch, grid.seq));
     largest = resolved.max_position;
   }
   RopeConfig config = options.config;
@@ -649,41 +716,7 @@ absl::StatusOr<ApplyRopeSplit> SplitApplyRope(const ApplyRopeOptions& options, i
     split.padding.resize(resolved.valid.size());
     for (size_t t = 0; t < resolved.valid.size(); ++t) split.padding[t] = !resolved.valid[t];
   }
-
-  const auto q_ranges = EvenRanges(g.q_heads, most_heads);
-  const auto k_ranges = EvenRanges(g.k_heads, most_heads);
-  for (int64_t i = 0; i < most_heads; ++i) {
-    const int64_t heads = q_ranges[i].second + k_ranges[i].second;
-    if (heads == 0) continue;
-    // The bytes of a piece of `rows` batch rows and `tokens` tokens of these heads.
-    auto bytes = [&](int64_t rows, int64_t tokens) {
-      return SatAdd(SatMul(SatMul(heads * rows, tokens), g.head_bytes),
-                    SatAdd(cut->Bytes(rows, tokens), config_bytes));
-    };
-    // Every batch row: tokens cut. Else batch rows cut, then each row range's tokens.
-    std::vector<std::pair<int64_t, int64_t>> row_ranges = {all_rows};
-    if (bytes(g.grid.batch, 1) > budget) {
-      const int64_t most_rows =
-          MostThatFit(g.grid.batch, budget, [&](int64_t rows) { return bytes(rows, 1); });
-      if (most_rows == 0) {
-        return CannotCut("ApplyRope",
-                         g.grid.packed ? "one token of one head with its positions"
-                                       : "one token of one head of one batch row with its positions",
-                         bytes(1, 1), limit);
-      }
-      row_ranges = EvenRanges(g.grid.batch, CeilDiv(g.grid.batch, most_rows));
-    }
-    for (const auto& rows : row_ranges) {
-      if (rows.second == 0) continue;
-      const int64_t most_tokens = MostThatFit(
-          g.grid.seq, budget, [&](int64_t tokens) { return bytes(rows.second, tokens); });
-      for (const auto& tokens : EvenRanges(g.grid.seq, CeilDiv(g.grid.seq, most_tokens))) {
-        if (tokens.second == 0) continue;
-        add_piece(q_ranges[i], k_ranges[i], rows, tokens, cut->Piece(rows, tokens, &resolved),
-                  config);
-      }
-    }
-  }
+  POSENC_RETURN_IF_ERROR(splitter.SplitTokens(*cut, resolved, config, &split));
   return split;
 }
 

@@ -55,12 +55,14 @@ Tensor FillTensor(const json& spec) {
   if (spec.contains("values")) {
     values = spec.at("values").get<std::vector<int64_t>>();
   } else if (spec.contains("iota")) {
-    for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = spec.at("iota").get<int64_t>() + i;
+    for (int64_t i = 0; i < n; ++i)
+      values[static_cast<size_t>(i)] = spec.at("iota").get<int64_t>() + i;
   } else if (spec.contains("left_padding")) {
     const auto padding = spec.at("left_padding").get<std::vector<int64_t>>();
     const int64_t cols = shape.back();
     for (int64_t i = 0; i < n; ++i) {
-      values[static_cast<size_t>(i)] = i % cols >= padding.at(static_cast<size_t>(i / cols)) ? 1 : 0;
+      values[static_cast<size_t>(i)] =
+          i % cols >= padding.at(static_cast<size_t>(i / cols)) ? 1 : 0;
     }
   }
   return *Tensor::FromInt64s(values, shape, *dtype);
@@ -138,8 +140,7 @@ RopeConfig FromWire(const v1::RopeConfig& c) {
   o.short_factor.assign(s.short_factor().begin(), s.short_factor().end());
   o.partial_rotary_factor = Opt(s.has_partial_rotary_factor(), s.partial_rotary_factor());
   o.alpha = Opt(s.has_alpha(), s.alpha());
-  out.max_position_embeddings =
-      Opt(c.has_max_position_embeddings(), c.max_position_embeddings());
+  out.max_position_embeddings = Opt(c.has_max_position_embeddings(), c.max_position_embeddings());
   out.mrope_section.assign(c.mrope_section().begin(), c.mrope_section().end());
   out.mrope_layout = static_cast<MropeLayout>(c.mrope_layout());
   out.inverse = c.inverse();
@@ -319,8 +320,8 @@ std::vector<Case> LoadCases() {
     return cases;
   }
   for (const json& c : file.at("cases")) {
-    cases.push_back({c.at("name"), c.at("op"), c.at("max_message_bytes"), c.at("pieces"),
-                     c.at("args")});
+    cases.push_back(
+        {c.at("name"), c.at("op"), c.at("max_message_bytes"), c.at("pieces"), c.at("args")});
   }
   return cases;
 }

@@ -199,7 +199,7 @@ TEST(SplitRangesTest, SliceBoxAndPasteBoxAreInverse) {
   }
   Tensor whole = t;
   EXPECT_FALSE(PasteBox(Bytes({2, 5, 4, 6}, DType::kFloat16), {2, 0, 0, 0}, &whole).ok());
-  EXPECT_FALSE(PasteBox(Bytes({1, 5, 4, 6}), {0, 0, 0, 0}, &whole).ok());  // dtype
+  EXPECT_FALSE(PasteBox(Bytes({1, 5, 4, 6}), {0, 0, 0, 0}, &whole).ok());             // dtype
   EXPECT_FALSE(PasteBox(Bytes({5, 4, 6}, DType::kFloat16), {0, 0, 0}, &whole).ok());  // rank
   const auto joined = ConcatAxis({SliceAxis(t, 1, 0, 2), SliceAxis(t, 1, 2, 3)}, 1);
   ASSERT_TRUE(joined.ok()) << joined.status();
@@ -323,7 +323,7 @@ TEST(SplitApplyRopeTest, PackedThdCuSeqlensAreClamped) {
     options.positions = positions;
     ExpectFlippedJoin(options, ExpectRopeSplit(options, kMessageOverheadBytes + 64 * kKiB, true));
   }
-  options.positions = Positions::Ids(Iota(3 * 1000, 1), {3, 1000});
+  options.positions = Positions::Ids(Iota(3000, 1), {3, 1000});
   options.config.mrope_section = {16, 8, 8};
   ExpectFlippedJoin(options, ExpectRopeSplit(options, kMessageOverheadBytes + 64 * kKiB, true));
 }
@@ -354,10 +354,9 @@ TEST(SplitApplyRopeTest, GqaHeadRangesTravelTogether) {
 TEST(SplitApplyRopeTest, BatchRowsAreCutWhenOneTokenAcrossTheBatchDoesNotFit) {
   ApplyRopeOptions options;
   options.q = Bytes({64, 16, 1, 128});  // one token across the batch: 32 KiB
-  for (const Positions& positions :
-       {Positions::Default(), Positions::Offsets(Iota(64, 3)), Positions::Ids(Iota(64 * 16, 0),
-                                                                                {64, 16}),
-        LeftPaddedMask(64, 16, std::vector<int64_t>(64, 5))}) {
+  for (const Positions& positions : {Positions::Default(), Positions::Offsets(Iota(64, 3)),
+                                     Positions::Ids(Iota(1024, 0), {64, 16}),
+                                     LeftPaddedMask(64, 16, std::vector<int64_t>(64, 5))}) {
     SCOPED_TRACE(static_cast<int>(positions.kind));
     options.positions = positions;
     const ApplyRopeSplit split =
@@ -462,16 +461,15 @@ TEST(SplitAddPositionEncodingTest, BatchRowsThenTokens) {
   options.x = Bytes({6, 256, 128});  // 128 KiB a row
   for (const Positions& positions :
        {Positions::Default(), Positions::Range(7, 256), Positions::Offsets({0, 5, 9, 100, 3, 1}),
-        Positions::Ids(Iota(256, 3), {256}), Positions::Ids(Iota(6 * 256, 1), {6, 256}),
+        Positions::Ids(Iota(256, 3), {256}), Positions::Ids(Iota(1536, 1), {6, 256}),
         LeftPaddedMask(6, 256, {0, 17, 0, 0, 200, 1})}) {
     SCOPED_TRACE(static_cast<int>(positions.kind));
     options.positions = positions;
     ExpectAddSplit(options, kMessageOverheadBytes + 300 * kKiB, 3);  // 2 rows a piece
     if (positions.kind == Positions::Kind::kAttentionMask) {
       // A row over the budget: masks are not cut along tokens.
-      const auto refused =
-          SplitAddPositionEncoding(options, AddPositionEncodingOutput(options),
-                                   kMessageOverheadBytes + 100 * kKiB);
+      const auto refused = SplitAddPositionEncoding(options, AddPositionEncodingOutput(options),
+                                                    kMessageOverheadBytes + 100 * kKiB);
       EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
       continue;
     }

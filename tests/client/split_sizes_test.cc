@@ -3,10 +3,9 @@
 // a broad table of requests (every op the client sizes, every dtype, layout, form and table
 // source) the client's dtype and shape must equal those of the server's answer.
 #include <gtest/gtest.h>
-
-#include <cstdint>
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -33,7 +32,7 @@ Tensor Ramp(std::vector<int64_t> shape, DType dtype = DType::kFloat32) {
   return *Tensor::FromDoubles(values, std::move(shape), dtype);
 }
 
-void WriteTable(const fs::path& path, std::vector<int64_t> shape) {
+void WriteTable(const fs::path& path, const std::vector<int64_t>& shape) {
   const Tensor t = Ramp(shape);
   ASSERT_TRUE(kernels::WriteNpyFile(path.string(), kernels::DType::kFloat32, shape, t.data).ok());
 }
@@ -41,8 +40,7 @@ void WriteTable(const fs::path& path, std::vector<int64_t> shape) {
 class OutputSizesTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new fs::path(fs::temp_directory_path() /
-                        absl::StrCat("posenc_sizes_", ::getpid()));
+    dir_ = new fs::path(fs::temp_directory_path() / absl::StrCat("posenc_sizes_", ::getpid()));
     fs::create_directories(*dir_);
     WriteTable(*dir_ / "wide.npy", {64, 12});   // a learned table for CONCAT
     WriteTable(*dir_ / "narrow.npy", {64, 8});  // for ADD to x [.., 8]
@@ -134,12 +132,12 @@ TEST_F(OutputSizesTest, AddPositionEncoding) {
 }
 
 TEST_F(OutputSizesTest, AlibiBias) {
-  for (AlibiMode mode : {AlibiMode::kUnspecified, AlibiMode::kCausal, AlibiMode::kSymmetric,
-                         AlibiMode::kBloom}) {
+  for (AlibiMode mode :
+       {AlibiMode::kUnspecified, AlibiMode::kCausal, AlibiMode::kSymmetric, AlibiMode::kBloom}) {
     for (BiasForm form : {BiasForm::kUnspecified, BiasForm::kFull, BiasForm::kCompact}) {
-      for (std::optional<DType> dtype : {std::optional<DType>(), std::optional(DType::kFloat16),
-                                         std::optional(DType::kBFloat16),
-                                         std::optional(DType::kFloat64)}) {
+      for (std::optional<DType> dtype :
+           {std::optional<DType>(), std::optional(DType::kFloat16), std::optional(DType::kBFloat16),
+            std::optional(DType::kFloat64)}) {
         for (bool masked : {false, true}) {
           if (masked && mode != AlibiMode::kBloom) continue;
           AlibiBiasOptions o;
@@ -167,8 +165,8 @@ TEST_F(OutputSizesTest, RelativeBiasAndEmbedding) {
   for (BiasForm form :
        {BiasForm::kUnspecified, BiasForm::kFull, BiasForm::kCompact, BiasForm::kBuckets}) {
     for (const std::string name : {"", "t5"}) {
-      for (std::optional<DType> dtype :
-           {std::optional<DType>(), std::optional(DType::kFloat16), std::optional(DType::kFloat64)}) {
+      for (std::optional<DType> dtype : {std::optional<DType>(), std::optional(DType::kFloat16),
+                                         std::optional(DType::kFloat64)}) {
         if (form == BiasForm::kBuckets && dtype.has_value()) continue;  // INT32 only
         RelativeBiasOptions o;
         o.q_len = 4;
@@ -186,8 +184,8 @@ TEST_F(OutputSizesTest, RelativeBiasAndEmbedding) {
     }
   }
   for (const std::string name : {"", "shaw"}) {
-    for (std::optional<DType> dtype :
-         {std::optional<DType>(), std::optional(DType::kBFloat16), std::optional(DType::kFloat64)}) {
+    for (std::optional<DType> dtype : {std::optional<DType>(), std::optional(DType::kBFloat16),
+                                       std::optional(DType::kFloat64)}) {
       RelativeEmbeddingOptions o;
       o.q_len = 4;
       o.k_len = 6;
@@ -213,7 +211,7 @@ TEST_F(OutputSizesTest, ApplyRopeAnswersQAndKAsTheyCame) {
       o.q = Ramp(layout == TensorLayout::kTHD ? std::vector<int64_t>{6, 4, 8}
                                               : std::vector<int64_t>{2, 3, 4, 8},
                  dtype);
-      o.k = Ramp(layout == TensorLayout::kTHD   ? std::vector<int64_t>{6, 1, 8}
+      o.k = Ramp(layout == TensorLayout::kTHD    ? std::vector<int64_t>{6, 1, 8}
                  : layout == TensorLayout::kBHSD ? std::vector<int64_t>{2, 1, 4, 8}
                                                  : std::vector<int64_t>{2, 3, 1, 8},
                  dtype);
