@@ -53,14 +53,15 @@ int64_t MostThatFit(int64_t most, int64_t budget, const std::function<int64_t(in
   return lo;
 }
 
-// Copies between the box [begin, begin + count) of a tensor of `shape` (`big`) and a dense
-// tensor of shape `count` (`small`), one contiguous run per index of the leading cut axes.
+// Copies between the box [begin, begin + count) of a tensor of `shape` and a dense tensor of
+// shape `count`: from the box (`from_box`) or into it. One contiguous run per index of the
+// leading cut axes.
 void CopyBox(const std::vector<int64_t>& shape, const std::vector<int64_t>& begin,
-             const std::vector<int64_t>& count, size_t item, char* big, char* small,
-             bool to_small) {
+             const std::vector<int64_t>& count, size_t item, const char* from, char* to,
+             bool from_box) {
   const size_t rank = shape.size();
   if (rank == 0) {
-    to_small ? std::memcpy(small, big, item) : std::memcpy(big, small, item);
+    std::memcpy(to, from, item);
     return;
   }
   for (int64_t c : count) {
@@ -73,13 +74,12 @@ void CopyBox(const std::vector<int64_t>& shape, const std::vector<int64_t>& begi
   for (size_t a = rank - 1; a > 0; --a) stride[a - 1] = stride[a] * static_cast<size_t>(shape[a]);
   const size_t run = static_cast<size_t>(count[inner]) * stride[inner];
   std::vector<int64_t> index(inner, 0);
-  for (size_t done = 0;; done += run) {
-    size_t offset = static_cast<size_t>(begin[inner]) * stride[inner];
+  for (size_t dense = 0;; dense += run) {
+    size_t boxed = static_cast<size_t>(begin[inner]) * stride[inner];
     for (size_t a = 0; a < inner; ++a) {
-      offset += static_cast<size_t>(begin[a] + index[a]) * stride[a];
+      boxed += static_cast<size_t>(begin[a] + index[a]) * stride[a];
     }
-    to_small ? std::memcpy(small + done, big + offset, run)
-             : std::memcpy(big + offset, small + done, run);
+    std::memcpy(to + (from_box ? dense : boxed), from + (from_box ? boxed : dense), run);
     size_t a = inner;
     while (a > 0 && ++index[a - 1] == count[a - 1]) index[--a] = 0;
     if (a == 0) return;
@@ -355,8 +355,8 @@ Tensor SliceBox(const Tensor& tensor, const std::vector<int64_t>& begin,
   out.shape = count;
   const auto item = static_cast<size_t>(DTypeSize(tensor.dtype));
   out.data.resize(static_cast<size_t>(Product(count, 0, count.size())) * item);
-  CopyBox(tensor.shape, begin, count, item, const_cast<char*>(tensor.data.data()), out.data.data(),
-          /*to_small=*/true);
+  CopyBox(tensor.shape, begin, count, item, tensor.data.data(), out.data.data(),
+          /*from_box=*/true);
   return out;
 }
 
@@ -373,7 +373,7 @@ absl::Status PasteBox(const Tensor& part, const std::vector<int64_t>& begin, Ten
         " result of rank ", whole->shape.size()));
   }
   CopyBox(whole->shape, begin, part.shape, static_cast<size_t>(DTypeSize(part.dtype)),
-          whole->data.data(), const_cast<char*>(part.data.data()), /*to_small=*/false);
+          part.data.data(), whole->data.data(), /*from_box=*/false);
   return absl::OkStatus();
 }
 
