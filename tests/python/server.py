@@ -19,8 +19,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 def server_path():
-    path = os.environ.get("POSENC_SERVER_PATH") or os.path.join(ROOT, "build", "release",
-                                                                 "posenc-server")
+    path = (os.environ.get("POSENC_SERVER_PATH")
+            or os.path.join(ROOT, "build", "release", "posenc-server"))
     if not os.access(path, os.X_OK):
         raise RuntimeError(f"posenc-server not found at {path} (build it, or set "
                            "POSENC_SERVER_PATH)")

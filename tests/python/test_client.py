@@ -323,7 +323,6 @@ class RopeTest(unittest.TestCase):
         self.assertEqual(derived.seq_len, 200)
         self.assertGreater(derived.effective_base, 10000.0)
 
-
     def test_describe_rope_of_a_config_json_and_of_an_explicit_config(self):
         config = dict(self.LLAMA31, num_hidden_layers=4)
         result = CLIENT.describe_rope(config)

@@ -13,7 +13,6 @@ import tempfile
 import unittest
 import zlib
 
-import grpc
 import numpy as np
 
 import posenc
@@ -21,8 +20,8 @@ from posenc import _split
 from posenc.v1 import posenc_pb2 as pb
 from server import ROOT, ServerProcess
 
-CASES_PATH = os.environ.get("POSENC_SPLIT_CASES") or os.path.join(ROOT, "tests", "data",
-                                                                   "split_cases.json")
+CASES_PATH = (os.environ.get("POSENC_SPLIT_CASES")
+              or os.path.join(ROOT, "tests", "data", "split_cases.json"))
 T5_TABLE = np.random.default_rng(0).standard_normal((32, 8)).astype(np.float32)
 
 TMP = None
