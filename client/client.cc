@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "client/convert.h"
+#include "client/errors_internal.h"
 #include "client/split.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "kernels/common/status.h"
@@ -42,10 +43,7 @@ static_assert(static_cast<int>(absl::StatusCode::kUnavailable) == grpc::StatusCo
 static_assert(static_cast<int>(absl::StatusCode::kUnauthenticated) ==
               grpc::StatusCode::UNAUTHENTICATED);
 
-absl::Status ToAbsl(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-}
+absl::Status ToAbsl(const grpc::Status& status) { return internal::FromGrpcStatus(status); }
 
 int ClampToInt(int64_t v) {
   return static_cast<int>(std::clamp<int64_t>(v, 0, std::numeric_limits<int>::max()));

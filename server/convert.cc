@@ -20,12 +20,12 @@ namespace {
 
 using kernels::DType;
 
-// The kernels' enums list the wire enums' values in the wire's order, from the value after
-// UNSPECIFIED on (FreqScheme: from UNSPECIFIED on, which is its kDefault); see FromWireEnum.
-// These asserts keep the two in step.
+// The kernels' enums list the wire enums' specified values in the wire's order (kernel = wire - 1,
+// proto/posenc/v1/vocabulary.h): the last values agree, and tests/server/vocabulary_test.cc walks
+// every value through the conversions.
 static_assert(static_cast<int>(kernels::SinusoidalLayout::kConcat) + 1 ==
               v1::SINUSOIDAL_LAYOUT_CONCAT);
-static_assert(static_cast<int>(kernels::FreqScheme::kT2t) == v1::FREQ_SCHEME_T2T);
+static_assert(static_cast<int>(kernels::FreqScheme::kT2t) + 1 == v1::FREQ_SCHEME_T2T);
 static_assert(static_cast<int>(kernels::Combine::kConcat) + 1 == v1::COMBINE_CONCAT);
 static_assert(static_cast<int>(kernels::RopeStyle::kDeepseek) + 1 == v1::ROPE_STYLE_DEEPSEEK);
 static_assert(static_cast<int>(kernels::RopeScalingType::kProportional) + 1 ==
@@ -37,11 +37,6 @@ static_assert(static_cast<int>(kernels::TensorLayout::kTHD) + 1 == v1::TENSOR_LA
 static_assert(static_cast<int>(kernels::AlibiMode::kBloom) + 1 == v1::ALIBI_MODE_BLOOM);
 static_assert(static_cast<int>(kernels::FutureMode::kLinear) + 1 == v1::FUTURE_MODE_LINEAR);
 static_assert(static_cast<int>(kernels::BiasForm::kBuckets) + 1 == v1::BIAS_FORM_BUCKETS);
-
-std::string ProtoDTypeName(int dtype) {
-  if (v1::DType_IsValid(dtype)) return v1::DType_Name(static_cast<v1::DType>(dtype));
-  return absl::StrCat(dtype);
-}
 
 absl::string_view AllowedNames(DTypeClass allowed) {
   switch (allowed) {
@@ -69,7 +64,9 @@ absl::StatusOr<DType> FromProtoDType(int dtype, DTypeClass allowed, absl::string
   const std::optional<DType> kernel = v1::FromWireDType(dtype);
   if (!kernel.has_value() || !InClass(*kernel, allowed)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(field, ": expected ", AllowedNames(allowed), ", got ", ProtoDTypeName(dtype)));
+        absl::StrCat(field, ": expected ", AllowedNames(allowed), ", got ",
+                     v1::DType_IsValid(dtype) ? v1::DType_Name(static_cast<v1::DType>(dtype))
+                                              : absl::StrCat(dtype)));
   }
   return *kernel;
 }
@@ -150,24 +147,6 @@ absl::Status UnknownEnumError(int value, const google::protobuf::EnumDescriptor*
 absl::Status CheckFinite(double value, absl::string_view field) {
   if (std::isfinite(value)) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(field, ": expected a finite number, got ", value));
-}
-
-v1::RopeStyle ToProtoRopeStyle(kernels::RopeStyle style) {
-  return static_cast<v1::RopeStyle>(static_cast<int>(style) + 1);
-}
-
-v1::RopeScalingType ToProtoRopeScalingType(kernels::RopeScalingType type) {
-  switch (type) {
-    case kernels::RopeScalingType::kDefault: return v1::ROPE_SCALING_DEFAULT;
-    case kernels::RopeScalingType::kLinear: return v1::ROPE_SCALING_LINEAR;
-    case kernels::RopeScalingType::kNtk: return v1::ROPE_SCALING_NTK;
-    case kernels::RopeScalingType::kDynamic: return v1::ROPE_SCALING_DYNAMIC;
-    case kernels::RopeScalingType::kYarn: return v1::ROPE_SCALING_YARN;
-    case kernels::RopeScalingType::kLlama3: return v1::ROPE_SCALING_LLAMA3;
-    case kernels::RopeScalingType::kLongrope: return v1::ROPE_SCALING_LONGROPE;
-    case kernels::RopeScalingType::kProportional: return v1::ROPE_SCALING_PROPORTIONAL;
-  }
-  return v1::ROPE_SCALING_UNSPECIFIED;
 }
 
 // ----- messages -------------------------------------------------------------------------------
@@ -385,8 +364,8 @@ void FillRopeDerived(const kernels::RopeConfig& config, const kernels::RopeFrequ
                      v1::RopeDerived* derived, const RopeConfigNotes* notes) {
   derived->set_head_dim(freqs.head_dim);
   derived->set_rotary_dim(freqs.rotary_dim);
-  derived->set_style(ToProtoRopeStyle(config.style));
-  derived->set_scaling_type(ToProtoRopeScalingType(config.scaling.type));
+  derived->set_style(v1::WireFromKernel<v1::RopeStyle>(config.style));
+  derived->set_scaling_type(v1::WireFromKernel<v1::RopeScalingType>(config.scaling.type));
   derived->set_effective_base(freqs.effective_base);
   derived->set_attention_factor(freqs.attention_factor);
   derived->set_attention_factor_applied(freqs.attention_factor_applied);

@@ -13,6 +13,7 @@
 #define POSENC_SERVER_CONVERT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "kernels/common/types.h"
 #include "kernels/ops.h"
 #include "posenc/v1/posenc.pb.h"
+#include "proto/posenc/v1/vocabulary.h"
 #include "server/hf_config.h"
 
 namespace posenc::server {
@@ -71,22 +73,31 @@ absl::Status CheckFinite(double value, absl::string_view field);
 absl::Status UnknownEnumError(int value, const google::protobuf::EnumDescriptor* descriptor,
                               absl::string_view field);
 
-// A wire enum number as the kernels' enum Kernel, whose enumerators stand, in order, for the wire
-// numbers from kFirst on (1: the value after UNSPECIFIED); UNSPECIFIED (0) stands for Kernel's
-// first enumerator, its default. Any other number is UnknownEnumError naming `field`.
-template <typename Kernel, typename Wire, int kFirst = 1>
-absl::StatusOr<Kernel> FromWireEnum(int value, absl::string_view field) {
-  const google::protobuf::EnumDescriptor* descriptor = google::protobuf::GetEnumDescriptor<Wire>();
-  if (value == 0) return Kernel{};
-  if (value >= kFirst && descriptor->FindValueByNumber(value) != nullptr) {
-    return static_cast<Kernel>(value - kFirst);
+// A wire enum number as its kernels' mirror (kernel = wire - 1: v1::KernelFromWire,
+// proto/posenc/v1/vocabulary.h). UNSPECIFIED (0) is nullopt, the op's documented default; any
+// number the wire does not define is UnknownEnumError naming `field`.
+template <typename Kernel, typename Wire>
+absl::StatusOr<std::optional<Kernel>> OptionalFromWireEnum(int value, absl::string_view field) {
+  const google::protobuf::EnumDescriptor* descriptor = v1::Descriptor<Wire>();
+  if (value == 0) return std::optional<Kernel>();
+  if (descriptor->FindValueByNumber(value) == nullptr) {
+    return UnknownEnumError(value, descriptor, field);
   }
-  return UnknownEnumError(value, descriptor, field);
+  return v1::KernelFromWire<Kernel>(static_cast<Wire>(value));
+}
+
+// The same where UNSPECIFIED stands for Kernel's first enumerator, the default.
+template <typename Kernel, typename Wire>
+absl::StatusOr<Kernel> FromWireEnum(int value, absl::string_view field) {
+  absl::StatusOr<std::optional<Kernel>> kernel = OptionalFromWireEnum<Kernel, Wire>(value, field);
+  if (!kernel.ok()) return kernel.status();
+  return kernel->value_or(Kernel{});
 }
 
 inline constexpr auto& ToSinusoidalLayout =
     FromWireEnum<kernels::SinusoidalLayout, v1::SinusoidalLayout>;
-inline constexpr auto& ToFreqScheme = FromWireEnum<kernels::FreqScheme, v1::FreqScheme, 0>;
+// UNSPECIFIED: the layout's default scheme (nullopt).
+inline constexpr auto& ToFreqScheme = OptionalFromWireEnum<kernels::FreqScheme, v1::FreqScheme>;
 inline constexpr auto& ToCombine = FromWireEnum<kernels::Combine, v1::Combine>;
 inline constexpr auto& ToRopeStyle = FromWireEnum<kernels::RopeStyle, v1::RopeStyle>;
 inline constexpr auto& ToRopeScalingType =
@@ -98,9 +109,6 @@ inline constexpr auto& ToTensorLayout = FromWireEnum<kernels::TensorLayout, v1::
 inline constexpr auto& ToAlibiMode = FromWireEnum<kernels::AlibiMode, v1::AlibiMode>;
 inline constexpr auto& ToFutureMode = FromWireEnum<kernels::FutureMode, v1::FutureMode>;
 inline constexpr auto& ToBiasForm = FromWireEnum<kernels::BiasForm, v1::BiasForm>;
-
-v1::RopeStyle ToProtoRopeStyle(kernels::RopeStyle style);
-v1::RopeScalingType ToProtoRopeScalingType(kernels::RopeScalingType type);
 
 // --- messages -------------------------------------------------------------------------------
 

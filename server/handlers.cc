@@ -43,8 +43,10 @@ absl::StatusOr<kernels::ConstTensorView> ResolveTable(const HandlerContext& ctx,
     }
     return ctx.tables->Find(name, name_field);
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat(inline_field, " / ", name_field, ": a table is required, got neither"));
+  // The oneof holding the two: "table" ("learned.table" in AddPositionEncoding).
+  const absl::string_view prefix = inline_field.substr(0, inline_field.rfind('.') + 1);
+  return absl::InvalidArgumentError(absl::StrCat(
+      prefix, "table: a table is required (", inline_field, " or ", name_field, "), got neither"));
 }
 
 // The table of a RelativeBias / RelativeEmbedding request: table_inline or table_name.

@@ -148,7 +148,7 @@ void CheckSinusoidal(const GoldenCase& c, DType dtype, double f32_tol) {
   const std::string scheme = c.params.value("freq_scheme", "");
   p.scheme = scheme == "t2t"       ? FreqScheme::kT2t
              : scheme == "vaswani" ? FreqScheme::kVaswani
-                                   : FreqScheme::kDefault;
+                                   : std::optional<FreqScheme>();
   PositionSpec spec;
   spec.kind = PositionSpec::Kind::kIds;
   spec.ids = IdsView(pos);

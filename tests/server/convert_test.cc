@@ -93,7 +93,8 @@ TEST(ConvertTest, OutputDTypeDefaultsToFloat32) {
 
 TEST(ConvertTest, EnumsDefaultAndRejectUnknownNumbers) {
   EXPECT_EQ(*ToRopeStyle(0, "config.style"), kernels::RopeStyle::kNeox);
-  EXPECT_EQ(*ToFreqScheme(0, "f"), kernels::FreqScheme::kDefault);
+  EXPECT_EQ(*ToFreqScheme(0, "f"), std::nullopt);
+  EXPECT_EQ(*ToFreqScheme(v1::FREQ_SCHEME_T2T, "f"), kernels::FreqScheme::kT2t);
   EXPECT_EQ(*ToBiasForm(0, "form"), kernels::BiasForm::kFull);
   EXPECT_EQ(*ToTensorLayout(0, "layout"), kernels::TensorLayout::kBSHD);
   EXPECT_EQ(*ToRopeScalingType(0, "t"), kernels::RopeScalingType::kDefault);

@@ -6,8 +6,13 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "kernels/absolute/add_position_encoding.h"
+#include "kernels/absolute/sinusoidal.h"
+#include "kernels/bias/alibi.h"
 #include "kernels/common/types.h"
+#include "kernels/rope/apply_rope.h"
 #include "kernels/rope/config.h"
+#include "kernels/rope/rope_cache.h"
 #include "posenc/v1/posenc.pb.h"
 #include "proto/posenc/v1/wire_dtype.h"
 
@@ -52,8 +57,8 @@ void ExpectRoundTrip() {
     EXPECT_FALSE(lower.empty()) << d->name();
     EXPECT_EQ(ParseEnum<E>(lower), value) << d->name() << " " << lower;
     EXPECT_EQ(std::string(d->FindValueByNumber(static_cast<int>(value))->name()),
-              std::string(d->FindValueByNumber(0)->name()).substr(
-                  0, d->FindValueByNumber(0)->name().size() - 11) +
+              std::string(d->FindValueByNumber(0)->name())
+                      .substr(0, d->FindValueByNumber(0)->name().size() - 11) +
                   std::string(WireName(value)))
         << d->name();
   }
@@ -88,6 +93,32 @@ TEST(VocabularyTest, KernelNamesAreTheWireNames) {
     EXPECT_EQ(std::string(kernels::RopeScalingTypeName(kernel)), LowerName(wire));
     EXPECT_EQ(WireFromKernel<RopeScalingType>(kernel), wire);
   }
+}
+
+// Each kernels' mirror has exactly the wire's specified values (kernel = wire - 1): `last` is the
+// mirror's last enumerator. A value added to the .proto fails here until the kernels have it.
+template <typename E, typename Kernel>
+void ExpectKernelMirror(Kernel last) {
+  const std::vector<E> values = SpecifiedValues<E>();
+  EXPECT_EQ(static_cast<size_t>(last) + 1, values.size()) << Descriptor<E>()->name();
+  for (E value : values) {
+    EXPECT_EQ(WireFromKernel<E>(KernelFromWire<Kernel>(value)), value) << WireName(value);
+  }
+  EXPECT_EQ(WireFromKernel<E>(last), values.back()) << Descriptor<E>()->name();
+}
+
+TEST(VocabularyTest, EveryKernelMirrorHasEveryWireValue) {
+  ExpectKernelMirror<SinusoidalLayout>(kernels::SinusoidalLayout::kConcat);
+  ExpectKernelMirror<FreqScheme>(kernels::FreqScheme::kT2t);
+  ExpectKernelMirror<Combine>(kernels::Combine::kConcat);
+  ExpectKernelMirror<RopeStyle>(kernels::RopeStyle::kDeepseek);
+  ExpectKernelMirror<RopeScalingType>(kernels::RopeScalingType::kProportional);
+  ExpectKernelMirror<MropeLayout>(kernels::MropeLayout::kInterleaved);
+  ExpectKernelMirror<RopeCacheLayout>(kernels::RopeCacheLayout::kGptj);
+  ExpectKernelMirror<TensorLayout>(kernels::TensorLayout::kTHD);
+  ExpectKernelMirror<AlibiMode>(kernels::AlibiMode::kBloom);
+  ExpectKernelMirror<FutureMode>(kernels::FutureMode::kLinear);
+  ExpectKernelMirror<BiasForm>(kernels::BiasForm::kBuckets);
 }
 
 }  // namespace

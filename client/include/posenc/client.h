@@ -8,9 +8,10 @@
 //
 // Every RPC has a synchronous method and an asynchronous one (`...Async`, a std::future). A call
 // applies its deadline (CallOptions::timeout, else ClientOptions::timeout) and returns the
-// server's status unchanged: the absl::StatusCode equals the gRPC code and the message is the
-// server's (INVALID_ARGUMENT names the field, expected and received). A failure to reach the
-// server is UNAVAILABLE; a passed deadline DEADLINE_EXCEEDED. Local checks that fail before
+// server's status unchanged: the absl::StatusCode equals the gRPC code, the message is the
+// server's (INVALID_ARGUMENT names the field, expected and received) and GetErrorDetails
+// (posenc/errors.h) reads its structured details (reason, field, retry delay). A failure to reach
+// the server is UNAVAILABLE; a passed deadline DEADLINE_EXCEEDED. Local checks that fail before
 // anything is sent (e.g. an inconsistent Tensor) are INVALID_ARGUMENT.
 //
 // Large requests are split transparently (ClientOptions::split_requests): ApplyRope along heads,
@@ -43,6 +44,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "posenc/errors.h"
 #include "posenc/tensor.h"
 
 namespace grpc {

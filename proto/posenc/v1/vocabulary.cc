@@ -2,7 +2,6 @@
 
 #include <cctype>
 
-
 namespace posenc::v1::vocabulary_internal {
 namespace {
 

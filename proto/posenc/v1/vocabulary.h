@@ -12,11 +12,12 @@
 // every posenc enum is *_UNSPECIFIED, posenc.proto's convention).
 //
 // Mirrors of the wire enums elsewhere follow one numbering convention, checked where they are
-// converted: the client's public enums carry the wire numbers (kUnspecified = 0); the kernels'
-// enums list the wire's specified values in the wire's order from 0 (kernel = wire - 1), since
-// every kernel parameter is resolved (kernels have no UNSPECIFIED). KernelFromWire/WireFromKernel
-// convert between the two, and tests/server/vocabulary_test.cc walks every descriptor value
-// through every mirror.
+// converted: a mirror that keeps UNSPECIFIED carries the wire numbers (the client's option enums,
+// kUnspecified = 0); a mirror without it lists the wire's specified values in the wire's order
+// from 0 (kernel = wire - 1: every kernels' enum, whose parameters are resolved, and the
+// client's DType, since a tensor always has one). KernelFromWire/WireFromKernel convert the
+// latter; tests/server/vocabulary_test.cc walks every descriptor value through every mirror,
+// and the client's static_asserts pin each last value to the wire's _MAX.
 //
 // Thread-safety: pure functions over the immutable generated descriptors.
 #ifndef POSENC_PROTO_POSENC_V1_VOCABULARY_H_
@@ -36,8 +37,7 @@ namespace vocabulary_internal {
 
 // The value's name less the enum's prefix; "" for a number the enum does not define.
 std::string_view WireName(const google::protobuf::EnumDescriptor* descriptor, int number);
-std::optional<int> Parse(const google::protobuf::EnumDescriptor* descriptor,
-                         std::string_view name);
+std::optional<int> Parse(const google::protobuf::EnumDescriptor* descriptor, std::string_view name);
 std::vector<int> SpecifiedNumbers(const google::protobuf::EnumDescriptor* descriptor);
 std::string Lower(std::string_view name);
 
