@@ -674,15 +674,14 @@ class StructuredDetailsTest(unittest.TestCase):
 
 
 class ServerDetailsTest(unittest.TestCase):
-    """The server's structured details, as the contract says. Skipped while the server sends
-    none (the lead's half of issue #18 adds them): then these assertions start to run."""
+    """The server's structured details, as posenc.proto's header says, through the client (the
+    server's own test, tests/server/malformed_requests_test.cc, checks every row)."""
 
     def error_of(self, call):
         with self.assertRaises(posenc.PosencError) as cm:
             call()
         e = cm.exception
-        if e.reason is None:
-            self.skipTest("the server sends no google.rpc.Status details yet")
+        self.assertIsNotNone(e.reason, f"no google.rpc.Status details with {e}")
         self.assertEqual(e.domain, posenc.DOMAIN)
         return e
 
@@ -728,6 +727,16 @@ class ServerDetailsTest(unittest.TestCase):
                 self.assertEqual((e.code, e.reason, e.metadata.get("limit")),
                                  (grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED", limit))
                 self.assertIsNone(e.retry_delay)
+
+    def test_a_busy_server_says_when_to_retry(self):
+        # One call over --max_inflight_bytes is refused by admission: OVERLOADED, retryable.
+        with ServerProcess("--max_inflight_bytes=100000", "--threads=1") as server, \
+                posenc.Client(server.address, max_attempts=1) as client:
+            e = self.error_of(lambda: client.apply_rope(np.zeros((1, 256, 1, 128), np.float32)))
+        self.assertEqual((e.code, e.reason, e.metadata.get("limit")),
+                         (grpc.StatusCode.RESOURCE_EXHAUSTED, "OVERLOADED", "max_inflight_bytes"))
+        self.assertGreater(e.retry_delay, 0)
+        self.assertIsNone(e.field)
 
     def test_unparseable_request(self):
         raw = CLIENT.channel.unary_unary("/posenc.v1.PositionEncoding/ApplyRope")

@@ -45,9 +45,9 @@ class PosencError(Exception):
         error raised before anything was sent; else None.
       method: the RPC ("ApplyRope", "Health", ...) when the error came from a call.
       reason, domain, metadata: the ``google.rpc.ErrorInfo`` (reason ``INVALID_FIELD``,
-        ``UNPARSEABLE_REQUEST``, ``POSITION_OUT_OF_RANGE``, ``LIMIT_EXCEEDED`` or ``OVERLOADED``;
-        domain ``"posenc.v1"``; metadata e.g. ``{"limit": "max_message_bytes"}``); None, None
-        and ``{}`` when the status carries none.
+        ``INVALID_REQUEST`` (no one field), ``UNPARSEABLE_REQUEST``, ``POSITION_OUT_OF_RANGE``,
+        ``LIMIT_EXCEEDED`` or ``OVERLOADED``; domain ``"posenc.v1"``; metadata e.g.
+        ``{"limit": "max_message_bytes"}``); None, None and ``{}`` when the status carries none.
       violations: the ``google.rpc.BadRequest`` field violations (:class:`FieldViolation`).
       field, description: the first violation's; without structured details (an older
         server), the field the message starts with (``"q"`` for ``"q: data has 100 bytes, ..."``)
