@@ -673,6 +673,46 @@ class StructuredDetailsTest(unittest.TestCase):
         self.assertEqual(e.message, f"{e.field}: {e.description}")
 
 
+@unittest.skipUnless(shutil.which("protoc"), "protoc is not installed")
+class UpstreamProtosTest(unittest.TestCase):
+    def test_installed_google_rpc_and_grpc_health_are_preferred(self):
+        # googleapis-common-protos and grpcio-health-checking stand-ins, generated from the same
+        # protos: posenc must use them rather than register its copies beside them.
+        with tempfile.TemporaryDirectory() as tmp:
+            proto = os.path.join(ROOT, "proto")
+            subprocess.run(["protoc", f"--proto_path={proto}", f"--python_out={tmp}",
+                            "google/rpc/status.proto", "google/rpc/error_details.proto",
+                            "grpc/health/v1/health.proto"], check=True)
+            os.makedirs(os.path.join(tmp, "grpc_health"))
+            os.rename(os.path.join(tmp, "grpc", "health", "v1"),
+                      os.path.join(tmp, "grpc_health", "v1"))
+            with open(os.path.join(tmp, "grpc_health", "v1", "health_pb2_grpc.py"), "w",
+                      encoding="utf-8") as f:
+                f.write("from grpc_health.v1 import health_pb2 as m\n"
+                        "class HealthStub:\n"
+                        "    def __init__(self, channel):\n"
+                        "        self.Check = channel.unary_unary(\n"
+                        "            '/grpc.health.v1.Health/Check',\n"
+                        "            request_serializer=m.HealthCheckRequest.SerializeToString,\n"
+                        "            response_deserializer=m.HealthCheckResponse.FromString)\n")
+            script = (
+                "import sys, posenc, google.rpc.status_pb2 as upstream\n"
+                "from posenc import _protos\n"
+                "assert _protos.status_pb2 is upstream, _protos.status_pb2\n"
+                "assert _protos.health_pb2.__name__ == 'grpc_health.v1.health_pb2'\n"
+                "c = posenc.Client(sys.argv[1], timeout=30)\n"
+                "assert c.health() == posenc.HealthStatus.SERVING\n"
+                "try:\n"
+                "    c.alibi_slopes(0)\n"
+                "except posenc.InvalidArgumentError as e:\n"
+                "    assert (e.field, e.reason) == ('num_heads', 'INVALID_FIELD'), e\n")
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join([tmp, env.get("PYTHONPATH", "")])
+            run = subprocess.run([sys.executable, "-c", script, SERVER.address],
+                                 capture_output=True, text=True, env=env)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+
+
 class ServerDetailsTest(unittest.TestCase):
     """The server's structured details, as posenc.proto's header says, through the client (the
     server's own test, tests/server/malformed_requests_test.cc, checks every row)."""

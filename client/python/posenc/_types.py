@@ -1,4 +1,4 @@
-"""The posenc client's value types: enums, positions, RoPE configurations and results.
+"""The posenc client's value types: positions, RoPE configurations, results, and enum arguments.
 
 They mirror the C++ client (client/include/posenc/client.h) and the wire messages
 (proto/posenc/v1/posenc.proto, the reference for every field): an ``Optional`` field left at
