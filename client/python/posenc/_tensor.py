@@ -16,7 +16,7 @@ import numpy as np
 
 from ._enums import AlibiMode, DType, FutureMode
 from ._errors import InternalError, local_error
-from ._types import parse_enum
+from ._types import enum_or_int, parse_enum
 
 try:  # optional: a real bfloat16 numpy dtype
     import ml_dtypes as _ml_dtypes
@@ -108,7 +108,7 @@ def itemsize(dtype: int) -> int:
     every output dtype); 0 for a number the wire does not define."""
     if dtype == DType.UNSPECIFIED:
         dtype = DType.FLOAT32
-    code = WIRE_NUMPY.get(DType(dtype)) if dtype in DType._value2member_map_ else None
+    code = WIRE_NUMPY.get(dtype)  # type: ignore[call-overload]  # an int finds its member
     return code.itemsize if code is not None else 0
 
 
@@ -225,7 +225,7 @@ def wire_array(msg: Any) -> Optional[np.ndarray]:
     """A posenc.v1.Tensor's bytes seen as a read-only array of its wire dtype (little-endian;
     BFLOAT16 as ``<u2`` bit patterns) and shape, without a copy of the bytes; None when its
     dtype is unknown or its bytes do not match dtype and shape."""
-    code = WIRE_NUMPY.get(DType(msg.dtype)) if msg.dtype in DType._value2member_map_ else None
+    code = WIRE_NUMPY.get(msg.dtype)  # an int finds its member
     shape = tuple(int(d) for d in msg.shape)
     if code is None or any(d < 0 for d in shape):
         return None
@@ -243,7 +243,7 @@ def to_numpy(msg: Any, field: str) -> np.ndarray:
     patterns as ``uint16``. INTERNAL for a tensor whose bytes do not match its dtype and shape."""
     wire = wire_array(msg)
     if wire is None:
-        dtype = msg.dtype if msg.dtype not in DType._value2member_map_ else DType(msg.dtype).name
+        dtype = getattr(enum_or_int(DType, msg.dtype), "name", msg.dtype)
         raise InternalError(grpc.StatusCode.INTERNAL, f"server sent an inconsistent {field}: "
                             f"{dtype} {list(msg.shape)} with {len(msg.data)} bytes")
     a = wire.astype(wire.dtype.newbyteorder("="), copy=True)

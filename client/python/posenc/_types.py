@@ -55,8 +55,8 @@ def parse_enum(cls: Type[enum.IntEnum], value: Any, field: str) -> int:
             return int(alias)
         if key in cls.__members__:
             return int(cls[key])
-    elif isinstance(value, (int, np.integer)) and not isinstance(value, bool) and int(
-            value) in cls._value2member_map_:
+    elif isinstance(value, (int, np.integer)) and not isinstance(value, bool) and isinstance(
+            enum_or_int(cls, int(value)), cls):
         return int(value)
     names = ", ".join(n.lower() for n in cls.__members__ if n != "UNSPECIFIED")
     raise local_error(field, f"expected one of {names}, got {value!r}")
@@ -68,7 +68,10 @@ E = TypeVar("E", bound=enum.IntEnum)
 def enum_or_int(cls: Type[E], number: int) -> Union[E, int]:
     """The member of a wire number, or the number itself when this build does not know it
     (proto3 enums are open: a newer server may send a value added since)."""
-    return cls(number) if number in cls._value2member_map_ else number
+    try:
+        return cls(number)
+    except ValueError:
+        return number
 
 
 # ---------------------------------------------------------------------------------------------

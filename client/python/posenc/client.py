@@ -36,7 +36,7 @@ from ._tensor import (DTypeLike, expand_compact_alibi, expand_toeplitz, float_ou
 from ._transport import Transport
 from ._types import (AlibiBiasResult, ApplyRopeResult, DescribeRopeResult, LearnedTable,
                      RopeCacheResult, RopeConfig, RopeDerived, ServerInfo, SinusoidalParams,
-                     TlsConfig)
+                     TlsConfig, enum_or_int)
 from ._wire import (from_message, server_info, set_enum, set_positions, set_table,
                     to_message)
 
@@ -475,6 +475,5 @@ class Client:
         Returns the serving status, whatever it is (a number this build does not know reads
         as UNKNOWN); the call itself failing raises (e.g. :class:`posenc.UnavailableError`,
         :class:`posenc.NotFoundError` for an unknown service)."""
-        status = self._transport.health(service, self._deadline(timeout))
-        return HealthStatus(status) if status in HealthStatus._value2member_map_ else (
-            HealthStatus.UNKNOWN)
+        status = enum_or_int(HealthStatus, self._transport.health(service, self._deadline(timeout)))
+        return status if isinstance(status, HealthStatus) else HealthStatus.UNKNOWN
