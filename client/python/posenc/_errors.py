@@ -80,6 +80,12 @@ class PosencError(Exception):
         self.violations: Tuple[FieldViolation, ...] = tuple(violations)
         self.retry_delay = retry_delay
 
+    @staticmethod
+    def from_rpc_error(error: grpc.RpcError, method: Optional[str] = None) -> "PosencError":
+        """The typed error of a failed gRPC call, with its structured details: for calls made
+        through ``Client.stub`` or ``Client.channel``."""
+        return from_rpc_error(error, method)
+
     @property
     def field(self) -> Optional[str]:
         if self.violations:
