@@ -120,11 +120,6 @@ std::optional<Options> CompactRequest(const Options& options, const ClientOption
   return compact;
 }
 
-// The bytes of an optional request tensor (0: absent).
-int64_t InlineBytes(const std::optional<Tensor>& tensor) {
-  return tensor.has_value() ? static_cast<int64_t>(tensor->data.size()) : 0;
-}
-
 // At most this many pieces of a split request are in flight at once.
 constexpr size_t kMaxPiecesInFlight = 8;
 
@@ -165,11 +160,18 @@ struct Client::Impl {
     return ToAbsl((stub.get()->*method)(&context, request, response));
   }
 
-  // The request of `options` (internal::ToRequest) sent with Call; the response converted.
+  // The request of `options` (internal::ToRequest) sent with Send.
   template <typename Options, typename Request, typename Response, typename Convert>
   auto Unary(Method<Request, Response> method, const Options& options, const CallOptions& call,
              Convert convert) const -> decltype(convert(std::declval<Response&&>())) {
     POSENC_ASSIGN_OR_RETURN(const Request request, internal::ToRequest(options));
+    return Send(method, request, call, convert);
+  }
+
+  // A converted request sent with Call; the response converted.
+  template <typename Request, typename Response, typename Convert>
+  auto Send(Method<Request, Response> method, const Request& request, const CallOptions& call,
+            Convert convert) const -> decltype(convert(std::declval<Response&&>())) {
     Response response;
     POSENC_RETURN_IF_ERROR(Call(method, request, &response, call));
     return convert(std::move(response));
@@ -180,8 +182,15 @@ struct Client::Impl {
   template <typename Options, typename Request, typename Response, typename Convert>
   auto Start(AsyncMethod<Request, Response> method, const Options& options, const CallOptions& call,
              Convert convert) const -> std::future<decltype(convert(std::declval<Response&&>()))> {
+    return StartRequest(method, internal::ToRequest(options), call, convert);
+  }
+
+  // Start of a converted request (or of the error converting it).
+  template <typename Request, typename Response, typename Convert>
+  auto StartRequest(AsyncMethod<Request, Response> method, absl::StatusOr<Request> request,
+                    const CallOptions& call, Convert convert) const
+      -> std::future<decltype(convert(std::declval<Response&&>()))> {
     using Result = decltype(convert(std::declval<Response&&>()));
-    absl::StatusOr<Request> request = internal::ToRequest(options);
     if (!request.ok()) {
       std::promise<Result> failed;
       failed.set_value(request.status());
@@ -235,15 +244,18 @@ struct Client::Impl {
     return out;
   }
 
-  // The message limit (the smaller of the client's and the server's) when a message of `bytes`
-  // (internal::MessageBytes) would not fit in it; 0 when it fits or splitting is off.
-  int64_t SplitLimit(int64_t bytes, const CallOptions& call) const {
-    // Up to 64 KiB the server's own limit does not matter (not asked: no server has a smaller
-    // one).
-    if (!options.split_requests || bytes <= internal::kMessageOverheadBytes) return 0;
+  // The budget of a request of `bytes` (docs/splitting.md "The budget"); nullopt when it goes
+  // as one call: splitting is off, or it fits (the server's limit is asked only past 64 KiB).
+  std::optional<internal::Budget> SplitBudget(internal::RequestBytes bytes,
+                                              const CallOptions& call) const {
+    if (!options.split_requests || bytes.tensors + bytes.other <= internal::kMessageOverheadBytes) {
+      return std::nullopt;
+    }
     int64_t limit = options.max_message_bytes;
     if (const int64_t server = ServerLimit(call); server > 0) limit = std::min(limit, server);
-    return bytes + internal::kMessageOverheadBytes <= limit ? 0 : limit;
+    const internal::Budget budget{limit, limit - internal::kMessageOverheadBytes - bytes.other};
+    if (bytes.tensors <= budget.bytes) return std::nullopt;
+    return budget;
   }
 
   // The shape of the server's table `name` (from GetServerInfo, asked once); empty when the
@@ -256,9 +268,9 @@ struct Client::Impl {
     return it == server_tables.end() ? std::vector<int64_t>() : it->second;
   }
 
-  // AddPositionEncoding's y, a named table's width from the server.
-  internal::OutputShape AddPositionEncodingOutput(const AddPositionEncodingOptions& options,
-                                                  const CallOptions& call) const {
+  // AddPositionEncoding's y, a named table's width from the server; nullopt when unknown.
+  std::optional<internal::OutputShape> AddPositionEncodingOutput(
+      const AddPositionEncodingOptions& options, const CallOptions& call) const {
     return internal::AddPositionEncodingOutput(
         options, options.learned.has_value() ? TableShape(options.learned->table_name, call)
                                              : std::vector<int64_t>());
@@ -284,23 +296,25 @@ struct Client::Impl {
     return known;
   }
 
-  // A bias-like request split along query rows when its message needs it: `outputs[0]` is cut
-  // along them (joined along the axis `rank_from_end` from the end of its shape), the others
-  // come whole with every piece, and the request carries `request_bytes`.
+  // A bias-like request split along query rows when its output (`output`, cut along them and
+  // joined along the axis `rank_from_end` from the end of its shape) needs it; one call when
+  // the output is unknown (a request the server refuses).
   template <typename Options, typename Request, typename Response, typename Convert>
   auto ByQueryRows(const char* what, Method<Request, Response> method,
                    AsyncMethod<Request, Response> async_method, const Options& options,
-                   int64_t request_bytes, const std::vector<internal::OutputShape>& outputs,
-                   const CallOptions& call, Convert convert, size_t rank_from_end) const
+                   const std::optional<internal::OutputShape>& output, const CallOptions& call,
+                   Convert convert, size_t rank_from_end) const
       -> decltype(convert(std::declval<Response&&>())) {
-    int64_t response_bytes = 0;
-    for (const internal::OutputShape& output : outputs) response_bytes += output.Bytes();
-    const int64_t limit = SplitLimit(std::max(request_bytes, response_bytes), call);
-    if (limit == 0 || options.q_len <= 0) return Unary(method, options, call, convert);
+    POSENC_ASSIGN_OR_RETURN(const Request request, internal::ToRequest(options));
+    if (!output.has_value() || options.q_len <= 0 || output->Bytes() <= 0) {
+      return Send(method, request, call, convert);
+    }
+    const int64_t row_bytes = output->Bytes() / options.q_len;
+    const std::optional<internal::Budget> budget =
+        SplitBudget(internal::QueryRowRequestBytes(request, options.q_len, row_bytes), call);
+    if (!budget.has_value()) return Send(method, request, call, convert);
     POSENC_ASSIGN_OR_RETURN(const int64_t pieces,
-                            internal::QueryRowPieces(what, options.q_len, request_bytes,
-                                                     response_bytes - outputs[0].Bytes(),
-                                                     outputs[0].Bytes() / options.q_len, limit));
+                            internal::QueryRowPieces(what, options.q_len, row_bytes, *budget));
     POSENC_ASSIGN_OR_RETURN(
         auto parts, Gather(async_method, internal::SplitQueryRows(options, pieces), call, convert));
     return JoinRows(std::move(parts), rank_from_end);
@@ -396,16 +410,21 @@ absl::StatusOr<Tensor> Client::Sinusoidal(const SinusoidalOptions& options,
 
 absl::StatusOr<Tensor> Client::AddPositionEncoding(const AddPositionEncodingOptions& options,
                                                    const CallOptions& call) const {
-  const internal::OutputShape y = impl_->AddPositionEncodingOutput(options, call);
-  const int64_t limit = impl_->SplitLimit(internal::MessageBytes(options, y), call);
-  if (limit == 0) {
-    return impl_->Unary(&Stub::AddPositionEncoding, options, call, kAddPositionEncodingY);
+  POSENC_ASSIGN_OR_RETURN(v1::AddPositionEncodingRequest request, internal::ToRequest(options));
+  const std::optional<internal::OutputShape> y = impl_->AddPositionEncodingOutput(options, call);
+  const std::optional<internal::Budget> budget =
+      y.has_value()
+          ? impl_->SplitBudget(internal::AddPositionEncodingRequestBytes(request, y->Bytes()), call)
+          : std::nullopt;
+  if (!budget.has_value()) {
+    return impl_->Send(&Stub::AddPositionEncoding, request, call, kAddPositionEncodingY);
   }
   POSENC_ASSIGN_OR_RETURN(const internal::AddPositionEncodingSplit split,
-                          internal::SplitAddPositionEncoding(options, y, limit));
+                          internal::SplitAddPositionEncoding(options, *y, *budget));
   if (split.whole) {
-    return impl_->Unary(&Stub::AddPositionEncoding, options, call, kAddPositionEncodingY);
+    return impl_->Send(&Stub::AddPositionEncoding, request, call, kAddPositionEncodingY);
   }
+  request.Clear();  // the pieces hold the bytes now
   POSENC_ASSIGN_OR_RETURN(
       std::vector<Tensor> parts,
       impl_->Gather(&Stub::async::AddPositionEncoding, split.pieces, call, kAddPositionEncodingY));
@@ -419,11 +438,14 @@ absl::StatusOr<RopeCacheResult> Client::RopeCache(const RopeCacheOptions& option
 
 absl::StatusOr<ApplyRopeResult> Client::ApplyRope(const ApplyRopeOptions& options,
                                                   const CallOptions& call) const {
-  const int64_t limit = impl_->SplitLimit(internal::MessageBytes(options), call);
-  if (limit == 0) return impl_->Unary(&Stub::ApplyRope, options, call, kWhole);
+  POSENC_ASSIGN_OR_RETURN(v1::ApplyRopeRequest request, internal::ToRequest(options));
+  const std::optional<internal::Budget> budget =
+      impl_->SplitBudget(internal::ApplyRopeRequestBytes(request), call);
+  if (!budget.has_value()) return impl_->Send(&Stub::ApplyRope, request, call, kWhole);
   POSENC_ASSIGN_OR_RETURN(const internal::ApplyRopeSplit split,
-                          internal::SplitApplyRope(options, limit));
-  if (split.whole) return impl_->Unary(&Stub::ApplyRope, options, call, kWhole);
+                          internal::SplitApplyRope(options, *budget));
+  if (split.whole) return impl_->Send(&Stub::ApplyRope, request, call, kWhole);
+  request.Clear();  // the pieces hold the bytes now
   POSENC_ASSIGN_OR_RETURN(std::vector<ApplyRopeResult> parts,
                           impl_->Gather(&Stub::async::ApplyRope, split.pieces, call, kWhole));
   return internal::JoinApplyRope(options, split, std::move(parts));
@@ -452,8 +474,7 @@ absl::StatusOr<AlibiBiasResult> Client::AlibiBias(const AlibiBiasOptions& option
     return impl_->Unary(&Stub::AlibiBias, options, call, kWhole);
   }
   return impl_->ByQueryRows("AlibiBias", &Stub::AlibiBias, &Stub::async::AlibiBias, options,
-                            InlineBytes(options.attention_mask),
-                            internal::AlibiBiasOutputs(options), call, kWhole, 2);
+                            internal::AlibiBiasOutputs(options)[0], call, kWhole, 2);
 }
 
 absl::StatusOr<Tensor> Client::RelativeBias(const RelativeBiasOptions& options,
@@ -468,8 +489,7 @@ absl::StatusOr<Tensor> Client::RelativeBias(const RelativeBiasOptions& options,
   }
   return impl_->ByQueryRows(
       "RelativeBias", &Stub::RelativeBias, &Stub::async::RelativeBias, options,
-      InlineBytes(options.table_inline),
-      {internal::RelativeBiasOutput(options, impl_->TableShape(options.table_name, call))}, call,
+      internal::RelativeBiasOutput(options, impl_->TableShape(options.table_name, call)), call,
       kRelativeBias, 2);
 }
 
@@ -477,9 +497,8 @@ absl::StatusOr<Tensor> Client::RelativeEmbedding(const RelativeEmbeddingOptions&
                                                  const CallOptions& call) const {
   return impl_->ByQueryRows(
       "RelativeEmbedding", &Stub::RelativeEmbedding, &Stub::async::RelativeEmbedding, options,
-      InlineBytes(options.table_inline),
-      {internal::RelativeEmbeddingOutput(options, impl_->TableShape(options.table_name, call))},
-      call, kRelativeEmbeddings, 3);
+      internal::RelativeEmbeddingOutput(options, impl_->TableShape(options.table_name, call)), call,
+      kRelativeEmbeddings, 3);
 }
 
 absl::StatusOr<ServerInfo> Client::GetServerInfo(const CallOptions& call) const {
@@ -506,9 +525,12 @@ Future<Tensor> Client::SinusoidalAsync(SinusoidalOptions options, const CallOpti
 
 Future<Tensor> Client::AddPositionEncodingAsync(AddPositionEncodingOptions options,
                                                 const CallOptions& call) const {
-  const internal::OutputShape y = impl_->AddPositionEncodingOutput(options, call);
-  if (impl_->SplitLimit(internal::MessageBytes(options, y), call) == 0) {
-    return impl_->Start(&Stub::async::AddPositionEncoding, options, call, kAddPositionEncodingY);
+  absl::StatusOr<v1::AddPositionEncodingRequest> request = internal::ToRequest(options);
+  const std::optional<internal::OutputShape> y = impl_->AddPositionEncodingOutput(options, call);
+  if (!request.ok() || !y.has_value() ||
+      !impl_->SplitBudget(internal::AddPositionEncodingRequestBytes(*request, y->Bytes()), call)) {
+    return impl_->StartRequest(&Stub::async::AddPositionEncoding, std::move(request), call,
+                               kAddPositionEncodingY);
   }
   return std::async(std::launch::async, [this, options = std::move(options), call] {
     return AddPositionEncoding(options, call);
@@ -522,8 +544,9 @@ Future<RopeCacheResult> Client::RopeCacheAsync(RopeCacheOptions options,
 
 Future<ApplyRopeResult> Client::ApplyRopeAsync(ApplyRopeOptions options,
                                                const CallOptions& call) const {
-  if (impl_->SplitLimit(internal::MessageBytes(options), call) == 0) {
-    return impl_->Start(&Stub::async::ApplyRope, options, call, kWhole);
+  absl::StatusOr<v1::ApplyRopeRequest> request = internal::ToRequest(options);
+  if (!request.ok() || !impl_->SplitBudget(internal::ApplyRopeRequestBytes(*request), call)) {
+    return impl_->StartRequest(&Stub::async::ApplyRope, std::move(request), call, kWhole);
   }
   return std::async(std::launch::async, [this, options = std::move(options), call] {
     return ApplyRope(options, call);

@@ -2,23 +2,28 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "client/kernels_dtype.h"
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
 #include "kernels/common/positions.h"
 #include "kernels/common/status.h"
+#include "posenc/errors.h"
 
 namespace posenc::client::internal {
 namespace {
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+using Range = std::pair<int64_t, int64_t>;  // {begin, count}
 
 // a * b, saturating at kMax (both >= 0).
 int64_t SatMul(int64_t a, int64_t b) {
@@ -37,21 +42,6 @@ int64_t Product(const std::vector<int64_t>& shape, size_t begin, size_t end) {
 }
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// The largest n in [0, most] with bytes(n) <= budget, for a non-decreasing `bytes`.
-int64_t MostThatFit(int64_t most, int64_t budget, const std::function<int64_t(int64_t)>& bytes) {
-  int64_t lo = 0;  // bytes(lo) fits, or lo == 0
-  int64_t hi = most;
-  while (lo < hi) {
-    const int64_t mid = lo + (hi - lo + 1) / 2;
-    if (bytes(mid) <= budget) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return lo;
-}
 
 // Copies between the box [begin, begin + count) of a tensor of `shape` and a dense tensor of
 // shape `count`: from the box (`from_box`) or into it. One contiguous run per index of the
@@ -86,15 +76,27 @@ void CopyBox(const std::vector<int64_t>& shape, const std::vector<int64_t>& begi
   }
 }
 
+// RESOURCE_EXHAUSTED before anything is sent: `smallest` (the smallest piece) takes `need`
+// bytes, over the budget. Its details say LIMIT_EXCEEDED of max_message_bytes, as the server's.
 absl::Status CannotCut(absl::string_view op, absl::string_view smallest, int64_t need,
-                       int64_t limit) {
-  return absl::ResourceExhaustedError(
-      absl::StrCat(op, ": the request cannot be cut to fit the message limit of ", limit,
-                   " bytes (the smaller of the server's --max_message_bytes and ClientOptions::"
-                   "max_message_bytes): ",
-                   smallest, " takes ", need, " bytes, over the ", limit - kMessageOverheadBytes,
-                   " bytes a piece may carry (the limit less ", kMessageOverheadBytes,
-                   " for framing); raise both limits"));
+                       const Budget& budget) {
+  const std::string message =
+      absl::StrCat(op, ": cannot be split to fit one message: ", smallest, " alone takes ", need,
+                   " bytes, over the ", std::max<int64_t>(budget.bytes, 0),
+                   " bytes a piece may carry (the message limit of ", budget.limit,
+                   " bytes, the smaller of the client's max_message_bytes and the server's "
+                   "--max_message_bytes, less 64 KiB and the request's other fields); raise both");
+  google::rpc::ErrorInfo info;
+  info.set_reason("LIMIT_EXCEEDED");
+  info.set_domain("posenc.v1");
+  (*info.mutable_metadata())["limit"] = "max_message_bytes";
+  google::rpc::Status details;
+  details.set_code(static_cast<int>(absl::StatusCode::kResourceExhausted));
+  details.set_message(message);
+  details.add_details()->PackFrom(info);
+  absl::Status status = absl::ResourceExhaustedError(message);
+  status.SetPayload(std::string(kStatusDetailsTypeUrl), absl::Cord(details.SerializeAsString()));
+  return status;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -147,32 +149,6 @@ class PositionCut {
       return std::nullopt;
     }
     return cut;
-  }
-
-  // What the piece of `rows` x `tokens` sends (PositionBytes of Piece()).
-  int64_t Bytes(int64_t rows, int64_t tokens) const {
-    using Kind = Positions::Kind;
-    const Positions& p = *positions_;
-    switch (p.kind) {
-      case Kind::kDefault:
-      case Kind::kRange: return 0;
-      case Kind::kOffsets: return 8 * rows;
-      case Kind::kIds: {
-        const int64_t item = DTypeSize(p.tensor.dtype);
-        switch (ids_) {
-          case IdsLayout::kTokens: return item * tokens;
-          case IdsLayout::kMropeTokens: return 3 * item * tokens;
-          case IdsLayout::kRows: return item * rows * tokens;
-          case IdsLayout::kMropeRows: return 3 * item * rows * tokens;
-        }
-        return 0;
-      }
-      case Kind::kCuSeqlens: return 8 * (2 * static_cast<int64_t>(p.cu_seqlens.size()) - 1);
-      case Kind::kAttentionMask:
-        return (mask_as_ids_ ? int64_t{8} * (mrope_ ? 3 : 1) : DTypeSize(p.tensor.dtype)) * rows *
-               tokens;
-    }
-    return 0;
   }
 
   // The piece's positions. `resolved`: the whole request's, for a mask cut as ids.
@@ -267,7 +243,7 @@ std::optional<RopeGeometry> Geometry(const ApplyRopeOptions& options) {
   RopeGeometry g;
   g.grid.packed = options.layout == TensorLayout::kTHD;
   const size_t rank = g.grid.packed ? 3 : 4;
-  if (q.shape.size() != rank || !q.Validate().ok()) return std::nullopt;
+  if (q.shape.size() != rank || !q.Validate().ok() || !IsFloatDType(q.dtype)) return std::nullopt;
   for (int64_t d : q.shape) {
     if (d <= 0) return std::nullopt;
   }
@@ -346,6 +322,12 @@ std::vector<std::pair<int64_t, int64_t>> EvenRanges(int64_t n, int64_t pieces) {
     out.emplace_back(begin, n * (i + 1) / pieces - begin);
   }
   return out;
+}
+
+int64_t FewestPieces(int64_t n, int64_t item_bytes, int64_t budget) {
+  const int64_t per_piece = item_bytes > 0 ? budget / item_bytes : n;
+  if (per_piece < 1) return 0;
+  return std::max<int64_t>(1, CeilDiv(n, per_piece));
 }
 
 Tensor SliceBox(const Tensor& tensor, const std::vector<int64_t>& begin,
@@ -461,18 +443,17 @@ int64_t OutputShape::Bytes() const {
 }
 
 namespace {
-// The columns of an inline or named [rows, columns] table; `otherwise` when neither is known.
-int64_t TableColumns(const std::optional<Tensor>& inline_table,
-                     const std::vector<int64_t>& named_table, int64_t otherwise) {
-  if (inline_table.has_value()) {
-    return inline_table->shape.size() == 2 ? inline_table->shape[1] : otherwise;
-  }
-  return named_table.size() == 2 ? named_table[1] : otherwise;
+// The columns of an inline or named [rows, columns] table; nullopt when neither is known.
+std::optional<int64_t> TableColumns(const std::optional<Tensor>& inline_table,
+                                    const std::vector<int64_t>& named_table) {
+  const std::vector<int64_t>& shape = inline_table.has_value() ? inline_table->shape : named_table;
+  if (shape.size() != 2 || shape[1] <= 0) return std::nullopt;
+  return shape[1];
 }
 }  // namespace
 
-OutputShape AddPositionEncodingOutput(const AddPositionEncodingOptions& options,
-                                      const std::vector<int64_t>& named_table) {
+std::optional<OutputShape> AddPositionEncodingOutput(const AddPositionEncodingOptions& options,
+                                                     const std::vector<int64_t>& named_table) {
   // y: x's shape with the last axis D (ADD) or D + the encoding's width (CONCAT), x's dtype.
   OutputShape y{options.x.dtype, options.x.shape};
   if (y.shape.empty()) return y;
@@ -481,7 +462,9 @@ OutputShape AddPositionEncodingOutput(const AddPositionEncodingOptions& options,
   if (options.sinusoidal.has_value()) {
     if (options.sinusoidal->dim > 0) pe_width = options.sinusoidal->dim;
   } else if (options.learned.has_value()) {
-    pe_width = TableColumns(options.learned->table_inline, named_table, width);
+    const std::optional<int64_t> columns = TableColumns(options.learned->table_inline, named_table);
+    if (!columns.has_value()) return std::nullopt;
+    pe_width = *columns;
   }
   if (options.combine == Combine::kConcat) y.shape.back() = SatAdd(width, pe_width);
   return y;
@@ -505,59 +488,48 @@ std::vector<OutputShape> AlibiBiasOutputs(const AlibiBiasOptions& options) {
   return {bias, OutputShape{DType::kFloat64, {options.num_heads}}};
 }
 
-OutputShape RelativeBiasOutput(const RelativeBiasOptions& options,
-                               const std::vector<int64_t>& named_table) {
+std::optional<OutputShape> RelativeBiasOutput(const RelativeBiasOptions& options,
+                                              const std::vector<int64_t>& named_table) {
   // BUCKETS INT32 [q, k]; FULL [H, q, k]; COMPACT [H, q + k - 1]; H = the table's columns.
-  if (options.form == BiasForm::kBuckets) return {DType::kInt32, {options.q_len, options.k_len}};
-  const int64_t heads = TableColumns(options.table_inline, named_table, 1);
+  if (options.form == BiasForm::kBuckets) {
+    return OutputShape{DType::kInt32, {options.q_len, options.k_len}};
+  }
+  const std::optional<int64_t> heads = TableColumns(options.table_inline, named_table);
+  if (!heads.has_value()) return std::nullopt;
   const DType dtype = options.output_dtype.value_or(DType::kFloat32);
   if (options.form == BiasForm::kCompact) {
-    return {dtype, {heads, options.q_len + options.k_len - 1}};
+    return OutputShape{dtype, {*heads, options.q_len + options.k_len - 1}};
   }
-  return {dtype, {heads, options.q_len, options.k_len}};
+  return OutputShape{dtype, {*heads, options.q_len, options.k_len}};
 }
 
-OutputShape RelativeEmbeddingOutput(const RelativeEmbeddingOptions& options,
-                                    const std::vector<int64_t>& named_table) {
+std::optional<OutputShape> RelativeEmbeddingOutput(const RelativeEmbeddingOptions& options,
+                                                   const std::vector<int64_t>& named_table) {
   // [q, k, D], D = the table's columns.
-  return {options.output_dtype.value_or(DType::kFloat32),
-          {options.q_len, options.k_len, TableColumns(options.table_inline, named_table, 1)}};
+  const std::optional<int64_t> width = TableColumns(options.table_inline, named_table);
+  if (!width.has_value()) return std::nullopt;
+  return OutputShape{options.output_dtype.value_or(DType::kFloat32),
+                     {options.q_len, options.k_len, *width}};
 }
 
 // ---------------------------------------------------------------------------------------------
-// Message bytes.
+// Request bytes.
 // ---------------------------------------------------------------------------------------------
 
-int64_t PositionBytes(const Positions& positions) {
-  int64_t bytes = 8 * static_cast<int64_t>(positions.offsets.size() + positions.cu_seqlens.size());
-  if (positions.kind == Positions::Kind::kIds ||
-      positions.kind == Positions::Kind::kAttentionMask) {
-    bytes += static_cast<int64_t>(positions.tensor.data.size());
-  }
-  return bytes;
+RequestBytes ApplyRopeRequestBytes(const v1::ApplyRopeRequest& request) {
+  const auto tensors = static_cast<int64_t>(request.q().data().size() + request.k().data().size());
+  return {tensors, static_cast<int64_t>(request.ByteSizeLong()) - tensors};
 }
 
-int64_t RopeConfigBytes(const RopeConfig& config) {
-  return static_cast<int64_t>(config.hf_config_json.size() +
-                              8 * (config.scaling.long_factor.size() +
-                                   config.scaling.short_factor.size() +
-                                   config.freq_factors.size()));
+RequestBytes AddPositionEncodingRequestBytes(const v1::AddPositionEncodingRequest& request,
+                                             int64_t y_bytes) {
+  const auto x = static_cast<int64_t>(request.x().data().size());
+  return {std::max(x, y_bytes), static_cast<int64_t>(request.ByteSizeLong()) - x};
 }
 
-int64_t MessageBytes(const ApplyRopeOptions& options) {
-  // The response carries q and k back (and derived values, in the overhead): the request is
-  // the larger.
-  return static_cast<int64_t>(options.q.data.size() +
-                              (options.k.has_value() ? options.k->data.size() : 0)) +
-         PositionBytes(options.positions) + RopeConfigBytes(options.config);
-}
-
-int64_t MessageBytes(const AddPositionEncodingOptions& options, const OutputShape& y) {
-  int64_t request = static_cast<int64_t>(options.x.data.size()) + PositionBytes(options.positions);
-  if (options.learned.has_value() && options.learned->table_inline.has_value()) {
-    request += static_cast<int64_t>(options.learned->table_inline->data.size());
-  }
-  return std::max(request, y.Bytes());
+RequestBytes QueryRowRequestBytes(const google::protobuf::Message& request, int64_t q_len,
+                                  int64_t row_bytes) {
+  return {SatMul(q_len, row_bytes), static_cast<int64_t>(request.ByteSizeLong())};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -566,88 +538,85 @@ int64_t MessageBytes(const AddPositionEncodingOptions& options, const OutputShap
 
 namespace {
 
-using Range = std::pair<int64_t, int64_t>;  // {begin, count}
-
 // The steps of SplitApplyRope over one request of a known geometry.
 class RopeSplitter {
  public:
-  RopeSplitter(const ApplyRopeOptions& options, const RopeGeometry& g, int64_t limit)
+  RopeSplitter(const ApplyRopeOptions& options, const RopeGeometry& g, const Budget& budget)
       : options_(options),
         g_(g),
-        limit_(limit),
-        budget_(limit - kMessageOverheadBytes),
-        config_bytes_(RopeConfigBytes(options.config)),
+        budget_(budget),
+        head_(SatMul(SatMul(g.grid.batch, g.grid.seq), g.head_bytes)),
         most_heads_(std::max(g.q_heads, g.k_heads)) {}
 
-  // 1. Heads: the fewest p whose every piece (its heads with every token, the positions and
-  // config as they are) fits; false when even one head range per piece does not.
-  bool SplitHeads(ApplyRopeSplit* split) const {
-    const int64_t head = SatMul(SatMul(g_.grid.batch, g_.grid.seq), g_.head_bytes);
-    const int64_t fixed = SatAdd(PositionBytes(options_.positions), config_bytes_);
-    for (int64_t p = 1; p <= most_heads_; ++p) {
-      const auto q_ranges = EvenRanges(g_.q_heads, p);
-      const auto k_ranges = EvenRanges(g_.k_heads, p);
-      bool fits = true;
-      for (int64_t i = 0; fits && i < p; ++i) {
-        fits = SatAdd(SatMul(q_ranges[i].second + k_ranges[i].second, head), fixed) <= budget_;
-      }
-      if (!fits) continue;
-      for (int64_t i = 0; i < p; ++i) {
-        if (q_ranges[i].second + k_ranges[i].second == 0) continue;
-        AddPiece(q_ranges[i], k_ranges[i], {0, g_.grid.batch}, {0, g_.grid.seq}, options_.positions,
-                 options_.config, split);
-      }
-      return true;
+  // Range i of q's heads with range i of k's, in p ranges, those with heads of q; nullopt when
+  // one would send heads of k without q (the server refuses an empty q).
+  std::optional<std::vector<std::pair<Range, Range>>> Pairs(int64_t p) const {
+    const auto q_ranges = EvenRanges(g_.q_heads, p);
+    const auto k_ranges = EvenRanges(g_.k_heads, p);
+    std::vector<std::pair<Range, Range>> out;
+    for (int64_t i = 0; i < p; ++i) {
+      if (q_ranges[i].second == 0 && k_ranges[i].second > 0) return std::nullopt;
+      if (q_ranges[i].second > 0) out.emplace_back(q_ranges[i], k_ranges[i]);
     }
-    return false;
+    return out;
   }
 
-  // 2. and 3. One head range per piece, cut along tokens (batch rows first when one token of
-  // the range across the batch does not fit); positions rebased, seq_len pinned.
-  absl::Status SplitTokens(const PositionCut& cut, const kernels::ResolvedPositions& resolved,
+  // 1. Heads: the fewest p (2 ..) whose largest ranges of q and k heads, every token, fit;
+  // positions and config unchanged. nullopt when even one head of each does not fit.
+  std::optional<int64_t> HeadPieces() const {
+    for (int64_t p = 2; p <= most_heads_; ++p) {
+      if (SatAdd(SatMul(CeilDiv(g_.q_heads, p), head_), SatMul(CeilDiv(g_.k_heads, p), head_)) <=
+          budget_.bytes) {
+        return p;
+      }
+    }
+    return std::nullopt;
+  }
+  void SplitHeads(const std::vector<std::pair<Range, Range>>& pairs, ApplyRopeSplit* split) const {
+    for (const auto& [qh, kh] : pairs) {
+      AddPiece(qh, kh, {0, g_.grid.batch}, {0, g_.grid.seq}, options_.positions, options_.config,
+               split);
+    }
+  }
+
+  // 2. and 3. Each head range cut along tokens, or (one token of it across the batch over the
+  // budget) one token per piece with the batch rows cut; positions rebased, seq_len pinned.
+  absl::Status SplitTokens(const std::vector<std::pair<Range, Range>>& pairs,
+                           const PositionCut& cut, const kernels::ResolvedPositions& resolved,
                            const RopeConfig& config, ApplyRopeSplit* split) const {
-    const auto q_ranges = EvenRanges(g_.q_heads, most_heads_);
-    const auto k_ranges = EvenRanges(g_.k_heads, most_heads_);
-    for (int64_t i = 0; i < most_heads_; ++i) {
-      const int64_t heads = q_ranges[i].second + k_ranges[i].second;
-      if (heads == 0) continue;
-      // The bytes of a piece of `rows` batch rows and `tokens` tokens of these heads.
-      auto bytes = [&](int64_t rows, int64_t tokens) {
-        return SatAdd(SatMul(SatMul(heads * rows, tokens), g_.head_bytes),
-                      SatAdd(cut.Bytes(rows, tokens), config_bytes_));
-      };
-      POSENC_ASSIGN_OR_RETURN(const std::vector<Range> row_ranges, RowRanges(bytes));
-      for (const Range& rows : row_ranges) {
-        if (rows.second == 0) continue;
-        const int64_t most_tokens = MostThatFit(
-            g_.grid.seq, budget_, [&](int64_t tokens) { return bytes(rows.second, tokens); });
-        for (const Range& tokens : EvenRanges(g_.grid.seq, CeilDiv(g_.grid.seq, most_tokens))) {
+    const Range all_rows{0, g_.grid.batch};
+    for (const auto& [qh, kh] : pairs) {
+      // One token of these heads across the batch, and of one batch row.
+      const int64_t token_bytes =
+          SatMul(SatMul(qh.second + kh.second, g_.grid.batch), g_.head_bytes);
+      const int64_t row_bytes = token_bytes / g_.grid.batch;
+      if (const int64_t t = FewestPieces(g_.grid.seq, token_bytes, budget_.bytes); t > 0) {
+        for (const Range& tokens : EvenRanges(g_.grid.seq, t)) {
           if (tokens.second == 0) continue;
-          AddPiece(q_ranges[i], k_ranges[i], rows, tokens, cut.Piece(rows, tokens, &resolved),
-                   config, split);
+          AddPiece(qh, kh, all_rows, tokens, cut.Piece(all_rows, tokens, &resolved), config, split);
+        }
+        continue;
+      }
+      const int64_t b = g_.grid.packed ? 0 : FewestPieces(g_.grid.batch, row_bytes, budget_.bytes);
+      if (b == 0) {
+        return CannotCut(
+            "ApplyRope",
+            g_.grid.packed ? "one token of one head" : "one token of one head of one batch row",
+            row_bytes, budget_);
+      }
+      for (int64_t token = 0; token < g_.grid.seq; ++token) {
+        for (const Range& rows : EvenRanges(g_.grid.batch, b)) {
+          if (rows.second == 0) continue;
+          AddPiece(qh, kh, rows, {token, 1}, cut.Piece(rows, {token, 1}, &resolved), config, split);
         }
       }
     }
     return absl::OkStatus();
   }
 
- private:
-  // Every batch row when one token of them fits, else the fewest even row ranges in which one
-  // token fits; RESOURCE_EXHAUSTED when one token of one row does not.
-  absl::StatusOr<std::vector<Range>> RowRanges(
-      const std::function<int64_t(int64_t, int64_t)>& bytes) const {
-    if (bytes(g_.grid.batch, 1) <= budget_) return std::vector<Range>{{0, g_.grid.batch}};
-    const int64_t most_rows =
-        MostThatFit(g_.grid.batch, budget_, [&](int64_t rows) { return bytes(rows, 1); });
-    if (most_rows == 0) {
-      return CannotCut("ApplyRope",
-                       g_.grid.packed ? "one token of one head with its positions"
-                                      : "one token of one head of one batch row with its positions",
-                       bytes(1, 1), limit_);
-    }
-    return EvenRanges(g_.grid.batch, CeilDiv(g_.grid.batch, most_rows));
-  }
+  int64_t most_heads() const { return most_heads_; }
 
+ private:
   // A piece of q heads `qh`, k heads `kh`, `rows` and `tokens`, with `positions` and `config`.
   void AddPiece(Range qh, Range kh, Range rows, Range tokens, Positions positions,
                 const RopeConfig& config, ApplyRopeSplit* split) const {
@@ -656,18 +625,11 @@ class RopeSplitter {
     piece.positions = std::move(positions);
     piece.config = config;
     ApplyRopeSplit::Place place;
-    const Box k_box = kh.second > 0 ? HeadBox(g_, options_.k->shape, kh, rows, tokens) : Box();
-    if (qh.second > 0) {
-      place.q = HeadBox(g_, options_.q.shape, qh, rows, tokens);
-      piece.q = SliceBox(options_.q, place.q.begin, place.q.count);
-      if (kh.second > 0) {
-        piece.k = SliceBox(*options_.k, k_box.begin, k_box.count);
-        place.k = k_box;
-      }
-    } else {
-      piece.q = SliceBox(*options_.k, k_box.begin, k_box.count);
-      place.k = k_box;
-      place.q_carries_k = true;
+    place.q = HeadBox(g_, options_.q.shape, qh, rows, tokens);
+    piece.q = SliceBox(options_.q, place.q.begin, place.q.count);
+    if (kh.second > 0) {
+      place.k = HeadBox(g_, options_.k->shape, kh, rows, tokens);
+      piece.k = SliceBox(*options_.k, place.k.begin, place.k.count);
     }
     split->pieces.push_back(std::move(piece));
     split->places.push_back(std::move(place));
@@ -675,30 +637,32 @@ class RopeSplitter {
 
   const ApplyRopeOptions& options_;
   const RopeGeometry& g_;
-  const int64_t limit_;
-  const int64_t budget_;
-  const int64_t config_bytes_;
+  const Budget budget_;
+  const int64_t head_;  // one head of q or k, every token
   const int64_t most_heads_;
 };
 
 }  // namespace
 
-absl::StatusOr<ApplyRopeSplit> SplitApplyRope(const ApplyRopeOptions& options, int64_t limit) {
+absl::StatusOr<ApplyRopeSplit> SplitApplyRope(const ApplyRopeOptions& options,
+                                              const Budget& budget) {
   ApplyRopeSplit split;
+  split.whole = true;  // until the pieces are made
   const std::optional<RopeGeometry> geometry = Geometry(options);
-  if (!geometry.has_value()) {
-    split.whole = true;
+  if (!geometry.has_value()) return split;
+  const RopeSplitter splitter(options, *geometry, budget);
+  if (const std::optional<int64_t> p = splitter.HeadPieces(); p.has_value()) {
+    const auto pairs = splitter.Pairs(*p);
+    if (!pairs.has_value()) return split;
+    split.whole = false;
+    splitter.SplitHeads(*pairs, &split);
     return split;
   }
-  const RopeSplitter splitter(options, *geometry, limit);
-  if (splitter.SplitHeads(&split)) return split;
+  const auto pairs = splitter.Pairs(splitter.most_heads());
   const Grid& grid = geometry->grid;
   const std::optional<PositionCut> cut =
       PositionCut::Make(options.positions, grid, IsMrope(options.config), /*mask_as_ids=*/true);
-  if (!cut.has_value()) {
-    split.whole = true;
-    return split;
-  }
+  if (!pairs.has_value() || !cut.has_value()) return split;
   // The whole request's positions: checked, their largest (seq_len), a mask's.
   kernels::ResolvedPositions resolved;
   int64_t largest = -1;
@@ -716,7 +680,8 @@ absl::StatusOr<ApplyRopeSplit> SplitApplyRope(const ApplyRopeOptions& options, i
     split.padding.resize(resolved.valid.size());
     for (size_t t = 0; t < resolved.valid.size(); ++t) split.padding[t] = !resolved.valid[t];
   }
-  POSENC_RETURN_IF_ERROR(splitter.SplitTokens(*cut, resolved, config, &split));
+  split.whole = false;
+  POSENC_RETURN_IF_ERROR(splitter.SplitTokens(*pairs, *cut, resolved, config, &split));
   return split;
 }
 
@@ -745,10 +710,6 @@ absl::StatusOr<ApplyRopeResult> JoinApplyRope(const ApplyRopeOptions& options,
   for (size_t i = 0; i < parts.size(); ++i) {
     const ApplyRopeSplit::Place& place = split.places[i];
     ApplyRopeResult& part = parts[i];
-    if (place.q_carries_k) {
-      POSENC_RETURN_IF_ERROR(paste(part.q, place.k, &*out.k));
-      continue;
-    }
     POSENC_RETURN_IF_ERROR(paste(part.q, place.q, &out.q));
     if (!place.k.count.empty()) {
       if (!part.k.has_value()) return absl::InternalError("split: a piece's k did not come back");
@@ -770,39 +731,30 @@ absl::StatusOr<ApplyRopeResult> JoinApplyRope(const ApplyRopeOptions& options,
 // ---------------------------------------------------------------------------------------------
 
 absl::StatusOr<AddPositionEncodingSplit> SplitAddPositionEncoding(
-    const AddPositionEncodingOptions& options, const OutputShape& y, int64_t limit) {
+    const AddPositionEncodingOptions& options, const OutputShape& y, const Budget& budget) {
   AddPositionEncodingSplit split;
+  split.whole = true;  // until the pieces are made
   split.y = y;
   const Tensor& x = options.x;
   const size_t rank = x.shape.size();
-  bool malformed = (rank != 2 && rank != 3) || !x.Validate().ok() || y.shape.size() != rank;
+  bool malformed = (rank != 2 && rank != 3) || !x.Validate().ok() || !IsFloatDType(x.dtype) ||
+                   y.shape.size() != rank;
   for (size_t a = 0; !malformed && a < rank; ++a) malformed = x.shape[a] <= 0;
-  const Grid grid{false, rank == 3 ? x.shape[0] : 1, malformed ? 1 : x.shape[rank - 2]};
+  if (malformed) return split;
+  const Grid grid{false, rank == 3 ? x.shape[0] : 1, x.shape[rank - 2]};
   const std::optional<PositionCut> cut =
-      malformed ? std::nullopt
-                : PositionCut::Make(options.positions, grid, /*mrope=*/false,
-                                    /*mask_as_ids=*/false);
-  if (!cut.has_value()) {
-    split.whole = true;
-    return split;
-  }
+      PositionCut::Make(options.positions, grid, /*mrope=*/false, /*mask_as_ids=*/false);
+  if (!cut.has_value()) return split;
   // The caller's positions must fit the grid before they are sliced (the kernels' error, as the
   // server's, when not).
   POSENC_RETURN_IF_ERROR(
       ResolveOnGrid(options.positions, /*packed=*/false, grid.batch, grid.seq).status());
-  const int64_t budget = limit - kMessageOverheadBytes;
+  split.whole = false;
   const int64_t width = x.shape.back();
-  const int64_t item = DTypeSize(x.dtype);
-  const int64_t table = options.learned.has_value() && options.learned->table_inline.has_value()
-                            ? static_cast<int64_t>(options.learned->table_inline->data.size())
-                            : 0;
-  auto bytes = [&](int64_t rows, int64_t tokens) {
-    const int64_t request =
-        SatAdd(SatMul(SatMul(rows, tokens), width * item), SatAdd(cut->Bytes(rows, tokens), table));
-    return std::max(request, SatMul(SatMul(rows, tokens), y.shape.back() * item));
-  };
+  // One token of x or y, the larger.
+  const int64_t token_bytes = std::max(width, y.shape.back()) * DTypeSize(x.dtype);
   // A piece of `rows` batch rows and `tokens` tokens of x and y.
-  auto add_piece = [&](std::pair<int64_t, int64_t> rows, std::pair<int64_t, int64_t> tokens) {
+  auto add_piece = [&](Range rows, Range tokens) {
     AddPositionEncodingOptions piece = options;
     std::vector<int64_t> begin = {tokens.first, 0};
     std::vector<int64_t> count = {tokens.second, width};
@@ -817,32 +769,26 @@ absl::StatusOr<AddPositionEncodingSplit> SplitAddPositionEncoding(
     split.y_boxes.push_back(Box{std::move(begin), std::move(count)});
   };
   const int64_t seq = grid.seq;
-  if (rank == 3) {
+  if (const int64_t b =
+          rank == 3 ? FewestPieces(grid.batch, SatMul(seq, token_bytes), budget.bytes) : 0;
+      b > 0) {
     // Batch rows, every token.
-    const int64_t most_rows =
-        MostThatFit(grid.batch, budget, [&](int64_t rows) { return bytes(rows, seq); });
-    if (most_rows > 0) {
-      for (const auto& rows : EvenRanges(grid.batch, CeilDiv(grid.batch, most_rows))) {
-        if (rows.second > 0) add_piece(rows, {0, seq});
-      }
-      return split;
+    for (const Range& rows : EvenRanges(grid.batch, b)) {
+      if (rows.second > 0) add_piece(rows, {0, seq});
     }
+    return split;
   }
   // One batch row per piece, cut along tokens.
+  const int64_t t = FewestPieces(seq, token_bytes, budget.bytes);
+  if (t == 0) return CannotCut("AddPositionEncoding", "one token", token_bytes, budget);
   if (options.positions.kind == Positions::Kind::kAttentionMask) {
     return CannotCut("AddPositionEncoding",
-                     "one batch row (attention-mask positions are not cut along tokens: a padding "
-                     "token's encoding is zero)",
-                     bytes(1, seq), limit);
+                     "one batch row (attention-mask positions are cut along batch rows only)",
+                     SatMul(seq, token_bytes), budget);
   }
-  const int64_t most_tokens = MostThatFit(seq, budget, [&](int64_t n) { return bytes(1, n); });
-  if (most_tokens == 0) {
-    return CannotCut("AddPositionEncoding", "one token with its positions and table", bytes(1, 1),
-                     limit);
-  }
-  for (int64_t b = 0; b < grid.batch; ++b) {
-    for (const auto& tokens : EvenRanges(seq, CeilDiv(seq, most_tokens))) {
-      if (tokens.second > 0) add_piece({b, 1}, tokens);
+  for (int64_t row = 0; row < grid.batch; ++row) {
+    for (const Range& tokens : EvenRanges(seq, t)) {
+      if (tokens.second > 0) add_piece({row, 1}, tokens);
     }
   }
   return split;
@@ -870,15 +816,11 @@ absl::StatusOr<Tensor> JoinAddPositionEncoding(const AddPositionEncodingSplit& s
 // Query rows.
 // ---------------------------------------------------------------------------------------------
 
-absl::StatusOr<int64_t> QueryRowPieces(absl::string_view op, int64_t q_len, int64_t request_bytes,
-                                       int64_t response_bytes, int64_t row_bytes, int64_t limit) {
-  const int64_t budget = limit - kMessageOverheadBytes;
-  auto bytes = [&](int64_t rows) {
-    return std::max(request_bytes, SatAdd(response_bytes, SatMul(rows, row_bytes)));
-  };
-  const int64_t most = MostThatFit(q_len, budget, bytes);
-  if (most == 0) return CannotCut(op, "one query row", bytes(1), limit);
-  return CeilDiv(q_len, most);
+absl::StatusOr<int64_t> QueryRowPieces(absl::string_view op, int64_t q_len, int64_t row_bytes,
+                                       const Budget& budget) {
+  const int64_t p = FewestPieces(q_len, row_bytes, budget.bytes);
+  if (p == 0) return CannotCut(op, "one query row", row_bytes, budget);
+  return p;
 }
 
 }  // namespace posenc::client::internal

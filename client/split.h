@@ -1,17 +1,18 @@
-// Transparent splitting (docs/splitting.md, the one algorithm both clients implement): a request
-// whose tensors or outputs would not fit in one gRPC message is cut into pieces that each fit,
-// sent as several calls, and the results joined back, byte-identical to one call on a server
-// without the limit. Private to the client library; pure functions (client.cc sends the pieces).
+// Transparent splitting (docs/splitting.md, the one algorithm both clients implement, to the
+// byte counts): a request whose tensors or outputs would not fit in one gRPC message is cut into
+// pieces that each fit, sent as several calls, and the results joined back, byte-identical to
+// one call on a server without the limit. Private to the client library; pure functions
+// (client.cc converts the request, asks for the budget and sends the pieces).
 //
 //   ApplyRope          along heads (q and k cut into the same number of head ranges; every piece
 //                      keeps every token, positions and config unchanged); when one head of q and
-//                      one of k do not fit, one head range per piece cut along tokens, and when one
-//                      token of one head across the batch does not fit, along batch rows first.
-//                      Cut tokens or rows get their positions rebased (a range, offsets, sliced
-//                      ids, clamped cu_seqlens; an attention mask becomes INT64 ids whose padding
-//                      tokens' bytes are copied through from the input) and config.seq_len pinned
-//                      to the whole request's largest position + 1, so that dynamic NTK and the
-//                      LongRoPE long/short choice see what one call sees.
+//                      one of k do not fit, each head range cut along tokens, and when one token
+//                      of a head range across the batch does not fit, one token per piece with
+//                      the batch rows cut. Cut tokens or rows get their positions rebased (a
+//                      range, offsets, sliced ids, clamped cu_seqlens; an attention mask becomes
+//                      INT64 ids whose padding tokens' bytes are copied through from the input)
+//                      and config.seq_len pinned to the whole request's largest position + 1, so
+//                      that dynamic NTK and the LongRoPE long/short choice see what one call sees.
 //   AddPositionEncoding
 //                      x [B, T, D] along batch rows (positions sliced to match); when one row does
 //                      not fit, each row along tokens (positions rebased); x [T, D] along tokens.
@@ -20,13 +21,13 @@
 //                      along query rows: piece r holds rows [b, b + n) with q_len = n and
 //                      query_offset = (the request's query offset) + b; keys are untouched.
 //
-// Sizes. A piece fits when the larger of its request's and its response's bytes (MessageBytes:
-// the tensors, position entries and RoPE config text and factors each carries) is at most
-// limit - kMessageOverheadBytes, where limit is the smaller of the client's and the server's
-// max_message_bytes. The output shapes come from the same rules as the kernels' plans' OutputSpecs
-// (tests/client/split_sizes_test.cc checks them against the server's answers, which the plans
-// size). A request that cannot be cut to fit is RESOURCE_EXHAUSTED naming the limit and what
-// would have to fit; one too malformed to cut goes whole, for the server to answer.
+// Sizes. The budget of a piece's cut tensors (q and k; x or y, the larger; a bias's rows) is
+// limit - 64 KiB - the request's other bytes (its serialized size less the cut tensors' data),
+// limit the smaller of the client's and the server's max_message_bytes. The output shapes come
+// from the rules of the kernels' plans' OutputSpecs (tests/client/split_sizes_test.cc checks
+// them against the server's answers, which the plans size). A request that cannot be cut to fit
+// is RESOURCE_EXHAUSTED (reason LIMIT_EXCEEDED) naming the limit and what would have to fit; one
+// too malformed to cut goes whole, for the server to answer.
 //
 // Thread-safety: pure functions.
 #ifndef POSENC_CLIENT_SPLIT_H_
@@ -34,6 +35,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,12 +44,30 @@
 #include "absl/strings/string_view.h"
 #include "kernels/common/positions.h"
 #include "posenc/client.h"
+#include "posenc/v1/posenc.pb.h"
 
 namespace posenc::client::internal {
 
-// Bytes a message may carry besides what MessageBytes counts (framing, field tags, a response's
-// derived values): a piece's budget is the message limit less this.
+// Bytes of every message kept for its framing and a response's derived values: a piece's budget
+// is the message limit less this and less the request's other bytes.
 inline constexpr int64_t kMessageOverheadBytes = int64_t{64} << 10;
+
+// What decides a split: the bytes of the tensors it cuts (request or response side, the larger)
+// and the request's other bytes (its serialized size less the cut tensors' data).
+struct RequestBytes {
+  int64_t tensors = 0;
+  int64_t other = 0;
+};
+// The budget of a split request: the message limit and the bytes of cut tensors a piece may
+// carry, limit - kMessageOverheadBytes - RequestBytes::other (may be <= 0: nothing can be cut
+// small enough).
+struct Budget {
+  int64_t limit = 0;
+  int64_t bytes = 0;
+};
+// The fewest p for which EvenRanges(n, p) keeps every range within `budget` bytes at
+// `item_bytes` an item (1 when item_bytes is 0); 0 when one item alone is over it.
+int64_t FewestPieces(int64_t n, int64_t item_bytes, int64_t budget);
 
 // ---------------------------------------------------------------------------------------------
 // Ranges, slices and joins.
@@ -92,24 +112,29 @@ struct OutputShape {
   std::vector<int64_t> shape;
   int64_t Bytes() const;  // saturating at INT64_MAX
 };
-OutputShape AddPositionEncodingOutput(const AddPositionEncodingOptions& options,
-                                      const std::vector<int64_t>& named_table = {});
+// nullopt where the encoding's width is unknown (a learned table not of rank 2, or a name the
+// server does not report): a request the server refuses, sent whole.
+std::optional<OutputShape> AddPositionEncodingOutput(const AddPositionEncodingOptions& options,
+                                                     const std::vector<int64_t>& named_table = {});
 // bias, then slopes.
 std::vector<OutputShape> AlibiBiasOutputs(const AlibiBiasOptions& options);
-OutputShape RelativeBiasOutput(const RelativeBiasOptions& options,
-                               const std::vector<int64_t>& named_table = {});
-OutputShape RelativeEmbeddingOutput(const RelativeEmbeddingOptions& options,
-                                    const std::vector<int64_t>& named_table = {});
+// nullopt where the table's width (heads, D) is unknown, as above (BUCKETS needs none).
+std::optional<OutputShape> RelativeBiasOutput(const RelativeBiasOptions& options,
+                                              const std::vector<int64_t>& named_table = {});
+std::optional<OutputShape> RelativeEmbeddingOutput(const RelativeEmbeddingOptions& options,
+                                                   const std::vector<int64_t>& named_table = {});
 
 // ---------------------------------------------------------------------------------------------
-// Message bytes (docs/splitting.md "The budget"): max(request, response).
+// Request bytes (docs/splitting.md "The budget"), from the converted request.
 // ---------------------------------------------------------------------------------------------
-// What positions add to a request: their tensor's bytes and 8 per offsets/cu_seqlens entry.
-int64_t PositionBytes(const Positions& positions);
-// What a RoPE config adds: its hf_config_json text and 8 per long/short/freq factor.
-int64_t RopeConfigBytes(const RopeConfig& config);
-int64_t MessageBytes(const ApplyRopeOptions& options);
-int64_t MessageBytes(const AddPositionEncodingOptions& options, const OutputShape& y);
+// q and k; the rest of the request.
+RequestBytes ApplyRopeRequestBytes(const v1::ApplyRopeRequest& request);
+// x or y (`y_bytes`), the larger; the rest of the request besides x's data.
+RequestBytes AddPositionEncodingRequestBytes(const v1::AddPositionEncodingRequest& request,
+                                             int64_t y_bytes);
+// q_len rows of `row_bytes` of output; the whole request.
+RequestBytes QueryRowRequestBytes(const google::protobuf::Message& request, int64_t q_len,
+                                  int64_t row_bytes);
 
 // ---------------------------------------------------------------------------------------------
 // ApplyRope.
@@ -120,21 +145,20 @@ struct ApplyRopeSplit {
   bool whole = false;
   std::vector<ApplyRopeOptions> pieces;
   // Where each piece's results go: the box of its q heads in q and of its k heads in k (empty:
-  // none). A piece with k heads but no q heads sends them as its q (`q_carries_k`), since q is
-  // required.
+  // none).
   struct Place {
     Box q, k;
-    bool q_carries_k = false;
   };
   std::vector<Place> places;
   // Cut tokens of a masked request: one entry per token of the [B, S] grid, 1 for padding
   // (its input bytes are copied into the result); empty otherwise.
   std::vector<uint8_t> padding;
 };
-// The pieces of `options` under a message limit of `limit` bytes; RESOURCE_EXHAUSTED when one
-// token of one head of one batch row does not fit; the caller's positions' INVALID_ARGUMENT
-// (the kernels' message, as the server's) when tokens must be cut and they do not resolve.
-absl::StatusOr<ApplyRopeSplit> SplitApplyRope(const ApplyRopeOptions& options, int64_t limit);
+// The pieces of `options` within `budget`; RESOURCE_EXHAUSTED when one token of one head of one
+// batch row does not fit; the caller's positions' INVALID_ARGUMENT (the kernels' message, as the
+// server's) when tokens must be cut and they do not resolve.
+absl::StatusOr<ApplyRopeSplit> SplitApplyRope(const ApplyRopeOptions& options,
+                                              const Budget& budget);
 absl::StatusOr<ApplyRopeResult> JoinApplyRope(const ApplyRopeOptions& options,
                                               const ApplyRopeSplit& split,
                                               std::vector<ApplyRopeResult> parts);
@@ -149,18 +173,17 @@ struct AddPositionEncodingSplit {
   OutputShape y;             // the whole request's y
 };
 absl::StatusOr<AddPositionEncodingSplit> SplitAddPositionEncoding(
-    const AddPositionEncodingOptions& options, const OutputShape& y, int64_t limit);
+    const AddPositionEncodingOptions& options, const OutputShape& y, const Budget& budget);
 absl::StatusOr<Tensor> JoinAddPositionEncoding(const AddPositionEncodingSplit& split,
                                                std::vector<Tensor> parts);
 
 // ---------------------------------------------------------------------------------------------
 // Query rows (AlibiBias, RelativeBias, RelativeEmbedding).
 // ---------------------------------------------------------------------------------------------
-// How many even query-row ranges a request of `q_len` rows takes when every piece's request
-// carries `request_bytes` and its response `response_bytes` plus `row_bytes` per query row;
-// RESOURCE_EXHAUSTED (naming `op`) when one row does not fit.
-absl::StatusOr<int64_t> QueryRowPieces(absl::string_view op, int64_t q_len, int64_t request_bytes,
-                                       int64_t response_bytes, int64_t row_bytes, int64_t limit);
+// How many even query-row ranges a request of `q_len` rows of `row_bytes` takes within
+// `budget`; RESOURCE_EXHAUSTED (naming `op`) when one row does not fit.
+absl::StatusOr<int64_t> QueryRowPieces(absl::string_view op, int64_t q_len, int64_t row_bytes,
+                                       const Budget& budget);
 
 // Query-row pieces of a bias or relative-embedding request (q_len and query_offset set).
 template <typename Options>

@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/convert.h"
 #include "client/split.h"
 #include "posenc/client.h"
+#include "posenc/errors.h"
 
 namespace posenc::client::internal {
 namespace {
@@ -51,6 +53,22 @@ std::vector<int64_t> Iota(int64_t n, int64_t start) {
   return v;
 }
 
+// The budgets the client computes (docs/splitting.md "The budget") under a message limit.
+Budget BudgetOf(const RequestBytes& bytes, int64_t limit) {
+  return {limit, limit - kMessageOverheadBytes - bytes.other};
+}
+Budget RopeBudget(const ApplyRopeOptions& options, int64_t limit) {
+  return BudgetOf(ApplyRopeRequestBytes(*ToRequest(options)), limit);
+}
+absl::StatusOr<ApplyRopeSplit> SplitUnder(const ApplyRopeOptions& options, int64_t limit) {
+  return SplitApplyRope(options, RopeBudget(options, limit));
+}
+Budget AddBudget(const AddPositionEncodingOptions& options, int64_t limit) {
+  return BudgetOf(AddPositionEncodingRequestBytes(*ToRequest(options),
+                                                  AddPositionEncodingOutput(options)->Bytes()),
+                  limit);
+}
+
 struct RopeAxes {
   bool packed;
   size_t batch, seq, head;
@@ -64,7 +82,8 @@ RopeAxes AxesOf(const ApplyRopeOptions& options) {
 // Splits `options` under `limit` and checks every piece against the whole request; returns the
 // split (pieces.size() for the count).
 ApplyRopeSplit ExpectRopeSplit(const ApplyRopeOptions& options, int64_t limit, bool cut_tokens) {
-  const absl::StatusOr<ApplyRopeSplit> split = SplitApplyRope(options, limit);
+  const Budget budget = RopeBudget(options, limit);
+  const absl::StatusOr<ApplyRopeSplit> split = SplitApplyRope(options, budget);
   EXPECT_TRUE(split.ok()) << split.status();
   if (!split.ok()) return {};
   EXPECT_FALSE(split->whole);
@@ -81,8 +100,10 @@ ApplyRopeSplit ExpectRopeSplit(const ApplyRopeOptions& options, int64_t limit, b
     const ApplyRopeOptions& piece = split->pieces[i];
     const ApplyRopeSplit::Place& place = split->places[i];
     const std::string what = absl::StrCat("piece ", i);
-    EXPECT_LE(MessageBytes(piece), limit - kMessageOverheadBytes) << what;
-    const Box& box = place.q_carries_k ? place.k : place.q;
+    // Its cut tensors within the budget; the whole message within the limit, with room.
+    EXPECT_LE(ApplyRopeRequestBytes(*ToRequest(piece)).tensors, budget.bytes) << what;
+    EXPECT_LE(static_cast<int64_t>(ToRequest(piece)->ByteSizeLong()), limit - 60 * kKiB) << what;
+    const Box& box = place.q;
     covered += piece.q.NumElements() + (piece.k.has_value() ? piece.k->NumElements() : 0);
     const int64_t b0 = axes.packed ? 0 : box.begin[axes.batch];
     const int64_t m = axes.packed ? 1 : box.count[axes.batch];
@@ -283,7 +304,7 @@ TEST(SplitApplyRopeTest, MropeIdsAreSlicedOnTheirLastAxes) {
     SCOPED_TRACE(static_cast<int>(positions.kind));
     options.positions = positions;
     const ApplyRopeSplit split =
-        ExpectRopeSplit(options, kMessageOverheadBytes + 16 * kKiB, /*cut_tokens=*/true);
+        ExpectRopeSplit(options, kMessageOverheadBytes + 64 * kKiB, /*cut_tokens=*/true);
     if (positions.kind != Positions::Kind::kRange) {
       EXPECT_EQ(split.pieces[0].positions.tensor.shape.front(), 3);
     }
@@ -293,7 +314,7 @@ TEST(SplitApplyRopeTest, MropeIdsAreSlicedOnTheirLastAxes) {
   options.config = RopeConfig();
   options.config.hf_config_json = R"({"rope_scaling": {"mrope_section": [16, 8, 8]}})";
   options.positions = LeftPaddedMask(kB, kS, {3, 0});
-  const auto split = SplitApplyRope(options, kMessageOverheadBytes + 16 * kKiB);
+  const auto split = SplitUnder(options, kMessageOverheadBytes + 16 * kKiB);
   ASSERT_TRUE(split.ok()) << split.status();
   EXPECT_EQ(split->pieces[0].positions.tensor.shape.size(), 3u);
 }
@@ -341,14 +362,13 @@ TEST(SplitApplyRopeTest, GqaHeadRangesTravelTogether) {
   EXPECT_TRUE(split.pieces[3].k.has_value());
   ExpectFlippedJoin(options, split);
 
-  // More k heads than q heads, cut along tokens: a piece with k heads only sends them as q.
+  // More k heads than q heads where a piece would hold heads of k without q: not cut (the
+  // server refuses an empty q; docs/splitting.md).
   options.q = Bytes({1, 2048, 2, 64});  // 512 KiB a head
   options.k = Bytes({1, 2048, 4, 64});
-  split = ExpectRopeSplit(options, kMiB, /*cut_tokens=*/true);
-  ASSERT_FALSE(split.places.empty());
-  EXPECT_TRUE(split.places[0].q_carries_k);
-  EXPECT_FALSE(split.pieces[0].k.has_value());
-  ExpectFlippedJoin(options, split);
+  const auto whole = SplitUnder(options, kMiB);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_TRUE(whole->whole);
 }
 
 TEST(SplitApplyRopeTest, BatchRowsAreCutWhenOneTokenAcrossTheBatchDoesNotFit) {
@@ -367,8 +387,9 @@ TEST(SplitApplyRopeTest, BatchRowsAreCutWhenOneTokenAcrossTheBatchDoesNotFit) {
   options.layout = TensorLayout::kBHSD;
   options.q = Bytes({64, 2, 16, 128});
   options.positions = Positions::Range(4, 16);
+  // (16 KiB less the request's other bytes) / 512 bytes a row: 31 rows, 3 row ranges a token.
   EXPECT_EQ(ExpectRopeSplit(options, kMessageOverheadBytes + 16 * kKiB, true).pieces.size(),
-            2u * 2u * 16u);
+            2u * 16u * 3u);
 }
 
 TEST(SplitApplyRopeTest, CallerSeqLenStays) {
@@ -383,9 +404,12 @@ TEST(SplitApplyRopeTest, CallerSeqLenStays) {
 TEST(SplitApplyRopeTest, WhatCannotBeCut) {
   ApplyRopeOptions options;
   options.q = Bytes({1, 4, 1, 300000});  // 1.2 MB a token of a head
-  auto split = SplitApplyRope(options, kMiB);
+  auto split = SplitUnder(options, kMiB);
   EXPECT_EQ(split.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(split.status().message().find("1048576"), std::string::npos) << split.status();
+  EXPECT_NE(split.status().message().find("message limit of 1048576"), std::string::npos)
+      << split.status();
+  EXPECT_EQ(GetErrorDetails(split.status()).reason, "LIMIT_EXCEEDED");
+  EXPECT_EQ(GetErrorDetails(split.status()).metadata.at("limit"), "max_message_bytes");
   EXPECT_NE(split.status().message().find("one token of one head of one batch row"),
             std::string::npos)
       << split.status();
@@ -393,7 +417,7 @@ TEST(SplitApplyRopeTest, WhatCannotBeCut) {
   // Positions that do not fit the grid: the kernels' error, naming the caller's field.
   options.q = Bytes({2, 4096, 1, 64});
   options.positions = Positions::Offsets({1, 2, 3});
-  split = SplitApplyRope(options, kMessageOverheadBytes + 64 * kKiB);
+  split = SplitUnder(options, kMessageOverheadBytes + 64 * kKiB);
   EXPECT_EQ(split.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(split.status().message().find("positions.offsets"), std::string::npos)
       << split.status();
@@ -401,17 +425,17 @@ TEST(SplitApplyRopeTest, WhatCannotBeCut) {
   // Malformed: goes whole, for the server's error.
   options.positions = Positions::Default();
   options.layout = TensorLayout::kTHD;
-  split = SplitApplyRope(options, kMiB);
+  split = SplitUnder(options, kMiB);
   ASSERT_TRUE(split.ok());
   EXPECT_TRUE(split->whole);
   options.layout = TensorLayout::kBSHD;
   options.k = Bytes({2, 4095, 1, 64});
-  split = SplitApplyRope(options, kMiB);
+  split = SplitUnder(options, kMiB);
   ASSERT_TRUE(split.ok());
   EXPECT_TRUE(split->whole);
   options.k.reset();
   options.positions = Positions::Ids(Iota(4096, 0), {4096, 1});
-  split = SplitApplyRope(options, kMessageOverheadBytes + 64 * kKiB);
+  split = SplitUnder(options, kMessageOverheadBytes + 64 * kKiB);
   ASSERT_TRUE(split.ok());
   EXPECT_TRUE(split->whole);
 }
@@ -419,9 +443,10 @@ TEST(SplitApplyRopeTest, WhatCannotBeCut) {
 // AddPositionEncoding: each piece's positions equal the whole request's at its tokens, every
 // piece fits, and the join of a flipping fake server is the flipped x (ADD keeps x's shape).
 void ExpectAddSplit(const AddPositionEncodingOptions& options, int64_t limit, size_t pieces) {
-  const OutputShape y = AddPositionEncodingOutput(options);
+  const OutputShape y = *AddPositionEncodingOutput(options);
+  const Budget budget = AddBudget(options, limit);
   const absl::StatusOr<AddPositionEncodingSplit> split =
-      SplitAddPositionEncoding(options, y, limit);
+      SplitAddPositionEncoding(options, y, budget);
   ASSERT_TRUE(split.ok()) << split.status();
   ASSERT_FALSE(split->whole);
   EXPECT_EQ(split->pieces.size(), pieces);
@@ -433,7 +458,10 @@ void ExpectAddSplit(const AddPositionEncodingOptions& options, int64_t limit, si
   std::vector<Tensor> parts;
   for (size_t i = 0; i < split->pieces.size(); ++i) {
     const AddPositionEncodingOptions& piece = split->pieces[i];
-    EXPECT_LE(MessageBytes(piece, AddPositionEncodingOutput(piece)), limit - kMessageOverheadBytes);
+    EXPECT_LE(AddPositionEncodingRequestBytes(*ToRequest(piece),
+                                              AddPositionEncodingOutput(piece)->Bytes())
+                  .tensors,
+              budget.bytes);
     const Box& box = split->y_boxes[i];
     const int64_t b0 = batched ? box.begin[0] : 0;
     const int64_t m = batched ? box.count[0] : 1;
@@ -468,8 +496,9 @@ TEST(SplitAddPositionEncodingTest, BatchRowsThenTokens) {
     ExpectAddSplit(options, kMessageOverheadBytes + 300 * kKiB, 3);  // 2 rows a piece
     if (positions.kind == Positions::Kind::kAttentionMask) {
       // A row over the budget: masks are not cut along tokens.
-      const auto refused = SplitAddPositionEncoding(options, AddPositionEncodingOutput(options),
-                                                    kMessageOverheadBytes + 100 * kKiB);
+      const auto refused =
+          SplitAddPositionEncoding(options, *AddPositionEncodingOutput(options),
+                                   AddBudget(options, kMessageOverheadBytes + 100 * kKiB));
       EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
       continue;
     }
@@ -478,10 +507,10 @@ TEST(SplitAddPositionEncodingTest, BatchRowsThenTokens) {
   }
   // [T, D] along tokens.
   options.x = Bytes({4096, 32});
-  // 128 bytes a token: 512 a piece, 511 beside an offset, 481 beside INT64 ids.
+  // 128 bytes a token: 511 a piece beside the request's other bytes, 255 beside 32 KiB of ids.
   for (const auto& [positions, pieces] :
-       {std::pair{Positions::Range(100, 4096), 8}, std::pair{Positions::Offsets({12}), 9},
-        std::pair{Positions::Ids(Iota(4096, 0), {1, 4096}), 9}}) {
+       {std::pair{Positions::Range(100, 4096), 9}, std::pair{Positions::Offsets({12}), 9},
+        std::pair{Positions::Ids(Iota(4096, 0), {1, 4096}), 17}}) {
     options.positions = positions;
     ExpectAddSplit(options, kMessageOverheadBytes + 64 * kKiB, pieces);
   }
@@ -489,22 +518,24 @@ TEST(SplitAddPositionEncodingTest, BatchRowsThenTokens) {
   options.x = Bytes({4, 512, 64});
   options.combine = Combine::kConcat;
   options.positions = Positions::Default();
-  const OutputShape y = AddPositionEncodingOutput(options);
+  const OutputShape y = *AddPositionEncodingOutput(options);
   EXPECT_EQ(y.shape, (std::vector<int64_t>{4, 512, 128}));
-  const auto split = SplitAddPositionEncoding(options, y, kMessageOverheadBytes + 512 * kKiB);
+  const auto split = SplitAddPositionEncoding(
+      options, y, AddBudget(options, kMessageOverheadBytes + 520 * kKiB));  // 2 rows of y
   ASSERT_TRUE(split.ok()) << split.status();
   EXPECT_EQ(split->pieces.size(), 2u);
 }
 
 TEST(SplitQueryRowsTest, PiecesAndTheSmallestPiece) {
   // 1000 rows of 1 KiB beside 8 KiB of slopes: (960 - 8) rows a piece.
-  EXPECT_EQ(*QueryRowPieces("AlibiBias", 1000, 0, 8 * kKiB, kKiB, kMiB), 2);
-  EXPECT_EQ(*QueryRowPieces("AlibiBias", 952, 0, 8 * kKiB, kKiB, kMiB), 1);
-  const auto refused = QueryRowPieces("RelativeEmbedding", 10, 0, 0, 2 * kMiB, kMiB);
+  // 960 rows of 1 KiB a piece.
+  EXPECT_EQ(*QueryRowPieces("AlibiBias", 1000, kKiB, {kMiB, 960 * kKiB}), 2);
+  EXPECT_EQ(*QueryRowPieces("AlibiBias", 960, kKiB, {kMiB, 960 * kKiB}), 1);
+  const auto refused = QueryRowPieces("RelativeEmbedding", 10, 2 * kMiB, {kMiB, 960 * kKiB});
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(refused.status().message().find("one query row"), std::string::npos);
-  // An inline table over the budget cannot be helped by cutting rows.
-  EXPECT_FALSE(QueryRowPieces("RelativeBias", 10, 2 * kMiB, 0, 1, kMiB).ok());
+  // Other bytes over the limit (an inline table): no budget left.
+  EXPECT_FALSE(QueryRowPieces("RelativeBias", 10, 1, {kMiB, -5}).ok());
 }
 
 }  // namespace

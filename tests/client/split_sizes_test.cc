@@ -77,12 +77,13 @@ class OutputSizesTest : public ::testing::Test {
     return name.empty() ? std::vector<int64_t>() : tables_.at(name);
   }
 
-  static void ExpectShape(const OutputShape& client, const absl::StatusOr<Tensor>& served,
-                          const std::string& what) {
+  static void ExpectShape(const std::optional<OutputShape>& client,
+                          const absl::StatusOr<Tensor>& served, const std::string& what) {
+    ASSERT_TRUE(client.has_value()) << what;
     ASSERT_TRUE(served.ok()) << what << ": " << served.status();
-    EXPECT_EQ(DTypeName(client.dtype), DTypeName(served->dtype)) << what;
-    EXPECT_EQ(client.shape, served->shape) << what;
-    EXPECT_EQ(client.Bytes(), static_cast<int64_t>(served->data.size())) << what;
+    EXPECT_EQ(DTypeName(client->dtype), DTypeName(served->dtype)) << what;
+    EXPECT_EQ(client->shape, served->shape) << what;
+    EXPECT_EQ(client->Bytes(), static_cast<int64_t>(served->data.size())) << what;
   }
 
   static fs::path* dir_;
@@ -120,7 +121,7 @@ TEST_F(OutputSizesTest, AddPositionEncoding) {
       for (AddPositionEncodingOptions& o : requests) {
         o.x = Ramp(shape, dtype);
         const std::string name = o.learned.has_value() ? o.learned->table_name : "";
-        const OutputShape y = internal::AddPositionEncodingOutput(o, Table(name));
+        const std::optional<OutputShape> y = internal::AddPositionEncodingOutput(o, Table(name));
         ExpectShape(y, client_->AddPositionEncoding(o),
                     absl::StrCat(std::string(DTypeName(dtype)), " rank ", shape.size(), " combine ",
                                  static_cast<int>(o.combine), " table '", name, "'"));
@@ -202,6 +203,25 @@ TEST_F(OutputSizesTest, RelativeBiasAndEmbedding) {
   }
 }
 
+// A table the server does not report: no shape (the request goes whole, for the server's
+// error), as for a table that is no [rows, columns] matrix.
+TEST_F(OutputSizesTest, UnknownTablesHaveNoShape) {
+  RelativeBiasOptions t5;
+  t5.q_len = 4;
+  t5.k_len = 4;
+  t5.table_name = "missing";
+  EXPECT_FALSE(internal::RelativeBiasOutput(t5, {}).has_value());
+  t5.form = BiasForm::kBuckets;  // needs no table
+  EXPECT_TRUE(internal::RelativeBiasOutput(t5, {}).has_value());
+  RelativeEmbeddingOptions shaw;
+  shaw.table_inline = Ramp({9});
+  EXPECT_FALSE(internal::RelativeEmbeddingOutput(shaw, {}).has_value());
+  AddPositionEncodingOptions add;
+  add.x = Ramp({4, 8});
+  add.learned = LearnedTable{.table_name = "missing"};
+  EXPECT_FALSE(internal::AddPositionEncodingOutput(add, {}).has_value());
+}
+
 // ApplyRope answers q and k as they came (the split's byte model counts the request only).
 TEST_F(OutputSizesTest, ApplyRopeAnswersQAndKAsTheyCame) {
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat64}) {
@@ -217,8 +237,8 @@ TEST_F(OutputSizesTest, ApplyRopeAnswersQAndKAsTheyCame) {
                  dtype);
       const auto served = client_->ApplyRope(o);
       ASSERT_TRUE(served.ok()) << served.status();
-      ExpectShape({o.q.dtype, o.q.shape}, served->q, "q");
-      ExpectShape({o.k->dtype, o.k->shape}, *served->k, "k");
+      ExpectShape(OutputShape{o.q.dtype, o.q.shape}, served->q, "q");
+      ExpectShape(OutputShape{o.k->dtype, o.k->shape}, *served->k, "k");
     }
   }
 }
