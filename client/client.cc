@@ -470,8 +470,8 @@ absl::StatusOr<AlibiBiasResult> Client::AlibiBias(const AlibiBiasOptions& option
     }
     return result;
   }
-  if (options.form == BiasForm::kCompact) {
-    return impl_->Unary(&Stub::AlibiBias, options, call, kWhole);
+  if (options.form != BiasForm::kUnspecified && options.form != BiasForm::kFull) {
+    return impl_->Unary(&Stub::AlibiBias, options, call, kWhole);  // COMPACT is not cut
   }
   return impl_->ByQueryRows("AlibiBias", &Stub::AlibiBias, &Stub::async::AlibiBias, options,
                             internal::AlibiBiasOutputs(options)[0], call, kWhole, 2);

@@ -140,8 +140,9 @@ RequestBytes QueryRowRequestBytes(const google::protobuf::Message& request, int6
 // ApplyRope.
 // ---------------------------------------------------------------------------------------------
 struct ApplyRopeSplit {
-  // True when the request is too malformed to cut (ranks, q/k disagreement, empty axes): it
-  // goes as one call and the server answers.
+  // True when the request is not cut: too malformed (ranks, q/k disagreement, empty axes,
+  // positions the grid does not take), or a piece would hold heads of k without q (the server
+  // refuses an empty q). It goes as one call and the server (or gRPC's limit) answers.
   bool whole = false;
   std::vector<ApplyRopeOptions> pieces;
   // Where each piece's results go: the box of its q heads in q and of its k heads in k (empty:
