@@ -10,9 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/descriptor.h"
+#include "kernels/hf/config.h"
 #include "proto/posenc/v1/wire_dtype.h"
 #include "server/buffer.h"
-#include "server/hf_config.h"
 #include "server/status.h"
 
 namespace posenc::server {
@@ -322,8 +322,8 @@ absl::StatusOr<kernels::RopeConfig> ToRopeConfig(const v1::RopeConfig& config,
 
   if (!config.hf_config_json().empty()) {
     POSENC_RETURN_IF_ERROR(CheckNoHfConflicts(config));
-    POSENC_ASSIGN_OR_RETURN(HfRopeConfig hf,
-                            ParseHfRopeConfig(config.hf_config_json(), config.layer_type()));
+    POSENC_ASSIGN_OR_RETURN(hf::ModelRope hf,
+                            hf::ParseModelRope(config.hf_config_json(), config.layer_type()));
     const kernels::RopeStyle style = out.style;
     const kernels::MropeLayout mrope_layout = out.mrope_layout;
     out = std::move(hf.config);
@@ -384,12 +384,12 @@ void FillRopeDerived(const kernels::RopeConfig& config, const kernels::RopeFrequ
   }
 }
 
-absl::StatusOr<std::vector<HfLayerRope>> ToLayerRopeConfigs(const v1::RopeConfig& config,
-                                                            RopeConfigNotes* notes) {
+absl::StatusOr<std::vector<hf::LayerRope>> ToLayerRopeConfigs(const v1::RopeConfig& config,
+                                                              RopeConfigNotes* notes) {
   if (config.hf_config_json().empty()) {
-    HfLayerRope one;
+    hf::LayerRope one;
     POSENC_ASSIGN_OR_RETURN(one.config, ToRopeConfig(config, notes));
-    std::vector<HfLayerRope> groups;
+    std::vector<hf::LayerRope> groups;
     groups.push_back(std::move(one));
     return groups;
   }
@@ -403,10 +403,10 @@ absl::StatusOr<std::vector<HfLayerRope>> ToLayerRopeConfigs(const v1::RopeConfig
   POSENC_ASSIGN_OR_RETURN(const kernels::MropeLayout mrope_layout,
                           ToMropeLayout(config.mrope_layout(), "config.mrope_layout"));
   POSENC_RETURN_IF_ERROR(CheckNoHfConflicts(config));
-  POSENC_ASSIGN_OR_RETURN(HfRopeConfig hf,
-                          ParseHfRopeConfig(config.hf_config_json(), "", /*all_layers=*/true));
+  POSENC_ASSIGN_OR_RETURN(hf::ModelRope hf,
+                          hf::ParseModelRope(config.hf_config_json(), "", /*all_layers=*/true));
   std::vector<std::string> warnings = std::move(hf.warnings);
-  for (HfLayerRope& group : hf.layer_ropes) {
+  for (hf::LayerRope& group : hf.layer_ropes) {
     OverrideHfRope(config, style, mrope_layout, hf.mrope_layout, &group.config);
     SetRequestRopeFields(config, &group.config);
     for (const std::string& w : group.warnings) {
@@ -420,7 +420,7 @@ absl::StatusOr<std::vector<HfLayerRope>> ToLayerRopeConfigs(const v1::RopeConfig
   return std::move(hf.layer_ropes);
 }
 
-void FillRopeLayerGroup(const HfLayerRope& group, const kernels::RopeFrequencies& freqs,
+void FillRopeLayerGroup(const hf::LayerRope& group, const kernels::RopeFrequencies& freqs,
                         v1::RopeLayerGroup* out) {
   const kernels::RopeConfig& config = group.config;
   out->mutable_layers()->Assign(group.layers.begin(), group.layers.end());
@@ -442,7 +442,7 @@ void FillRopeLayerGroup(const HfLayerRope& group, const kernels::RopeFrequencies
     out->mutable_attn_temperature_tuning()->set_floor_scale(group.temperature_tuning->floor_scale);
     out->mutable_attn_temperature_tuning()->set_attn_scale(group.temperature_tuning->attn_scale);
   }
-  for (const HfValueSource& s : group.sources) {
+  for (const hf::ValueSource& s : group.sources) {
     v1::RopeValueSource* source = out->add_sources();
     source->set_name(s.name);
     source->set_key(s.key);

@@ -24,10 +24,10 @@
 #include "google/protobuf/descriptor.h"
 #include "kernels/common/positions.h"
 #include "kernels/common/types.h"
+#include "kernels/hf/config.h"
 #include "kernels/ops.h"
 #include "posenc/v1/posenc.pb.h"
 #include "proto/posenc/v1/vocabulary.h"
-#include "server/hf_config.h"
 
 namespace posenc::server {
 
@@ -126,7 +126,7 @@ absl::StatusOr<kernels::SinusoidalParams> ToSinusoidalParams(const v1::Sinusoida
                                                              absl::string_view field);
 
 // The request's RopeConfig (field prefix "config."), explicit or from hf_config_json (see
-// hf_config.h; the explicit fields it replaces must then be unset). Checks enums and finite
+// kernels/hf/config.h; the explicit fields it replaces must then be unset). Checks enums and finite
 // doubles; the op's Plan*/ComputeRopeFrequencies validate the rest.
 // What hf_config_json normalization reports beside the config (empty without it).
 struct RopeConfigNotes {
@@ -145,12 +145,12 @@ void FillRopeDerived(const kernels::RopeConfig& config, const kernels::RopeFrequ
 // must be empty), the request's style, inverse, apply_attention_factor and seq_len applied to
 // each; an explicit config is one group without layers. notes gets the model_type and the
 // warnings of every group, without duplicates.
-absl::StatusOr<std::vector<HfLayerRope>> ToLayerRopeConfigs(const v1::RopeConfig& config,
-                                                            RopeConfigNotes* notes);
+absl::StatusOr<std::vector<hf::LayerRope>> ToLayerRopeConfigs(const v1::RopeConfig& config,
+                                                              RopeConfigNotes* notes);
 
 // Reports one group of DescribeRope: its layers, the derived values of its frequencies, and the
 // config's base, context, LongRoPE switch and softmax-scale multiplier (kernels/rope/config.h).
-void FillRopeLayerGroup(const HfLayerRope& group, const kernels::RopeFrequencies& freqs,
+void FillRopeLayerGroup(const hf::LayerRope& group, const kernels::RopeFrequencies& freqs,
                         v1::RopeLayerGroup* out);
 
 }  // namespace posenc::server

@@ -318,19 +318,14 @@ absl::Status CheckOutputLimits(const Limits& limits, std::initializer_list<Plann
 absl::StatusOr<const kernels::Backend*> AdmitOutputs(const HandlerContext& ctx,
                                                      std::initializer_list<PlannedOutput> outputs) {
   POSENC_ASSIGN_OR_RETURN(const int64_t bytes, CheckOutputBytes(ctx.limits, outputs));
-  const kernels::Backend* backend = ctx.backend;
-  if (ctx.small_backend != nullptr) {
-    if (bytes < ctx.small_call_bytes) {
-      backend = ctx.small_backend;
-    } else if (absl::Status usable = ctx.backend->Usable(); !usable.ok()) {
-      if (ctx.on_backend_unusable) ctx.on_backend_unusable(usable);
-      backend = ctx.small_backend;
-    }
+  const kernels::Backend& backend = ctx.backend->For(bytes);
+  if (&backend != ctx.backend && ctx.on_backend_unusable) {
+    if (absl::Status usable = ctx.backend->Usable(); !usable.ok()) ctx.on_backend_unusable(usable);
   }
-  POSENC_RETURN_IF_ERROR(AdmitCurrentCall(bytes, backend->HostStagingBytes(bytes)));
-  NoteCurrentCallBackend(backend->name());
-  if (ctx.metrics != nullptr) ctx.metrics->OnBackendCall(backend->name());
-  return backend;
+  POSENC_RETURN_IF_ERROR(AdmitCurrentCall(bytes, backend.HostStagingBytes(bytes)));
+  NoteCurrentCallBackend(backend.name());
+  if (ctx.metrics != nullptr) ctx.metrics->OnBackendCall(backend.name());
+  return &backend;
 }
 
 namespace {
@@ -339,15 +334,13 @@ absl::Status GetServerInfo(const HandlerContext& ctx, const v1::GetServerInfoReq
                            v1::GetServerInfoResponse* resp) {
   resp->set_version(POSENC_VERSION);
   resp->set_build(POSENC_BUILD_INFO);
-  for (const kernels::Backend* b : {ctx.backend, ctx.small_backend}) {
+  for (const kernels::Backend* b : {ctx.backend, ctx.backend->host()}) {
     if (b == nullptr) continue;
     v1::BackendInfo* backend = resp->add_backends();
     backend->set_name(std::string(b->name()));
     backend->set_detail(b->detail());
     backend->set_is_default(b == ctx.backend);
-    if (b == ctx.backend && ctx.small_backend != nullptr) {
-      backend->set_small_call_bytes(ctx.small_call_bytes);
-    }
+    backend->set_small_call_bytes(b->small_call_bytes());
   }
   resp->set_cuda_built_in(kernels::CudaBuiltIn());
   for (const kernels::CudaDeviceInfo& d : ctx.devices) {
@@ -379,12 +372,12 @@ absl::Status GetServerInfo(const HandlerContext& ctx, const v1::GetServerInfoReq
 absl::Status DescribeRope(const HandlerContext& ctx, const v1::DescribeRopeRequest& req,
                           v1::DescribeRopeResponse* resp) {
   RopeConfigNotes notes;
-  POSENC_ASSIGN_OR_RETURN(std::vector<HfLayerRope> groups,
+  POSENC_ASSIGN_OR_RETURN(std::vector<hf::LayerRope> groups,
                           ToLayerRopeConfigs(req.config(), &notes));
   // No tensors: d/2 frequencies per group (head_dim is capped); cancellation and admission only.
   POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {}));
   int64_t num_layers = 0;
-  for (const HfLayerRope& group : groups) {
+  for (const hf::LayerRope& group : groups) {
     POSENC_ASSIGN_OR_RETURN(kernels::RopeFrequencies freqs,
                             kernels::ComputeRopeFrequencies(group.config, /*max_position=*/-1));
     FillRopeLayerGroup(group, freqs, resp->add_groups());

@@ -71,6 +71,15 @@ double YarnMscale(double s, double k) { return s <= 1 ? 1.0 : 0.1 * k * std::log
 
 }  // namespace
 
+absl::string_view RopeStyleName(RopeStyle style) {
+  switch (style) {
+    case RopeStyle::kNeox: return "neox";
+    case RopeStyle::kGptj: return "gptj";
+    case RopeStyle::kDeepseek: return "deepseek";
+  }
+  return "unknown";
+}
+
 absl::string_view RopeScalingTypeName(RopeScalingType type) {
   switch (type) {
     case RopeScalingType::kDefault: return "default";

@@ -129,7 +129,9 @@ void ForEachRopeField(Config& c, Visit&& visit) {
   visit("from_hf_config_json", c.from_hf_config_json);
 }
 
+// The wire's names in lowercase (posenc.proto; tests/server/vocabulary_test.cc checks them).
 absl::string_view RopeScalingTypeName(RopeScalingType type);  // "default", "linear", ...
+absl::string_view RopeStyleName(RopeStyle style);             // "neox", "gptj", "deepseek"
 
 // Checks every field (head_dim > 0, even rotary_dim <= head_dim, base finite > 0 != 1, keys
 // valid for the scaling type, required keys present, factor > 0, mrope sections summing to

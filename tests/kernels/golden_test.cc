@@ -34,7 +34,7 @@ std::vector<std::unique_ptr<Backend>> AllBackends() {
   }
   out.push_back(::posenc::testing::MakeCudaMathHostBackend());
   if (!ListCudaDevices().empty()) {
-    auto b = MakeCudaBackend({});
+    auto b = MakeCudaBackend({}, *MakeCpuBackend(CpuBackendOptions{1, ""}));
     if (b.ok()) out.push_back(std::move(*b));
   }
   return out;

@@ -80,7 +80,8 @@ TEST(VocabularyTest, EveryEnumRoundTrips) {
 }
 
 // The kernels' own names (used in the kernels' messages, which cannot link protobuf) are the
-// wire's: dtypes by WireName, scaling types by LowerName.
+// wire's: dtypes by WireName, scaling types and styles by LowerName (the config.json normalizer,
+// kernels/hf, reports pairings by RopeStyleName).
 TEST(VocabularyTest, KernelNamesAreTheWireNames) {
   for (DType wire : SpecifiedValues<DType>()) {
     const std::optional<kernels::DType> kernel = FromWireDType(wire);
@@ -92,6 +93,11 @@ TEST(VocabularyTest, KernelNamesAreTheWireNames) {
     const auto kernel = KernelFromWire<kernels::RopeScalingType>(wire);
     EXPECT_EQ(std::string(kernels::RopeScalingTypeName(kernel)), LowerName(wire));
     EXPECT_EQ(WireFromKernel<RopeScalingType>(kernel), wire);
+  }
+  for (RopeStyle wire : SpecifiedValues<RopeStyle>()) {
+    const auto kernel = KernelFromWire<kernels::RopeStyle>(wire);
+    EXPECT_EQ(std::string(kernels::RopeStyleName(kernel)), LowerName(wire));
+    EXPECT_EQ(WireFromKernel<RopeStyle>(kernel), wire);
   }
 }
 
