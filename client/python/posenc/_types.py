@@ -413,6 +413,10 @@ class ServerInfo:
     tables: List[TableInfo]
     max_inflight_bytes: int = 0  # admission bounds; 0: unbounded
     max_heavy_calls: int = 0
+    # shared memory: registrations accepted (--allow_shared_memory) and their bounds
+    shared_memory_allowed: bool = False
+    max_shared_memory_regions: int = 0
+    max_shared_memory_bytes: int = 0
     cuda_built_in: bool = False
     devices: List[DeviceInfo] = dataclasses.field(default_factory=list)
 

@@ -197,5 +197,8 @@ def server_info(r: pb.GetServerInfoResponse) -> ServerInfo:
         max_output_elements=r.limits.max_output_elements,
         tables=[from_message(t, TableInfo) for t in r.tables],
         max_inflight_bytes=r.limits.max_inflight_bytes,
-        max_heavy_calls=r.limits.max_heavy_calls, cuda_built_in=r.cuda_built_in,
+        max_heavy_calls=r.limits.max_heavy_calls,
+        shared_memory_allowed=r.limits.shared_memory_allowed,
+        max_shared_memory_regions=r.limits.max_shared_memory_regions,
+        max_shared_memory_bytes=r.limits.max_shared_memory_bytes, cuda_built_in=r.cuda_built_in,
         devices=[from_message(d, DeviceInfo) for d in r.devices])
