@@ -10,6 +10,7 @@ packages=(
   clang libclang-rt-14-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf python3-numpy python3-pip python3-venv
+  python3-setuptools python3-wheel flake8 mypy
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -13,6 +13,7 @@
 #include "kernels/hf/config.h"
 #include "proto/posenc/v1/wire_dtype.h"
 #include "server/buffer.h"
+#include "server/call_tensors.h"
 #include "server/status.h"
 
 namespace posenc::server {
@@ -108,25 +109,46 @@ absl::StatusOr<kernels::ConstTensorView> ToConstView(const v1::Tensor& tensor, D
     return absl::InvalidArgumentError(absl::StrCat(
         field, ".shape: ", kernels::ShapeString(tensor.shape()), " has too many bytes"));
   }
+  view.shape.assign(tensor.shape().begin(), tensor.shape().end());
+  if (tensor.has_shared_memory()) {
+    if (!tensor.data().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": data has ", tensor.data().size(),
+                       " bytes and shared_memory is set; give the bytes one way"));
+    }
+    CallTensors* tensors = CallTensors::Current();
+    if (tensors == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(field, ".shared_memory: no shared memory in this context"));
+    }
+    POSENC_ASSIGN_OR_RETURN(view.data, tensors->Input(tensor.shared_memory(), bytes, field));
+    return view;
+  }
   if (static_cast<int64_t>(tensor.data().size()) != bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ": data has ", tensor.data().size(), " bytes, expected ", bytes, " (",
         kernels::DTypeName(view.dtype), " ", kernels::ShapeString(tensor.shape()), ")"));
   }
-  view.shape.assign(tensor.shape().begin(), tensor.shape().end());
   view.data = tensor.data().data();
   return view;
 }
 
-kernels::TensorView AllocateOutput(const kernels::OutputSpec& spec, v1::Tensor* out) {
+absl::StatusOr<kernels::TensorView> AllocateOutput(const kernels::OutputSpec& spec,
+                                                   v1::Tensor* out) {
   const DType dtype = spec.dtype;
   const kernels::Shape& shape = spec.shape;
   out->set_dtype(ToProtoDType(dtype));
   out->mutable_shape()->Assign(shape.begin(), shape.end());
   int64_t elements = 1;
   for (int64_t d : shape) elements *= d;  // checked against the limits by the caller
+  const int64_t bytes = elements * kernels::DTypeSize(dtype);
+  if (CallTensors* tensors = CallTensors::Current();
+      tensors != nullptr && tensors->HasPlacement(spec.name)) {
+    POSENC_ASSIGN_OR_RETURN(char* data, tensors->Output(spec.name, bytes, out));
+    return kernels::TensorView{dtype, shape, data};
+  }
   std::string* data = out->mutable_data();
-  ResizeUninitialized(data, static_cast<size_t>(elements * kernels::DTypeSize(dtype)));
+  ResizeUninitialized(data, static_cast<size_t>(bytes));
   return kernels::TensorView{dtype, shape, data->data()};
 }
 

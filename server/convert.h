@@ -55,14 +55,19 @@ inline constexpr int kMaxTensorRank = 8;
 
 // A view onto `tensor`'s bytes after checking its dtype, that every dimension is >= 1, that
 // prod(shape) does not overflow and that len(data) == prod(shape) * sizeof(dtype) exactly.
-// Errors name `field`, e.g. "q: data has 100 bytes, expected 128 (FLOAT32 [2, 4, 4])".
+// Errors name `field`, e.g. "q: data has 100 bytes, expected 128 (FLOAT32 [2, 4, 4])". A tensor
+// with `shared_memory` set views that range of the call's shared memory instead
+// (server/call_tensors.h), which must hold exactly its bytes.
 absl::StatusOr<kernels::ConstTensorView> ToConstView(const v1::Tensor& tensor, DTypeClass allowed,
                                                      absl::string_view field);
 
 // Sets `out`'s dtype and shape, sizes its data to the exact byte count and returns a view onto
 // it. The caller has checked the element count and bytes against its limits first.
 // The bytes are not zero-filled (server/buffer.h): the backend overwrites every one of them.
-kernels::TensorView AllocateOutput(const kernels::OutputSpec& spec, v1::Tensor* out);
+// An output named in the request's output_shared_memory (server/call_tensors.h) goes into that
+// range instead: `out` then carries the reference and no bytes.
+absl::StatusOr<kernels::TensorView> AllocateOutput(const kernels::OutputSpec& spec,
+                                                   v1::Tensor* out);
 
 // --- scalars and enums ----------------------------------------------------------------------
 

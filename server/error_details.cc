@@ -47,8 +47,10 @@ std::string_view ReasonFor(const grpc::Status& status, const ErrorCause& cause,
     case grpc::StatusCode::OUT_OF_RANGE: return "POSITION_OUT_OF_RANGE";
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
       return cause.overloaded ? "OVERLOADED" : "LIMIT_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    // Only shared memory answers these (server/shared_memory.h).
+    case grpc::StatusCode::NOT_FOUND: return "SHARED_MEMORY_NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS: return "SHARED_MEMORY_EXISTS";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "SHARED_MEMORY_UNAVAILABLE";
     default: return "";
   }
 }

@@ -29,7 +29,8 @@ struct ErrorCause {
 };
 
 // `status` with its google.rpc.Status details, for the codes the contract covers
-// (INVALID_ARGUMENT, OUT_OF_RANGE, RESOURCE_EXHAUSTED, NOT_FOUND, FAILED_PRECONDITION); any
+// (INVALID_ARGUMENT, OUT_OF_RANGE, RESOURCE_EXHAUSTED, NOT_FOUND, ALREADY_EXISTS,
+// FAILED_PRECONDITION); any
 // other status unchanged.
 grpc::Status WithErrorDetails(const grpc::Status& status, const ErrorCause& cause);
 

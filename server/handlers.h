@@ -29,6 +29,7 @@
 #include "kernels/rope/frequency_cache.h"
 #include "posenc/v1/posenc.pb.h"
 #include "server/metrics.h"
+#include "server/shared_memory.h"
 #include "server/tables.h"
 
 namespace posenc::server {
@@ -61,6 +62,9 @@ struct HandlerContext {
   // cannot compute any more (Backend::Usable: a sticky CUDA error; Backend::For then sends every
   // call to its host backend). The server logs it once and reports NOT_SERVING. May be empty.
   std::function<void(const absl::Status&)> on_backend_unusable;
+  // The registered shared-memory regions (not owned; null: none, every reference and
+  // registration is FAILED_PRECONDITION). The registration RPCs change it; calls read it.
+  SharedMemoryRegistry* shared_memory = nullptr;
 };
 
 // A planned output tensor, for CheckOutputLimits: usually one of a kernel plan's outputs.
@@ -103,7 +107,10 @@ absl::StatusOr<const kernels::Backend*> AdmitOutputs(const HandlerContext& ctx,
   X(RelativeBias)              \
   X(RelativeEmbedding)         \
   X(GetServerInfo)             \
-  X(DescribeRope)
+  X(DescribeRope)              \
+  X(RegisterSharedMemory)      \
+  X(UnregisterSharedMemory)    \
+  X(SharedMemoryStatus)
 // clang-format on
 
 // One handler per RPC:

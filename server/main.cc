@@ -83,10 +83,12 @@ std::string RangeText(const DurationRange& r) {
 }
 
 bool InRange(const std::string&, AnyValue) { return true; }
+bool InRange(bool, AnyValue) { return true; }
 bool InRange(int64_t v, const IntRange& r) { return v >= r.min && v <= r.max; }
 bool InRange(absl::Duration v, const DurationRange& r) { return v >= r.min && v <= r.max; }
 
 std::string ValueText(const std::string& v) { return v; }
+std::string ValueText(bool v) { return v ? "true" : "false"; }
 std::string ValueText(int64_t v) { return absl::StrCat(v); }
 std::string ValueText(absl::Duration v) { return absl::FormatDuration(v); }
 
@@ -148,6 +150,15 @@ Field FromFlag(const Flag& v) {
     "Calls with more than 4 MiB of output computing at once; another waits up to 100 ms for a "  \
     "slot, then gets RESOURCE_EXHAUSTED (retryable). Small calls and health checks are never "   \
     "held. -1: one less than the cores (at least 1); 0: unbounded")                              \
+  X(bool, allow_shared_memory, server.allow_shared_memory, AnyValue{},                           \
+    "Accept registrations of POSIX shared-memory regions (RegisterSharedMemory) and tensors "     \
+    "passed as references into them, for callers on the same host (the same /dev/shm)")         \
+  X(int64_t, max_shared_memory_regions, server.max_shared_memory_regions, (IntRange{1, 1024}),   \
+    "Shared-memory regions registered at once")                                                  \
+  X(int64_t, max_shared_memory_bytes, server.max_shared_memory_bytes,                            \
+    (IntRange{1, kNoMax, ">= 1"}),                                                               \
+    "Bytes of shared memory registered at once (the regions' sizes summed; mapped, not "         \
+    "allocated)")                                                                                \
   X(std::string, tables, server.tables_dir, AnyValue{},                                          \
     "Directory whose *.npy and *.safetensors files are loaded at start-up as named tables "      \
     "(NAME.npy -> NAME, NAME.safetensors -> NAME/TENSOR); a bad file stops start-up")            \
@@ -365,8 +376,9 @@ bool ApplyEnvironment() {
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(row.name);
     std::string error;
     if (!flag->ParseFrom(v, &error)) {
-      const char* expected =
-          flag->IsOfType<absl::Duration>() ? "a duration like 10s or 500ms" : "an integer";
+      const char* expected = flag->IsOfType<absl::Duration>() ? "a duration like 10s or 500ms"
+                             : flag->IsOfType<bool>()         ? "true or false"
+                                                              : "an integer";
       std::fprintf(stderr, "%s: %s: expected %s, got \"%s\"\n", kProgram, env.c_str(), expected, v);
       return false;
     }

@@ -79,13 +79,16 @@ class PosencServerImpl final : public PosencServer {
         rope_cache_(static_cast<size_t>(std::max<int64_t>(0, options.cache_entries)),
                     static_cast<size_t>(std::max<int64_t>(0, options.cache_bytes))),
         admission_(ResolveAdmission(options)),
+        shared_memory_(SharedMemoryOptions{options.allow_shared_memory,
+                                           options.max_shared_memory_regions,
+                                           options.max_shared_memory_bytes}),
         service_(HandlerContext{
             backend_.get(),
             Limits{options.max_output_elements, options.max_message_bytes,
                    admission_.options().max_inflight_bytes, admission_.options().max_heavy_calls},
             &tables_, false, &rope_cache_, &metrics_, kernels::ListCudaDevices(),
             backend_->name() == "cuda" ? options.cuda_device : -1,
-            [this](const absl::Status& why) { OnBackendUnusable(why); }}) {}
+            [this](const absl::Status& why) { OnBackendUnusable(why); }, &shared_memory_}) {}
 
   ~PosencServerImpl() override {
     Shutdown(std::chrono::system_clock::now());
@@ -204,6 +207,7 @@ class PosencServerImpl final : public PosencServer {
   Metrics metrics_;       // outlives service_ and server_ (declared before them)
   kernels::RopeFrequencyCache rope_cache_;  // shared by every call
   AdmissionControl admission_;              // outlives service_ and server_
+  SharedMemoryRegistry shared_memory_;      // outlives service_ and server_
   PositionEncodingService service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

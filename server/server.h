@@ -60,6 +60,10 @@ struct ServerOptions {
   // Directory of *.npy / *.safetensors tables loaded before serving (server/table_loader.h);
   // empty = no tables. A missing directory or a bad file makes Start fail.
   std::string tables_dir;
+  // Shared memory (server/shared_memory.h): registrations accepted at all, and their bounds.
+  bool allow_shared_memory = false;
+  int64_t max_shared_memory_regions = 64;
+  int64_t max_shared_memory_bytes = int64_t{64} << 30;
   // Shutdown: how long health reports NOT_SERVING (and new calls get UNAVAILABLE) before the
   // listener closes, so load balancers notice; cut short by Shutdown's deadline.
   std::chrono::milliseconds drain_grace{0};

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every posenc test: installs what is missing, builds the release preset, checks the style
-# gates (tests/check_style.sh: clang-format, clang-tidy over kernels/), runs ctest.
+# gates (tests/check_style.sh: clang-format, clang-tidy over kernels/) and the Python gates
+# (tests/check_python.sh: flake8, mypy), runs ctest (with POSENC_REQUIRE_PYTHON_TOOLS=1: the
+# Python wheel test fails rather than skips when venv, pip, setuptools, wheel or mypy is missing).
 # With POSENC_SANITIZERS=1 (the default in CI) it also builds the asan-ubsan preset and runs the
 # whole suite under AddressSanitizer + UndefinedBehaviorSanitizer (the client tests run the
 # sanitized `posenc` and `posenc-server` binaries too), then builds the tsan preset and runs the
@@ -40,6 +42,10 @@ build_preset release
 stage "style (clang-format, clang-tidy on kernels/)"
 bash tests/check_style.sh build/release
 done_stage "style (clang-format, clang-tidy on kernels/)"
+stage "python (flake8, mypy)"
+bash tests/check_python.sh build/release
+done_stage "python (flake8, mypy)"
+export POSENC_REQUIRE_PYTHON_TOOLS=1
 test_preset release
 
 # Portability: kernels/ cross-compiled for aarch64 (Debian's g++-aarch64-linux-gnu, installed

@@ -5,7 +5,7 @@ import re
 import sys
 
 posenc = json.load(open(sys.argv[1]))
-torch_rows = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+torch_rows = [json.loads(line) for line in open(sys.argv[2]) if line.strip()]
 DTYPES = {"0": "f32", "1": "f16", "2": "bf16", "3": "f64"}
 
 
@@ -31,7 +31,7 @@ for r in torch_rows:
     if "seconds" in r:
         torch_by[(r["name"], r["threads"])] = r
 
-print(f"STREAM (GB/s): " + ", ".join(
+print("STREAM (GB/s): " + ", ".join(
     f"{k} {v:.1f} ({t} thr)" for (k, t), v in sorted(stream.items())))
 print()
 print("| op | shape | thr | posenc | of STREAM | PyTorch | speed-up |")
@@ -43,11 +43,14 @@ for (op, a), b in sorted(ours.items(), key=lambda kv: (kv[0][0], kv[0][1])):
     thr = a["threads"]
     name = op[3:]
     if name == "ApplyRope":
-        shape = f"[{a['b']},{a['s']},{a['h']},{a['d']}] {'gptj' if a['gptj'] == '1' else 'neox'} rot{a['rot']} {DTYPES[a['dtype']]}" + (" offsets" if a["offsets"] == "1" else "")
+        pairing = "gptj" if a["gptj"] == "1" else "neox"
+        shape = (f"[{a['b']},{a['s']},{a['h']},{a['d']}] {pairing} rot{a['rot']} "
+                 f"{DTYPES[a['dtype']]}" + (" offsets" if a["offsets"] == "1" else ""))
         value = b["bytes_per_second"] / 1e9
         ref = stream.get(("triad", thr))
         tdt = {"0": "torch.float32", "1": "torch.float16", "2": "torch.bfloat16"}[a["dtype"]]
-        tkey = f"ApplyRope/b:{a['b']}/s:{a['s']}/h:{a['h']}/d:{a['d']}/rot:{a['rot']}/gptj:{a['gptj']}/dtype:{tdt}"
+        tkey = (f"ApplyRope/b:{a['b']}/s:{a['s']}/h:{a['h']}/d:{a['d']}/rot:{a['rot']}"
+                f"/gptj:{a['gptj']}/dtype:{tdt}")
         unit = "GB/s"
     elif name in ("AlibiBias", "RelativeBias"):
         shape = f"[{a['h']},{a['q']},{a['k']}]"
@@ -65,9 +68,12 @@ for (op, a), b in sorted(ours.items(), key=lambda kv: (kv[0][0], kv[0][1])):
     tval = None
     if t is not None:
         tval = (t["bytes"] if "bytes" in t else t["items"]) / t["seconds"] / 1e9
-    frac = f"{value / ref:.2f} triad" if ref and name == "ApplyRope" else (f"{value / ref:.2f} fill" if ref else "")
-    print(f"| {name} | {shape} | {thr} | {value:.2f} {unit} | {frac} | "
-          f"{'' if tval is None else f'{tval:.2f} {unit}'} | {'' if tval is None else f'{value / tval:.1f}x'} |")
+    frac = ""
+    if ref:
+        frac = f"{value / ref:.2f} " + ("triad" if name == "ApplyRope" else "fill")
+    peer = "" if tval is None else f"{tval:.2f} {unit}"
+    speedup = "" if tval is None else f"{value / tval:.1f}x"
+    print(f"| {name} | {shape} | {thr} | {value:.2f} {unit} | {frac} | {peer} | {speedup} |")
 
 for r in torch_rows:
     if "errors" in r:

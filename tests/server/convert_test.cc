@@ -76,7 +76,7 @@ TEST(ConvertTest, ToConstViewChecksEverything) {
 TEST(ConvertTest, AllocateOutputSizesExactly) {
   v1::Tensor out;
   kernels::TensorView view =
-      AllocateOutput(kernels::OutputSpec{"out", kernels::DType::kBFloat16, {3, 5}}, &out);
+      *AllocateOutput(kernels::OutputSpec{"out", kernels::DType::kBFloat16, {3, 5}}, &out);
   EXPECT_EQ(out.dtype(), v1::DTYPE_BFLOAT16);
   EXPECT_EQ(out.shape_size(), 2);
   EXPECT_EQ(out.data().size(), 30u);

@@ -5,6 +5,8 @@
 
 #include <cctype>
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -21,6 +23,7 @@
 #include "google/protobuf/text_format.h"
 #include "google/rpc/status.pb.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "posenc/errors.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "server/handlers.h"
@@ -509,6 +512,44 @@ TEST(MalformedServerTest, EveryCaseThroughTheServerAndItKeepsServing) {
   v1::GetServerInfoResponse info;
   EXPECT_TRUE(stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok());
   EXPECT_EQ(info.backends(0).name(), "cpu");
+  (*server)->Shutdown(std::chrono::system_clock::now());
+  (*server)->Wait();
+}
+
+// The rows for the other clients' tests (the Python client's test_errors): with
+// POSENC_MALFORMED_ROWS_OUT set (tests/CMakeLists.txt runs this as a fixture), one JSON line per
+// row: the method, the serialized request (base64), and the code, reason and field the server
+// answers with, which each client must read back from its own error type.
+TEST(MalformedRequestsTableTest, WritesTheRowsForOtherClients) {
+  const char* path = std::getenv("POSENC_MALFORMED_ROWS_OUT");
+  if (path == nullptr) GTEST_SKIP() << "POSENC_MALFORMED_ROWS_OUT is not set";
+  ServerOptions options = testing::LocalServerOptions();
+  auto server = PosencServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::PositionEncoding::NewStub((*server)->InProcessChannel());
+  std::ofstream out(path);
+  ASSERT_TRUE(out.good()) << path;
+  for (const BadCase& c : AllCases()) {
+    const AnyRequest request = c.build();
+    const grpc::Status status = RunStub(*stub, request);
+    const client::ErrorDetails details =
+        client::GetErrorDetails(client::internal::FromGrpcStatus(status));
+    const auto [method, bytes] = std::visit(
+        [](const auto& r) {
+          const std::string name = r.GetDescriptor()->name();
+          return std::pair(name.substr(0, name.size() - std::string("Request").size()),
+                           r.SerializeAsString());
+        },
+        request);
+    const nlohmann::json row = {{"name", c.name},
+                                {"method", method},
+                                {"request", absl::Base64Escape(bytes)},
+                                {"code", static_cast<int>(status.error_code())},
+                                {"message", status.error_message()},
+                                {"reason", details.reason},
+                                {"field", details.field}};
+    out << row.dump() << "\n";
+  }
   (*server)->Shutdown(std::chrono::system_clock::now());
   (*server)->Wait();
 }
