@@ -285,7 +285,7 @@ absl::StatusOr<Workload> AlibiSlopesWorkload(const BenchShape& s) {
   client::AlibiSlopesOptions o;
   o.num_heads = s.heads;
   o.output_dtype = s.dtype;
-  return MakeWorkload(0, std::move(o), &client::Client::AlibiSlopes);
+  return MakeWorkload(0, o, &client::Client::AlibiSlopes);
 }
 
 // Options of the [q, k] ops: q_len queries against `tokens` keys, in the output dtype.
