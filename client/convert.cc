@@ -12,19 +12,22 @@
 namespace posenc::client::internal {
 namespace {
 
-// The public enums mirror the wire enums value for value (kUnspecified is 0), so they convert by
-// a cast; these asserts keep the two in step.
-static_assert(static_cast<int>(SinusoidalLayout::kConcat) == v1::SINUSOIDAL_LAYOUT_CONCAT);
-static_assert(static_cast<int>(FreqScheme::kT2t) == v1::FREQ_SCHEME_T2T);
-static_assert(static_cast<int>(Combine::kConcat) == v1::COMBINE_CONCAT);
-static_assert(static_cast<int>(RopeStyle::kDeepseek) == v1::ROPE_STYLE_DEEPSEEK);
-static_assert(static_cast<int>(RopeScalingType::kProportional) == v1::ROPE_SCALING_PROPORTIONAL);
-static_assert(static_cast<int>(MropeLayout::kInterleaved) == v1::MROPE_LAYOUT_INTERLEAVED);
-static_assert(static_cast<int>(RopeCacheLayout::kGptj) == v1::ROPE_CACHE_LAYOUT_GPTJ);
-static_assert(static_cast<int>(TensorLayout::kTHD) == v1::TENSOR_LAYOUT_THD);
-static_assert(static_cast<int>(AlibiMode::kBloom) == v1::ALIBI_MODE_BLOOM);
-static_assert(static_cast<int>(FutureMode::kLinear) == v1::FUTURE_MODE_LINEAR);
-static_assert(static_cast<int>(BiasForm::kBuckets) == v1::BIAS_FORM_BUCKETS);
+// The public enums carry the wire numbers (kUnspecified is 0; proto/posenc/v1/vocabulary.h), so
+// they convert by a cast: each one's last value is the wire enum's largest, so a value added to
+// the .proto fails to compile here until the client has it.
+static_assert(static_cast<int>(SinusoidalLayout::kConcat) == v1::SinusoidalLayout_MAX);
+static_assert(static_cast<int>(FreqScheme::kT2t) == v1::FreqScheme_MAX);
+static_assert(static_cast<int>(Combine::kConcat) == v1::Combine_MAX);
+static_assert(static_cast<int>(RopeStyle::kDeepseek) == v1::RopeStyle_MAX);
+static_assert(static_cast<int>(RopeScalingType::kProportional) == v1::RopeScalingType_MAX);
+static_assert(static_cast<int>(MropeLayout::kInterleaved) == v1::MropeLayout_MAX);
+static_assert(static_cast<int>(RopeCacheLayout::kGptj) == v1::RopeCacheLayout_MAX);
+static_assert(static_cast<int>(TensorLayout::kTHD) == v1::TensorLayout_MAX);
+static_assert(static_cast<int>(AlibiMode::kBloom) == v1::AlibiMode_MAX);
+static_assert(static_cast<int>(FutureMode::kLinear) == v1::FutureMode_MAX);
+static_assert(static_cast<int>(BiasForm::kBuckets) == v1::BiasForm_MAX);
+// DType has no UNSPECIFIED (a tensor always has one): client = wire - 1, as the kernels'.
+static_assert(static_cast<int>(DType::kInt64) + 1 == v1::DType_MAX);
 
 // Sets a proto3 `optional` field only when the client value is present.
 template <typename Message, typename Arg, typename T>

@@ -17,6 +17,8 @@
 #include "kernels/common/status.h"
 #include "kernels/common/toeplitz.h"
 #include "kernels/common/types.h"
+#include "posenc/v1/posenc.pb.h"
+#include "proto/posenc/v1/vocabulary.h"
 
 namespace posenc::client {
 namespace {
@@ -125,24 +127,25 @@ absl::StatusOr<Tensor> MakeTensor(size_t num_values, std::vector<int64_t> shape,
 int64_t DTypeSize(DType dtype) { return kernels::DTypeSize(ToKernelsDType(dtype)); }
 
 std::string_view DTypeName(DType dtype) {
-  const absl::string_view name = kernels::DTypeName(ToKernelsDType(dtype));
-  return std::string_view(name.data(), name.size());
+  return v1::WireName(v1::WireFromKernel<v1::DType>(dtype));
 }
 
 std::optional<DType> ParseDType(std::string_view name) {
+  // The wire's names ("float16", "FLOAT16", "DTYPE_FLOAT16"), then NumPy's and PyTorch's short
+  // spellings, which are no wire names.
+  if (const std::optional<v1::DType> wire = v1::ParseEnum<v1::DType>(name)) {
+    return v1::KernelFromWire<DType>(*wire);
+  }
   std::string lower(name);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (lower.starts_with("dtype_")) lower.erase(0, 6);
-  static constexpr std::pair<std::string_view, DType> kNames[] = {
-      {"float32", DType::kFloat32}, {"f32", DType::kFloat32},     {"fp32", DType::kFloat32},
-      {"float", DType::kFloat32},   {"float16", DType::kFloat16}, {"f16", DType::kFloat16},
-      {"fp16", DType::kFloat16},    {"half", DType::kFloat16},    {"bfloat16", DType::kBFloat16},
-      {"bf16", DType::kBFloat16},   {"float64", DType::kFloat64}, {"f64", DType::kFloat64},
-      {"fp64", DType::kFloat64},    {"double", DType::kFloat64},  {"int32", DType::kInt32},
-      {"i32", DType::kInt32},       {"int64", DType::kInt64},     {"i64", DType::kInt64},
+  static constexpr std::pair<std::string_view, DType> kAliases[] = {
+      {"f32", DType::kFloat32},    {"fp32", DType::kFloat32}, {"float", DType::kFloat32},
+      {"f16", DType::kFloat16},    {"fp16", DType::kFloat16}, {"half", DType::kFloat16},
+      {"bf16", DType::kBFloat16},  {"f64", DType::kFloat64},  {"fp64", DType::kFloat64},
+      {"double", DType::kFloat64}, {"i32", DType::kInt32},    {"i64", DType::kInt64},
   };
-  for (const auto& [n, dtype] : kNames) {
-    if (lower == n) return dtype;
+  for (const auto& [alias, dtype] : kAliases) {
+    if (lower == alias) return dtype;
   }
   return std::nullopt;
 }

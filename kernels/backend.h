@@ -39,6 +39,21 @@ class Backend {
   // server counts it against --max_inflight_bytes): the cuda backend's pinned staging buffer.
   virtual int64_t HostStagingBytes(int64_t /*output_bytes*/) const { return 0; }
 
+  // Beside a device backend (cuda): the host backend it was made with, which runs the calls whose
+  // outputs total fewer than small_call_bytes() bytes, every call once Usable() fails, and the
+  // inputs the device does not compute exactly. Null (and 0) for the host backends.
+  virtual const Backend* host() const { return nullptr; }
+  virtual int64_t small_call_bytes() const { return 0; }
+
+  // The backend that runs a call whose planned outputs total output_bytes: host() for small
+  // calls and once this backend is unusable, else this one. The one place a call's backend is
+  // chosen (the server asks before admitting a call, then runs the call on the answer).
+  const Backend& For(int64_t output_bytes) const {
+    const Backend* h = host();
+    if (h != nullptr && (output_bytes < small_call_bytes() || !Usable().ok())) return *h;
+    return *this;
+  }
+
   virtual absl::Status Sinusoidal(const SinusoidalPlan& plan, const ResolvedPositions& positions,
                                   const TensorView& table) const = 0;
   // All learned-table rows exist (RunAddPositionEncoding checked). y may alias plan.x.
@@ -91,8 +106,16 @@ bool CudaBuiltIn();
 // device is present (never an error: "auto" backends fall back to the CPU).
 std::vector<CudaDeviceInfo> ListCudaDevices();
 
+// Default of CudaBackendOptions::small_call_bytes (--cuda_small_call_bytes): 1 MiB. A call's
+// fixed cost on the device is a launch, a stream synchronization and the copies' setup (tens of
+// microseconds); the host backend produces 1 MiB of output in about that time on one core, so
+// smaller calls cannot win on the device. Not yet measured on a GPU (BENCHMARKS.md, CUDA).
+inline constexpr int64_t kDefaultCudaSmallCallBytes = int64_t{1} << 20;
+
 struct CudaBackendOptions {
   int device = 0;  // the CUDA device index (--cuda_device)
+  // Calls whose outputs total fewer bytes run on the host backend (Backend::For).
+  int64_t small_call_bytes = kDefaultCudaSmallCallBytes;
   // Streams that concurrent requests spread over (round robin): copies of one request overlap
   // the kernels and copies of others.
   int streams = 4;
@@ -103,9 +126,13 @@ struct CudaBackendOptions {
   int64_t pinned_pool_bytes = int64_t{256} << 20;
 };
 
-// The CUDA backend on one device. UNIMPLEMENTED when the build has no CUDA backend; UNAVAILABLE
-// (with the CUDA error name) when the device cannot be used (no driver, no such device).
-absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options);
+// The CUDA backend on one device, beside `host` (the process's one CPU backend, shared: no second
+// thread pool), which runs its small calls and the inputs the device does not compute exactly.
+// UNIMPLEMENTED when the build has no CUDA backend; INVALID_ARGUMENT without a host or with
+// streams outside 1 .. 64; UNAVAILABLE (with the CUDA error name) when the device cannot be used
+// (no driver, no such device).
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options,
+                                                         std::shared_ptr<const Backend> host);
 
 }  // namespace posenc::kernels
 

@@ -10,9 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/descriptor.h"
+#include "kernels/hf/config.h"
 #include "proto/posenc/v1/wire_dtype.h"
 #include "server/buffer.h"
-#include "server/hf_config.h"
+#include "server/call_tensors.h"
 #include "server/status.h"
 
 namespace posenc::server {
@@ -20,12 +21,12 @@ namespace {
 
 using kernels::DType;
 
-// The kernels' enums list the wire enums' values in the wire's order, from the value after
-// UNSPECIFIED on (FreqScheme: from UNSPECIFIED on, which is its kDefault); see FromWireEnum.
-// These asserts keep the two in step.
+// The kernels' enums list the wire enums' specified values in the wire's order (kernel = wire - 1,
+// proto/posenc/v1/vocabulary.h): the last values agree, and tests/server/vocabulary_test.cc walks
+// every value through the conversions.
 static_assert(static_cast<int>(kernels::SinusoidalLayout::kConcat) + 1 ==
               v1::SINUSOIDAL_LAYOUT_CONCAT);
-static_assert(static_cast<int>(kernels::FreqScheme::kT2t) == v1::FREQ_SCHEME_T2T);
+static_assert(static_cast<int>(kernels::FreqScheme::kT2t) + 1 == v1::FREQ_SCHEME_T2T);
 static_assert(static_cast<int>(kernels::Combine::kConcat) + 1 == v1::COMBINE_CONCAT);
 static_assert(static_cast<int>(kernels::RopeStyle::kDeepseek) + 1 == v1::ROPE_STYLE_DEEPSEEK);
 static_assert(static_cast<int>(kernels::RopeScalingType::kProportional) + 1 ==
@@ -37,11 +38,6 @@ static_assert(static_cast<int>(kernels::TensorLayout::kTHD) + 1 == v1::TENSOR_LA
 static_assert(static_cast<int>(kernels::AlibiMode::kBloom) + 1 == v1::ALIBI_MODE_BLOOM);
 static_assert(static_cast<int>(kernels::FutureMode::kLinear) + 1 == v1::FUTURE_MODE_LINEAR);
 static_assert(static_cast<int>(kernels::BiasForm::kBuckets) + 1 == v1::BIAS_FORM_BUCKETS);
-
-std::string ProtoDTypeName(int dtype) {
-  if (v1::DType_IsValid(dtype)) return v1::DType_Name(static_cast<v1::DType>(dtype));
-  return absl::StrCat(dtype);
-}
 
 absl::string_view AllowedNames(DTypeClass allowed) {
   switch (allowed) {
@@ -69,7 +65,9 @@ absl::StatusOr<DType> FromProtoDType(int dtype, DTypeClass allowed, absl::string
   const std::optional<DType> kernel = v1::FromWireDType(dtype);
   if (!kernel.has_value() || !InClass(*kernel, allowed)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(field, ": expected ", AllowedNames(allowed), ", got ", ProtoDTypeName(dtype)));
+        absl::StrCat(field, ": expected ", AllowedNames(allowed), ", got ",
+                     v1::DType_IsValid(dtype) ? v1::DType_Name(static_cast<v1::DType>(dtype))
+                                              : absl::StrCat(dtype)));
   }
   return *kernel;
 }
@@ -111,25 +109,46 @@ absl::StatusOr<kernels::ConstTensorView> ToConstView(const v1::Tensor& tensor, D
     return absl::InvalidArgumentError(absl::StrCat(
         field, ".shape: ", kernels::ShapeString(tensor.shape()), " has too many bytes"));
   }
+  view.shape.assign(tensor.shape().begin(), tensor.shape().end());
+  if (tensor.has_shared_memory()) {
+    if (!tensor.data().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": data has ", tensor.data().size(),
+                       " bytes and shared_memory is set; give the bytes one way"));
+    }
+    CallTensors* tensors = CallTensors::Current();
+    if (tensors == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(field, ".shared_memory: no shared memory in this context"));
+    }
+    POSENC_ASSIGN_OR_RETURN(view.data, tensors->Input(tensor.shared_memory(), bytes, field));
+    return view;
+  }
   if (static_cast<int64_t>(tensor.data().size()) != bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ": data has ", tensor.data().size(), " bytes, expected ", bytes, " (",
         kernels::DTypeName(view.dtype), " ", kernels::ShapeString(tensor.shape()), ")"));
   }
-  view.shape.assign(tensor.shape().begin(), tensor.shape().end());
   view.data = tensor.data().data();
   return view;
 }
 
-kernels::TensorView AllocateOutput(const kernels::OutputSpec& spec, v1::Tensor* out) {
+absl::StatusOr<kernels::TensorView> AllocateOutput(const kernels::OutputSpec& spec,
+                                                   v1::Tensor* out) {
   const DType dtype = spec.dtype;
   const kernels::Shape& shape = spec.shape;
   out->set_dtype(ToProtoDType(dtype));
   out->mutable_shape()->Assign(shape.begin(), shape.end());
   int64_t elements = 1;
   for (int64_t d : shape) elements *= d;  // checked against the limits by the caller
+  const int64_t bytes = elements * kernels::DTypeSize(dtype);
+  if (CallTensors* tensors = CallTensors::Current();
+      tensors != nullptr && tensors->HasPlacement(spec.name)) {
+    POSENC_ASSIGN_OR_RETURN(char* data, tensors->Output(spec.name, bytes, out));
+    return kernels::TensorView{dtype, shape, data};
+  }
   std::string* data = out->mutable_data();
-  ResizeUninitialized(data, static_cast<size_t>(elements * kernels::DTypeSize(dtype)));
+  ResizeUninitialized(data, static_cast<size_t>(bytes));
   return kernels::TensorView{dtype, shape, data->data()};
 }
 
@@ -150,24 +169,6 @@ absl::Status UnknownEnumError(int value, const google::protobuf::EnumDescriptor*
 absl::Status CheckFinite(double value, absl::string_view field) {
   if (std::isfinite(value)) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(field, ": expected a finite number, got ", value));
-}
-
-v1::RopeStyle ToProtoRopeStyle(kernels::RopeStyle style) {
-  return static_cast<v1::RopeStyle>(static_cast<int>(style) + 1);
-}
-
-v1::RopeScalingType ToProtoRopeScalingType(kernels::RopeScalingType type) {
-  switch (type) {
-    case kernels::RopeScalingType::kDefault: return v1::ROPE_SCALING_DEFAULT;
-    case kernels::RopeScalingType::kLinear: return v1::ROPE_SCALING_LINEAR;
-    case kernels::RopeScalingType::kNtk: return v1::ROPE_SCALING_NTK;
-    case kernels::RopeScalingType::kDynamic: return v1::ROPE_SCALING_DYNAMIC;
-    case kernels::RopeScalingType::kYarn: return v1::ROPE_SCALING_YARN;
-    case kernels::RopeScalingType::kLlama3: return v1::ROPE_SCALING_LLAMA3;
-    case kernels::RopeScalingType::kLongrope: return v1::ROPE_SCALING_LONGROPE;
-    case kernels::RopeScalingType::kProportional: return v1::ROPE_SCALING_PROPORTIONAL;
-  }
-  return v1::ROPE_SCALING_UNSPECIFIED;
 }
 
 // ----- messages -------------------------------------------------------------------------------
@@ -343,8 +344,8 @@ absl::StatusOr<kernels::RopeConfig> ToRopeConfig(const v1::RopeConfig& config,
 
   if (!config.hf_config_json().empty()) {
     POSENC_RETURN_IF_ERROR(CheckNoHfConflicts(config));
-    POSENC_ASSIGN_OR_RETURN(HfRopeConfig hf,
-                            ParseHfRopeConfig(config.hf_config_json(), config.layer_type()));
+    POSENC_ASSIGN_OR_RETURN(hf::ModelRope hf,
+                            hf::ParseModelRope(config.hf_config_json(), config.layer_type()));
     const kernels::RopeStyle style = out.style;
     const kernels::MropeLayout mrope_layout = out.mrope_layout;
     out = std::move(hf.config);
@@ -385,8 +386,8 @@ void FillRopeDerived(const kernels::RopeConfig& config, const kernels::RopeFrequ
                      v1::RopeDerived* derived, const RopeConfigNotes* notes) {
   derived->set_head_dim(freqs.head_dim);
   derived->set_rotary_dim(freqs.rotary_dim);
-  derived->set_style(ToProtoRopeStyle(config.style));
-  derived->set_scaling_type(ToProtoRopeScalingType(config.scaling.type));
+  derived->set_style(v1::WireFromKernel<v1::RopeStyle>(config.style));
+  derived->set_scaling_type(v1::WireFromKernel<v1::RopeScalingType>(config.scaling.type));
   derived->set_effective_base(freqs.effective_base);
   derived->set_attention_factor(freqs.attention_factor);
   derived->set_attention_factor_applied(freqs.attention_factor_applied);
@@ -405,12 +406,12 @@ void FillRopeDerived(const kernels::RopeConfig& config, const kernels::RopeFrequ
   }
 }
 
-absl::StatusOr<std::vector<HfLayerRope>> ToLayerRopeConfigs(const v1::RopeConfig& config,
-                                                            RopeConfigNotes* notes) {
+absl::StatusOr<std::vector<hf::LayerRope>> ToLayerRopeConfigs(const v1::RopeConfig& config,
+                                                              RopeConfigNotes* notes) {
   if (config.hf_config_json().empty()) {
-    HfLayerRope one;
+    hf::LayerRope one;
     POSENC_ASSIGN_OR_RETURN(one.config, ToRopeConfig(config, notes));
-    std::vector<HfLayerRope> groups;
+    std::vector<hf::LayerRope> groups;
     groups.push_back(std::move(one));
     return groups;
   }
@@ -424,10 +425,10 @@ absl::StatusOr<std::vector<HfLayerRope>> ToLayerRopeConfigs(const v1::RopeConfig
   POSENC_ASSIGN_OR_RETURN(const kernels::MropeLayout mrope_layout,
                           ToMropeLayout(config.mrope_layout(), "config.mrope_layout"));
   POSENC_RETURN_IF_ERROR(CheckNoHfConflicts(config));
-  POSENC_ASSIGN_OR_RETURN(HfRopeConfig hf,
-                          ParseHfRopeConfig(config.hf_config_json(), "", /*all_layers=*/true));
+  POSENC_ASSIGN_OR_RETURN(hf::ModelRope hf,
+                          hf::ParseModelRope(config.hf_config_json(), "", /*all_layers=*/true));
   std::vector<std::string> warnings = std::move(hf.warnings);
-  for (HfLayerRope& group : hf.layer_ropes) {
+  for (hf::LayerRope& group : hf.layer_ropes) {
     OverrideHfRope(config, style, mrope_layout, hf.mrope_layout, &group.config);
     SetRequestRopeFields(config, &group.config);
     for (const std::string& w : group.warnings) {
@@ -441,7 +442,7 @@ absl::StatusOr<std::vector<HfLayerRope>> ToLayerRopeConfigs(const v1::RopeConfig
   return std::move(hf.layer_ropes);
 }
 
-void FillRopeLayerGroup(const HfLayerRope& group, const kernels::RopeFrequencies& freqs,
+void FillRopeLayerGroup(const hf::LayerRope& group, const kernels::RopeFrequencies& freqs,
                         v1::RopeLayerGroup* out) {
   const kernels::RopeConfig& config = group.config;
   out->mutable_layers()->Assign(group.layers.begin(), group.layers.end());
@@ -463,7 +464,7 @@ void FillRopeLayerGroup(const HfLayerRope& group, const kernels::RopeFrequencies
     out->mutable_attn_temperature_tuning()->set_floor_scale(group.temperature_tuning->floor_scale);
     out->mutable_attn_temperature_tuning()->set_attn_scale(group.temperature_tuning->attn_scale);
   }
-  for (const HfValueSource& s : group.sources) {
+  for (const hf::ValueSource& s : group.sources) {
     v1::RopeValueSource* source = out->add_sources();
     source->set_name(s.name);
     source->set_key(s.key);

@@ -13,6 +13,7 @@
 #define POSENC_SERVER_CONVERT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,9 +24,10 @@
 #include "google/protobuf/descriptor.h"
 #include "kernels/common/positions.h"
 #include "kernels/common/types.h"
+#include "kernels/hf/config.h"
 #include "kernels/ops.h"
 #include "posenc/v1/posenc.pb.h"
-#include "server/hf_config.h"
+#include "proto/posenc/v1/vocabulary.h"
 
 namespace posenc::server {
 
@@ -53,14 +55,19 @@ inline constexpr int kMaxTensorRank = 8;
 
 // A view onto `tensor`'s bytes after checking its dtype, that every dimension is >= 1, that
 // prod(shape) does not overflow and that len(data) == prod(shape) * sizeof(dtype) exactly.
-// Errors name `field`, e.g. "q: data has 100 bytes, expected 128 (FLOAT32 [2, 4, 4])".
+// Errors name `field`, e.g. "q: data has 100 bytes, expected 128 (FLOAT32 [2, 4, 4])". A tensor
+// with `shared_memory` set views that range of the call's shared memory instead
+// (server/call_tensors.h), which must hold exactly its bytes.
 absl::StatusOr<kernels::ConstTensorView> ToConstView(const v1::Tensor& tensor, DTypeClass allowed,
                                                      absl::string_view field);
 
 // Sets `out`'s dtype and shape, sizes its data to the exact byte count and returns a view onto
 // it. The caller has checked the element count and bytes against its limits first.
 // The bytes are not zero-filled (server/buffer.h): the backend overwrites every one of them.
-kernels::TensorView AllocateOutput(const kernels::OutputSpec& spec, v1::Tensor* out);
+// An output named in the request's output_shared_memory (server/call_tensors.h) goes into that
+// range instead: `out` then carries the reference and no bytes.
+absl::StatusOr<kernels::TensorView> AllocateOutput(const kernels::OutputSpec& spec,
+                                                   v1::Tensor* out);
 
 // --- scalars and enums ----------------------------------------------------------------------
 
@@ -71,22 +78,31 @@ absl::Status CheckFinite(double value, absl::string_view field);
 absl::Status UnknownEnumError(int value, const google::protobuf::EnumDescriptor* descriptor,
                               absl::string_view field);
 
-// A wire enum number as the kernels' enum Kernel, whose enumerators stand, in order, for the wire
-// numbers from kFirst on (1: the value after UNSPECIFIED); UNSPECIFIED (0) stands for Kernel's
-// first enumerator, its default. Any other number is UnknownEnumError naming `field`.
-template <typename Kernel, typename Wire, int kFirst = 1>
-absl::StatusOr<Kernel> FromWireEnum(int value, absl::string_view field) {
-  const google::protobuf::EnumDescriptor* descriptor = google::protobuf::GetEnumDescriptor<Wire>();
-  if (value == 0) return Kernel{};
-  if (value >= kFirst && descriptor->FindValueByNumber(value) != nullptr) {
-    return static_cast<Kernel>(value - kFirst);
+// A wire enum number as its kernels' mirror (kernel = wire - 1: v1::KernelFromWire,
+// proto/posenc/v1/vocabulary.h). UNSPECIFIED (0) is nullopt, the op's documented default; any
+// number the wire does not define is UnknownEnumError naming `field`.
+template <typename Kernel, typename Wire>
+absl::StatusOr<std::optional<Kernel>> OptionalFromWireEnum(int value, absl::string_view field) {
+  const google::protobuf::EnumDescriptor* descriptor = v1::Descriptor<Wire>();
+  if (value == 0) return std::optional<Kernel>();
+  if (descriptor->FindValueByNumber(value) == nullptr) {
+    return UnknownEnumError(value, descriptor, field);
   }
-  return UnknownEnumError(value, descriptor, field);
+  return v1::KernelFromWire<Kernel>(static_cast<Wire>(value));
+}
+
+// The same where UNSPECIFIED stands for Kernel's first enumerator, the default.
+template <typename Kernel, typename Wire>
+absl::StatusOr<Kernel> FromWireEnum(int value, absl::string_view field) {
+  absl::StatusOr<std::optional<Kernel>> kernel = OptionalFromWireEnum<Kernel, Wire>(value, field);
+  if (!kernel.ok()) return kernel.status();
+  return kernel->value_or(Kernel{});
 }
 
 inline constexpr auto& ToSinusoidalLayout =
     FromWireEnum<kernels::SinusoidalLayout, v1::SinusoidalLayout>;
-inline constexpr auto& ToFreqScheme = FromWireEnum<kernels::FreqScheme, v1::FreqScheme, 0>;
+// UNSPECIFIED: the layout's default scheme (nullopt).
+inline constexpr auto& ToFreqScheme = OptionalFromWireEnum<kernels::FreqScheme, v1::FreqScheme>;
 inline constexpr auto& ToCombine = FromWireEnum<kernels::Combine, v1::Combine>;
 inline constexpr auto& ToRopeStyle = FromWireEnum<kernels::RopeStyle, v1::RopeStyle>;
 inline constexpr auto& ToRopeScalingType =
@@ -98,9 +114,6 @@ inline constexpr auto& ToTensorLayout = FromWireEnum<kernels::TensorLayout, v1::
 inline constexpr auto& ToAlibiMode = FromWireEnum<kernels::AlibiMode, v1::AlibiMode>;
 inline constexpr auto& ToFutureMode = FromWireEnum<kernels::FutureMode, v1::FutureMode>;
 inline constexpr auto& ToBiasForm = FromWireEnum<kernels::BiasForm, v1::BiasForm>;
-
-v1::RopeStyle ToProtoRopeStyle(kernels::RopeStyle style);
-v1::RopeScalingType ToProtoRopeScalingType(kernels::RopeScalingType type);
 
 // --- messages -------------------------------------------------------------------------------
 
@@ -118,7 +131,7 @@ absl::StatusOr<kernels::SinusoidalParams> ToSinusoidalParams(const v1::Sinusoida
                                                              absl::string_view field);
 
 // The request's RopeConfig (field prefix "config."), explicit or from hf_config_json (see
-// hf_config.h; the explicit fields it replaces must then be unset). Checks enums and finite
+// kernels/hf/config.h; the explicit fields it replaces must then be unset). Checks enums and finite
 // doubles; the op's Plan*/ComputeRopeFrequencies validate the rest.
 // What hf_config_json normalization reports beside the config (empty without it).
 struct RopeConfigNotes {
@@ -137,12 +150,12 @@ void FillRopeDerived(const kernels::RopeConfig& config, const kernels::RopeFrequ
 // must be empty), the request's style, inverse, apply_attention_factor and seq_len applied to
 // each; an explicit config is one group without layers. notes gets the model_type and the
 // warnings of every group, without duplicates.
-absl::StatusOr<std::vector<HfLayerRope>> ToLayerRopeConfigs(const v1::RopeConfig& config,
-                                                            RopeConfigNotes* notes);
+absl::StatusOr<std::vector<hf::LayerRope>> ToLayerRopeConfigs(const v1::RopeConfig& config,
+                                                              RopeConfigNotes* notes);
 
 // Reports one group of DescribeRope: its layers, the derived values of its frequencies, and the
 // config's base, context, LongRoPE switch and softmax-scale multiplier (kernels/rope/config.h).
-void FillRopeLayerGroup(const HfLayerRope& group, const kernels::RopeFrequencies& freqs,
+void FillRopeLayerGroup(const hf::LayerRope& group, const kernels::RopeFrequencies& freqs,
                         v1::RopeLayerGroup* out);
 
 }  // namespace posenc::server

@@ -1,5 +1,6 @@
 #include "server/handlers.h"
 
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "kernels/ops.h"
 #include "kernels/rope/frequency_cache.h"
 #include "server/admission.h"
+#include "server/call_tensors.h"
 #include "server/convert.h"
 #include "server/status.h"
 
@@ -43,8 +45,10 @@ absl::StatusOr<kernels::ConstTensorView> ResolveTable(const HandlerContext& ctx,
     }
     return ctx.tables->Find(name, name_field);
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat(inline_field, " / ", name_field, ": a table is required, got neither"));
+  // The oneof holding the two: "table" ("learned.table" in AddPositionEncoding).
+  const absl::string_view prefix = inline_field.substr(0, inline_field.rfind('.') + 1);
+  return absl::InvalidArgumentError(absl::StrCat(
+      prefix, "table: a table is required (", inline_field, " or ", name_field, "), got neither"));
 }
 
 // The table of a RelativeBias / RelativeEmbedding request: table_inline or table_name.
@@ -64,13 +68,33 @@ void CopyQueryKeyExtent(const Request& req, Params& params) {
   if (req.has_query_offset()) params.query_offset = req.query_offset();
 }
 
-// Puts `in`'s bytes (planned as `spec`) into `out` and returns a view onto them: ApplyRope
-// rotates there in place. With ctx.consume_requests the bytes move (no copy: the request is not
-// read again); otherwise they are copied.
-kernels::TensorView MoveToResponse(const HandlerContext& ctx, const v1::Tensor& in,
-                                   const kernels::OutputSpec& spec, v1::Tensor* out) {
+// Puts `in`'s bytes (planned as `spec`) where the output goes and returns a view onto them:
+// ApplyRope rotates there in place. An input in shared memory stays there (the response names its
+// range); an output the request places in shared memory gets the input's bytes copied there
+// (unless it is the input's own range). Otherwise, with ctx.consume_requests, the request's bytes
+// move into the response (no copy: the request is not read again); without, they are copied.
+absl::StatusOr<kernels::TensorView> MoveToResponse(const HandlerContext& ctx, const v1::Tensor& in,
+                                                   const kernels::OutputSpec& spec,
+                                                   v1::Tensor* out) {
   out->set_dtype(in.dtype());
   *out->mutable_shape() = in.shape();
+  CallTensors* tensors = CallTensors::Current();
+  char* shared_input = tensors != nullptr ? tensors->InputData(spec.name) : nullptr;
+  if (tensors != nullptr && tensors->HasPlacement(spec.name)) {
+    const auto bytes =
+        static_cast<int64_t>(
+            kernels::ConstTensorView{spec.dtype, spec.shape, nullptr}.NumElements()) *
+        kernels::DTypeSize(spec.dtype);
+    POSENC_ASSIGN_OR_RETURN(char* data, tensors->Output(spec.name, bytes, out));
+    const char* source = shared_input != nullptr ? shared_input : in.data().data();
+    if (source != data) std::memcpy(data, source, static_cast<size_t>(bytes));
+    return kernels::TensorView{spec.dtype, spec.shape, data};
+  }
+  if (shared_input != nullptr) {
+    POSENC_RETURN_IF_ERROR(tensors->WriteInPlace(spec.name));
+    *out->mutable_shared_memory() = in.shared_memory();
+    return kernels::TensorView{spec.dtype, spec.shape, shared_input};
+  }
   if (ctx.consume_requests) {
     // The service owns the request object for the duration of the call and hands it over.
     const_cast<v1::Tensor&>(in).mutable_data()->swap(*out->mutable_data());
@@ -89,7 +113,8 @@ absl::Status PlanAndRun(const HandlerContext& ctx, Args args, absl::StatusOr<Pla
                         kernels::OutputSpec Plan::*spec, v1::Tensor* out) {
   POSENC_ASSIGN_OR_RETURN(Plan plan, plan_fn(std::move(args)));
   POSENC_ASSIGN_OR_RETURN(const kernels::Backend* backend, AdmitOutputs(ctx, {plan.*spec}));
-  return run_fn(*backend, plan, AllocateOutput(plan.*spec, out));
+  POSENC_ASSIGN_OR_RETURN(const kernels::TensorView view, AllocateOutput(plan.*spec, out));
+  return run_fn(*backend, plan, view);
 }
 
 void CountCacheLookup(const HandlerContext& ctx, const kernels::RopeRunInfo& info) {
@@ -158,10 +183,12 @@ absl::Status RopeCache(const HandlerContext& ctx, const v1::RopeCacheRequest& re
   POSENC_ASSIGN_OR_RETURN(kernels::RopeCachePlan plan, kernels::PlanRopeCache(std::move(args)));
   POSENC_ASSIGN_OR_RETURN(const kernels::Backend* backend,
                           AdmitOutputs(ctx, {plan.cos, plan.sin, plan.inv_freq}));
+  POSENC_ASSIGN_OR_RETURN(const kernels::TensorView cos,
+                          AllocateOutput(plan.cos, resp->mutable_cos()));
+  POSENC_ASSIGN_OR_RETURN(const kernels::TensorView sin,
+                          AllocateOutput(plan.sin, resp->mutable_sin()));
   POSENC_ASSIGN_OR_RETURN(kernels::RopeRunInfo info,
-                          kernels::RunRopeCache(*backend, plan, ctx.rope_cache,
-                                                AllocateOutput(plan.cos, resp->mutable_cos()),
-                                                AllocateOutput(plan.sin, resp->mutable_sin())));
+                          kernels::RunRopeCache(*backend, plan, ctx.rope_cache, cos, sin));
   CountCacheLookup(ctx, info);
   FillRopeDerived(plan.config, *info.frequencies, resp->mutable_derived(), &notes);
   return absl::OkStatus();
@@ -183,9 +210,12 @@ absl::Status ApplyRope(const HandlerContext& ctx, const v1::ApplyRopeRequest& re
   POSENC_ASSIGN_OR_RETURN(const kernels::Backend* backend,
                           plan.has_k() ? AdmitOutputs(ctx, {plan.q, plan.k, plan.inv_freq})
                                        : AdmitOutputs(ctx, {plan.q, plan.inv_freq}));
-  kernels::TensorView q = MoveToResponse(ctx, req.q(), plan.q, resp->mutable_q());
+  POSENC_ASSIGN_OR_RETURN(kernels::TensorView q,
+                          MoveToResponse(ctx, req.q(), plan.q, resp->mutable_q()));
   kernels::TensorView k;
-  if (plan.has_k()) k = MoveToResponse(ctx, req.k(), plan.k, resp->mutable_k());
+  if (plan.has_k()) {
+    POSENC_ASSIGN_OR_RETURN(k, MoveToResponse(ctx, req.k(), plan.k, resp->mutable_k()));
+  }
   POSENC_ASSIGN_OR_RETURN(kernels::RopeRunInfo info,
                           kernels::RunApplyRope(*backend, plan, ctx.rope_cache, q, k));
   CountCacheLookup(ctx, info);
@@ -208,7 +238,9 @@ absl::Status AlibiSlopes(const HandlerContext& ctx, const v1::AlibiSlopesRequest
   POSENC_ASSIGN_OR_RETURN(args.output_dtype, OutputDType(req.output_dtype(), "output_dtype"));
   POSENC_ASSIGN_OR_RETURN(kernels::AlibiSlopesPlan plan, kernels::PlanAlibiSlopes(args));
   POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.slopes}));
-  return kernels::RunAlibiSlopes(plan, AllocateOutput(plan.slopes, resp->mutable_slopes()));
+  POSENC_ASSIGN_OR_RETURN(const kernels::TensorView slopes,
+                          AllocateOutput(plan.slopes, resp->mutable_slopes()));
+  return kernels::RunAlibiSlopes(plan, slopes);
 }
 
 absl::Status AlibiBias(const HandlerContext& ctx, const v1::AlibiBiasRequest& req,
@@ -229,8 +261,11 @@ absl::Status AlibiBias(const HandlerContext& ctx, const v1::AlibiBiasRequest& re
   POSENC_ASSIGN_OR_RETURN(kernels::AlibiBiasPlan plan, kernels::PlanAlibiBias(std::move(args)));
   POSENC_ASSIGN_OR_RETURN(const kernels::Backend* backend,
                           AdmitOutputs(ctx, {plan.bias, plan.slopes}));
-  return kernels::RunAlibiBias(*backend, plan, AllocateOutput(plan.bias, resp->mutable_bias()),
-                               AllocateOutput(plan.slopes, resp->mutable_slopes()));
+  POSENC_ASSIGN_OR_RETURN(const kernels::TensorView bias,
+                          AllocateOutput(plan.bias, resp->mutable_bias()));
+  POSENC_ASSIGN_OR_RETURN(const kernels::TensorView slopes,
+                          AllocateOutput(plan.slopes, resp->mutable_slopes()));
+  return kernels::RunAlibiBias(*backend, plan, bias, slopes);
 }
 
 absl::Status RelativeBias(const HandlerContext& ctx, const v1::RelativeBiasRequest& req,
@@ -293,6 +328,9 @@ absl::StatusOr<int64_t> CheckOutputBytes(const Limits& limits,
           absl::StrFormat("%s %s has %.1e elements, over --max_output_elements=%d", out.name,
                           kernels::ShapeString(*out.shape), elements, limits.max_output_elements));
     }
+    // An output in the caller's shared memory is neither in the response nor allocated here.
+    const CallTensors* tensors = CallTensors::Current();
+    if (tensors != nullptr && tensors->InSharedMemory(out.name)) continue;
     total_bytes += elements * static_cast<double>(kernels::DTypeSize(out.dtype));
     absl::StrAppend(&parts, parts.empty() ? "" : " + ", out.name, " ",
                     kernels::DTypeName(out.dtype), " ", kernels::ShapeString(*out.shape));
@@ -316,19 +354,14 @@ absl::Status CheckOutputLimits(const Limits& limits, std::initializer_list<Plann
 absl::StatusOr<const kernels::Backend*> AdmitOutputs(const HandlerContext& ctx,
                                                      std::initializer_list<PlannedOutput> outputs) {
   POSENC_ASSIGN_OR_RETURN(const int64_t bytes, CheckOutputBytes(ctx.limits, outputs));
-  const kernels::Backend* backend = ctx.backend;
-  if (ctx.small_backend != nullptr) {
-    if (bytes < ctx.small_call_bytes) {
-      backend = ctx.small_backend;
-    } else if (absl::Status usable = ctx.backend->Usable(); !usable.ok()) {
-      if (ctx.on_backend_unusable) ctx.on_backend_unusable(usable);
-      backend = ctx.small_backend;
-    }
+  const kernels::Backend& backend = ctx.backend->For(bytes);
+  if (&backend != ctx.backend && ctx.on_backend_unusable) {
+    if (absl::Status usable = ctx.backend->Usable(); !usable.ok()) ctx.on_backend_unusable(usable);
   }
-  POSENC_RETURN_IF_ERROR(AdmitCurrentCall(bytes, backend->HostStagingBytes(bytes)));
-  NoteCurrentCallBackend(backend->name());
-  if (ctx.metrics != nullptr) ctx.metrics->OnBackendCall(backend->name());
-  return backend;
+  POSENC_RETURN_IF_ERROR(AdmitCurrentCall(bytes, backend.HostStagingBytes(bytes)));
+  NoteCurrentCallBackend(backend.name());
+  if (ctx.metrics != nullptr) ctx.metrics->OnBackendCall(backend.name());
+  return &backend;
 }
 
 namespace {
@@ -337,15 +370,13 @@ absl::Status GetServerInfo(const HandlerContext& ctx, const v1::GetServerInfoReq
                            v1::GetServerInfoResponse* resp) {
   resp->set_version(POSENC_VERSION);
   resp->set_build(POSENC_BUILD_INFO);
-  for (const kernels::Backend* b : {ctx.backend, ctx.small_backend}) {
+  for (const kernels::Backend* b : {ctx.backend, ctx.backend->host()}) {
     if (b == nullptr) continue;
     v1::BackendInfo* backend = resp->add_backends();
     backend->set_name(std::string(b->name()));
     backend->set_detail(b->detail());
     backend->set_is_default(b == ctx.backend);
-    if (b == ctx.backend && ctx.small_backend != nullptr) {
-      backend->set_small_call_bytes(ctx.small_call_bytes);
-    }
+    backend->set_small_call_bytes(b->small_call_bytes());
   }
   resp->set_cuda_built_in(kernels::CudaBuiltIn());
   for (const kernels::CudaDeviceInfo& d : ctx.devices) {
@@ -363,6 +394,12 @@ absl::Status GetServerInfo(const HandlerContext& ctx, const v1::GetServerInfoReq
   resp->mutable_limits()->set_max_output_elements(ctx.limits.max_output_elements);
   resp->mutable_limits()->set_max_inflight_bytes(ctx.limits.max_inflight_bytes);
   resp->mutable_limits()->set_max_heavy_calls(ctx.limits.max_heavy_calls);
+  if (ctx.shared_memory != nullptr) {
+    const SharedMemoryOptions& shm = ctx.shared_memory->options();
+    resp->mutable_limits()->set_shared_memory_allowed(shm.allowed);
+    resp->mutable_limits()->set_max_shared_memory_regions(shm.max_regions);
+    resp->mutable_limits()->set_max_shared_memory_bytes(shm.max_bytes);
+  }
   if (ctx.tables != nullptr) {
     for (const TableRegistry::Entry* entry : ctx.tables->List()) {
       v1::TableInfo* info = resp->add_tables();
@@ -377,12 +414,12 @@ absl::Status GetServerInfo(const HandlerContext& ctx, const v1::GetServerInfoReq
 absl::Status DescribeRope(const HandlerContext& ctx, const v1::DescribeRopeRequest& req,
                           v1::DescribeRopeResponse* resp) {
   RopeConfigNotes notes;
-  POSENC_ASSIGN_OR_RETURN(std::vector<HfLayerRope> groups,
+  POSENC_ASSIGN_OR_RETURN(std::vector<hf::LayerRope> groups,
                           ToLayerRopeConfigs(req.config(), &notes));
   // No tensors: d/2 frequencies per group (head_dim is capped); cancellation and admission only.
   POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {}));
   int64_t num_layers = 0;
-  for (const HfLayerRope& group : groups) {
+  for (const hf::LayerRope& group : groups) {
     POSENC_ASSIGN_OR_RETURN(kernels::RopeFrequencies freqs,
                             kernels::ComputeRopeFrequencies(group.config, /*max_position=*/-1));
     FillRopeLayerGroup(group, freqs, resp->add_groups());
@@ -394,12 +431,66 @@ absl::Status DescribeRope(const HandlerContext& ctx, const v1::DescribeRopeReque
   return absl::OkStatus();
 }
 
+// The shared-memory registry of the server (FAILED_PRECONDITION when it has none).
+absl::StatusOr<SharedMemoryRegistry*> Registry(const HandlerContext& ctx) {
+  if (ctx.shared_memory == nullptr) {
+    return absl::FailedPreconditionError(
+        "shared memory is off on this server (start it with --allow_shared_memory)");
+  }
+  return ctx.shared_memory;
+}
+
+absl::Status RegisterSharedMemory(const HandlerContext& ctx,
+                                  const v1::RegisterSharedMemoryRequest& req,
+                                  v1::RegisterSharedMemoryResponse* /*resp*/) {
+  POSENC_ASSIGN_OR_RETURN(SharedMemoryRegistry * registry, Registry(ctx));
+  return registry->Register(req.name(), req.key(), req.offset(), req.byte_size());
+}
+
+absl::Status UnregisterSharedMemory(const HandlerContext& ctx,
+                                    const v1::UnregisterSharedMemoryRequest& req,
+                                    v1::UnregisterSharedMemoryResponse* /*resp*/) {
+  POSENC_ASSIGN_OR_RETURN(SharedMemoryRegistry * registry, Registry(ctx));
+  return registry->Unregister(req.name());
+}
+
+absl::Status SharedMemoryStatus(const HandlerContext& ctx, const v1::SharedMemoryStatusRequest& req,
+                                v1::SharedMemoryStatusResponse* resp) {
+  POSENC_ASSIGN_OR_RETURN(SharedMemoryRegistry * registry, Registry(ctx));
+  POSENC_ASSIGN_OR_RETURN(const std::vector<SharedMemoryRegionInfo> regions,
+                          registry->Status(req.name()));
+  for (const SharedMemoryRegionInfo& info : regions) {
+    v1::SharedMemoryRegionStatus* out = resp->add_regions();
+    out->set_name(info.name);
+    out->set_key(info.key);
+    out->set_offset(info.offset);
+    out->set_byte_size(info.byte_size);
+    out->set_broken(info.broken);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-#define POSENC_DEFINE_HANDLER_(Method)                                                   \
-  grpc::Status Handle##Method(const HandlerContext& ctx, const v1::Method##Request& req, \
-                              v1::Method##Response* resp) {                              \
-    return ToGrpcStatus(Method(ctx, req, resp));                                         \
+// Every handler runs with the call's tensors (server/call_tensors.h): inputs and outputs in
+// shared memory, checked again after the compute.
+template <typename Request, typename Response>
+grpc::Status RunWithCallTensors(absl::Status (*method)(const HandlerContext&, const Request&,
+                                                       Response*),
+                                const HandlerContext& ctx, const Request& req, Response* resp) {
+  const OutputPlacements* placements = nullptr;
+  if constexpr (requires { req.output_shared_memory(); }) placements = &req.output_shared_memory();
+  CallTensors tensors(ctx.shared_memory, placements);
+  const ScopedCallTensors scoped(&tensors);
+  absl::Status status = method(ctx, req, resp);
+  if (status.ok()) status = tensors.Finish();
+  return ToGrpcStatus(status);
+}
+
+#define POSENC_DEFINE_HANDLER_(Method)                                                           \
+  grpc::Status Handle##Method(const HandlerContext& ctx, const v1::Method##Request& req,         \
+                              v1::Method##Response* resp) {                                      \
+    return RunWithCallTensors(&Method, ctx, req, resp); /* NOLINT(bugprone-macro-parentheses) */ \
   }
 POSENC_FOR_EACH_RPC(POSENC_DEFINE_HANDLER_)
 #undef POSENC_DEFINE_HANDLER_

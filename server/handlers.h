@@ -29,6 +29,7 @@
 #include "kernels/rope/frequency_cache.h"
 #include "posenc/v1/posenc.pb.h"
 #include "server/metrics.h"
+#include "server/shared_memory.h"
 #include "server/tables.h"
 
 namespace posenc::server {
@@ -54,24 +55,24 @@ struct HandlerContext {
   // misses are counted (null: not counted).
   kernels::RopeFrequencyCache* rope_cache = nullptr;
   Metrics* metrics = nullptr;
-  // Beside a device backend (cuda): the host backend that runs the calls whose planned outputs
-  // total fewer than small_call_bytes bytes (not owned; null: `backend` runs every call).
-  const kernels::Backend* small_backend = nullptr;
-  int64_t small_call_bytes = 0;
   // The CUDA devices seen at start-up (GetServerInfo) and the one `backend` runs on (-1: none).
   std::vector<kernels::CudaDeviceInfo> devices;
   int cuda_device = -1;
   // Called, from the thread of any call and possibly many times, when `backend` reports that it
-  // cannot compute any more (Backend::Usable: a sticky CUDA error) and the call goes to
-  // small_backend instead. The server logs it once and reports NOT_SERVING. May be empty.
+  // cannot compute any more (Backend::Usable: a sticky CUDA error; Backend::For then sends every
+  // call to its host backend). The server logs it once and reports NOT_SERVING. May be empty.
   std::function<void(const absl::Status&)> on_backend_unusable;
+  // The registered shared-memory regions (not owned; null: none, every reference and
+  // registration is FAILED_PRECONDITION). The registration RPCs change it; calls read it.
+  SharedMemoryRegistry* shared_memory = nullptr;
 };
 
 // A planned output tensor, for CheckOutputLimits: usually one of a kernel plan's outputs.
 struct PlannedOutput {
   PlannedOutput(absl::string_view name, kernels::DType dtype, const kernels::Shape* shape)
       : name(name), dtype(dtype), shape(shape) {}
-  PlannedOutput(const kernels::OutputSpec& spec)  // NOLINT(google-explicit-constructor)
+  // NOLINTNEXTLINE(google-explicit-constructor): a plan's outputs are passed as they are
+  PlannedOutput(const kernels::OutputSpec& spec)
       : name(spec.name), dtype(spec.dtype), shape(&spec.shape) {}
   absl::string_view name;  // the response field, e.g. "bias"
   kernels::DType dtype;
@@ -87,10 +88,10 @@ struct PlannedOutput {
 // flight and heavy-call slots, RESOURCE_EXHAUSTED (retryable) when they are taken.
 absl::Status CheckOutputLimits(const Limits& limits, std::initializer_list<PlannedOutput> outputs);
 
-// CheckOutputLimits with ctx.limits, then the backend that runs the call: ctx.small_backend when
-// the outputs total under ctx.small_call_bytes, or when ctx.backend is no longer usable (then
-// ctx.on_backend_unusable is told); else ctx.backend. The choice is noted on the call's admission
-// (the access log's backend) and counted (posenc_backend_calls_total).
+// CheckOutputLimits with ctx.limits, then the backend that runs the call: ctx.backend->For(the
+// outputs' bytes) (kernels/backend.h: a device backend's host backend for small calls and once
+// it is unusable; then ctx.on_backend_unusable is told). The choice is noted on the call's
+// admission (the access log's backend) and counted (posenc_backend_calls_total).
 absl::StatusOr<const kernels::Backend*> AdmitOutputs(const HandlerContext& ctx,
                                                      std::initializer_list<PlannedOutput> outputs);
 
@@ -107,7 +108,10 @@ absl::StatusOr<const kernels::Backend*> AdmitOutputs(const HandlerContext& ctx,
   X(RelativeBias)              \
   X(RelativeEmbedding)         \
   X(GetServerInfo)             \
-  X(DescribeRope)
+  X(DescribeRope)              \
+  X(RegisterSharedMemory)      \
+  X(UnregisterSharedMemory)    \
+  X(SharedMemoryStatus)
 // clang-format on
 
 // One handler per RPC:

@@ -1,32 +1,17 @@
 // posenc-server: serves posenc.v1.PositionEncoding (plus health and reflection) over gRPC.
 //
-// Flags, each with an environment variable used when the flag is not on the command line:
-//   --listen               POSENC_LISTEN               host:port (default 0.0.0.0:50051)
-//   --max_message_bytes    POSENC_MAX_MESSAGE_BYTES    largest message (default 256 MiB)
-//   --max_output_elements  POSENC_MAX_OUTPUT_ELEMENTS  largest output tensor, elements
-//   --backend              POSENC_BACKEND              cpu (default), reference, cuda or auto
-//   --cuda_device          POSENC_CUDA_DEVICE          the GPU of the cuda backend (0)
-//   --cuda_small_call_bytes POSENC_CUDA_SMALL_CALL_BYTES  smaller calls run on cpu (1 MiB)
-//   --threads              POSENC_THREADS              threads per large request (0 = cores)
-//   --cache_entries        POSENC_CACHE_ENTRIES        RoPE frequency cache size (0 = off)
-//   --cache_bytes          POSENC_CACHE_BYTES          RoPE frequency cache bytes (64 MiB)
-//   --max_inflight_bytes   POSENC_MAX_INFLIGHT_BYTES   requests + responses in flight (auto)
-//   --max_heavy_calls      POSENC_MAX_HEAVY_CALLS      calls over 4 MiB of output at once (auto)
-//   --tables               POSENC_TABLES               directory of *.npy/*.safetensors tables
-//   --drain_timeout        POSENC_DRAIN_TIMEOUT        shutdown bound for in-flight calls (10s)
-//   --drain_grace          POSENC_DRAIN_GRACE          NOT_SERVING before the listener closes (1s)
-//   --tls_cert, --tls_key  POSENC_TLS_CERT, _TLS_KEY   PEM certificate chain and key: TLS
-//   --tls_client_ca        POSENC_TLS_CLIENT_CA        PEM CA for client certificates: mTLS
-//   --metrics_address      POSENC_METRICS_ADDRESS      host:port of Prometheus /metrics (off)
-//   --log_format           POSENC_LOG_FORMAT           text (default) or json (one object a line)
-//   --log_level            POSENC_LOG_LEVEL            trace .. off (default info)
+// Flags: the table POSENC_SERVER_FLAGS below writes each flag once: its type, its name, the
+// option it sets (whose default in Options is the flag's default), its range and its help.
+// Each flag has an environment variable POSENC_<NAME> (--listen: POSENC_LISTEN), used when the
+// flag is not on the command line. `posenc-server --help` lists every flag with its variable,
+// default and range (README.md, "Server flags").
 // SIGTERM/SIGINT: health goes NOT_SERVING and new calls get UNAVAILABLE; after the grace,
 // in-flight calls get until --drain_timeout after the signal to finish (then they are
 // cancelled), new ones still getting UNAVAILABLE, and the listener closes; exit 0.
-// --help (-h) lists the flags with their environment variables and defaults, --version prints
-// "posenc-server VERSION (BUILD_TYPE build, COMPILER)"; both exit 0. An unknown flag, a missing
-// or malformed value, a stray argument or a bad environment value exits 2 naming it; a server
-// that cannot start exits 1.
+// --help (-h) lists the flags, --version prints "posenc-server VERSION (BUILD_TYPE build,
+// COMPILER)"; both exit 0. An unknown flag, a missing or malformed value, a value out of its
+// range, a stray argument or a bad environment value exits 2 naming it; a server that cannot
+// start exits 1.
 #include <signal.h>
 
 #include <algorithm>
@@ -37,6 +22,7 @@
 #include <limits>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -46,8 +32,8 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
@@ -56,79 +42,177 @@
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 
-ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
-          "Address to listen on, host:port (env POSENC_LISTEN)");
-ABSL_FLAG(int64_t, max_message_bytes, int64_t{256} << 20,
-          "Largest request or response message in bytes, at most 2147483647 "
-          "(env POSENC_MAX_MESSAGE_BYTES)");
-ABSL_FLAG(int64_t, max_output_elements, int64_t{1} << 26,
-          "Largest number of elements of one output tensor (env POSENC_MAX_OUTPUT_ELEMENTS)");
-ABSL_FLAG(std::string, backend, "cpu",
-          "Compute backend: cpu (optimized SIMD + threads), reference (the float64 oracle), cuda "
-          "(a GPU; start-up fails without one) or auto (cuda when the build has it and a device "
-          "is present, else cpu) (env POSENC_BACKEND)");
-ABSL_FLAG(int64_t, cuda_device, 0,
-          "The CUDA device the cuda backend runs on (env POSENC_CUDA_DEVICE)");
-ABSL_FLAG(int64_t, cuda_small_call_bytes, posenc::server::kDefaultCudaSmallCallBytes,
-          "With the cuda backend, calls whose outputs total fewer bytes run on the cpu backend "
-          "(a device round trip costs more); 0 = every call on the device "
-          "(env POSENC_CUDA_SMALL_CALL_BYTES)");
-ABSL_FLAG(int64_t, threads, 0,
-          "Threads one large request may use on the cpu backend; 0 = one per core; small "
-          "requests always run on the calling thread (env POSENC_THREADS)");
-ABSL_FLAG(int64_t, cache_entries, 1024,
-          "Entries of the bounded RoPE frequency cache, keyed by the full config (every field, "
-          "plus seq_len for dynamic/longrope); 0 disables it (env POSENC_CACHE_ENTRIES)");
-ABSL_FLAG(int64_t, cache_bytes, int64_t{64} << 20,
-          "Bytes the RoPE frequency cache may hold (keys, frequencies, bookkeeping); least "
-          "recently used entries go first; 0 disables it (env POSENC_CACHE_BYTES)");
-ABSL_FLAG(int64_t, max_inflight_bytes, -1,
-          "Bytes of requests and responses in flight (each call counts its request and twice its "
-          "planned response); a call that would go over gets RESOURCE_EXHAUSTED (retryable). "
-          "-1: a quarter of the memory the process may use (cgroup limit, else the machine's), "
-          "at least 3 x --max_message_bytes; 0: unbounded (env POSENC_MAX_INFLIGHT_BYTES)");
-ABSL_FLAG(int64_t, max_heavy_calls, -1,
-          "Calls with more than 4 MiB of output computing at once; another waits up to 100 ms "
-          "for a slot, then gets RESOURCE_EXHAUSTED (retryable). Small calls and health checks "
-          "are never held. -1: one less than the cores (at least 1); 0: unbounded "
-          "(env POSENC_MAX_HEAVY_CALLS)");
-ABSL_FLAG(std::string, tables, "",
-          "Directory whose *.npy and *.safetensors files are loaded at start-up as named "
-          "tables (NAME.npy -> NAME, NAME.safetensors -> NAME/TENSOR); a bad file stops "
-          "start-up (env POSENC_TABLES)");
-ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(10),
-          "On SIGTERM/SIGINT, how long in-flight calls may run before they are cancelled; the "
-          "process exits within this time of the signal. A duration: 10s, 500ms, 1m; 0 .. 1h "
-          "(env POSENC_DRAIN_TIMEOUT)");
-ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(1),
-          "On SIGTERM/SIGINT, how long health reports NOT_SERVING (new calls get UNAVAILABLE) "
-          "before the listener closes, so load balancers notice; part of --drain_timeout. "
-          "A duration: 1s, 0s; 0 .. 1h (env POSENC_DRAIN_GRACE)");
+namespace {
 
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM file with the server's certificate chain; with --tls_key the server speaks TLS "
-          "only (env POSENC_TLS_CERT)");
-ABSL_FLAG(std::string, tls_key, "",
-          "PEM file with the private key of --tls_cert (env POSENC_TLS_KEY)");
-ABSL_FLAG(std::string, tls_client_ca, "",
-          "PEM file with the CA certificate(s) client certificates must chain to; set = mutual "
-          "TLS, clients without a valid certificate are refused; needs --tls_cert and --tls_key "
-          "(env POSENC_TLS_CLIENT_CA)");
-ABSL_FLAG(std::string, metrics_address, "",
-          "host:port to serve Prometheus metrics on (GET /metrics, plain HTTP); empty = off "
-          "(env POSENC_METRICS_ADDRESS)");
-ABSL_FLAG(std::string, log_format, "text",
-          "text, or json: one JSON object per line (env POSENC_LOG_FORMAT)");
-ABSL_FLAG(std::string, log_level, "info",
-          "trace, debug, info, warn, error or off; access lines are info (errors: error) "
-          "(env POSENC_LOG_LEVEL)");
+// Every option of the process: the server's (server/server.h) and the process's own. Their
+// defaults here are the flags' defaults.
+struct Options {
+  posenc::server::ServerOptions server;
+  absl::Duration drain_timeout = absl::Seconds(10);
+  std::string log_format = "text";
+  std::string log_level = "info";
+  // The library's default grace is 0 (tests); a deployed server gives load balancers a second.
+  Options() { server.drain_grace = std::chrono::seconds(1); }
+};
+
+const Options& Defaults() {
+  static const Options* const defaults = new Options();
+  return *defaults;
+}
+
+// The values a flag accepts, checked after parsing (exit 2: "--NAME: expected RANGE, got V").
+struct AnyValue {};
+struct IntRange {
+  int64_t min, max;
+  const char* text = nullptr;  // the range in words; null: "MIN .. MAX"
+};
+struct DurationRange {
+  absl::Duration min, max;
+};
+constexpr int64_t kNoMax = std::numeric_limits<int64_t>::max();
+
+std::string RangeText(AnyValue) { return ""; }
+std::string RangeText(const IntRange& r) {
+  return r.text != nullptr ? r.text : absl::StrCat(r.min, " .. ", r.max);
+}
+std::string RangeText(const DurationRange& r) {
+  auto text = [](absl::Duration d) {
+    return d == absl::ZeroDuration() ? std::string("0s") : absl::FormatDuration(d);
+  };
+  return absl::StrCat(text(r.min), " .. ", text(r.max));
+}
+
+bool InRange(const std::string&, AnyValue) { return true; }
+bool InRange(bool, AnyValue) { return true; }
+bool InRange(int64_t v, const IntRange& r) { return v >= r.min && v <= r.max; }
+bool InRange(absl::Duration v, const DurationRange& r) { return v >= r.min && v <= r.max; }
+
+std::string ValueText(const std::string& v) { return v; }
+std::string ValueText(bool v) { return v ? "true" : "false"; }
+std::string ValueText(int64_t v) { return absl::StrCat(v); }
+std::string ValueText(absl::Duration v) { return absl::FormatDuration(v); }
+
+// An option's value as its flag's type, and back (narrowing after the range check).
+template <typename Flag, typename Field>
+Flag ToFlag(const Field& v) {
+  if constexpr (std::is_same_v<Field, std::chrono::milliseconds>) {
+    return absl::FromChrono(v);
+  } else {
+    return Flag(v);
+  }
+}
+template <typename Field, typename Flag>
+Field FromFlag(const Flag& v) {
+  if constexpr (std::is_same_v<Field, std::chrono::milliseconds>) {
+    return absl::ToChronoMilliseconds(v);
+  } else {
+    return static_cast<Field>(v);
+  }
+}
+
+}  // namespace
+
+// The flags, each written once: X(type, name, option of Options, range, help).
+// clang-format off
+#define POSENC_SERVER_FLAGS(X)                                                                   \
+  X(std::string, listen, server.listen_address, AnyValue{},                                     \
+    "Address to listen on, host:port")                                                           \
+  X(int64_t, max_message_bytes, server.max_message_bytes, (IntRange{1, 2147483647}),             \
+    "Largest request or response message in bytes (protobuf's limit is 2 GiB - 1)")             \
+  X(int64_t, max_output_elements, server.max_output_elements, (IntRange{1, kNoMax, ">= 1"}),     \
+    "Largest number of elements of one output tensor")                                           \
+  X(std::string, backend, server.backend, AnyValue{},                                            \
+    "Compute backend: cpu (optimized SIMD + threads), reference (the float64 oracle), cuda (a "  \
+    "GPU, beside the cpu backend; start-up fails without one) or auto (cuda when the build has " \
+    "it and a device is present, else cpu)")                                                     \
+  X(int64_t, cuda_device, server.cuda_device, (IntRange{0, 1023}),                               \
+    "The CUDA device the cuda backend runs on")                                                  \
+  X(int64_t, cuda_small_call_bytes, server.cuda_small_call_bytes,                                \
+    (IntRange{0, kNoMax, "0 or a byte count"}),                                                  \
+    "With the cuda backend, calls whose outputs total fewer bytes run on the cpu backend (a "    \
+    "device round trip costs more); 0 = every call on the device")                               \
+  X(int64_t, threads, server.threads, (IntRange{0, 1024}),                                       \
+    "Threads one large request may use on the cpu backend (the one cpu backend of the process, " \
+    "also beside cuda); 0 = one per core; small requests always run on the calling thread")      \
+  X(int64_t, cache_entries, server.cache_entries, (IntRange{0, 1 << 20}),                        \
+    "Entries of the bounded RoPE frequency cache, keyed by the full config (every field, plus "  \
+    "seq_len for dynamic/longrope); 0 disables it")                                              \
+  X(int64_t, cache_bytes, server.cache_bytes, (IntRange{0, int64_t{1} << 40, "0 .. 2^40"}),      \
+    "Bytes the RoPE frequency cache may hold (keys, frequencies, bookkeeping); least recently "  \
+    "used entries go first; 0 disables it")                                                      \
+  X(int64_t, max_inflight_bytes, server.max_inflight_bytes,                                      \
+    (IntRange{-1, kNoMax, "-1, 0 or a byte count"}),                                             \
+    "Bytes of requests and responses in flight (each call counts its request and twice its "     \
+    "planned response); a call that would go over gets RESOURCE_EXHAUSTED (retryable). -1: a "   \
+    "quarter of the memory the process may use (cgroup limit, else the machine's), at least 3 x " \
+    "--max_message_bytes; 0: unbounded")                                                         \
+  X(int64_t, max_heavy_calls, server.max_heavy_calls, (IntRange{-1, 4096}),                      \
+    "Calls with more than 4 MiB of output computing at once; another waits up to 100 ms for a "  \
+    "slot, then gets RESOURCE_EXHAUSTED (retryable). Small calls and health checks are never "   \
+    "held. -1: one less than the cores (at least 1); 0: unbounded")                              \
+  X(bool, allow_shared_memory, server.allow_shared_memory, AnyValue{},                           \
+    "Accept registrations of POSIX shared-memory regions (RegisterSharedMemory) and tensors "     \
+    "passed as references into them, for callers on the same host (the same /dev/shm)")         \
+  X(int64_t, max_shared_memory_regions, server.max_shared_memory_regions, (IntRange{1, 1024}),   \
+    "Shared-memory regions registered at once")                                                  \
+  X(int64_t, max_shared_memory_bytes, server.max_shared_memory_bytes,                            \
+    (IntRange{1, kNoMax, ">= 1"}),                                                               \
+    "Bytes of shared memory registered at once (the regions' sizes summed; mapped, not "         \
+    "allocated)")                                                                                \
+  X(std::string, tables, server.tables_dir, AnyValue{},                                          \
+    "Directory whose *.npy and *.safetensors files are loaded at start-up as named tables "      \
+    "(NAME.npy -> NAME, NAME.safetensors -> NAME/TENSOR); a bad file stops start-up")            \
+  X(absl::Duration, drain_timeout, drain_timeout, (DurationRange{absl::ZeroDuration(),           \
+    absl::Hours(1)}),                                                                            \
+    "On SIGTERM/SIGINT, how long in-flight calls may run before they are cancelled; the "        \
+    "process exits within this time of the signal. A duration: 10s, 500ms, 1m")                  \
+  X(absl::Duration, drain_grace, server.drain_grace, (DurationRange{absl::ZeroDuration(),        \
+    absl::Hours(1)}),                                                                            \
+    "On SIGTERM/SIGINT, how long health reports NOT_SERVING (new calls get UNAVAILABLE) before " \
+    "the listener closes, so load balancers notice; part of --drain_timeout. A duration: 1s, 0s")\
+  X(std::string, tls_cert, server.tls_cert_file, AnyValue{},                                     \
+    "PEM file with the server's certificate chain; with --tls_key the server speaks TLS only")   \
+  X(std::string, tls_key, server.tls_key_file, AnyValue{},                                       \
+    "PEM file with the private key of --tls_cert")                                               \
+  X(std::string, tls_client_ca, server.tls_client_ca_file, AnyValue{},                           \
+    "PEM file with the CA certificate(s) client certificates must chain to; set = mutual TLS, "  \
+    "clients without a valid certificate are refused; needs --tls_cert and --tls_key")           \
+  X(std::string, metrics_address, server.metrics_address, AnyValue{},                            \
+    "host:port to serve Prometheus metrics on (GET /metrics, plain HTTP); empty = off")          \
+  X(std::string, log_format, log_format, AnyValue{},                                             \
+    "text, or json: one JSON object per line")                                                   \
+  X(std::string, log_level, log_level, AnyValue{},                                               \
+    "trace, debug, info, warn, error or off; access lines are info (errors: error)")
+// clang-format on
+
+#define POSENC_DEFINE_FLAG(type, name, option, range, help) \
+  ABSL_FLAG(type, name, ToFlag<type>(Defaults().option), help);
+POSENC_SERVER_FLAGS(POSENC_DEFINE_FLAG)
+#undef POSENC_DEFINE_FLAG
 
 namespace {
+
+// Each flag's name and range in words (--help, the environment).
+struct FlagRow {
+  const char* name;
+  std::string range;
+};
+const std::vector<FlagRow>& FlagRows() {
+#define POSENC_FLAG_ROW(type, name, option, range, help) FlagRow{#name, RangeText(range)},
+  static const auto* const rows = new std::vector<FlagRow>{POSENC_SERVER_FLAGS(POSENC_FLAG_ROW)};
+#undef POSENC_FLAG_ROW
+  return *rows;
+}
+
+// POSENC_<NAME>: the environment variable of flag `name`.
+std::string EnvName(absl::string_view name) {
+  return absl::StrCat("POSENC_", absl::AsciiStrToUpper(name));
+}
 
 constexpr char kProgram[] = "posenc-server";
 constexpr char kDescription[] =
     "Serves posenc.v1.PositionEncoding, grpc.health.v1.Health and server reflection over gRPC. "
-    "Each flag has an environment variable (named in its help), used when the flag is not on "
+    "Each flag --name has an environment variable POSENC_NAME, used when the flag is not on "
     "the command line. SIGTERM or SIGINT drains the server (--drain_grace, --drain_timeout). "
     "Exit status: 0 after a drain; 1 when the server cannot start (bad TLS file, bad table, "
     "address in use); 2 for an unknown flag or a bad flag or environment value.";
@@ -177,31 +261,22 @@ std::string Wrap(absl::string_view text, size_t indent, size_t width) {
   return out;
 }
 
-// --help: every flag of this file with its default and its help (which names the environment
-// variable), sorted by name.
+// --help: every flag of the table with its environment variable, default, range and help,
+// sorted by name.
 std::string Help() {
-  std::vector<const absl::CommandLineFlag*> flags;
-  for (const auto& [name, flag] : absl::GetAllFlags()) {
-    if (!flag->IsRetired() && IsServerFlagFile(flag->Filename())) flags.push_back(flag);
-  }
-  std::sort(flags.begin(), flags.end(),
-            [](const absl::CommandLineFlag* a, const absl::CommandLineFlag* b) {
-              return a->Name() < b->Name();
-            });
+  std::vector<FlagRow> rows = FlagRows();
+  std::sort(rows.begin(), rows.end(), [](const FlagRow& a, const FlagRow& b) {
+    return absl::string_view(a.name) < absl::string_view(b.name);
+  });
   std::string out = absl::StrCat("usage: ", kProgram, " [--flag=value ...]\n\n",
                                  Wrap(kDescription, 0, 100), "\nflags:\n");
-  for (const absl::CommandLineFlag* flag : flags) {
-    // Each help text ends with "(env POSENC_...)": that goes on the flag's line.
-    std::string help = flag->Help();
-    std::string env;
-    if (const size_t at = help.rfind(" (env "); at != std::string::npos && help.back() == ')') {
-      env = absl::StrCat("env ", help.substr(at + 6, help.size() - at - 7), ", ");
-      help.resize(at);
-    }
+  for (const FlagRow& row : rows) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(row.name);
     const std::string value = flag->DefaultValue();
-    absl::StrAppend(&out, "  --", flag->Name(), " (", env, "default ",
-                    flag->IsOfType<std::string>() ? absl::StrCat("\"", value, "\"") : value, ")\n",
-                    Wrap(help, 6, 100));
+    absl::StrAppend(&out, "  --", row.name, " (env ", EnvName(row.name), ", default ",
+                    flag->IsOfType<std::string>() ? absl::StrCat("\"", value, "\"") : value,
+                    row.range.empty() ? "" : absl::StrCat(", ", row.range), ")\n",
+                    Wrap(flag->Help(), 6, 100));
   }
   absl::StrAppend(&out, "  --help, -h\n",
                   Wrap("this help; --helpfull adds Abseil's own flags", 6, 100), "  --version\n",
@@ -291,152 +366,89 @@ bool CheckCommandLine(int argc, char** argv) {
   return true;
 }
 
-// Environment defaults go in before the command line is parsed, so a flag given on the
-// command line wins. Returns false (after printing why) on an unparsable value.
+// Environment values go in before the command line is parsed, so a flag given on the command
+// line wins. Returns false (after printing why) on an unparsable value.
 bool ApplyEnvironment() {
-  if (const char* v = std::getenv("POSENC_LISTEN"); v != nullptr && *v != '\0') {
-    absl::SetFlag(&FLAGS_listen, v);
-  }
-  if (const char* v = std::getenv("POSENC_BACKEND"); v != nullptr && *v != '\0') {
-    absl::SetFlag(&FLAGS_backend, v);
-  }
-  if (const char* v = std::getenv("POSENC_TABLES"); v != nullptr && *v != '\0') {
-    absl::SetFlag(&FLAGS_tables, v);
-  }
-  struct StringEnv {
-    const char* name;
-    absl::Flag<std::string>* flag;
-  };
-  for (const StringEnv& env :
-       {StringEnv{"POSENC_TLS_CERT", &FLAGS_tls_cert}, StringEnv{"POSENC_TLS_KEY", &FLAGS_tls_key},
-        StringEnv{"POSENC_TLS_CLIENT_CA", &FLAGS_tls_client_ca},
-        StringEnv{"POSENC_METRICS_ADDRESS", &FLAGS_metrics_address},
-        StringEnv{"POSENC_LOG_FORMAT", &FLAGS_log_format},
-        StringEnv{"POSENC_LOG_LEVEL", &FLAGS_log_level}}) {
-    if (const char* v = std::getenv(env.name); v != nullptr && *v != '\0') {
-      absl::SetFlag(env.flag, v);
-    }
-  }
-  struct IntEnv {
-    const char* name;
-    absl::Flag<int64_t>* flag;
-  };
-  for (const IntEnv& env : {IntEnv{"POSENC_MAX_MESSAGE_BYTES", &FLAGS_max_message_bytes},
-                            IntEnv{"POSENC_MAX_OUTPUT_ELEMENTS", &FLAGS_max_output_elements},
-                            IntEnv{"POSENC_THREADS", &FLAGS_threads},
-                            IntEnv{"POSENC_CACHE_ENTRIES", &FLAGS_cache_entries},
-                            IntEnv{"POSENC_CACHE_BYTES", &FLAGS_cache_bytes},
-                            IntEnv{"POSENC_MAX_INFLIGHT_BYTES", &FLAGS_max_inflight_bytes},
-                            IntEnv{"POSENC_MAX_HEAVY_CALLS", &FLAGS_max_heavy_calls},
-                            IntEnv{"POSENC_CUDA_DEVICE", &FLAGS_cuda_device},
-                            IntEnv{"POSENC_CUDA_SMALL_CALL_BYTES", &FLAGS_cuda_small_call_bytes}}) {
-    const char* v = std::getenv(env.name);
+  for (const FlagRow& row : FlagRows()) {
+    const std::string env = EnvName(row.name);
+    const char* v = std::getenv(env.c_str());
     if (v == nullptr || *v == '\0') continue;
-    int64_t value = 0;
-    if (!absl::SimpleAtoi(v, &value)) {
-      std::fprintf(stderr, "posenc-server: %s: expected an integer, got \"%s\"\n", env.name, v);
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(row.name);
+    std::string error;
+    if (!flag->ParseFrom(v, &error)) {
+      const char* expected = flag->IsOfType<absl::Duration>() ? "a duration like 10s or 500ms"
+                             : flag->IsOfType<bool>()         ? "true or false"
+                                                              : "an integer";
+      std::fprintf(stderr, "%s: %s: expected %s, got \"%s\"\n", kProgram, env.c_str(), expected, v);
       return false;
     }
-    absl::SetFlag(env.flag, value);
-  }
-  struct DurationEnv {
-    const char* name;
-    absl::Flag<absl::Duration>* flag;
-  };
-  for (const DurationEnv& env : {DurationEnv{"POSENC_DRAIN_TIMEOUT", &FLAGS_drain_timeout},
-                                 DurationEnv{"POSENC_DRAIN_GRACE", &FLAGS_drain_grace}}) {
-    const char* v = std::getenv(env.name);
-    if (v == nullptr || *v == '\0') continue;
-    absl::Duration value;
-    if (!absl::ParseDuration(v, &value)) {
-      std::fprintf(stderr, "posenc-server: %s: expected a duration like 10s or 500ms, got \"%s\"\n",
-                   env.name, v);
-      return false;
-    }
-    absl::SetFlag(env.flag, value);
   }
   return true;
 }
 
-}  // namespace
+// Every flag's range checked (false after printing the first one out of range), then its value
+// copied into `options`.
+bool ReadFlags(Options* options) {
+#define POSENC_READ_FLAG(type, name, option, range, help)                       \
+  if (const type value = absl::GetFlag(FLAGS_##name); InRange(value, range)) {  \
+    options->option = FromFlag<std::decay_t<decltype(options->option)>>(value); \
+  } else {                                                                      \
+    std::fprintf(stderr, "%s: --%s: expected %s, got %s\n", kProgram, #name,    \
+                 RangeText(range).c_str(), ValueText(value).c_str());           \
+    return false;                                                               \
+  }
+  POSENC_SERVER_FLAGS(POSENC_READ_FLAG)
+#undef POSENC_READ_FLAG
+  return true;
+}
 
-int main(int argc, char** argv) {
-  ConfigureUsage();
-  if (AnswerHelpOrVersion(argc, argv)) return 0;
+// The options from the environment and the command line; exit status 2 (after printing why)
+// on a usage error.
+bool ParseOptions(int argc, char** argv, Options* options) {
   // The environment first, then the command line over it.
-  if (!ApplyEnvironment()) return 2;
-  if (!CheckCommandLine(argc, argv)) return 2;
+  if (!ApplyEnvironment() || !CheckCommandLine(argc, argv)) return false;
   absl::ParseCommandLine(argc, argv);
-
-  posenc::server::ServerOptions options;
-  options.listen_address = absl::GetFlag(FLAGS_listen);
-  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  options.max_output_elements = absl::GetFlag(FLAGS_max_output_elements);
-  options.backend = absl::GetFlag(FLAGS_backend);
-  options.tables_dir = absl::GetFlag(FLAGS_tables);
-  // Integer flags with their ranges (the message says the expected range in words).
-  struct IntRange {
-    const char* name;
-    absl::Flag<int64_t>* flag;
-    int64_t min, max;
-    const char* expected;
-  };
-  for (const IntRange& f : {
-           IntRange{"threads", &FLAGS_threads, 0, 1024, "0 .. 1024"},
-           IntRange{"cache_entries", &FLAGS_cache_entries, 0, 1 << 20, "0 .. 1048576"},
-           IntRange{"cache_bytes", &FLAGS_cache_bytes, 0, int64_t{1} << 40, "0 .. 2^40"},
-           IntRange{"max_inflight_bytes", &FLAGS_max_inflight_bytes, -1,
-                    std::numeric_limits<int64_t>::max(), "-1, 0 or a byte count"},
-           IntRange{"max_heavy_calls", &FLAGS_max_heavy_calls, -1, 4096, "-1 .. 4096"},
-           IntRange{"cuda_device", &FLAGS_cuda_device, 0, 1023, "0 .. 1023"},
-           IntRange{"cuda_small_call_bytes", &FLAGS_cuda_small_call_bytes, 0,
-                    std::numeric_limits<int64_t>::max(), "0 or a byte count"},
-       }) {
-    const int64_t value = absl::GetFlag(*f.flag);
-    if (value < f.min || value > f.max) {
-      std::fprintf(stderr, "posenc-server: --%s: expected %s, got %lld\n", f.name, f.expected,
-                   static_cast<long long>(value));
-      return 2;
-    }
-  }
-  options.threads = static_cast<int>(absl::GetFlag(FLAGS_threads));
-  options.cache_entries = absl::GetFlag(FLAGS_cache_entries);
-  options.cache_bytes = absl::GetFlag(FLAGS_cache_bytes);
-  options.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
-  options.max_heavy_calls = absl::GetFlag(FLAGS_max_heavy_calls);
-  options.cuda_device = static_cast<int>(absl::GetFlag(FLAGS_cuda_device));
-  options.cuda_small_call_bytes = absl::GetFlag(FLAGS_cuda_small_call_bytes);
-  const absl::Duration drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
-  for (const auto& [name, value] : {std::pair{"drain_timeout", drain_timeout},
-                                    std::pair{"drain_grace", absl::GetFlag(FLAGS_drain_grace)}}) {
-    if (value < absl::ZeroDuration() || value > absl::Hours(1)) {
-      std::fprintf(stderr, "posenc-server: --%s: expected 0s .. 1h, got %s\n", name,
-                   absl::FormatDuration(value).c_str());
-      return 2;
-    }
-  }
-  options.drain_grace = absl::ToChronoMilliseconds(absl::GetFlag(FLAGS_drain_grace));
-  if (options.max_message_bytes < 1 ||
-      options.max_message_bytes > std::numeric_limits<int32_t>::max()) {
-    std::fprintf(stderr, "posenc-server: --max_message_bytes: expected 1 .. 2147483647, got %lld\n",
-                 static_cast<long long>(options.max_message_bytes));
-    return 2;
-  }
-
-  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
-  options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
-  options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
-  options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
-  const auto log_format = posenc::server::ParseLogFormat(absl::GetFlag(FLAGS_log_format));
-  const auto log_level = posenc::server::ParseLogLevel(absl::GetFlag(FLAGS_log_level));
+  if (!ReadFlags(options)) return false;
+  const auto log_format = posenc::server::ParseLogFormat(options->log_format);
+  const auto log_level = posenc::server::ParseLogLevel(options->log_level);
   for (const absl::Status& status : {log_format.status(), log_level.status()}) {
     if (!status.ok()) {
-      std::fprintf(stderr, "posenc-server: %s\n", std::string(status.message()).c_str());
-      return 2;
+      std::fprintf(stderr, "%s: %s\n", kProgram, std::string(status.message()).c_str());
+      return false;
     }
   }
   posenc::server::ConfigureLogging(*log_format, *log_level);
+  return true;
+}
 
+// The lines scripts and operators read once the server is up.
+void LogStarted(const posenc::server::ServerOptions& options,
+                const posenc::server::PosencServer& server) {
+  const std::string address =
+      options.listen_address.substr(0, options.listen_address.rfind(':') + 1) +
+      std::to_string(server.port());
+  // Scripts wait for this line (spdlog's default sink is stdout, flushed per line).
+  spdlog::info(
+      "posenc-server listening on {} (backend={} max_message_bytes={} "
+      "max_output_elements={})",
+      address, server.backend_description(), options.max_message_bytes,
+      options.max_output_elements);
+  const char* transport = "plaintext";
+  if (!options.tls_cert_file.empty()) {
+    transport =
+        options.tls_client_ca_file.empty() ? "TLS" : "mutual TLS (client certificates required)";
+  }
+  spdlog::info("transport: {}", transport);
+  if (server.metrics_port() != 0) {
+    spdlog::info("metrics on http://{}{}/metrics",
+                 options.metrics_address.substr(0, options.metrics_address.rfind(':') + 1),
+                 server.metrics_port());
+  }
+}
+
+// Starts the server and serves until SIGTERM/SIGINT has drained it, then exits the process (0);
+// returns 1 when the server cannot start.
+int Serve(const Options& options) {
   // Block the shutdown signals before any thread starts, so that every thread inherits the
   // mask and only the waiter below receives them.
   sigset_t signals;
@@ -445,32 +457,13 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  auto server = posenc::server::PosencServer::Start(options);
+  auto server = posenc::server::PosencServer::Start(options.server);
   if (!server.ok()) {
     spdlog::critical("posenc-server: {}", server.status().ToString());
     return 1;
   }
-  const std::string address =
-      options.listen_address.substr(0, options.listen_address.rfind(':') + 1) +
-      std::to_string((*server)->port());
-  // Scripts wait for this line (spdlog's default sink is stdout, flushed per line).
-  spdlog::info(
-      "posenc-server listening on {} (backend={} max_message_bytes={} "
-      "max_output_elements={})",
-      address, (*server)->backend_description(), options.max_message_bytes,
-      options.max_output_elements);
-  const char* transport = "plaintext";
-  if (!options.tls_cert_file.empty()) {
-    transport =
-        options.tls_client_ca_file.empty() ? "TLS" : "mutual TLS (client certificates required)";
-  }
-  spdlog::info("transport: {}", transport);
-  if ((*server)->metrics_port() != 0) {
-    spdlog::info("metrics on http://{}{}/metrics",
-                 options.metrics_address.substr(0, options.metrics_address.rfind(':') + 1),
-                 (*server)->metrics_port());
-  }
-
+  LogStarted(options.server, **server);
+  const absl::Duration drain_timeout = options.drain_timeout;
   std::thread waiter([&signals, &server, drain_timeout] {
     int signal = 0;
     sigwait(&signals, &signal);
@@ -491,4 +484,14 @@ int main(int argc, char** argv) {
   spdlog::default_logger()->flush();
   std::fflush(nullptr);
   std::_Exit(0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ConfigureUsage();
+  if (AnswerHelpOrVersion(argc, argv)) return 0;
+  Options options;
+  if (!ParseOptions(argc, argv, &options)) return 2;
+  return Serve(options);
 }

@@ -26,14 +26,10 @@
 namespace posenc::server {
 namespace {
 
-// The backends a server runs on: `main` runs the calls, `small` (only beside cuda) the calls
-// whose outputs are under options.cuda_small_call_bytes.
-struct Backends {
-  std::unique_ptr<kernels::Backend> main;
-  std::unique_ptr<kernels::Backend> small;
-};
-
-absl::StatusOr<Backends> MakeBackends(const ServerOptions& options) {
+// The backend the server runs its calls on: reference, cpu, or cuda beside the process's one cpu
+// backend (Backend::For picks which of the two runs each call). --threads sizes that cpu backend's
+// pool whichever backend serves.
+absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeBackend(const ServerOptions& options) {
   if (options.threads < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("threads: expected >= 0 (0 = one per core), got ", options.threads));
@@ -42,11 +38,7 @@ absl::StatusOr<Backends> MakeBackends(const ServerOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuda_small_call_bytes: expected >= 0, got ", options.cuda_small_call_bytes));
   }
-  Backends backends;
-  if (options.backend == "reference") {
-    backends.main = kernels::MakeReferenceBackend();
-    return backends;
-  }
+  if (options.backend == "reference") return kernels::MakeReferenceBackend();
   if (options.backend != "cpu" && options.backend != "auto" && options.backend != "cuda") {
     return absl::InvalidArgumentError(absl::StrCat(
         "backend: expected auto, cpu, reference or cuda, got \"", options.backend, "\""));
@@ -55,19 +47,16 @@ absl::StatusOr<Backends> MakeBackends(const ServerOptions& options) {
                           kernels::MakeCpuBackend(kernels::CpuBackendOptions{options.threads, ""}));
   const bool cuda = options.backend == "cuda" ||
                     (options.backend == "auto" && !kernels::ListCudaDevices().empty());
-  if (!cuda) {
-    backends.main = std::move(cpu);
-    return backends;
-  }
-  absl::StatusOr<std::unique_ptr<kernels::Backend>> device =
-      kernels::MakeCudaBackend(kernels::CudaBackendOptions{.device = options.cuda_device});
+  if (!cuda) return cpu;
+  absl::StatusOr<std::unique_ptr<kernels::Backend>> device = kernels::MakeCudaBackend(
+      kernels::CudaBackendOptions{.device = options.cuda_device,
+                                  .small_call_bytes = options.cuda_small_call_bytes},
+      std::move(cpu));
   if (!device.ok()) {
     return absl::Status(device.status().code(),
                         absl::StrCat("backend: ", device.status().message()));
   }
-  backends.main = *std::move(device);
-  backends.small = std::move(cpu);
-  return backends;
+  return device;
 }
 
 AdmissionOptions ResolveAdmission(const ServerOptions& options) {
@@ -83,22 +72,23 @@ AdmissionOptions ResolveAdmission(const ServerOptions& options) {
 
 class PosencServerImpl final : public PosencServer {
  public:
-  PosencServerImpl(const ServerOptions& options, Backends backends)
+  PosencServerImpl(const ServerOptions& options, std::unique_ptr<kernels::Backend> backend)
       : options_(options),
-        backend_(std::move(backends.main)),
-        small_backend_(std::move(backends.small)),
+        backend_(std::move(backend)),
         metrics_(absl::StrCat(backend_->name(), " (", backend_->detail(), ")")),
         rope_cache_(static_cast<size_t>(std::max<int64_t>(0, options.cache_entries)),
                     static_cast<size_t>(std::max<int64_t>(0, options.cache_bytes))),
         admission_(ResolveAdmission(options)),
+        shared_memory_(SharedMemoryOptions{options.allow_shared_memory,
+                                           options.max_shared_memory_regions,
+                                           options.max_shared_memory_bytes}),
         service_(HandlerContext{
             backend_.get(),
             Limits{options.max_output_elements, options.max_message_bytes,
                    admission_.options().max_inflight_bytes, admission_.options().max_heavy_calls},
-            &tables_, false, &rope_cache_, &metrics_, small_backend_.get(),
-            small_backend_ != nullptr ? options.cuda_small_call_bytes : 0,
-            kernels::ListCudaDevices(), backend_->name() == "cuda" ? options.cuda_device : -1,
-            [this](const absl::Status& why) { OnBackendUnusable(why); }}) {}
+            &tables_, false, &rope_cache_, &metrics_, kernels::ListCudaDevices(),
+            backend_->name() == "cuda" ? options.cuda_device : -1,
+            [this](const absl::Status& why) { OnBackendUnusable(why); }, &shared_memory_}) {}
 
   ~PosencServerImpl() override {
     Shutdown(std::chrono::system_clock::now());
@@ -197,13 +187,13 @@ class PosencServerImpl final : public PosencServer {
   }
 
  private:
-  // The device backend broke (a sticky CUDA error; calls now run on the cpu backend): logged
+  // The device backend broke (a sticky CUDA error; calls now run on its host backend): logged
   // once, and health goes NOT_SERVING so that readiness probes take the server out of rotation
   // and liveness probes restart it (the CUDA context only recovers in a new process).
   void OnBackendUnusable(const absl::Status& why) {
     if (backend_unusable_.exchange(true)) return;
     spdlog::error("backend {} unusable, calls run on {} from now on; health NOT_SERVING: {}",
-                  std::string(backend_->name()), std::string(small_backend_->name()),
+                  std::string(backend_->name()), std::string(backend_->host()->name()),
                   std::string(why.message()));
     if (auto* health = server_->GetHealthCheckService(); health != nullptr) {
       health->SetServingStatus(false);
@@ -211,13 +201,13 @@ class PosencServerImpl final : public PosencServer {
   }
 
   const ServerOptions options_;
-  std::unique_ptr<kernels::Backend> backend_;
-  std::unique_ptr<kernels::Backend> small_backend_;  // null unless backend_ is cuda
+  std::unique_ptr<kernels::Backend> backend_;  // cuda owns (shares) its host backend
   std::atomic<bool> backend_unusable_{false};
   TableRegistry tables_;  // filled from options_.tables_dir by Init, read-only afterwards
   Metrics metrics_;       // outlives service_ and server_ (declared before them)
   kernels::RopeFrequencyCache rope_cache_;  // shared by every call
   AdmissionControl admission_;              // outlives service_ and server_
+  SharedMemoryRegistry shared_memory_;      // outlives service_ and server_
   PositionEncodingService service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
@@ -238,8 +228,8 @@ absl::StatusOr<std::unique_ptr<PosencServer>> PosencServer::Start(const ServerOp
     return absl::InvalidArgumentError(
         absl::StrCat("max_output_elements: expected >= 1, got ", options.max_output_elements));
   }
-  POSENC_ASSIGN_OR_RETURN(Backends backends, MakeBackends(options));
-  auto server = std::make_unique<PosencServerImpl>(options, std::move(backends));
+  POSENC_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend, MakeBackend(options));
+  auto server = std::make_unique<PosencServerImpl>(options, std::move(backend));
   POSENC_RETURN_IF_ERROR(server->Init());
   return std::unique_ptr<PosencServer>(std::move(server));
 }

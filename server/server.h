@@ -14,18 +14,13 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "kernels/backend.h"
 
 namespace grpc {
 class Channel;
 }
 
 namespace posenc::server {
-
-// Default of ServerOptions::cuda_small_call_bytes (--cuda_small_call_bytes): 1 MiB. A call's
-// fixed cost on the device is a launch, a stream synchronization and the copies' setup (tens of
-// microseconds); the host backend produces 1 MiB of output in about that time on one core, so
-// smaller calls cannot win on the device. Not yet measured on a GPU (BENCHMARKS.md, CUDA).
-inline constexpr int64_t kDefaultCudaSmallCallBytes = int64_t{1} << 20;
 
 struct ServerOptions {
   // host:port; port 0 picks a free port (see PosencServer::port()).
@@ -48,7 +43,7 @@ struct ServerOptions {
   // cuda: the device index, and the output bytes under which a call runs on the cpu backend
   // instead (copying a small result over PCIe costs more than computing it on the host).
   int cuda_device = 0;
-  int64_t cuda_small_call_bytes = kDefaultCudaSmallCallBytes;
+  int64_t cuda_small_call_bytes = kernels::kDefaultCudaSmallCallBytes;
   // Entries of the bounded RoPE frequency cache (keyed by the full config); 0 disables it.
   int64_t cache_entries = 1024;
   // Bytes the cache may hold (RopeFrequencyCache::EntryBytes summed); 0 disables it.
@@ -65,6 +60,10 @@ struct ServerOptions {
   // Directory of *.npy / *.safetensors tables loaded before serving (server/table_loader.h);
   // empty = no tables. A missing directory or a bad file makes Start fail.
   std::string tables_dir;
+  // Shared memory (server/shared_memory.h): registrations accepted at all, and their bounds.
+  bool allow_shared_memory = false;
+  int64_t max_shared_memory_regions = 64;
+  int64_t max_shared_memory_bytes = int64_t{64} << 30;
   // Shutdown: how long health reports NOT_SERVING (and new calls get UNAVAILABLE) before the
   // listener closes, so load balancers notice; cut short by Shutdown's deadline.
   std::chrono::milliseconds drain_grace{0};

@@ -14,6 +14,7 @@
 #include "google/protobuf/descriptor.h"
 #include "kernels/common/cancellation.h"
 #include "server/call_cancellation.h"
+#include "server/error_details.h"
 #include "server/logging.h"
 #include "server/status.h"
 #include "server/summary.h"
@@ -156,11 +157,13 @@ grpc::ServerUnaryReactor* PositionEncodingService::Serve(const char* method,
   Response response;
   std::string input;
   grpc::Status status;
+  bool unparseable = false;
   if (draining_.load(std::memory_order_acquire)) {
     status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "the server is draining (shutting down); retry on another replica");
     reactor->LeaveInFlight();
   } else if (!ParseRequest(request_bytes, &request)) {
+    unparseable = true;
     status = grpc::Status(
         grpc::StatusCode::INVALID_ARGUMENT,
         absl::StrCat("request: ", request_size, " bytes that do not parse as ",
@@ -181,6 +184,11 @@ grpc::ServerUnaryReactor* PositionEncodingService::Serve(const char* method,
     context->AddTrailingMetadata(
         "grpc-retry-pushback-ms",
         reactor->admission().refused() ? absl::StrCat(kHeavyCallWait.count()) : "-1");
+  }
+  if (!status.ok()) {
+    status = WithErrorDetails(status, ErrorCause{.overloaded = reactor->admission().refused(),
+                                                 .unparseable = unparseable,
+                                                 .retry_after = kHeavyCallWait});
   }
   size_t response_size = 0;
   std::string output;

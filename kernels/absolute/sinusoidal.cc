@@ -24,8 +24,8 @@ absl::Status ValidateSinusoidal(const SinusoidalParams& p, absl::string_view fie
 }
 
 FreqScheme EffectiveFreqScheme(const SinusoidalParams& p) {
-  if (p.scheme != FreqScheme::kDefault) return p.scheme;
-  return p.layout == SinusoidalLayout::kConcat ? FreqScheme::kT2t : FreqScheme::kVaswani;
+  return p.scheme.value_or(p.layout == SinusoidalLayout::kConcat ? FreqScheme::kT2t
+                                                                 : FreqScheme::kVaswani);
 }
 
 std::vector<long double> SinusoidalFrequencies(const SinusoidalParams& p) {

@@ -14,6 +14,7 @@
 #define POSENC_KERNELS_ABSOLUTE_SINUSOIDAL_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,18 +32,18 @@ class Backend;
 inline constexpr int64_t kMaxSinusoidalDim = int64_t{1} << 20;
 
 enum class SinusoidalLayout { kInterleaved, kConcat };
-enum class FreqScheme { kDefault, kVaswani, kT2t };  // kDefault: VASWANI/INTERLEAVED, T2T/CONCAT
+enum class FreqScheme { kVaswani, kT2t };
 
 struct SinusoidalParams {
   int64_t dim = 0;
   double base = 10000.0;
   SinusoidalLayout layout = SinusoidalLayout::kInterleaved;
-  FreqScheme scheme = FreqScheme::kDefault;
+  std::optional<FreqScheme> scheme;  // nullopt: VASWANI for INTERLEAVED, T2T for CONCAT
 };
 
 // `field` is the wire prefix of the params ("params", "sinusoidal").
 absl::Status ValidateSinusoidal(const SinusoidalParams& params, absl::string_view field);
-// The resolved scheme (never kDefault).
+// The resolved scheme.
 FreqScheme EffectiveFreqScheme(const SinusoidalParams& params);
 // omega_k in extended precision, k = 0 .. number of frequencies - 1 (ceil(D/2) for
 // INTERLEAVED+VASWANI, floor(D/2) otherwise).

@@ -1,5 +1,7 @@
 #include "kernels/common/thread_pool.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 
@@ -19,7 +21,12 @@ struct ThreadPool::Job {
 };
 
 ThreadPool::ThreadPool(int parallelism) : parallelism_(std::max(1, parallelism)) {
-  for (int i = 1; i < parallelism_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  for (int i = 1; i < parallelism_; ++i) {
+    workers_.emplace_back([this] { WorkerLoop(); });
+#if defined(__linux__)
+    pthread_setname_np(workers_.back().native_handle(), kWorkerName);  // named before we return
+#endif
+  }
 }
 
 ThreadPool::~ThreadPool() {

@@ -27,6 +27,10 @@ namespace posenc::kernels {
 
 class ThreadPool {
  public:
+  // The name of every worker thread (Linux: /proc/PID/task/TID/comm), so that a process's compute
+  // threads can be counted (--threads).
+  static constexpr const char kWorkerName[] = "posenc-compute";
+
   // `parallelism` counts the calling thread: a pool of 1 runs everything inline.
   explicit ThreadPool(int parallelism);
   ~ThreadPool();

@@ -1,7 +1,7 @@
 // The CUDA kernels' launch functions: plain structs of device pointers and integers, no Abseil,
 // no CUDA headers (vLLM's split): defined in the ops' *.cu files (nvcc), called by the backend's
-// host side (kernels/cuda/backend.cc, g++). Every pointer here is a device pointer. `stream` is a
-// cudaStream_t; each function returns the cudaError_t of its launch (0 = cudaSuccess).
+// host launchers (the families' cuda.cc, g++). Every pointer here is a device pointer. `stream`
+// is a cudaStream_t; each function returns the cudaError_t of its launch (0 = cudaSuccess).
 //
 // dtype codes are kernels::DType's values: 0 FLOAT32, 1 FLOAT16, 2 BFLOAT16, 3 FLOAT64, 4 INT32.
 #ifndef POSENC_KERNELS_CUDA_LAUNCH_H_

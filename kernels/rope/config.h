@@ -92,7 +92,46 @@ struct RopeConfig {
   bool from_hf_config_json = false;
 };
 
+// Every field of a RopeConfig and its RopeScaling, in one list: `visit(name, field)` for each,
+// name as on the wire ("scaling.factor"). The frequency cache's key is built from it, so a field
+// missing here would be a silent wrong cache hit: tests/server/rope_config_fields_test.cc checks
+// that every field of posenc.v1.RopeConfig changes the key (and reaches the client's struct).
+// `Config` is RopeConfig or const RopeConfig.
+template <typename Config, typename Visit>
+void ForEachRopeField(Config& c, Visit&& visit) {
+  visit("head_dim", c.head_dim);
+  visit("rotary_dim", c.rotary_dim);
+  visit("base", c.base);
+  visit("style", c.style);
+  visit("scaling.type", c.scaling.type);
+  visit("scaling.factor", c.scaling.factor);
+  visit("scaling.original_max_position_embeddings", c.scaling.original_max_position_embeddings);
+  visit("scaling.beta_fast", c.scaling.beta_fast);
+  visit("scaling.beta_slow", c.scaling.beta_slow);
+  visit("scaling.truncate", c.scaling.truncate);
+  visit("scaling.mscale", c.scaling.mscale);
+  visit("scaling.mscale_all_dim", c.scaling.mscale_all_dim);
+  visit("scaling.attention_factor", c.scaling.attention_factor);
+  visit("scaling.low_freq_factor", c.scaling.low_freq_factor);
+  visit("scaling.high_freq_factor", c.scaling.high_freq_factor);
+  visit("scaling.long_factor", c.scaling.long_factor);
+  visit("scaling.short_factor", c.scaling.short_factor);
+  visit("scaling.partial_rotary_factor", c.scaling.partial_rotary_factor);
+  visit("scaling.alpha", c.scaling.alpha);
+  visit("max_position_embeddings", c.max_position_embeddings);
+  visit("mrope_section", c.mrope_section);
+  visit("mrope_layout", c.mrope_layout);
+  visit("inverse", c.inverse);
+  visit("apply_attention_factor", c.apply_attention_factor);
+  visit("seq_len", c.seq_len);
+  visit("freq_factors", c.freq_factors);
+  visit("nope", c.nope);
+  visit("from_hf_config_json", c.from_hf_config_json);
+}
+
+// The wire's names in lowercase (posenc.proto; tests/server/vocabulary_test.cc checks them).
 absl::string_view RopeScalingTypeName(RopeScalingType type);  // "default", "linear", ...
+absl::string_view RopeStyleName(RopeStyle style);             // "neox", "gptj", "deepseek"
 
 // Checks every field (head_dim > 0, even rotary_dim <= head_dim, base finite > 0 != 1, keys
 // valid for the scaling type, required keys present, factor > 0, mrope sections summing to

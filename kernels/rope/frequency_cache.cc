@@ -2,17 +2,33 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
+#include <type_traits>
+#include <vector>
+
+#include "absl/strings/string_view.h"
 
 namespace posenc::kernels {
 namespace {
 
 void Put(std::string& key, const void* p, size_t n) { key.append(static_cast<const char*>(p), n); }
-void PutI(std::string& key, int64_t v) { Put(key, &v, sizeof v); }
-void PutD(std::string& key, double v) { Put(key, &v, sizeof v); }
+
+// One field's bytes in the key: scalars and enums as they are, optionals with a presence byte,
+// lists with their length.
 template <typename T>
-void PutOpt(std::string& key, const std::optional<T>& v) {
+void PutField(std::string& key, const T& v) {
+  static_assert(std::is_arithmetic_v<T> || std::is_enum_v<T>);
+  Put(key, &v, sizeof v);
+}
+template <typename T>
+void PutField(std::string& key, const std::optional<T>& v) {
   key.push_back(v.has_value() ? 1 : 0);
-  if (v) Put(key, &*v, sizeof(T));
+  if (v) PutField(key, *v);
+}
+template <typename T>
+void PutField(std::string& key, const std::vector<T>& v) {
+  PutField(key, static_cast<int64_t>(v.size()));
+  for (const T& x : v) PutField(key, x);
 }
 
 }  // namespace
@@ -20,42 +36,15 @@ void PutOpt(std::string& key, const std::optional<T>& v) {
 std::string RopeFrequencyCache::Key(const RopeConfig& c, int64_t max_position) {
   std::string key;
   key.reserve(160);
-  PutI(key, c.head_dim);
-  PutOpt(key, c.rotary_dim);
-  PutD(key, c.base);
-  key.push_back(static_cast<char>(c.style));
-  const RopeScaling& s = c.scaling;
-  key.push_back(static_cast<char>(s.type));
-  PutOpt(key, s.factor);
-  PutOpt(key, s.original_max_position_embeddings);
-  PutOpt(key, s.beta_fast);
-  PutOpt(key, s.beta_slow);
-  PutOpt(key, s.truncate);
-  PutOpt(key, s.mscale);
-  PutOpt(key, s.mscale_all_dim);
-  PutOpt(key, s.attention_factor);
-  PutOpt(key, s.low_freq_factor);
-  PutOpt(key, s.high_freq_factor);
-  PutI(key, static_cast<int64_t>(s.long_factor.size()));
-  for (double v : s.long_factor) PutD(key, v);
-  PutI(key, static_cast<int64_t>(s.short_factor.size()));
-  for (double v : s.short_factor) PutD(key, v);
-  PutOpt(key, s.partial_rotary_factor);
-  PutOpt(key, s.alpha);
-  PutI(key, static_cast<int64_t>(c.freq_factors.size()));
-  for (double v : c.freq_factors) PutD(key, v);
-  PutOpt(key, c.max_position_embeddings);
-  PutI(key, static_cast<int64_t>(c.mrope_section.size()));
-  for (int64_t v : c.mrope_section) PutI(key, v);
-  key.push_back(static_cast<char>(c.mrope_layout));
-  key.push_back(c.inverse ? 1 : 0);
-  key.push_back(c.apply_attention_factor ? 1 : 0);
-  key.push_back(c.nope ? 1 : 0);
+  ForEachRopeField(c, [&key](absl::string_view name, const auto& field) {
+    if (name != "seq_len") PutField(key, field);
+  });
   // Only dynamic (without alpha) and longrope read seq_len; for the others it must not split
-  // the cache.
+  // the cache. Where it is read, its default (the largest position + 1) counts.
+  const RopeScaling& s = c.scaling;
   const bool reads_seq_len =
       (s.type == RopeScalingType::kDynamic && !s.alpha) || s.type == RopeScalingType::kLongrope;
-  PutI(key, reads_seq_len ? c.seq_len.value_or(std::max<int64_t>(max_position + 1, 1)) : 0);
+  PutField(key, reads_seq_len ? c.seq_len.value_or(std::max<int64_t>(max_position + 1, 1)) : 0);
   return key;
 }
 

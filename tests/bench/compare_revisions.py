@@ -24,7 +24,7 @@ def main(out, rounds):
                 limit = "BM_StreamFill" if "Bias" in name else "BM_StreamTriad"
                 stream = times[f"{limit}/threads:{threads}/real_time"]
                 ratios.setdefault(name, {}).setdefault(side, []).append(t / stream)
-    print(f"| kernel | old time/STREAM | new time/STREAM | new/old |")
+    print("| kernel | old time/STREAM | new time/STREAM | new/old |")
     print("|---|---:|---:|---:|")
     changes = []
     for name in sorted(ratios):

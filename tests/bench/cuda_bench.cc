@@ -32,10 +32,22 @@
 namespace posenc::kernels {
 namespace {
 
+// The cpu backend on every core (the server's one host backend) and the cuda backend beside it,
+// or why there is none.
+std::shared_ptr<const Backend> CpuHost() {
+  static const auto* cpu = new std::shared_ptr<const Backend>(*MakeCpuBackend({}));
+  return *cpu;
+}
+const absl::StatusOr<std::unique_ptr<Backend>>& Cuda() {
+  static const auto* made =
+      new absl::StatusOr<std::unique_ptr<Backend>>(MakeCudaBackend({}, CpuHost()));
+  return *made;
+}
+const Backend* CudaBackendOrNull() { return Cuda().ok() ? Cuda()->get() : nullptr; }
+
 bool HaveDevice(benchmark::State& state) {
   if (!ListCudaDevices().empty()) return true;
-  state.SkipWithError(
-      absl::StrCat("no CUDA device: ", MakeCudaBackend({}).status().ToString()).c_str());
+  state.SkipWithError(absl::StrCat("no CUDA device: ", Cuda().status().ToString()).c_str());
   return false;
 }
 
@@ -263,14 +275,6 @@ BENCHMARK(BM_KernelRelativeBias)->Apply(BiasShapes);
 
 // ---- end to end: the Backend method with host tensors ------------------------------------------
 
-const Backend* CudaBackendOrNull() {
-  static const Backend* b = []() -> const Backend* {
-    auto made = MakeCudaBackend({});
-    return made.ok() ? made->release() : nullptr;
-  }();
-  return b;
-}
-
 // ApplyRope on host tensors q and k of [b, s, h, d] through `backend`, wall time per call.
 void RunApplyRopeEndToEnd(benchmark::State& state, const Backend& backend, int64_t b, int64_t s,
                           int64_t h, int64_t d, DType dtype) {
@@ -311,8 +315,7 @@ BENCHMARK(BM_EndToEndApplyRope)
 void BM_SmallCallApplyRope(benchmark::State& state) {
   const bool cuda = state.range(0) == 1;
   if (cuda && (!HaveDevice(state) || CudaBackendOrNull() == nullptr)) return;
-  static const Backend* cpu = MakeCpuBackend({})->release();
-  RunApplyRopeEndToEnd(state, cuda ? *CudaBackendOrNull() : *cpu, 1, state.range(1), 32, 128,
+  RunApplyRopeEndToEnd(state, cuda ? *CudaBackendOrNull() : *CpuHost(), 1, state.range(1), 32, 128,
                        DType::kFloat32);
 }
 BENCHMARK(BM_SmallCallApplyRope)

@@ -180,8 +180,9 @@ void CheckSinusoidal(const Client& client, const SinusoidalOptions& options) {
                       ? kernels::SinusoidalLayout::kConcat
                       : kernels::SinusoidalLayout::kInterleaved;
   params.scheme = options.params.freq_scheme == FreqScheme::kVaswani ? kernels::FreqScheme::kVaswani
-                  : options.params.freq_scheme == FreqScheme::kT2t   ? kernels::FreqScheme::kT2t
-                                                                   : kernels::FreqScheme::kDefault;
+                  : options.params.freq_scheme == FreqScheme::kT2t
+                      ? kernels::FreqScheme::kT2t
+                      : std::optional<kernels::FreqScheme>();
   absl::StatusOr<kernels::SinusoidalPlan> plan =
       kernels::PlanSinusoidal({.params = params,
                                .positions = SpecOf(options.positions),

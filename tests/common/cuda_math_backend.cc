@@ -16,7 +16,7 @@
 namespace posenc::testing {
 namespace {
 
-using namespace ::posenc::kernels;  // NOLINT(google-build-using-namespace): test-only file
+using namespace ::posenc::kernels;  // a test-only file
 namespace hd = ::posenc::kernels::hd;
 
 // device_elements.cuh's loads and stores, with the same codec.
@@ -62,7 +62,7 @@ void ExpandToeplitz(const void* gen, int64_t heads, int64_t q_len, int64_t k_len
 
 // A bias from its generator rows, value(h, t) for t < q_len + k_len - 1: written straight into the
 // output in the compact form, expanded into each head's Toeplitz matrix in the full form (the two
-// steps of kernels/cuda/backend.cc).
+// steps of kernels/bias/cuda.cc).
 template <typename Value>
 void WriteBiasFromGenerators(const TensorView& bias, bool compact, int64_t heads, int64_t q_len,
                              int64_t k_len, Value value) {

@@ -183,7 +183,7 @@ if command -v kubectl >/dev/null &&
   grep -q 'image: registry.example.com/posenc:' "$work/cpu.yaml" || fail "overlays/cpu: image"
   grep -q 'image: registry.example.com/posenc-cuda:' "$work/gpu.yaml" || fail "overlays/gpu: image"
   grep -q 'nvidia.com/gpu: 1' "$work/gpu.yaml" || fail "overlays/gpu: no nvidia.com/gpu"
-  grep -q 'POSENC_BACKEND: cuda' "$work/gpu.yaml" || fail "overlays/gpu: backend"
+  grep -qE 'POSENC_THREADS: "?4' "$work/gpu.yaml" || fail "overlays/gpu: threads"
   echo "ok  overlays cpu and gpu render"
 fi
 deploy/k8s/podman-kube.sh "$work/k8s.yaml" | tee "$work/render.log"

@@ -1,4 +1,4 @@
-// libFuzzer target: the Hugging Face config.json normalizer (server/hf_config.h).
+// libFuzzer target: the Hugging Face config.json normalizer (kernels/hf/config.h).
 //
 // Input: the config.json text; if it holds a NUL byte, what follows the first one is the
 // layer_type (for rope_parameters keyed by layer type). A config that parses goes on through
@@ -12,8 +12,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
+#include "kernels/hf/config.h"
 #include "kernels/rope/config.h"
-#include "server/hf_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::string_view input(reinterpret_cast<const char*>(data), size);
@@ -23,8 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     json = input.substr(0, nul);
     layer_type = input.substr(nul + 1);
   }
-  absl::StatusOr<posenc::server::HfRopeConfig> parsed =
-      posenc::server::ParseHfRopeConfig(json, layer_type);
+  absl::StatusOr<posenc::hf::ModelRope> parsed = posenc::hf::ParseModelRope(json, layer_type);
   if (!parsed.ok()) {
     if (parsed.status().code() != absl::StatusCode::kInvalidArgument ||
         !(absl::StartsWith(parsed.status().message(), "config.hf_config_json: ") ||

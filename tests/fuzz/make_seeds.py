@@ -11,7 +11,6 @@ plus a few hand-written ones; "\\0LAYER" after the JSON selects a layer type. ta
 deterministic; the corpus is committed, so the script only needs rerunning to change it.
 """
 import json
-import os
 import pathlib
 import struct
 import subprocess
@@ -48,66 +47,87 @@ LLAMA3 = json.dumps({"rope_theta": 500000, "head_dim": 16, "max_position_embeddi
                                       "original_max_position_embeddings": 64}})
 
 RPC_SEEDS = {
-    "sinusoidal_range": ("Sinusoidal", "positions { range { start: 0 count: 8 } } params { dim: 16 }"),
-    "sinusoidal_ids_concat_f16": ("Sinusoidal",
+    "sinusoidal_range": ("Sinusoidal",
+                         "positions { range { start: 0 count: 8 } } params { dim: 16 }"),
+    "sinusoidal_ids_concat_f16": (
+        "Sinusoidal",
         "positions { ids { %s } } params { dim: 7 layout: SINUSOIDAL_LAYOUT_CONCAT } "
         "output_dtype: DTYPE_FLOAT16" % tensor_text("DTYPE_INT32", [4], i32([0, 1, 5, 9]))),
-    "sinusoidal_mask": ("Sinusoidal",
-        "positions { attention_mask { %s } } params { dim: 8 base: 100 freq_scheme: FREQ_SCHEME_T2T }"
+    "sinusoidal_mask": (
+        "Sinusoidal",
+        "positions { attention_mask { %s } } "
+        "params { dim: 8 base: 100 freq_scheme: FREQ_SCHEME_T2T }"
         % tensor_text("DTYPE_INT64", [2, 3], i64([0, 1, 1, 1, 1, 1]))),
-    "add_sinusoidal": ("AddPositionEncoding",
+    "add_sinusoidal": (
+        "AddPositionEncoding",
         "x { %s } sinusoidal { dim: 0 } scale: 2 padding_idx: 1"
         % tensor_text("DTYPE_FLOAT32", [1, 4, 4], f32([0.5 * i for i in range(16)]))),
-    "add_learned_concat": ("AddPositionEncoding",
+    "add_learned_concat": (
+        "AddPositionEncoding",
         'x { %s } learned { table_name: "wpe" table_offset: 2 } combine: COMBINE_CONCAT '
         "positions { offsets { offsets: 1 offsets: 3 } }"
         % tensor_text("DTYPE_FLOAT32", [2, 3, 2], f32(range(12)))),
-    "rope_cache_yarn": ("RopeCache",
+    "rope_cache_yarn": (
+        "RopeCache",
         "positions { range { start: 0 count: 8 } } config { head_dim: 16 scaling { type: "
-        "ROPE_SCALING_YARN factor: 4 } max_position_embeddings: 64 } layout: ROPE_CACHE_LAYOUT_NEOX"),
-    "rope_cache_hf_llama3": ("RopeCache",
+        "ROPE_SCALING_YARN factor: 4 } max_position_embeddings: 64 } "
+        "layout: ROPE_CACHE_LAYOUT_NEOX"),
+    "rope_cache_hf_llama3": (
+        "RopeCache",
         "positions { range { start: 3 count: 4 } } config { hf_config_json: %s } "
         "output_dtype: DTYPE_BFLOAT16" % json.dumps(LLAMA3)),
-    "rope_cache_mrope": ("RopeCache",
+    "rope_cache_mrope": (
+        "RopeCache",
         "positions { ids { %s } } config { head_dim: 16 mrope_section: 2 mrope_section: 3 "
         "mrope_section: 3 mrope_layout: MROPE_LAYOUT_INTERLEAVED }"
         % tensor_text("DTYPE_INT64", [3, 2], i64([0, 1, 0, 2, 0, 3]))),
-    "rope_cache_longrope": ("RopeCache",
+    "rope_cache_longrope": (
+        "RopeCache",
         "positions { range { count: 4 } } config { head_dim: 8 max_position_embeddings: 64 "
         "scaling { type: ROPE_SCALING_LONGROPE original_max_position_embeddings: 16 "
         "long_factor: 1 long_factor: 2 long_factor: 3 long_factor: 4 short_factor: 1 "
         "short_factor: 1 short_factor: 1 short_factor: 1 } seq_len: 32 }"),
-    "apply_rope_bshd_gqa": ("ApplyRope",
+    "apply_rope_bshd_gqa": (
+        "ApplyRope",
         "q { %s } k { %s } config { head_dim: 8 style: ROPE_STYLE_GPTJ }"
         % (tensor_text("DTYPE_FLOAT32", [1, 2, 2, 8], f32([0.1 * i for i in range(32)])),
            tensor_text("DTYPE_FLOAT32", [1, 2, 1, 8], f32([0.2 * i for i in range(16)])))),
-    "apply_rope_thd_bf16": ("ApplyRope",
+    "apply_rope_thd_bf16": (
+        "ApplyRope",
         "q { %s } positions { cu_seqlens { cu_seqlens: 0 cu_seqlens: 1 cu_seqlens: 4 } } "
         "config { rotary_dim: 4 scaling { type: ROPE_SCALING_LINEAR factor: 2 } inverse: true } "
         "layout: TENSOR_LAYOUT_THD" % tensor_text("DTYPE_BFLOAT16", [4, 1, 8], bytes(64))),
-    "apply_rope_bhsd_dynamic": ("ApplyRope",
+    "apply_rope_bhsd_dynamic": (
+        "ApplyRope",
         "q { %s } positions { attention_mask { %s } } layout: TENSOR_LAYOUT_BHSD config { "
         "scaling { type: ROPE_SCALING_DYNAMIC factor: 2 } max_position_embeddings: 2 }"
         % (tensor_text("DTYPE_FLOAT16", [1, 1, 3, 4], bytes(24)),
            tensor_text("DTYPE_INT32", [1, 3], i32([0, 1, 1])))),
     "alibi_slopes": ("AlibiSlopes", "num_heads: 12 max_bias: 8"),
     "alibi_bias_causal": ("AlibiBias", "num_heads: 4 q_len: 3 k_len: 5"),
-    "alibi_bias_bloom_mask": ("AlibiBias",
+    "alibi_bias_bloom_mask": (
+        "AlibiBias",
         "num_heads: 2 q_len: 2 k_len: 3 mode: ALIBI_MODE_BLOOM attention_mask { %s }"
         % tensor_text("DTYPE_INT32", [2, 3], i32([0, 1, 1, 1, 1, 1]))),
-    "alibi_bias_compact": ("AlibiBias",
+    "alibi_bias_compact": (
+        "AlibiBias",
         "num_heads: 3 q_len: 4 k_len: 4 mode: ALIBI_MODE_SYMMETRIC form: BIAS_FORM_COMPACT "
         "query_offset: -1 future: FUTURE_MODE_LINEAR output_dtype: DTYPE_FLOAT64"),
     "relative_bias_named": ("RelativeBias", 'q_len: 4 k_len: 4 table_name: "t5"'),
-    "relative_bias_buckets": ("RelativeBias",
+    "relative_bias_buckets": (
+        "RelativeBias",
         "q_len: 3 k_len: 5 bidirectional: false num_buckets: 8 max_distance: 16 "
         "form: BIAS_FORM_BUCKETS"),
-    "relative_bias_inline_compact": ("RelativeBias",
+    "relative_bias_inline_compact": (
+        "RelativeBias",
         "q_len: 2 k_len: 3 num_buckets: 4 max_distance: 8 table_inline { %s } "
-        "form: BIAS_FORM_COMPACT key_offset: 2" % tensor_text("DTYPE_FLOAT32", [4, 2], f32(range(8)))),
-    "relative_embedding_named": ("RelativeEmbedding",
+        "form: BIAS_FORM_COMPACT key_offset: 2"
+        % tensor_text("DTYPE_FLOAT32", [4, 2], f32(range(8)))),
+    "relative_embedding_named": (
+        "RelativeEmbedding",
         'q_len: 3 k_len: 3 max_relative: 4 table_name: "shaw"'),
-    "relative_embedding_inline": ("RelativeEmbedding",
+    "relative_embedding_inline": (
+        "RelativeEmbedding",
         "q_len: 2 k_len: 4 max_relative: 1 table_inline { %s } output_dtype: DTYPE_FLOAT16"
         % tensor_text("DTYPE_FLOAT32", [3, 2], f32(range(6)))),
     "server_info": ("GetServerInfo", ""),
@@ -120,11 +140,13 @@ HF_EXTRA = {
     "layer_dict": json.dumps({"head_dim": 32, "rope_parameters": {
         "full_attention": {"rope_type": "linear", "factor": 8, "rope_theta": 1000000},
         "sliding_attention": {"rope_type": "default", "rope_theta": 10000}}}) + "\0full_attention",
-    "yarn_dsv3": json.dumps({"qk_rope_head_dim": 64, "max_position_embeddings": 163840,
+    "yarn_dsv3": json.dumps({
+        "qk_rope_head_dim": 64, "max_position_embeddings": 163840,
         "rope_scaling": {"type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1,
                          "mscale": 1.0, "mscale_all_dim": 1.0,
                          "original_max_position_embeddings": 4096}}),
-    "longrope_su": json.dumps({"head_dim": 8, "max_position_embeddings": 131072,
+    "longrope_su": json.dumps({
+        "head_dim": 8, "max_position_embeddings": 131072,
         "original_max_position_embeddings": 4096, "rope_scaling": {
             "type": "su", "long_factor": [1.0, 1.5, 2.0, 3.0],
             "short_factor": [1.0, 1.0, 1.0, 1.1]}}),
@@ -147,7 +169,8 @@ def npy(descr, shape, raw, version=1):
 def safetensors(tensors, metadata=None):
     header, data = {}, b""
     for name, (dtype, shape, raw) in tensors.items():
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [len(data), len(data) + len(raw)]}
         data += raw
     if metadata is not None:
         header["__metadata__"] = metadata

@@ -167,7 +167,7 @@ TEST(CudaMathPhaseTest, ExactPhaseSinCosWithinTwoUlp) {
 TEST(CudaEntryPointsTest, AgreeWithTheBuild) {
 #if defined(POSENC_HAVE_CUDA)
   EXPECT_TRUE(CudaBuiltIn());
-  auto b = MakeCudaBackend({});
+  auto b = MakeCudaBackend({}, *MakeCpuBackend(CpuBackendOptions{1, ""}));
   if (ListCudaDevices().empty()) {
     ASSERT_FALSE(b.ok());
     EXPECT_EQ(b.status().code(), absl::StatusCode::kUnavailable) << b.status();
@@ -178,7 +178,8 @@ TEST(CudaEntryPointsTest, AgreeWithTheBuild) {
 #else
   EXPECT_FALSE(CudaBuiltIn());
   EXPECT_TRUE(ListCudaDevices().empty());
-  EXPECT_EQ(MakeCudaBackend({}).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(MakeCudaBackend({}, *MakeCpuBackend(CpuBackendOptions{1, ""})).status().code(),
+            absl::StatusCode::kUnimplemented);
 #endif
 }
 

@@ -18,13 +18,23 @@
 namespace posenc::kernels {
 namespace {
 
+// The host backend every device backend here is made with (as the server's one cpu backend).
+std::shared_ptr<const Backend> Host() {
+  static const auto* host = new std::shared_ptr<const Backend>(*MakeCpuBackend({2, ""}));
+  return *host;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeCuda(const CudaBackendOptions& options = {}) {
+  return MakeCudaBackend(options, Host());
+}
+
 // The device backend, or why there is none.
 absl::StatusOr<std::unique_ptr<Backend>> MakeDeviceBackend(CudaBackendOptions options = {}) {
   if (ListCudaDevices().empty()) {
-    absl::Status s = MakeCudaBackend(options).status();
+    absl::Status s = MakeCuda(options).status();
     return absl::UnavailableError(absl::StrCat("no CUDA device: ", s.message()));
   }
-  return MakeCudaBackend(options);
+  return MakeCuda(options);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaParityTest,
@@ -44,16 +54,17 @@ TEST(CudaBackendTest, ErrorsWithoutOrBeyondTheDevices) {
   EXPECT_TRUE(CudaBuiltIn());
   CudaBackendOptions far;
   far.device = 1000;
-  auto b = MakeCudaBackend(far);
+  auto b = MakeCuda(far);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kUnavailable) << b.status();
   EXPECT_NE(b.status().message().find("cuda"), std::string::npos) << b.status();
   EXPECT_NE(b.status().message().find("cudaError"), std::string::npos) << b.status();
   CudaBackendOptions no_streams;
   no_streams.streams = 0;
-  EXPECT_EQ(MakeCudaBackend(no_streams).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeCuda(no_streams).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeCudaBackend({}, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
   if (ListCudaDevices().empty()) {
-    auto none = MakeCudaBackend({});
+    auto none = MakeCuda();
     ASSERT_FALSE(none.ok());
     EXPECT_EQ(none.status().code(), absl::StatusCode::kUnavailable) << none.status();
     EXPECT_NE(none.status().message().find("cudaError"), std::string::npos) << none.status();
@@ -62,7 +73,7 @@ TEST(CudaBackendTest, ErrorsWithoutOrBeyondTheDevices) {
 
 TEST(CudaBackendTest, DevicesAreListedWithTheirProperties) {
   const auto devices = ListCudaDevices();
-  if (devices.empty()) GTEST_SKIP() << "no CUDA device: " << MakeCudaBackend({}).status();
+  if (devices.empty()) GTEST_SKIP() << "no CUDA device: " << MakeCuda().status();
   for (const auto& d : devices) {
     EXPECT_FALSE(d.name.empty());
     EXPECT_GT(d.total_memory_bytes, 0);

@@ -34,7 +34,7 @@ std::vector<std::unique_ptr<Backend>> AllBackends() {
   }
   out.push_back(::posenc::testing::MakeCudaMathHostBackend());
   if (!ListCudaDevices().empty()) {
-    auto b = MakeCudaBackend({});
+    auto b = MakeCudaBackend({}, *MakeCpuBackend(CpuBackendOptions{1, ""}));
     if (b.ok()) out.push_back(std::move(*b));
   }
   return out;
@@ -148,7 +148,7 @@ void CheckSinusoidal(const GoldenCase& c, DType dtype, double f32_tol) {
   const std::string scheme = c.params.value("freq_scheme", "");
   p.scheme = scheme == "t2t"       ? FreqScheme::kT2t
              : scheme == "vaswani" ? FreqScheme::kVaswani
-                                   : FreqScheme::kDefault;
+                                   : std::optional<FreqScheme>();
   PositionSpec spec;
   spec.kind = PositionSpec::Kind::kIds;
   spec.ids = IdsView(pos);

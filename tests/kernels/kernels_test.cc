@@ -225,7 +225,7 @@ TEST(SinusoidalTest, PaddingRowsAreZeroAndLayoutsAgree) {
 }
 
 TEST(SinusoidalTest, T2tLastFrequencyIsOneOverBase) {
-  SinusoidalParams p{10, 500.0, SinusoidalLayout::kConcat, FreqScheme::kDefault};
+  SinusoidalParams p{10, 500.0, SinusoidalLayout::kConcat, std::nullopt};
   auto omega = SinusoidalFrequencies(p);
   ASSERT_EQ(omega.size(), 5u);
   EXPECT_NEAR(static_cast<double>(omega.back()), 1.0 / 500.0, 1e-18);

@@ -2,8 +2,9 @@
 
 The server listens on 127.0.0.1:0 (a free port chosen by the kernel) and logs the port it got
 ("posenc-server listening on HOST:PORT ..."); a reader thread collects its output so that the
-pipe never fills. POSENC_SERVER_PATH names the binary (ctest sets it), else
-build/release/posenc-server of this checkout.
+pipe never fills. With metrics=True it also serves Prometheus metrics on a free port
+(--metrics_address), read by requests_total(). POSENC_SERVER_PATH names the binary (ctest sets
+it), else build/release/posenc-server of this checkout.
 """
 
 import os
@@ -12,13 +13,14 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.request
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 def server_path():
-    path = os.environ.get("POSENC_SERVER_PATH") or os.path.join(ROOT, "build", "release",
-                                                                 "posenc-server")
+    path = (os.environ.get("POSENC_SERVER_PATH")
+            or os.path.join(ROOT, "build", "release", "posenc-server"))
     if not os.access(path, os.X_OK):
         raise RuntimeError(f"posenc-server not found at {path} (build it, or set "
                            "POSENC_SERVER_PATH)")
@@ -32,17 +34,21 @@ def golden_dir():
 class ServerProcess:
     """A running posenc-server; stop() (or the context manager) ends it."""
 
-    def __init__(self, *args, timeout=60.0):
+    def __init__(self, *args, timeout=60.0, metrics=False):
         argv = [server_path(), "--listen=127.0.0.1:0", "--drain_grace=0s",
                 "--drain_timeout=2s", *args]
+        if metrics:
+            argv.append("--metrics_address=127.0.0.1:0")
         self._output = []
         self._lock = threading.Lock()
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        self.port = self._wait_for_port(timeout)
+        self.port = self._wait_for(r"listening on \S*:(\d+)\s", timeout)
         self.address = f"127.0.0.1:{self.port}"
+        self.metrics_port = self._wait_for(r"metrics on http://\S*:(\d+)/", timeout) if (
+            metrics) else None
 
     def _read(self):
         for line in iter(self.process.stdout.readline, b""):
@@ -56,10 +62,11 @@ class ServerProcess:
         with self._lock:
             return "".join(self._output)
 
-    def _wait_for_port(self, timeout):
+    def _wait_for(self, pattern, timeout):
+        """The number the first log line matching `pattern` gives (a port)."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            m = re.search(r"listening on \S*:(\d+)\s", self.output())
+            m = re.search(pattern, self.output())
             if m:
                 return int(m.group(1))
             if self.process.poll() is not None:
@@ -67,6 +74,17 @@ class ServerProcess:
             time.sleep(0.02)
         self.stop()
         raise RuntimeError(f"posenc-server did not start:\n{self.output()}")
+
+    def requests_total(self, method):
+        """posenc_requests_total of `method` ("ApplyRope"), every status code together."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode("utf-8")
+        total = 0
+        for m in re.finditer(r'^posenc_requests_total\{([^}]*)\} (\S+)$', text, re.MULTILINE):
+            if f'method="{method}"' in m.group(1):
+                total += int(float(m.group(2)))
+        return total
 
     def stop(self):
         if self.process.poll() is None:

@@ -2,6 +2,8 @@
 position kinds, Hugging Face configs, typed errors, deadlines, bfloat16, compact biases,
 health, TLS, and the local helpers."""
 
+import dataclasses
+import enum
 import json
 import os
 import pickle
@@ -14,10 +16,13 @@ import unittest
 
 import grpc
 import numpy as np
+from google.protobuf import duration_pb2
 
 import posenc
+from posenc import _errors, _split, _tensor, _transport, _wire
+from posenc._protos import error_details_pb2, health_pb2, status_pb2
 from posenc.v1 import posenc_pb2 as pb
-from server import ServerProcess
+from server import ROOT, ServerProcess
 
 SERVER = None
 CLIENT = None
@@ -59,20 +64,39 @@ def bf16_values(a):
 
 
 class EnumsTest(unittest.TestCase):
-    def test_enums_mirror_the_wire(self):
-        pairs = {
-            posenc.DType: "DTYPE_", posenc.SinusoidalLayout: "SINUSOIDAL_LAYOUT_",
-            posenc.FreqScheme: "FREQ_SCHEME_", posenc.Combine: "COMBINE_",
-            posenc.RopeStyle: "ROPE_STYLE_", posenc.RopeScalingType: "ROPE_SCALING_",
-            posenc.MropeLayout: "MROPE_LAYOUT_", posenc.RopeCacheLayout: "ROPE_CACHE_LAYOUT_",
-            posenc.TensorLayout: "TENSOR_LAYOUT_", posenc.AlibiMode: "ALIBI_MODE_",
-            posenc.FutureMode: "FUTURE_MODE_", posenc.BiasForm: "BIAS_FORM_",
+    def test_every_enum_of_the_proto_is_exposed_with_the_wires_values(self):
+        enums = dict(pb.DESCRIPTOR.enum_types_by_name)
+        self.assertGreaterEqual(len(enums), 12)
+        for name, descriptor in enums.items():
+            zero = descriptor.values_by_number[0].name
+            self.assertTrue(zero.endswith("_UNSPECIFIED"), zero)  # posenc.proto's convention
+            prefix = zero[:-len("UNSPECIFIED")]
+            cls = getattr(posenc, name)
+            self.assertTrue(issubclass(cls, enum.IntEnum), name)
+            self.assertIn(name, posenc.__all__)
+            self.assertEqual({m.name: int(m) for m in cls},
+                             {v.name[len(prefix):]: v.number for v in descriptor.values}, name)
+        serving = health_pb2.HealthCheckResponse.ServingStatus
+        self.assertEqual({m.name: int(m) for m in posenc.HealthStatus},
+                         {n: serving.Value(n) for n in serving.keys()})
+
+    def test_every_value_of_an_enum_the_client_interprets_is_handled(self):
+        # The tables where the client acts on an enum's value (the other enums it only passes
+        # through): a value added to the .proto fails here until its table has it.
+        tables = {
+            posenc.DType: _tensor.WIRE_NUMPY,
+            posenc.FutureMode: _tensor.FUTURE_FILL,
+            posenc.AlibiMode: _tensor.ALIBI_COMPACT,
+            posenc.TensorLayout: _split.ROPE_AXES,
+            posenc.Combine: _split.Y_WIDTH,
+            posenc.BiasForm: _split.CUT_FORMS,
         }
-        for cls, prefix in pairs.items():
-            enum_desc = pb.DESCRIPTOR.enum_types_by_name[cls.__name__]
-            wire = {v.name[len(prefix):]: v.number for v in enum_desc.values}
-            ours = {m.name: int(m) for m in cls}
-            self.assertEqual(ours, wire, cls.__name__)
+        for cls, table in tables.items():
+            self.assertEqual(set(table), {m for m in cls if m.name != "UNSPECIFIED"},
+                             cls.__name__)
+
+    def test_the_enums_are_pickled_by_name(self):
+        self.assertIs(pickle.loads(pickle.dumps(posenc.RopeStyle.GPTJ)), posenc.RopeStyle.GPTJ)
 
     def test_enum_arguments_take_names_members_and_numbers(self):
         a = CLIENT.rope_cache(range(0, 3), posenc.RopeConfig(head_dim=8, style="GPTJ"),
@@ -84,6 +108,58 @@ class EnumsTest(unittest.TestCase):
             CLIENT.rope_cache(range(0, 3), posenc.RopeConfig(head_dim=8, style="sideways"))
         self.assertIn("config.style", str(cm.exception))
         self.assertEqual(cm.exception.details, "client-side check")
+
+
+class MirrorsTest(unittest.TestCase):
+    """The value types that mirror a message field for field (converted by name in _wire)."""
+
+    MIRRORS = {
+        posenc.RopeConfig: pb.RopeConfig, posenc.RopeScaling: pb.RopeScaling,
+        posenc.SinusoidalParams: pb.SinusoidalParams, posenc.RopeDerived: pb.RopeDerived,
+        posenc.RopeLayerGroup: pb.RopeLayerGroup, posenc.RopeValueSource: pb.RopeValueSource,
+        posenc.AttentionTemperatureTuning: pb.AttentionTemperatureTuning,
+        posenc.DescribeRopeResult: pb.DescribeRopeResponse, posenc.BackendInfo: pb.BackendInfo,
+        posenc.DeviceInfo: pb.DeviceInfo, posenc.TableInfo: pb.TableInfo,
+    }
+
+    def test_every_field_of_the_message_and_no_other(self):
+        for cls, message in self.MIRRORS.items():
+            self.assertEqual({f.name for f in dataclasses.fields(cls)},
+                             {f.name for f in message.DESCRIPTOR.fields}, cls.__name__)
+        info = {f.name for f in dataclasses.fields(posenc.ServerInfo)}
+        wire = ({f.name for f in pb.GetServerInfoResponse.DESCRIPTOR.fields} - {"limits"}) | {
+            f.name for f in pb.ServerLimits.DESCRIPTOR.fields}
+        self.assertEqual(info, wire)
+
+    def test_a_rope_config_round_trips_through_its_message(self):
+        config = posenc.RopeConfig(
+            head_dim=64, rotary_dim=32, base=1e6, style="gptj", max_position_embeddings=4096,
+            scaling={"rope_type": "longrope", "original_max_position_embeddings": 1024,
+                     "long_factor": [2.0] * 8, "short_factor": [1.0] * 8, "truncate": False},
+            mrope_section=[4, 2, 2], inverse=True, apply_attention_factor=False, seq_len=9,
+            freq_factors=[1.0] * 16, layer_type="full")
+        msg = pb.RopeConfig()
+        _wire.to_message(config, msg, "config")
+        self.assertTrue(msg.HasField("apply_attention_factor"))
+        self.assertFalse(msg.scaling.HasField("factor"))
+        back = _wire.from_message(msg, posenc.RopeConfig)
+        self.assertEqual(back.scaling.type, posenc.RopeScalingType.LONGROPE)
+        self.assertEqual(back.scaling.long_factor, (2.0,) * 8)
+        self.assertIsNone(back.scaling.factor)
+        self.assertEqual((back.style, back.rotary_dim, back.seq_len, back.mrope_section),
+                         (posenc.RopeStyle.GPTJ, 32, 9, (4, 2, 2)))
+
+    def test_wrong_value_types_name_the_field(self):
+        for config, field in ((posenc.RopeConfig(head_dim=1.5), "config.head_dim"),
+                              (posenc.RopeConfig(base="big"), "config.base"),
+                              (posenc.RopeConfig(inverse=1), "config.inverse"),
+                              (posenc.RopeConfig(scaling={"factor": "x"}),
+                               "config.scaling.factor"),
+                              (posenc.RopeConfig(mrope_section="123"), "config.mrope_section")):
+            with self.assertRaises(posenc.InvalidArgumentError) as cm:
+                CLIENT.rope_cache(range(0, 2), config)
+            self.assertEqual(cm.exception.field, field)
+            self.assertEqual(cm.exception.details, "client-side check")
 
 
 class AbsoluteTest(unittest.TestCase):
@@ -246,6 +322,27 @@ class RopeTest(unittest.TestCase):
         derived = CLIENT.rope_cache(range(0, 200), config).derived
         self.assertEqual(derived.seq_len, 200)
         self.assertGreater(derived.effective_base, 10000.0)
+
+    def test_describe_rope_of_a_config_json_and_of_an_explicit_config(self):
+        config = dict(self.LLAMA31, num_hidden_layers=4)
+        result = CLIENT.describe_rope(config)
+        self.assertIsInstance(result, posenc.DescribeRopeResult)
+        self.assertEqual((result.num_layers, len(result.groups)), (4, 1))
+        group = result.groups[0]
+        self.assertEqual(group.layers, (0, 1, 2, 3))
+        self.assertEqual(group.derived.scaling_type, posenc.RopeScalingType.LLAMA3)
+        self.assertEqual((group.base, group.max_position_embeddings), (500000.0, 131072))
+        self.assertIsNone(group.softmax_scale_multiplier)
+        self.assertIsNone(group.attn_temperature_tuning)
+        np.testing.assert_array_equal(group.derived.inv_freq, CLIENT.rope_cache(
+            range(0, 1), self.LLAMA31).derived.inv_freq)
+        self.assertIn("base", {source.name for source in group.sources})
+        self.assertTrue(all(isinstance(s, posenc.RopeValueSource) for s in group.sources))
+        explicit = CLIENT.describe_rope(posenc.RopeConfig(head_dim=64, base=1e6))
+        self.assertEqual((len(explicit.groups), explicit.groups[0].layers), (1, ()))
+        self.assertEqual(explicit.groups[0].derived.effective_base, 1e6)
+        with self.assertRaises(posenc.InvalidArgumentError):
+            CLIENT.describe_rope(posenc.RopeConfig.from_hf(config, layer_type="full"))
 
 
 class BiasTest(unittest.TestCase):
@@ -480,6 +577,221 @@ class ErrorsTest(unittest.TestCase):
             self.assertEqual(type(err).CODE, code)
 
 
+class FakeRpcError(grpc.RpcError):
+    """A failed call as gRPC reports it, with the trailers a test chooses."""
+
+    def __init__(self, code, message, trailers=()):
+        super().__init__()
+        self._code, self._message, self._trailers = code, message, tuple(trailers)
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return self._message
+
+    def trailing_metadata(self):
+        return self._trailers
+
+    def debug_error_string(self):
+        return "debug"
+
+
+def status_trailer(code, message, *details):
+    """grpc-status-details-bin holding a google.rpc.Status with `details` packed."""
+    status = status_pb2.Status(code=code.value[0], message=message)
+    for detail in details:
+        status.details.add().Pack(detail)
+    return [("grpc-status-details-bin", status.SerializeToString())]
+
+
+class StructuredDetailsTest(unittest.TestCase):
+    """Decoding the contract of posenc.proto's header from trailers built here."""
+
+    def test_error_info_and_field_violations(self):
+        message = "config.scaling.factor: expected > 0, got 0"
+        code = grpc.StatusCode.INVALID_ARGUMENT
+        info = error_details_pb2.ErrorInfo(reason="INVALID_FIELD", domain="posenc.v1",
+                                           metadata={"rpc": "RopeCache"})
+        bad = error_details_pb2.BadRequest()
+        bad.field_violations.add(field="config.scaling.factor", description="expected > 0, got 0")
+        bad.field_violations.add(field="config.base", description="second")
+        e = _errors.from_rpc_error(FakeRpcError(code, message, [("other", "x")] + status_trailer(
+            code, message, info, bad)), "RopeCache")
+        self.assertIsInstance(e, posenc.InvalidArgumentError)
+        self.assertEqual((e.code, e.message, e.method, e.details),
+                         (code, message, "RopeCache", "debug"))
+        self.assertEqual((e.reason, e.domain, e.metadata), ("INVALID_FIELD", "posenc.v1",
+                                                            {"rpc": "RopeCache"}))
+        self.assertEqual((e.field, e.description), ("config.scaling.factor",
+                                                    "expected > 0, got 0"))
+        self.assertEqual(e.violations[1], posenc.FieldViolation("config.base", "second"))
+        self.assertIsNone(e.retry_delay)
+        again = pickle.loads(pickle.dumps(e))
+        self.assertEqual((again.reason, again.violations, again.metadata),
+                         (e.reason, e.violations, e.metadata))
+
+    def test_retry_info_of_a_busy_server(self):
+        code = grpc.StatusCode.RESOURCE_EXHAUSTED
+        retry = error_details_pb2.RetryInfo()
+        retry.retry_delay.FromMilliseconds(1500)
+        info = error_details_pb2.ErrorInfo(reason="OVERLOADED", domain="posenc.v1",
+                                           metadata={"limit": "max_heavy_calls"})
+        e = _errors.from_rpc_error(FakeRpcError(code, "busy", status_trailer(
+            code, "busy", info, retry)))
+        self.assertIsInstance(e, posenc.ResourceExhaustedError)
+        self.assertEqual((e.reason, e.metadata, e.retry_delay),
+                         ("OVERLOADED", {"limit": "max_heavy_calls"}, 1.5))
+        self.assertIsNone(e.field)  # structured, no violation: no field from the message
+
+    def test_a_status_of_another_code_or_unreadable_is_ignored(self):
+        code = grpc.StatusCode.INVALID_ARGUMENT
+        info = error_details_pb2.ErrorInfo(reason="INVALID_FIELD", domain="posenc.v1")
+        for trailers in (status_trailer(grpc.StatusCode.INTERNAL, "m", info),
+                         [("grpc-status-details-bin", b"\xff\xff not a status")],
+                         [("grpc-status-details-bin", "text")], []):
+            e = _errors.from_rpc_error(FakeRpcError(code, "q.shape[1]: expected >= 1, got 0",
+                                                    trailers))
+            self.assertIsNone(e.reason)
+            self.assertEqual((e.field, e.description), ("q.shape[1]", "expected >= 1, got 0"))
+
+    def test_unknown_detail_types_are_skipped(self):
+        code = grpc.StatusCode.OUT_OF_RANGE
+        info = error_details_pb2.ErrorInfo(reason="POSITION_OUT_OF_RANGE", domain="posenc.v1")
+        debug = duration_pb2.Duration(seconds=3)
+        e = _errors.from_rpc_error(FakeRpcError(code, "positions: past", status_trailer(
+            code, "positions: past", debug, info)))
+        self.assertIsInstance(e, posenc.OutOfRangeError)
+        self.assertEqual(e.reason, "POSITION_OUT_OF_RANGE")
+
+    def test_the_clients_own_checks_are_shaped_as_the_servers(self):
+        with self.assertRaises(posenc.InvalidArgumentError) as cm:
+            CLIENT.rope_cache(range(0, 2), posenc.RopeConfig(head_dim=8, style="sideways"))
+        e = cm.exception
+        self.assertEqual((e.field, e.reason, e.domain, e.details),
+                         ("config.style", "INVALID_FIELD", "posenc.v1", "client-side check"))
+        self.assertEqual(e.message, f"{e.field}: {e.description}")
+
+
+@unittest.skipUnless(shutil.which("protoc"), "protoc is not installed")
+class UpstreamProtosTest(unittest.TestCase):
+    def test_installed_google_rpc_and_grpc_health_are_preferred(self):
+        # googleapis-common-protos and grpcio-health-checking stand-ins, generated from the same
+        # protos: posenc must use them rather than register its copies beside them.
+        with tempfile.TemporaryDirectory() as tmp:
+            proto = os.path.join(ROOT, "proto")
+            subprocess.run(["protoc", f"--proto_path={proto}", f"--python_out={tmp}",
+                            "google/rpc/status.proto", "google/rpc/error_details.proto",
+                            "grpc/health/v1/health.proto"], check=True)
+            os.makedirs(os.path.join(tmp, "grpc_health"))
+            os.rename(os.path.join(tmp, "grpc", "health", "v1"),
+                      os.path.join(tmp, "grpc_health", "v1"))
+            with open(os.path.join(tmp, "grpc_health", "v1", "health_pb2_grpc.py"), "w",
+                      encoding="utf-8") as f:
+                f.write("from grpc_health.v1 import health_pb2 as m\n"
+                        "class HealthStub:\n"
+                        "    def __init__(self, channel):\n"
+                        "        self.Check = channel.unary_unary(\n"
+                        "            '/grpc.health.v1.Health/Check',\n"
+                        "            request_serializer=m.HealthCheckRequest.SerializeToString,\n"
+                        "            response_deserializer=m.HealthCheckResponse.FromString)\n")
+            script = (
+                "import sys, posenc, google.rpc.status_pb2 as upstream\n"
+                "from posenc import _protos\n"
+                "assert _protos.status_pb2 is upstream, _protos.status_pb2\n"
+                "assert _protos.health_pb2.__name__ == 'grpc_health.v1.health_pb2'\n"
+                "c = posenc.Client(sys.argv[1], timeout=30)\n"
+                "assert c.health() == posenc.HealthStatus.SERVING\n"
+                "try:\n"
+                "    c.alibi_slopes(0)\n"
+                "except posenc.InvalidArgumentError as e:\n"
+                "    assert (e.field, e.reason) == ('num_heads', 'INVALID_FIELD'), e\n")
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join([tmp, env.get("PYTHONPATH", "")])
+            run = subprocess.run([sys.executable, "-c", script, SERVER.address],
+                                 capture_output=True, text=True, env=env)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+
+
+class ServerDetailsTest(unittest.TestCase):
+    """The server's structured details, as posenc.proto's header says, through the client (the
+    server's own test, tests/server/malformed_requests_test.cc, checks every row)."""
+
+    def error_of(self, call):
+        with self.assertRaises(posenc.PosencError) as cm:
+            call()
+        e = cm.exception
+        self.assertIsNotNone(e.reason, f"no google.rpc.Status details with {e}")
+        self.assertEqual(e.domain, posenc.DOMAIN)
+        return e
+
+    def test_invalid_fields_are_field_violations(self):
+        q = np.zeros((1, 4, 2, 8), np.float32)
+        rows = [
+            ("num_heads", lambda: CLIENT.alibi_slopes(0)),
+            ("config.rotary_dim", lambda: CLIENT.apply_rope(
+                q, config=posenc.RopeConfig(rotary_dim=5))),
+            ("q", lambda: CLIENT.apply_rope(np.zeros((4, 8), np.float32))),
+            ("config.scaling.factor", lambda: CLIENT.rope_cache(range(0, 8), posenc.RopeConfig(
+                head_dim=64, scaling=posenc.RopeScaling(type="linear", factor=0.0)))),
+            ("positions.range.count", lambda: CLIENT.apply_rope(
+                q, positions=posenc.Positions.range(0, 3))),
+            ("scale", lambda: CLIENT.add_position_encoding(q[0], scale=float("nan"))),
+            ("config.hf_config_json", lambda: CLIENT.rope_cache(range(0, 2), "{\"rope_theta\":")),
+        ]
+        for field, call in rows:
+            with self.subTest(field):
+                e = self.error_of(call)
+                self.assertEqual((e.code, e.reason), (grpc.StatusCode.INVALID_ARGUMENT,
+                                                      "INVALID_FIELD"))
+                self.assertEqual(e.field, field)
+                self.assertEqual(e.message, f"{e.field}: {e.description}")
+                self.assertIsNone(e.retry_delay)
+
+    def test_position_out_of_range(self):
+        e = self.error_of(lambda: CLIENT.add_position_encoding(
+            np.zeros((1, 4, 8), np.float32), range(1, 5),
+            learned=posenc.LearnedTable(np.zeros((6, 8)), 2)))
+        self.assertEqual((e.code, e.reason), (grpc.StatusCode.OUT_OF_RANGE,
+                                              "POSITION_OUT_OF_RANGE"))
+
+    def test_limits_name_the_flag_and_promise_no_retry(self):
+        for limit, call in (
+                ("max_output_elements",
+                 lambda: CLIENT.sinusoidal(posenc.Positions.range(0, 1 << 30), 64)),
+                ("max_message_bytes", lambda: CLIENT.rope_cache(
+                    posenc.Positions.range(0, 1 << 20), posenc.RopeConfig(head_dim=128),
+                    dtype="float64"))):
+            with self.subTest(limit):
+                e = self.error_of(call)
+                self.assertEqual((e.code, e.reason, e.metadata.get("limit")),
+                                 (grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED", limit))
+                self.assertIsNone(e.retry_delay)
+
+    def test_a_busy_server_says_when_to_retry(self):
+        # One call over --max_inflight_bytes is refused by admission: OVERLOADED, retryable.
+        with ServerProcess("--max_inflight_bytes=100000", "--threads=1") as server, \
+                posenc.Client(server.address, max_attempts=1) as client:
+            e = self.error_of(lambda: client.apply_rope(np.zeros((1, 256, 1, 128), np.float32)))
+        self.assertEqual((e.code, e.reason, e.metadata.get("limit")),
+                         (grpc.StatusCode.RESOURCE_EXHAUSTED, "OVERLOADED", "max_inflight_bytes"))
+        self.assertGreater(e.retry_delay, 0)
+        self.assertIsNone(e.field)
+
+    def test_unparseable_request(self):
+        raw = CLIENT.channel.unary_unary("/posenc.v1.PositionEncoding/ApplyRope")
+        e = self.error_of(lambda: _call_raw(raw, b"\xff\xff\xff"))
+        self.assertEqual((e.code, e.reason), (grpc.StatusCode.INVALID_ARGUMENT,
+                                              "UNPARSEABLE_REQUEST"))
+
+
+def _call_raw(rpc, data):
+    try:
+        return rpc(data, timeout=30)
+    except grpc.RpcError as e:
+        raise _errors.from_rpc_error(e, "ApplyRope") from None
+
+
 class ServerTest(unittest.TestCase):
     def test_health(self):
         self.assertEqual(CLIENT.health(), posenc.HealthStatus.SERVING)
@@ -488,8 +800,35 @@ class ServerTest(unittest.TestCase):
         with self.assertRaises(posenc.NotFoundError):
             CLIENT.health("no.such.Service")
 
+    def test_service_config_is_the_shared_file_with_the_options(self):
+        with open(os.path.join(ROOT, "client", "service_config.json"), encoding="utf-8") as f:
+            shared = json.load(f)
+        self.assertEqual(json.loads(_transport.service_config(
+            shared["methodConfig"][0]["retryPolicy"]["maxAttempts"], "round_robin", True)),
+            shared)
+        config = json.loads(_transport.service_config(9, "pick_first", False))
+        self.assertEqual(config["loadBalancingConfig"], [{"pick_first": {}}])
+        self.assertNotIn("healthCheckConfig", config)
+        self.assertEqual(config["methodConfig"][0]["retryPolicy"]["maxAttempts"], 5)
+        bare = json.loads(_transport.service_config(1, "", True))
+        self.assertNotIn("loadBalancingConfig", bare)
+        self.assertNotIn("healthCheckConfig", bare)
+        self.assertNotIn("retryPolicy", bare["methodConfig"][0])
+
+    def test_options_of_the_cpp_client(self):
+        with posenc.Client(SERVER.address, keepalive_time=10, keepalive_timeout=5,
+                           health_check=False, load_balancing_policy="",
+                           max_split_in_flight=1) as client:
+            self.assertEqual(client.alibi_slopes(2).shape, (2,))
+        for kwargs in ({"keepalive_time": -1}, {"keepalive_timeout": 0},
+                       {"max_split_in_flight": 0}, {"max_message_bytes": 1.5}):
+            with self.assertRaises(posenc.InvalidArgumentError) as cm:
+                posenc.Client("localhost:1", **kwargs)
+            self.assertEqual(cm.exception.field, next(iter(kwargs)))
+
     def test_server_info(self):
-        info = CLIENT.server_info()
+        self.assertEqual(CLIENT.get_server_info(), CLIENT.server_info())
+        info = CLIENT.get_server_info()
         self.assertEqual(info.version, posenc.__version__)
         self.assertTrue(any(b.name == "cpu" and b.is_default for b in info.backends))
         self.assertEqual(info.max_message_bytes, 256 << 20)

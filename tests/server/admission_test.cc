@@ -13,7 +13,9 @@
 #include <thread>
 #include <vector>
 
+#include "client/errors_internal.h"
 #include "gtest/gtest.h"
+#include "posenc/errors.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "server/server.h"
 #include "tests/server/server_test_util.h"
@@ -116,6 +118,13 @@ TEST(AdmissionServerTest, ConcurrentMaximalRequestsStayWithinTheBudget) {
         const auto& trailers = context.GetServerTrailingMetadata();
         const auto pushback = trailers.find("grpc-retry-pushback-ms");
         EXPECT_TRUE(pushback != trailers.end() && pushback->second == "100");
+        // ... and says so in its structured details: OVERLOADED, the limit, a retry delay.
+        const client::ErrorDetails details =
+            client::GetErrorDetails(client::internal::FromGrpcStatus(s));
+        EXPECT_EQ(details.reason, "OVERLOADED");
+        EXPECT_EQ(details.metadata.count("limit") ? details.metadata.at("limit") : "",
+                  "max_inflight_bytes");
+        EXPECT_EQ(details.retry_delay, std::chrono::milliseconds(100));
       } else {
         other.fetch_add(1);
         ADD_FAILURE() << s.error_code() << ": " << s.error_message();

@@ -76,7 +76,7 @@ TEST(ConvertTest, ToConstViewChecksEverything) {
 TEST(ConvertTest, AllocateOutputSizesExactly) {
   v1::Tensor out;
   kernels::TensorView view =
-      AllocateOutput(kernels::OutputSpec{"out", kernels::DType::kBFloat16, {3, 5}}, &out);
+      *AllocateOutput(kernels::OutputSpec{"out", kernels::DType::kBFloat16, {3, 5}}, &out);
   EXPECT_EQ(out.dtype(), v1::DTYPE_BFLOAT16);
   EXPECT_EQ(out.shape_size(), 2);
   EXPECT_EQ(out.data().size(), 30u);
@@ -93,7 +93,8 @@ TEST(ConvertTest, OutputDTypeDefaultsToFloat32) {
 
 TEST(ConvertTest, EnumsDefaultAndRejectUnknownNumbers) {
   EXPECT_EQ(*ToRopeStyle(0, "config.style"), kernels::RopeStyle::kNeox);
-  EXPECT_EQ(*ToFreqScheme(0, "f"), kernels::FreqScheme::kDefault);
+  EXPECT_EQ(*ToFreqScheme(0, "f"), std::nullopt);
+  EXPECT_EQ(*ToFreqScheme(v1::FREQ_SCHEME_T2T, "f"), kernels::FreqScheme::kT2t);
   EXPECT_EQ(*ToBiasForm(0, "form"), kernels::BiasForm::kFull);
   EXPECT_EQ(*ToTensorLayout(0, "layout"), kernels::TensorLayout::kBSHD);
   EXPECT_EQ(*ToRopeScalingType(0, "t"), kernels::RopeScalingType::kDefault);

@@ -424,77 +424,19 @@ TEST(HandleGetServerInfoTest, ReportsBackendLimitsAndTables) {
   EXPECT_EQ(ShapeOf(resp.tables(0)), (std::vector<int64_t>{5, 2}));
 }
 
-TEST(HandleGetServerInfoTest, ListsTheSmallCallBackendAndCuda) {
-  TestContext t;
-  auto cpu = kernels::MakeCpuBackend({});
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
-  t.ctx.small_backend = cpu->get();
-  t.ctx.small_call_bytes = 4096;
-  t.ctx.devices = {{.index = 0,
-                    .name = "GPU",
-                    .total_memory_bytes = 1 << 30,
-                    .compute_capability_major = 9,
-                    .compute_capability_minor = 0,
-                    .driver_version = "13.0",
-                    .runtime_version = "13.0"}};
-  t.ctx.cuda_device = 0;
-  v1::GetServerInfoResponse resp;
-  ASSERT_TRUE(HandleGetServerInfo(t.ctx, v1::GetServerInfoRequest(), &resp).ok());
-  ASSERT_EQ(resp.backends_size(), 2);
-  EXPECT_EQ(resp.backends(0).name(), "reference");
-  EXPECT_TRUE(resp.backends(0).is_default());
-  EXPECT_EQ(resp.backends(0).small_call_bytes(), 4096);
-  EXPECT_EQ(resp.backends(1).name(), "cpu");
-  EXPECT_FALSE(resp.backends(1).is_default());
-  EXPECT_EQ(resp.cuda_built_in(), kernels::CudaBuiltIn());
-  ASSERT_EQ(resp.devices_size(), 1);
-  EXPECT_EQ(resp.devices(0).compute_capability(), "9.0");
-  EXPECT_EQ(resp.devices(0).total_memory_bytes(), 1 << 30);
-  EXPECT_TRUE(resp.devices(0).in_use());
-}
-
-// With a small-call backend beside the main one, calls whose planned outputs total under
-// small_call_bytes run there, and each call is counted by the backend that ran it.
-TEST(AdmitOutputsTest, SmallCallsRunOnTheSmallCallBackend) {
-  TestContext t;
-  auto cpu = kernels::MakeCpuBackend({});
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
-  Metrics metrics;
-  t.ctx.metrics = &metrics;
-  t.ctx.small_backend = cpu->get();
-  t.ctx.small_call_bytes = 1000;
-  const kernels::Shape small{10, 10}, large{10, 100};  // 400 and 4000 bytes of FLOAT32
-  auto backend = AdmitOutputs(t.ctx, {{"table", kernels::DType::kFloat32, &small}});
-  ASSERT_TRUE(backend.ok()) << backend.status();
-  EXPECT_EQ((*backend)->name(), "cpu");
-  backend = AdmitOutputs(t.ctx, {{"table", kernels::DType::kFloat32, &large}});
-  ASSERT_TRUE(backend.ok()) << backend.status();
-  EXPECT_EQ((*backend)->name(), "reference");
-  const std::string text = metrics.Text();
-  EXPECT_NE(text.find("posenc_backend_calls_total{backend=\"cpu\"} 1"), std::string::npos) << text;
-  EXPECT_NE(text.find("posenc_backend_calls_total{backend=\"reference\"} 1"), std::string::npos);
-  EXPECT_NE(text.find("posenc_backend_calls_total{backend=\"cuda\"} 0"), std::string::npos);
-
-  // Without a small-call backend, everything runs on the main one; limits still apply.
-  t.ctx.small_backend = nullptr;
-  backend = AdmitOutputs(t.ctx, {{"table", kernels::DType::kFloat32, &small}});
-  ASSERT_TRUE(backend.ok()) << backend.status();
-  EXPECT_EQ((*backend)->name(), "reference");
-  t.ctx.limits.max_output_elements = 50;
-  EXPECT_EQ(AdmitOutputs(t.ctx, {{"table", kernels::DType::kFloat32, &small}}).status().code(),
-            absl::StatusCode::kResourceExhausted);
-}
-
-// A device backend that stages through host memory as large as its outputs (as the cuda
-// backend), usable or broken by a sticky error (then Usable() says why). Its ops are never run
-// here: they fail.
+// A device backend beside a host backend (as the cuda backend beside the process's cpu
+// backend): calls under 1000 bytes of output go to the host; it stages through host memory as
+// large as its outputs; usable, or broken by a sticky error (then Usable() says why). Its ops
+// are never run here: they fail.
 class FakeDeviceBackend final : public kernels::Backend {
  public:
-  explicit FakeDeviceBackend(bool usable) : usable_(usable) {}
+  FakeDeviceBackend(bool usable, const kernels::Backend* host) : usable_(usable), host_(host) {}
   absl::string_view name() const override { return "cuda"; }
   std::string detail() const override { return usable_ ? "device 0" : "device 0: BROKEN"; }
   absl::Status Usable() const override { return usable_ ? absl::OkStatus() : Broken(); }
   int64_t HostStagingBytes(int64_t output_bytes) const override { return output_bytes; }
+  const kernels::Backend* host() const override { return host_; }
+  int64_t small_call_bytes() const override { return 1000; }
   absl::Status Sinusoidal(const kernels::SinusoidalPlan&, const kernels::ResolvedPositions&,
                           const kernels::TensorView&) const override {
     return Broken();
@@ -533,23 +475,78 @@ class FakeDeviceBackend final : public kernels::Backend {
         "cuda: device 0 unusable after a sticky error: cudaErrorIllegalAddress");
   }
   const bool usable_;
+  const kernels::Backend* host_;
 };
 
-// A handler context whose backend is `device`, beside the cpu backend for calls under 1000 bytes.
+// A handler context whose backend is a FakeDeviceBackend beside the cpu backend.
 struct DeviceBesideCpu {
-  explicit DeviceBesideCpu(const kernels::Backend* device)
-      : cpu(*kernels::MakeCpuBackend(kernels::CpuBackendOptions{})) {
-    t.ctx.backend = device;
-    t.ctx.small_backend = cpu.get();
-    t.ctx.small_call_bytes = 1000;
+  explicit DeviceBesideCpu(bool usable)
+      : cpu(*kernels::MakeCpuBackend(kernels::CpuBackendOptions{})), device(usable, cpu.get()) {
+    t.ctx.backend = &device;
   }
   std::unique_ptr<kernels::Backend> cpu;
+  FakeDeviceBackend device;
   TestContext t;
 };
 
+TEST(HandleGetServerInfoTest, ListsTheHostBackendAndCuda) {
+  DeviceBesideCpu c(/*usable=*/true);
+  TestContext& t = c.t;
+  t.ctx.devices = {{.index = 0,
+                    .name = "GPU",
+                    .total_memory_bytes = 1 << 30,
+                    .compute_capability_major = 9,
+                    .compute_capability_minor = 0,
+                    .driver_version = "13.0",
+                    .runtime_version = "13.0"}};
+  t.ctx.cuda_device = 0;
+  v1::GetServerInfoResponse resp;
+  ASSERT_TRUE(HandleGetServerInfo(t.ctx, v1::GetServerInfoRequest(), &resp).ok());
+  ASSERT_EQ(resp.backends_size(), 2);
+  EXPECT_EQ(resp.backends(0).name(), "cuda");
+  EXPECT_TRUE(resp.backends(0).is_default());
+  EXPECT_EQ(resp.backends(0).small_call_bytes(), 1000);
+  EXPECT_EQ(resp.backends(1).name(), "cpu");
+  EXPECT_FALSE(resp.backends(1).is_default());
+  EXPECT_EQ(resp.backends(1).small_call_bytes(), 0);
+  EXPECT_EQ(resp.cuda_built_in(), kernels::CudaBuiltIn());
+  ASSERT_EQ(resp.devices_size(), 1);
+  EXPECT_EQ(resp.devices(0).compute_capability(), "9.0");
+  EXPECT_EQ(resp.devices(0).total_memory_bytes(), 1 << 30);
+  EXPECT_TRUE(resp.devices(0).in_use());
+}
+
+// Backend::For, the one choice: a device backend's calls whose planned outputs total under its
+// small_call_bytes run on its host backend, and each call is counted by the backend that ran it.
+TEST(AdmitOutputsTest, SmallCallsRunOnTheHostBackend) {
+  DeviceBesideCpu c(/*usable=*/true);
+  TestContext& t = c.t;
+  Metrics metrics;
+  t.ctx.metrics = &metrics;
+  const kernels::Shape small{10, 10}, large{10, 100};  // 400 and 4000 bytes of FLOAT32
+  auto backend = AdmitOutputs(t.ctx, {{"table", kernels::DType::kFloat32, &small}});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ(*backend, c.cpu.get());
+  backend = AdmitOutputs(t.ctx, {{"table", kernels::DType::kFloat32, &large}});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ(*backend, &c.device);
+  const std::string text = metrics.Text();
+  EXPECT_NE(text.find("posenc_backend_calls_total{backend=\"cpu\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("posenc_backend_calls_total{backend=\"cuda\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("posenc_backend_calls_total{backend=\"reference\"} 0"), std::string::npos);
+
+  // A host backend runs every call itself; limits still apply.
+  TestContext host;
+  backend = AdmitOutputs(host.ctx, {{"table", kernels::DType::kFloat32, &small}});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->name(), "reference");
+  host.ctx.limits.max_output_elements = 50;
+  EXPECT_EQ(AdmitOutputs(host.ctx, {{"table", kernels::DType::kFloat32, &small}}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
 TEST(AdmitOutputsTest, DeviceCallsAlsoHoldTheirHostStaging) {
-  FakeDeviceBackend device(/*usable=*/true);
-  DeviceBesideCpu c(&device);
+  DeviceBesideCpu c(/*usable=*/true);
   TestContext& t = c.t;
   AdmissionControl control({.max_inflight_bytes = 1 << 20});
   const kernels::Shape small{10, 10}, large{10, 100};  // 400 and 4000 bytes of FLOAT32
@@ -573,21 +570,18 @@ TEST(AdmitOutputsTest, DeviceCallsAlsoHoldTheirHostStaging) {
 }
 
 TEST(AdmitOutputsTest, CallsLeaveABackendThatCannotComputeAnyMore) {
-  FakeDeviceBackend broken(/*usable=*/false);
-  DeviceBesideCpu c(&broken);
+  DeviceBesideCpu c(/*usable=*/false);
   TestContext& t = c.t;
   std::vector<absl::Status> told;
   t.ctx.on_backend_unusable = [&](const absl::Status& why) { told.push_back(why); };
   const kernels::Shape small{10, 10}, large{10, 100};  // 400 and 4000 bytes of FLOAT32
-  // Small calls went to the cpu backend anyway; the large one would have gone to the device.
-  auto backend = AdmitOutputs(t.ctx, {{"table", kernels::DType::kFloat32, &small}});
-  ASSERT_TRUE(backend.ok()) << backend.status();
-  EXPECT_EQ((*backend)->name(), "cpu");
-  EXPECT_TRUE(told.empty());
-  backend = AdmitOutputs(t.ctx, {{"table", kernels::DType::kFloat32, &large}});
-  ASSERT_TRUE(backend.ok()) << backend.status();
-  EXPECT_EQ((*backend)->name(), "cpu");
-  ASSERT_EQ(told.size(), 1u);
+  // Small calls and large ones alike run on the cpu backend, and the server is told each time.
+  for (const kernels::Shape* shape : {&small, &large}) {
+    auto backend = AdmitOutputs(t.ctx, {{"table", kernels::DType::kFloat32, shape}});
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    EXPECT_EQ((*backend)->name(), "cpu");
+  }
+  ASSERT_EQ(told.size(), 2u);
   EXPECT_EQ(told[0].code(), absl::StatusCode::kInternal);
   EXPECT_NE(told[0].message().find("cudaErrorIllegalAddress"), std::string::npos);
 
@@ -597,7 +591,7 @@ TEST(AdmitOutputsTest, CallsLeaveABackendThatCannotComputeAnyMore) {
   v1::SinusoidalResponse resp;
   const grpc::Status status = HandleSinusoidal(t.ctx, req, &resp);
   ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(told.size(), 2u);
+  EXPECT_EQ(told.size(), 3u);
   EXPECT_EQ(ShapeOf(resp.table()), (std::vector<int64_t>{64, 64}));
 }
 

@@ -17,7 +17,6 @@
 #include "kernels/backend.h"
 #include "nlohmann/json.hpp"
 #include "server/handlers.h"
-#include "server/hf_config.h"
 #include "tests/server/server_test_util.h"
 
 #ifndef POSENC_HF_CONFIGS_DIR

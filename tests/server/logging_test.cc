@@ -111,7 +111,7 @@ TEST_F(LoggingTest, JsonAccessLinesCarryEveryField) {
   EXPECT_EQ((*rope)["backend"], "reference");
   EXPECT_TRUE((*rope)["latency_ms"].is_number());
   EXPECT_GE((*rope)["latency_ms"].get<double>(), 0.0);
-  EXPECT_EQ((*rope)["input"], "q=FLOAT32[1,4,2,8] positions=range[3,+0)");
+  EXPECT_EQ((*rope)["input"], "q=FLOAT32[1,4,2,8] positions=range[3,+0) config.head_dim=8");
   EXPECT_EQ((*rope)["output"], "q=FLOAT32[1,4,2,8]");
   EXPECT_GT((*rope)["request_bytes"].get<int64_t>(), 4 * 64);
   EXPECT_GT((*rope)["response_bytes"].get<int64_t>(), 4 * 64);
@@ -120,7 +120,7 @@ TEST_F(LoggingTest, JsonAccessLinesCarryEveryField) {
   ASSERT_NE(slopes, nullptr) << out_.str();
   EXPECT_EQ((*slopes)["status"], "INVALID_ARGUMENT");
   EXPECT_EQ((*slopes)["request_id"], "-");
-  EXPECT_EQ((*slopes)["input"], "heads=0");
+  EXPECT_EQ((*slopes)["input"], "");  // num_heads 0 is not on the wire (proto3)
   EXPECT_EQ((*slopes)["output"], "");
   EXPECT_EQ((*slopes)["response_bytes"], 0);
   EXPECT_NE((*slopes)["error"].get<std::string>().find("num_heads"), std::string::npos)
@@ -161,8 +161,8 @@ TEST_F(LoggingTest, TextAccessLine) {
   EXPECT_NE(text.find("rpc=ApplyRope request_id=\"req-42\\\"x\" status=OK latency_ms="),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("backend=reference input=\"q=FLOAT32[1,4,2,8] positions=range[3,+0)\" "
-                      "output=\"q=FLOAT32[1,4,2,8]\""),
+  EXPECT_NE(text.find("backend=reference input=\"q=FLOAT32[1,4,2,8] positions=range[3,+0) "
+                      "config.head_dim=8\" output=\"q=FLOAT32[1,4,2,8]\""),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("rpc=AlibiSlopes request_id=\"-\" status=INVALID_ARGUMENT"),
@@ -214,7 +214,8 @@ TEST(SummaryTest, TensorsAndSizes) {
   *rope.mutable_positions()->mutable_ids() = testing::Int64Tensor({2, 3}, {0, 1, 2, 3, 4, 5});
   rope.mutable_config()->set_head_dim(128);
   rope.set_output_dtype(v1::DTYPE_BFLOAT16);
-  EXPECT_EQ(SummarizeRequest(rope), "positions=ids:INT64[2,3] head_dim=128 output_dtype=BFLOAT16");
+  EXPECT_EQ(SummarizeRequest(rope),
+            "positions=ids:INT64[2,3] config.head_dim=128 output_dtype=BFLOAT16");
 
   v1::RopeCacheResponse cache;
   cache.mutable_cos()->set_dtype(v1::DTYPE_FLOAT32);
@@ -227,8 +228,32 @@ TEST(SummaryTest, TensorsAndSizes) {
   bias.set_q_len(4);
   bias.set_k_len(6);
   bias.set_table_name("t5/rel");
-  EXPECT_EQ(SummarizeRequest(bias), "q_len=4 k_len=6 table=\"t5/rel\"");
+  EXPECT_EQ(SummarizeRequest(bias), "q_len=4 k_len=6 table_name=\"t5/rel\"");
   EXPECT_EQ(SummarizeRequest(v1::GetServerInfoRequest()), "");
+}
+
+// Every field kind by reflection: enums by their wire names, nested messages dotted, long
+// strings and bytes by length, repeated fields by count, explicit zeros of optional fields;
+// a response's nested (derived) messages left out.
+TEST(SummaryTest, EveryFieldKindByReflection) {
+  v1::ApplyRopeRequest apply;
+  apply.mutable_q()->set_dtype(v1::DTYPE_FLOAT16);
+  apply.mutable_q()->add_shape(2);
+  apply.mutable_config()->set_hf_config_json(std::string(100, ' '));
+  apply.mutable_config()->mutable_scaling()->set_type(v1::ROPE_SCALING_YARN);
+  apply.mutable_config()->mutable_scaling()->set_factor(0);
+  apply.mutable_config()->add_mrope_section(16);
+  apply.mutable_config()->add_mrope_section(24);
+  apply.set_layout(v1::TENSOR_LAYOUT_BHSD);
+  EXPECT_EQ(SummarizeRequest(apply),
+            "q=FLOAT16[2] config.scaling.type=YARN config.scaling.factor=0 "
+            "config.mrope_section=[2] config.hf_config_json_bytes=100 layout=BHSD");
+
+  v1::DescribeRopeResponse describe;
+  describe.set_model_type("llama");
+  describe.add_groups()->mutable_derived()->set_head_dim(128);
+  describe.add_warnings("w");
+  EXPECT_EQ(SummarizeResponse(describe), "model_type=\"llama\" groups=[1] warnings=[1]");
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include <cctype>
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -17,8 +19,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "client/errors_internal.h"
 #include "google/protobuf/text_format.h"
+#include "google/rpc/status.pb.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "posenc/errors.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "server/handlers.h"
 #include "server/server.h"
@@ -440,7 +446,54 @@ TEST_P(MalformedHandlerTest, FailsNamingTheField) {
 
 INSTANTIATE_TEST_SUITE_P(AllRpcs, MalformedHandlerTest, ::testing::ValuesIn(AllCases()), CaseName);
 
-// Every case through a real server: same code, same message, and the server keeps serving.
+// The request field at `path` ("config.scaling.factor", "q.shape[1]") exists in `request`'s
+// message type: a field violation names a real field of the request.
+bool IsFieldOf(const google::protobuf::Descriptor* message, absl::string_view path) {
+  for (absl::string_view name : absl::StrSplit(path, '.')) {
+    if (message == nullptr) return false;
+    name = name.substr(0, name.find('['));
+    const google::protobuf::FieldDescriptor* field = message->FindFieldByName(std::string(name));
+    if (field == nullptr) {
+      // A oneof ("source", "table") names the choice between its fields.
+      return message->FindOneofByName(std::string(name)) != nullptr;
+    }
+    message = field->message_type();
+  }
+  return true;
+}
+
+// The server's google.rpc.Status details of a malformed request (posenc.proto's contract), and
+// the C++ client's reading of them (posenc/errors.h): ErrorInfo with the code's reason, and for
+// INVALID_ARGUMENT / OUT_OF_RANGE a field violation naming a field of the request, which the
+// message starts with.
+void ExpectStructuredDetails(const grpc::Status& status, const AnyRequest& request) {
+  google::rpc::Status details;
+  ASSERT_TRUE(details.ParseFromString(status.error_details())) << status.error_message();
+  EXPECT_EQ(details.code(), static_cast<int>(status.error_code()));
+  EXPECT_EQ(details.message(), status.error_message());
+  const client::ErrorDetails read =
+      client::GetErrorDetails(client::internal::FromGrpcStatus(status));
+  EXPECT_EQ(read.domain, "posenc.v1");
+  switch (status.error_code()) {
+    case grpc::StatusCode::INVALID_ARGUMENT: EXPECT_EQ(read.reason, "INVALID_FIELD"); break;
+    case grpc::StatusCode::OUT_OF_RANGE: EXPECT_EQ(read.reason, "POSITION_OUT_OF_RANGE"); break;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      EXPECT_EQ(read.reason, "LIMIT_EXCEEDED");
+      EXPECT_FALSE(read.metadata.at("limit").empty());
+      break;
+    default: ADD_FAILURE() << "unexpected code " << status.error_code();
+  }
+  if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) return;
+  const google::protobuf::Descriptor* type =
+      std::visit([](const auto& r) { return r.GetDescriptor(); }, request);
+  EXPECT_TRUE(IsFieldOf(type, read.field))
+      << "field violation '" << read.field << "' is not a field of " << type->full_name()
+      << "; message: " << status.error_message();
+  EXPECT_EQ(status.error_message(), absl::StrCat(read.field, ": ", read.description));
+}
+
+// Every case through a real server: same code, same message, structured details, and the server
+// keeps serving.
 TEST(MalformedServerTest, EveryCaseThroughTheServerAndItKeepsServing) {
   ServerOptions options = testing::LocalServerOptions();
   auto server = PosencServer::Start(options);
@@ -453,11 +506,50 @@ TEST(MalformedServerTest, EveryCaseThroughTheServerAndItKeepsServing) {
     grpc::Status status = RunStub(*stub, request);
     EXPECT_EQ(status.error_code(), c.code) << status.error_message();
     EXPECT_EQ(status.error_message(), RunHandler(t.ctx, request).error_message());
+    ExpectStructuredDetails(status, request);
   }
   grpc::ClientContext context;
   v1::GetServerInfoResponse info;
   EXPECT_TRUE(stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok());
   EXPECT_EQ(info.backends(0).name(), "cpu");
+  (*server)->Shutdown(std::chrono::system_clock::now());
+  (*server)->Wait();
+}
+
+// The rows for the other clients' tests (the Python client's test_errors): with
+// POSENC_MALFORMED_ROWS_OUT set (tests/CMakeLists.txt runs this as a fixture), one JSON line per
+// row: the method, the serialized request (base64), and the code, reason and field the server
+// answers with, which each client must read back from its own error type.
+TEST(MalformedRequestsTableTest, WritesTheRowsForOtherClients) {
+  const char* path = std::getenv("POSENC_MALFORMED_ROWS_OUT");
+  if (path == nullptr) GTEST_SKIP() << "POSENC_MALFORMED_ROWS_OUT is not set";
+  ServerOptions options = testing::LocalServerOptions();
+  auto server = PosencServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::PositionEncoding::NewStub((*server)->InProcessChannel());
+  std::ofstream out(path);
+  ASSERT_TRUE(out.good()) << path;
+  for (const BadCase& c : AllCases()) {
+    const AnyRequest request = c.build();
+    const grpc::Status status = RunStub(*stub, request);
+    const client::ErrorDetails details =
+        client::GetErrorDetails(client::internal::FromGrpcStatus(status));
+    const auto [method, bytes] = std::visit(
+        [](const auto& r) {
+          const std::string name = r.GetDescriptor()->name();
+          return std::pair(name.substr(0, name.size() - std::string("Request").size()),
+                           r.SerializeAsString());
+        },
+        request);
+    const nlohmann::json row = {{"name", c.name},
+                                {"method", method},
+                                {"request", absl::Base64Escape(bytes)},
+                                {"code", static_cast<int>(status.error_code())},
+                                {"message", status.error_message()},
+                                {"reason", details.reason},
+                                {"field", details.field}};
+    out << row.dump() << "\n";
+  }
   (*server)->Shutdown(std::chrono::system_clock::now());
   (*server)->Wait();
 }

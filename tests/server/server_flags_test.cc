@@ -24,6 +24,9 @@
 #ifndef POSENC_SERVER_PATH
 #error "POSENC_SERVER_PATH must name the posenc-server binary (tests/CMakeLists.txt)"
 #endif
+#ifndef POSENC_README_PATH
+#error "POSENC_README_PATH must name the repository's README.md (tests/CMakeLists.txt)"
+#endif
 #ifndef POSENC_PROJECT_VERSION
 #error "POSENC_PROJECT_VERSION must be CMake's PROJECT_VERSION (tests/CMakeLists.txt)"
 #endif
@@ -57,6 +60,9 @@ const std::vector<std::pair<std::string, std::string>> kFlags = {
     {"max_output_elements", "POSENC_MAX_OUTPUT_ELEMENTS"},
     {"max_inflight_bytes", "POSENC_MAX_INFLIGHT_BYTES"},
     {"max_heavy_calls", "POSENC_MAX_HEAVY_CALLS"},
+    {"allow_shared_memory", "POSENC_ALLOW_SHARED_MEMORY"},
+    {"max_shared_memory_regions", "POSENC_MAX_SHARED_MEMORY_REGIONS"},
+    {"max_shared_memory_bytes", "POSENC_MAX_SHARED_MEMORY_BYTES"},
     {"tables", "POSENC_TABLES"},
     {"drain_timeout", "POSENC_DRAIN_TIMEOUT"},
     {"drain_grace", "POSENC_DRAIN_GRACE"},
@@ -81,8 +87,11 @@ TEST(ServerFlagsTest, HelpListsEveryFlagWithItsEnvironmentVariableAndDefault) {
         << flag << "\n"
         << r.out;
   }
-  EXPECT_NE(r.out.find("--drain_timeout (env POSENC_DRAIN_TIMEOUT, default 10s)"),
+  // With the range the flag is checked against, where it has one.
+  EXPECT_NE(r.out.find("--drain_timeout (env POSENC_DRAIN_TIMEOUT, default 10s, 0s .. 1h)"),
             std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("--threads (env POSENC_THREADS, default 0, 0 .. 1024)"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("--listen (env POSENC_LISTEN, default \"0.0.0.0:50051\")"),
             std::string::npos)
@@ -98,6 +107,36 @@ TEST(ServerFlagsTest, HelpListsEveryFlagWithItsEnvironmentVariableAndDefault) {
   const Result h = RunServer("-h");
   EXPECT_EQ(h.exit_code, 0) << h.err;
   EXPECT_EQ(h.out, r.out);
+}
+
+// README.md's "Server flags" table has one row per flag of --help, with its variable.
+TEST(ServerFlagsTest, TheReadmeTableHasEveryFlag) {
+  const Result r = RunServer("--help");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream file(POSENC_README_PATH);
+  ASSERT_TRUE(file.good()) << POSENC_README_PATH;
+  std::stringstream text;
+  text << file.rdbuf();
+  // The section, up to the next one.
+  const std::string all = text.str();
+  const size_t begin = all.find("\n## Server flags\n");
+  ASSERT_NE(begin, std::string::npos) << "README.md has no \"## Server flags\" section";
+  const std::string readme = all.substr(begin, all.find("\n## ", begin + 1) - begin);
+  int rows = 0;
+  for (absl::string_view line : absl::StrSplit(readme, '\n')) {
+    if (absl::StartsWith(line, "| `--")) ++rows;
+  }
+  int flags = 0;
+  for (absl::string_view line : absl::StrSplit(r.out, '\n')) {
+    // "  --name (env POSENC_NAME, default ..."
+    if (!absl::StartsWith(line, "  --") || !absl::StrContains(line, " (env ")) continue;
+    ++flags;
+    const std::vector<absl::string_view> words = absl::StrSplit(line.substr(2), ' ');
+    const absl::string_view env = absl::StripSuffix(words[2], ",");
+    EXPECT_TRUE(absl::StrContains(readme, absl::StrCat("| `", words[0], "` | `", env, "` |")))
+        << "README.md's Server flags table lacks a row for " << words[0] << " (" << env << ")";
+  }
+  EXPECT_EQ(rows, flags) << "README.md's Server flags table has a row for a flag that is gone";
 }
 
 TEST(ServerFlagsTest, HelpAnswersEvenWithABadEnvironmentValue) {
@@ -137,7 +176,13 @@ TEST(ServerFlagsTest, UsageErrorsExitTwoNamingTheCulprit) {
       {"", "--threads=2000", "--threads: expected 0 .. 1024"},
       {"", "--cuda_device=-1", "--cuda_device: expected 0 .. 1023, got -1"},
       {"", "--cuda_small_call_bytes=-5", "--cuda_small_call_bytes: expected 0 or a byte count"},
+      {"", "--max_output_elements=0", "--max_output_elements: expected >= 1, got 0"},
+      {"", "--max_message_bytes=0", "--max_message_bytes: expected 1 .. 2147483647, got 0"},
+      {"", "--drain_grace=2h", "--drain_grace: expected 0s .. 1h, got 2h"},
+      {"POSENC_CACHE_BYTES=-1", "", "--cache_bytes: expected 0 .. 2^40, got -1"},
       {"POSENC_CUDA_DEVICE=x", "", "POSENC_CUDA_DEVICE: expected an integer"},
+      {"POSENC_ALLOW_SHARED_MEMORY=maybe", "",
+       "POSENC_ALLOW_SHARED_MEMORY: expected true or false"},
       {"", "--log_level=loud", "log_level"},
       {"POSENC_DRAIN_TIMEOUT=forever", "", "POSENC_DRAIN_TIMEOUT"},
       {"POSENC_THREADS=many", "--threads=2", "POSENC_THREADS"},

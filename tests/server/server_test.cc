@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <string>
 #include <vector>
@@ -15,7 +17,9 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/common/thread_pool.h"
 #include "posenc/v1/posenc.grpc.pb.h"
+#include "tests/server/server_process.h"
 #include "tests/server/server_test_util.h"
 
 namespace posenc::server {
@@ -223,6 +227,32 @@ TEST(PosencServerTest, AutoBackendIsCpuWithoutACudaDevice) {
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_TRUE(absl::StartsWith((*server)->backend_description(), "cpu ("))
       << (*server)->backend_description();
+}
+
+// The threads of process `pid` named as the compute pool's workers.
+int ComputeWorkers(pid_t pid) {
+  int n = 0;
+  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& task : std::filesystem::directory_iterator(tasks)) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    if (std::getline(comm, name) && name == kernels::ThreadPool::kWorkerName) ++n;
+  }
+  return n;
+}
+
+// --threads=N: the process computes on at most N threads (the calling one and N - 1 workers of
+// the one cpu backend's pool), with the cuda backend too (its host backend is that cpu backend).
+// Without a device, --backend=cuda does not start, and auto makes the same cpu backend.
+TEST(PosencServerTest, ThreadsBoundsTheComputeThreadsOfTheProcess) {
+  const std::string backend = kernels::ListCudaDevices().empty() ? "auto" : "cuda";
+  for (int threads : {2, 3}) {
+    testing::ServerProcess server(
+        {"--listen=127.0.0.1:0", "--backend=" + backend, "--threads=" + std::to_string(threads)});
+    ASSERT_TRUE(server.started());
+    ASSERT_GT(server.WaitForPort(std::chrono::seconds(30)), 0) << server.output();
+    EXPECT_EQ(ComputeWorkers(server.pid()), threads - 1) << backend << " --threads=" << threads;
+  }
 }
 
 TEST(PosencServerTest, PortInUseFails) {

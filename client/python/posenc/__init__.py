@@ -9,36 +9,42 @@
 
 Every RPC of ``posenc.v1.PositionEncoding`` is a method of :class:`Client` taking and returning
 numpy arrays; see ``help(posenc.Client)``, client/python/README.md and
-proto/posenc/v1/posenc.proto (the reference for every field). Errors are
-:class:`PosencError` subclasses with the server's gRPC code and message.
+proto/posenc/v1/posenc.proto (the reference for every field). Errors are :class:`PosencError`
+subclasses with the server's gRPC code, message and structured details (``error.field``,
+``error.reason``, ...).
 
 The generated wire code is ``posenc.v1.posenc_pb2`` / ``posenc.v1.posenc_pb2_grpc`` (built from
-the .proto by CMake or by ``pip install``; never committed).
+the .proto by CMake or by ``pip``; never committed). The enums (``posenc.RopeStyle``, ...) are
+built from its descriptors.
 """
 
-from ._errors import (AbortedError, AlreadyExistsError, CancelledError, DataLossError,
-                      DeadlineExceededError, FailedPreconditionError, InternalError,
-                      InvalidArgumentError, NotFoundError, OutOfRangeError,
+from ._enums import (AlibiMode, BiasForm, Combine, DType, FreqScheme, FutureMode, HealthStatus,
+                     MropeLayout, RopeCacheLayout, RopeScalingType, RopeStyle, SinusoidalLayout,
+                     TensorLayout)
+from ._errors import (DOMAIN, AbortedError, AlreadyExistsError, CancelledError, DataLossError,
+                      DeadlineExceededError, FailedPreconditionError, FieldViolation,
+                      InternalError, InvalidArgumentError, NotFoundError, OutOfRangeError,
                       PermissionDeniedError, PosencError, ResourceExhaustedError,
                       UnauthenticatedError, UnavailableError, UnimplementedError, UnknownError)
-from ._tensor import (BFLOAT16_DTYPE, HAVE_ML_DTYPES, DType, bf16_to_float32,
-                      expand_bloom_rows, expand_toeplitz, float32_to_bf16)
-from ._types import (AlibiBiasResult, AlibiMode, ApplyRopeResult, BackendInfo, BiasForm, Combine,
-                     DeviceInfo, FreqScheme, FutureMode, HealthStatus, LearnedTable, MropeLayout,
-                     Positions, RopeCacheLayout, RopeCacheResult, RopeConfig, RopeDerived,
-                     RopeScaling, RopeScalingType, RopeStyle, ServerInfo, SinusoidalLayout,
-                     SinusoidalParams, TableInfo, TensorLayout, TlsConfig)
-from .client import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TIMEOUT, Client
+from ._tensor import (BFLOAT16_DTYPE, HAVE_ML_DTYPES, bf16_to_float32, expand_bloom_rows,
+                      expand_toeplitz, float32_to_bf16)
+from ._types import (AlibiBiasResult, ApplyRopeResult, AttentionTemperatureTuning, BackendInfo,
+                     DescribeRopeResult, DeviceInfo, LearnedTable, Positions, RopeCacheResult,
+                     RopeConfig, RopeDerived, RopeLayerGroup, RopeScaling, RopeValueSource,
+                     ServerInfo, SinusoidalParams, TableInfo, TlsConfig)
+from .client import (DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_SPLIT_IN_FLIGHT, DEFAULT_TIMEOUT,
+                     Client)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "DEFAULT_TIMEOUT", "DEFAULT_MAX_MESSAGE_BYTES",
+    "Client", "DEFAULT_TIMEOUT", "DEFAULT_MAX_MESSAGE_BYTES", "DEFAULT_MAX_SPLIT_IN_FLIGHT",
     # values
     "Positions", "SinusoidalParams", "LearnedTable", "RopeScaling", "RopeConfig", "RopeDerived",
     "RopeCacheResult", "ApplyRopeResult", "AlibiBiasResult", "ServerInfo", "BackendInfo",
-    "DeviceInfo", "TableInfo", "TlsConfig",
-    # enums
+    "DeviceInfo", "TableInfo", "TlsConfig", "RopeValueSource", "AttentionTemperatureTuning",
+    "RopeLayerGroup", "DescribeRopeResult",
+    # enums (from posenc.proto's descriptors)
     "DType", "SinusoidalLayout", "FreqScheme", "Combine", "RopeStyle", "RopeScalingType",
     "MropeLayout", "RopeCacheLayout", "TensorLayout", "AlibiMode", "FutureMode", "BiasForm",
     "HealthStatus",
@@ -46,9 +52,9 @@ __all__ = [
     "bf16_to_float32", "float32_to_bf16", "expand_toeplitz", "expand_bloom_rows",
     "HAVE_ML_DTYPES", "BFLOAT16_DTYPE",
     # errors
-    "PosencError", "CancelledError", "UnknownError", "InvalidArgumentError",
-    "DeadlineExceededError", "NotFoundError", "AlreadyExistsError", "PermissionDeniedError",
-    "ResourceExhaustedError", "FailedPreconditionError", "AbortedError", "OutOfRangeError",
-    "UnimplementedError", "InternalError", "UnavailableError", "DataLossError",
-    "UnauthenticatedError",
+    "PosencError", "FieldViolation", "DOMAIN", "CancelledError", "UnknownError",
+    "InvalidArgumentError", "DeadlineExceededError", "NotFoundError", "AlreadyExistsError",
+    "PermissionDeniedError", "ResourceExhaustedError", "FailedPreconditionError",
+    "AbortedError", "OutOfRangeError", "UnimplementedError", "InternalError",
+    "UnavailableError", "DataLossError", "UnauthenticatedError",
 ]

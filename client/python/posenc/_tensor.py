@@ -8,51 +8,39 @@ upper half of a binary32): :func:`bf16_to_float32` and :func:`float32_to_bf16` c
 
 from __future__ import annotations
 
-import enum
 import math
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import grpc
 import numpy as np
 
+from ._enums import AlibiMode, DType, FutureMode
 from ._errors import InternalError, local_error
+from ._types import enum_or_int, parse_enum
 
 try:  # optional: a real bfloat16 numpy dtype
-    import ml_dtypes as _ml_dtypes  # type: ignore
+    import ml_dtypes as _ml_dtypes
 
     BFLOAT16_DTYPE: Optional[np.dtype] = np.dtype(_ml_dtypes.bfloat16)
 except ImportError:  # pragma: no cover - depends on the machine
-    _ml_dtypes = None
     BFLOAT16_DTYPE = None
 
 __all__ = [
-    "DType",
     "HAVE_ML_DTYPES",
     "BFLOAT16_DTYPE",
     "bf16_to_float32",
     "float32_to_bf16",
     "expand_toeplitz",
     "expand_bloom_rows",
+    "expand_compact_alibi",
 ]
 
 #: True when ``ml_dtypes`` is importable and BFLOAT16 results are ``ml_dtypes.bfloat16`` arrays.
 HAVE_ML_DTYPES = BFLOAT16_DTYPE is not None
 
-
-class DType(enum.IntEnum):
-    """Element type of a tensor on the wire (``posenc.v1.DType``)."""
-
-    UNSPECIFIED = 0
-    FLOAT32 = 1
-    FLOAT16 = 2
-    BFLOAT16 = 3
-    FLOAT64 = 4
-    INT32 = 5
-    INT64 = 6
-
-
-# Little-endian numpy codes of the wire dtypes (BFLOAT16: its bit patterns).
-_WIRE_NUMPY = {
+# Little-endian numpy codes of the wire dtypes (BFLOAT16: its bit patterns). Every specified
+# DType has one (tests/python/test_client.py checks it).
+WIRE_NUMPY: Dict[DType, np.dtype] = {
     DType.FLOAT32: np.dtype("<f4"),
     DType.FLOAT16: np.dtype("<f2"),
     DType.BFLOAT16: np.dtype("<u2"),
@@ -60,18 +48,15 @@ _WIRE_NUMPY = {
     DType.INT32: np.dtype("<i4"),
     DType.INT64: np.dtype("<i8"),
 }
+FLOAT_DTYPES = (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16, DType.FLOAT64)
 
-# Names accepted for dtype arguments (case-insensitive), as the C++ client's ParseDType.
-_DTYPE_NAMES = {
-    "float32": DType.FLOAT32, "f32": DType.FLOAT32, "fp32": DType.FLOAT32,
-    "float": DType.FLOAT32, "float16": DType.FLOAT16, "f16": DType.FLOAT16,
-    "fp16": DType.FLOAT16, "half": DType.FLOAT16, "bfloat16": DType.BFLOAT16,
-    "bf16": DType.BFLOAT16, "float64": DType.FLOAT64, "f64": DType.FLOAT64,
-    "fp64": DType.FLOAT64, "double": DType.FLOAT64, "int32": DType.INT32, "i32": DType.INT32,
-    "int64": DType.INT64, "i64": DType.INT64,
+# Short spellings of dtype arguments besides the wire's names (as the C++ client's ParseDType).
+_SHORT_NAMES = {
+    "f32": DType.FLOAT32, "fp32": DType.FLOAT32, "float": DType.FLOAT32,
+    "f16": DType.FLOAT16, "fp16": DType.FLOAT16, "half": DType.FLOAT16,
+    "bf16": DType.BFLOAT16, "f64": DType.FLOAT64, "fp64": DType.FLOAT64,
+    "double": DType.FLOAT64, "i32": DType.INT32, "i64": DType.INT64,
 }
-
-_FLOAT_DTYPES = (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16, DType.FLOAT64)
 
 DTypeLike = Union[None, str, DType, np.dtype, type]
 
@@ -79,8 +64,8 @@ DTypeLike = Union[None, str, DType, np.dtype, type]
 def parse_dtype(value: DTypeLike, field: str = "dtype") -> Optional[DType]:
     """The wire dtype of a dtype argument; None for None (the server's default, FLOAT32).
 
-    Accepts a :class:`DType`, a name (``"float32"``, ``"fp16"``, ``"bf16"``, ``"bfloat16"``,
-    ``"float64"``, ...), or anything ``numpy.dtype()`` takes (``np.float16``, ``"f4"``,
+    Accepts a :class:`DType`, a name (``"float32"``, ``"DTYPE_FLOAT16"``, ``"fp16"``,
+    ``"bf16"``, ...), or anything ``numpy.dtype()`` takes (``np.float16``, ``"f4"``,
     ``ml_dtypes.bfloat16``).
     """
     if value is None:
@@ -88,29 +73,43 @@ def parse_dtype(value: DTypeLike, field: str = "dtype") -> Optional[DType]:
     if isinstance(value, DType):
         return None if value == DType.UNSPECIFIED else value
     if isinstance(value, str):
-        key = value.strip().lower()
-        if key.startswith("dtype_"):
-            key = key[6:]
-        if key in _DTYPE_NAMES:
-            return _DTYPE_NAMES[key]
+        short = _SHORT_NAMES.get(value.strip().lower())
+        if short is not None:
+            return short
+        try:
+            number = parse_enum(DType, value, field)
+        except ValueError:
+            number = 0
+        if number:
+            return DType(number)
     try:
-        dt = np.dtype(value)
+        dt: Optional[np.dtype] = np.dtype(value)
     except TypeError:
         dt = None
     if dt is not None:
         if BFLOAT16_DTYPE is not None and dt == BFLOAT16_DTYPE:
             return DType.BFLOAT16
-        for wire, code in _WIRE_NUMPY.items():
+        for wire, code in WIRE_NUMPY.items():
             if wire != DType.BFLOAT16 and dt == code.newbyteorder("="):
                 return wire
-    raise local_error(f"{field}: unknown dtype {value!r} (float32, float16, bfloat16, float64)")
+    raise local_error(field, f"unknown dtype {value!r} (float32, float16, bfloat16, float64)")
 
 
-def _float_output_dtype(value: DTypeLike, field: str = "dtype") -> Optional[DType]:
+def float_output_dtype(value: DTypeLike, field: str = "output_dtype") -> Optional[DType]:
+    """parse_dtype for an output dtype: a float dtype or None."""
     dtype = parse_dtype(value, field)
-    if dtype is not None and dtype not in _FLOAT_DTYPES:
-        raise local_error(f"{field}: must be a float dtype, got {dtype.name}")
+    if dtype is not None and dtype not in FLOAT_DTYPES:
+        raise local_error(field, f"must be a float dtype, got {dtype.name}")
     return dtype
+
+
+def itemsize(dtype: int) -> int:
+    """Bytes of one element of a wire dtype number (UNSPECIFIED: FLOAT32's, the default of
+    every output dtype); 0 for a number the wire does not define."""
+    if dtype == DType.UNSPECIFIED:
+        dtype = DType.FLOAT32
+    code = WIRE_NUMPY.get(dtype)  # type: ignore[call-overload]  # an int finds its member
+    return code.itemsize if code is not None else 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,12 +154,8 @@ def float32_to_bf16(values: Any) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# Encoding (numpy -> wire) and decoding (wire -> numpy).
+# Encoding (numpy -> wire) and decoding (wire -> numpy): whole buffers, never element by element.
 # ---------------------------------------------------------------------------------------------
-def _to_le_bytes(a: np.ndarray) -> bytes:
-    return a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes(order="C")
-
-
 def float_array(value: Any, field: str) -> Tuple[DType, np.ndarray]:
     """The wire dtype and array of a float input (q, k, x, tables).
 
@@ -173,7 +168,7 @@ def float_array(value: Any, field: str) -> Tuple[DType, np.ndarray]:
         try:
             a = np.asarray(value)
         except (TypeError, ValueError) as e:
-            raise local_error(f"{field}: not an array: {e}") from None
+            raise local_error(field, f"not an array: {e}") from None
         if a.dtype.kind in "biu":
             a = a.astype(np.float64)
     if BFLOAT16_DTYPE is not None and a.dtype == BFLOAT16_DTYPE:
@@ -184,7 +179,7 @@ def float_array(value: Any, field: str) -> Tuple[DType, np.ndarray]:
         sizes = {2: DType.FLOAT16, 4: DType.FLOAT32, 8: DType.FLOAT64}
         if a.dtype.itemsize in sizes:
             return sizes[a.dtype.itemsize], a
-    raise local_error(f"{field}: dtype {a.dtype} is not a tensor float type (float16, float32, "
+    raise local_error(field, f"dtype {a.dtype} is not a tensor float type (float16, float32, "
                       "float64, ml_dtypes.bfloat16, or uint16 bfloat16 bit patterns)")
 
 
@@ -198,19 +193,20 @@ def int_array(value: Any, field: str) -> Tuple[DType, np.ndarray]:
         return DType.INT64, a.astype(np.int64, copy=False)
     if a.dtype.kind == "u":
         if a.size and int(a.max()) > np.iinfo(np.int64).max:
-            raise local_error(f"{field}: value {int(a.max())} does not fit INT64")
+            raise local_error(field, f"value {int(a.max())} does not fit INT64")
         return DType.INT64, a.astype(np.int64)
     if a.size == 0:  # e.g. [] (numpy makes it float64)
         return DType.INT64, a.astype(np.int64)
-    raise local_error(f"{field}: dtype {a.dtype} is not an integer type")
+    raise local_error(field, f"dtype {a.dtype} is not an integer type")
 
 
 def fill_tensor(msg: Any, dtype: DType, a: np.ndarray) -> None:
-    """Writes ``a`` (already in ``dtype``'s numpy type) into a posenc.v1.Tensor message."""
+    """Writes ``a`` (already in ``dtype``'s numpy type, any byte order and strides) into a
+    posenc.v1.Tensor message: one conversion to contiguous little-endian bytes."""
     msg.dtype = int(dtype)
     del msg.shape[:]
     msg.shape.extend(int(d) for d in a.shape)
-    msg.data = _to_le_bytes(a)
+    msg.data = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()
 
 
 def set_float_tensor(msg: Any, value: Any, field: str) -> DType:
@@ -225,36 +221,39 @@ def set_int_tensor(msg: Any, value: Any, field: str) -> DType:
     return dtype
 
 
+def wire_array(msg: Any) -> Optional[np.ndarray]:
+    """A posenc.v1.Tensor's bytes seen as a read-only array of its wire dtype (little-endian;
+    BFLOAT16 as ``<u2`` bit patterns) and shape, without a copy of the bytes; None when its
+    dtype is unknown or its bytes do not match dtype and shape."""
+    code = WIRE_NUMPY.get(msg.dtype)  # an int finds its member
+    shape = tuple(int(d) for d in msg.shape)
+    if code is None or any(d < 0 for d in shape):
+        return None
+    data = msg.data
+    n = math.prod(shape)
+    if len(data) != n * code.itemsize:
+        return None
+    return np.frombuffer(data, dtype=code, count=n).reshape(shape)
+
+
 def to_numpy(msg: Any, field: str) -> np.ndarray:
-    """A posenc.v1.Tensor as a (writable, native-order) numpy array.
+    """A posenc.v1.Tensor of a response as a (writable, native-order) numpy array.
 
     BFLOAT16 gives an ``ml_dtypes.bfloat16`` array when ml_dtypes is importable, else the bit
     patterns as ``uint16``. INTERNAL for a tensor whose bytes do not match its dtype and shape."""
-    try:
-        dtype = DType(msg.dtype)
-        code = _WIRE_NUMPY[dtype]
-    except (ValueError, KeyError):
-        raise InternalError(grpc.StatusCode.INTERNAL, f"server sent {field} with unknown dtype "
-                            f"{msg.dtype}") from None
-    shape = tuple(int(d) for d in msg.shape)
-    if any(d < 0 for d in shape):
+    wire = wire_array(msg)
+    if wire is None:
+        dtype = getattr(enum_or_int(DType, msg.dtype), "name", msg.dtype)
         raise InternalError(grpc.StatusCode.INTERNAL, f"server sent an inconsistent {field}: "
-                            f"negative dimension in {list(shape)}")
-    n = math.prod(shape)
-    data = msg.data
-    if len(data) != n * code.itemsize:
-        raise InternalError(grpc.StatusCode.INTERNAL, f"server sent an inconsistent {field}: "
-                            f"{dtype.name} {list(shape)} must hold {n} * {code.itemsize} bytes, "
-                            f"got {len(data)}")
-    a = np.frombuffer(data, dtype=code, count=n).astype(code.newbyteorder("="), copy=True)
-    a = a.reshape(shape)
-    if dtype == DType.BFLOAT16 and BFLOAT16_DTYPE is not None:
+                            f"{dtype} {list(msg.shape)} with {len(msg.data)} bytes")
+    a = wire.astype(wire.dtype.newbyteorder("="), copy=True)
+    if msg.dtype == DType.BFLOAT16 and BFLOAT16_DTYPE is not None:
         a = a.view(BFLOAT16_DTYPE)
     return a
 
 
 # ---------------------------------------------------------------------------------------------
-# Compact bias forms (SPEC §2.3), expanded locally.
+# Compact bias forms (posenc.proto BiasForm), expanded locally.
 # ---------------------------------------------------------------------------------------------
 def expand_toeplitz(compact: Any, q_len: int, k_len: int) -> np.ndarray:
     """The full bias ``[..., H, q_len, k_len]`` of a compact (Toeplitz) generator.
@@ -266,18 +265,21 @@ def expand_toeplitz(compact: Any, q_len: int, k_len: int) -> np.ndarray:
     positive."""
     c = np.asarray(compact)
     if q_len <= 0 or k_len <= 0:
-        raise local_error(f"q_len and k_len must be positive, got {q_len} and {k_len}")
+        raise local_error("q_len", f"q_len and k_len must be positive, got {q_len} and {k_len}")
     if c.ndim < 1 or c.shape[-1] != q_len + k_len - 1:
-        raise local_error(f"compact bias must be [..., H, q_len + k_len - 1] = "
+        raise local_error("compact", f"must be [..., H, q_len + k_len - 1] = "
                           f"[..., {q_len + k_len - 1}], got {list(c.shape)}")
     windows = np.lib.stride_tricks.sliding_window_view(c, k_len, axis=-1)  # [..., q, k]
     return np.ascontiguousarray(windows[..., ::-1, :])
 
 
-def _future_fill(dtype: np.dtype, value: float) -> Any:
-    if dtype == np.uint16:  # bfloat16 bit patterns
-        return np.uint16(0xFF80) if value < 0 else np.uint16(0)
-    return value
+# What CAUSAL and BLOOM ALiBi put after the query, per FutureMode (None: the row continued);
+# every specified FutureMode has an entry (tests/python/test_client.py checks it).
+FUTURE_FILL: Dict[FutureMode, Optional[float]] = {
+    FutureMode.MASK: -math.inf,
+    FutureMode.ZERO: 0.0,
+    FutureMode.LINEAR: None,
+}
 
 
 def expand_bloom_rows(rows: Any, q_len: int, query_offset: Optional[int] = None,
@@ -288,19 +290,37 @@ def expand_bloom_rows(rows: Any, q_len: int, query_offset: Optional[int] = None,
     mask); ``full[..., h, i, j] = rows[..., h, j]`` where ``j <= query_offset + i`` and -inf / 0 /
     the row value (future MASK / ZERO / LINEAR, default MASK) after it. ``query_offset``
     defaults to ``k_len - q_len``, as on the wire."""
-    from ._types import FutureMode, parse_enum  # local: _types imports this module
-
     r = np.asarray(rows)
     if r.ndim < 1 or r.shape[-1] <= 0 or q_len <= 0:
-        raise local_error(f"BLOOM rows must be [..., H, k_len] with k_len > 0 and q_len > 0, "
-                          f"got {list(r.shape)} and q_len {q_len}")
-    mode = FutureMode(parse_enum(FutureMode, future, "future"))
+        raise local_error("rows", f"BLOOM rows must be [..., H, k_len] with k_len > 0 and "
+                          f"q_len > 0, got {list(r.shape)} and q_len {q_len}")
+    fill = FUTURE_FILL[FutureMode(parse_enum(FutureMode, future, "future") or FutureMode.MASK)]
     k_len = r.shape[-1]
     offset = k_len - q_len if query_offset is None else int(query_offset)
     full = np.repeat(r[..., None, :], q_len, axis=-2)
-    if mode != FutureMode.LINEAR:
+    if fill is not None:
         visible = np.clip(offset + np.arange(q_len) + 1, 0, k_len)  # keys at or before query i
         hidden = np.arange(k_len)[None, :] >= visible[:, None]  # [q, k]
-        fill = _future_fill(r.dtype, 0.0 if mode == FutureMode.ZERO else -math.inf)
-        full[..., hidden] = fill
+        if r.dtype == np.uint16:  # bfloat16 bit patterns: -inf or +0
+            full[..., hidden] = np.uint16(0xFF80) if fill < 0 else np.uint16(0)
+        else:
+            full[..., hidden] = fill
     return full
+
+
+# How each ALiBi mode's COMPACT form expands: the Toeplitz generator, or BLOOM's key rows.
+ALIBI_COMPACT: Dict[AlibiMode, str] = {
+    AlibiMode.CAUSAL: "toeplitz",
+    AlibiMode.SYMMETRIC: "toeplitz",
+    AlibiMode.BLOOM: "bloom rows",
+}
+
+
+def expand_compact_alibi(compact: Any, mode: Any, q_len: int, k_len: int,
+                         query_offset: Optional[int] = None, future: Any = None) -> np.ndarray:
+    """The FULL ALiBi bias of its COMPACT form for ``mode`` (default CAUSAL):
+    :func:`expand_toeplitz` or :func:`expand_bloom_rows`."""
+    kind = ALIBI_COMPACT[AlibiMode(parse_enum(AlibiMode, mode, "mode") or AlibiMode.CAUSAL)]
+    if kind == "bloom rows":
+        return expand_bloom_rows(compact, q_len, query_offset, future)
+    return expand_toeplitz(compact, q_len, k_len)

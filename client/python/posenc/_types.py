@@ -1,4 +1,4 @@
-"""The posenc client's value types: enums, positions, RoPE configurations and results.
+"""The posenc client's value types: positions, RoPE configurations, results, and enum arguments.
 
 They mirror the C++ client (client/include/posenc/client.h) and the wire messages
 (proto/posenc/v1/posenc.proto, the reference for every field): an ``Optional`` field left at
@@ -13,89 +13,65 @@ import dataclasses
 import enum
 import json
 import os
-from typing import Any, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import (Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Type,
+                    TypeVar, Union)
 
 import numpy as np
 
+from ._enums import (DType, FreqScheme, MropeLayout, RopeScalingType, RopeStyle,
+                     SinusoidalLayout)
 from ._errors import local_error
-from ._tensor import DType
+from ._naming import enum_prefix
+from ._protos import posenc_pb2
 
 __all__ = [
-    "SinusoidalLayout", "FreqScheme", "Combine", "RopeStyle", "RopeScalingType", "MropeLayout",
-    "RopeCacheLayout", "TensorLayout", "AlibiMode", "FutureMode", "BiasForm", "HealthStatus",
     "Positions", "SinusoidalParams", "LearnedTable", "RopeScaling", "RopeConfig", "RopeDerived",
     "RopeCacheResult", "ApplyRopeResult", "AlibiBiasResult", "BackendInfo", "TableInfo",
-    "ServerInfo", "DeviceInfo", "TlsConfig",
+    "ServerInfo", "DeviceInfo", "TlsConfig", "RopeValueSource", "AttentionTemperatureTuning",
+    "RopeLayerGroup", "DescribeRopeResult",
 ]
 
-
-# ---------------------------------------------------------------------------------------------
-# Enums: the wire enums value for value (UNSPECIFIED = 0 selects the documented default).
-# ---------------------------------------------------------------------------------------------
-# (name, members numbered from 1 after UNSPECIFIED = 0, docstring): each becomes an
-# ``enum.IntEnum`` module attribute, as a class statement would.
-_WIRE_ENUMS = (
-    ("SinusoidalLayout", "INTERLEAVED CONCAT",
-     "Column layout of a sinusoidal table (default INTERLEAVED)."),
-    ("FreqScheme", "VASWANI T2T",
-     "Sinusoidal frequencies (default VASWANI for INTERLEAVED, T2T for CONCAT)."),
-    ("Combine", "ADD CONCAT",
-     "AddPositionEncoding: ``x*scale + PE`` (ADD, default) or ``[x*scale ; PE]`` (CONCAT)."),
-    ("RopeStyle", "NEOX GPTJ DEEPSEEK",
-     "Rotation pairs: NEOX (rotate_half, default), GPTJ (interleaved) or DEEPSEEK (de-interleave, "
-     "then rotate_half: transformers' DeepSeek V3 / Kimi K2 output order)."),
-    ("RopeScalingType", "DEFAULT LINEAR NTK DYNAMIC YARN LLAMA3 LONGROPE PROPORTIONAL",
-     "The Hugging Face rope types plus static NTK (default DEFAULT)."),
-    ("MropeLayout", "CONTIGUOUS INTERLEAVED",
-     "M-RoPE section layout (default CONTIGUOUS, Qwen2-VL; INTERLEAVED is Qwen3-VL)."),
-    ("RopeCacheLayout", "COMPACT NEOX GPTJ",
-     "RopeCache columns: COMPACT ``[n, d/2]`` (default), NEOX or GPTJ ``[n, d]``."),
-    ("TensorLayout", "BSHD BHSD THD",
-     "ApplyRope layout of q/k: BSHD (default), BHSD, or packed THD."),
-    ("AlibiMode", "CAUSAL SYMMETRIC BLOOM",
-     "ALiBi: CAUSAL (default), SYMMETRIC or BLOOM."),
-    ("FutureMode", "MASK ZERO LINEAR",
-     "What CAUSAL and BLOOM ALiBi put where a key lies after the query (default MASK: -inf)."),
-    ("BiasForm", "FULL COMPACT BUCKETS",
-     "FULL ``[H, q, k]`` (default), COMPACT (Toeplitz generator / BLOOM rows) or BUCKETS "
-     "(RelativeBias only: INT32 ``[q, k]``)."),
-)
-for _name, _members, _doc in _WIRE_ENUMS:
-    _cls = enum.IntEnum(_name, ["UNSPECIFIED"] + _members.split(), start=0, module=__name__,
-                        qualname=_name)
-    _cls.__doc__ = _doc
-    globals()[_name] = _cls
-del _name, _members, _doc, _cls
+# Extra spellings of enum arguments (Hugging Face's legacy rope type "su" is LongRoPE).
+_ALIASES: Dict[type, Dict[str, enum.IntEnum]] = {
+    RopeScalingType: {"SU": RopeScalingType.LONGROPE}}
 
 
-class HealthStatus(enum.IntEnum):
-    """``grpc.health.v1.HealthCheckResponse.ServingStatus``."""
-    UNKNOWN = 0
-    SERVING = 1
-    NOT_SERVING = 2
-    SERVICE_UNKNOWN = 3
-
-
-_ALIASES = {RopeScalingType: {"SU": "LONGROPE"}}
-
-
-def parse_enum(cls: type, value: Any, field: str) -> int:
+def parse_enum(cls: Type[enum.IntEnum], value: Any, field: str) -> int:
     """The wire number of an enum argument: None -> 0 (the default), a member, its name as a
-    string (case-insensitive; '-' for '_'), or its number."""
+    string (case-insensitive, '-' for '_', also the wire's full name "ROPE_STYLE_GPTJ"), or its
+    number."""
     if value is None:
         return 0
     if isinstance(value, cls):
         return int(value)
     if isinstance(value, str):
         key = value.strip().upper().replace("-", "_")
-        key = _ALIASES.get(cls, {}).get(key, key)
+        descriptor = posenc_pb2.DESCRIPTOR.enum_types_by_name.get(cls.__name__)
+        prefix = enum_prefix(descriptor) if descriptor is not None else ""
+        if prefix and key.startswith(prefix):
+            key = key[len(prefix):]
+        alias = _ALIASES.get(cls, {}).get(key)
+        if alias is not None:
+            return int(alias)
         if key in cls.__members__:
             return int(cls[key])
-    elif isinstance(value, (int, np.integer)) and not isinstance(value, bool) and int(
-            value) in cls._value2member_map_:
+    elif isinstance(value, (int, np.integer)) and not isinstance(value, bool) and isinstance(
+            enum_or_int(cls, int(value)), cls):
         return int(value)
     names = ", ".join(n.lower() for n in cls.__members__ if n != "UNSPECIFIED")
-    raise local_error(f"{field}: expected one of {names}, got {value!r}")
+    raise local_error(field, f"expected one of {names}, got {value!r}")
+
+
+E = TypeVar("E", bound=enum.IntEnum)
+
+
+def enum_or_int(cls: Type[E], number: int) -> Union[E, int]:
+    """The member of a wire number, or the number itself when this build does not know it
+    (proto3 enums are open: a newer server may send a value added since)."""
+    try:
+        return cls(number)
+    except ValueError:
+        return number
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,10 +140,10 @@ class Positions:
             return value
         if isinstance(value, range):
             if value.step != 1:
-                raise local_error(f"positions: a range must have step 1, got {value!r}")
+                raise local_error("positions", f"a range must have step 1, got {value!r}")
             return Positions.range(value.start, max(0, len(value)))
         if isinstance(value, (int, float, str, bytes)):
-            raise local_error(f"positions: expected Positions, a range or an id array, got "
+            raise local_error("positions", f"expected Positions, a range or an id array, got "
                               f"{value!r}")
         return Positions.ids(value)
 
@@ -201,7 +177,7 @@ class LearnedTable:
 @dataclasses.dataclass
 class RopeScaling:
     """Scaling parameters (``posenc.v1.RopeScaling``); each type reads only its own fields and a
-    field set for another type is INVALID_ARGUMENT (SPEC §2.2)."""
+    field set for another type is INVALID_ARGUMENT (posenc.proto gives every formula)."""
 
     type: Union[None, str, RopeScalingType] = None
     factor: Optional[float] = None
@@ -229,8 +205,8 @@ class RopeScaling:
         names = {f.name for f in dataclasses.fields(cls)} - {"type"}
         unknown = sorted(set(values) - names)
         if unknown:
-            raise local_error(f"config.scaling: {unknown[0]!r} is not a RopeScaling field "
-                              f"(a config.json goes whole into RopeConfig.from_hf)")
+            raise local_error("config.scaling", f"{unknown[0]!r} is not a RopeScaling field "
+                              "(a config.json goes whole into RopeConfig.from_hf)")
         return cls(type=kind, **values)
 
 
@@ -280,12 +256,12 @@ class RopeConfig:
                 with open(config, "r", encoding="utf-8") as f:
                     text = f.read()
             except OSError as e:
-                raise local_error(f"config: not JSON text (no '{{') and not a readable file: "
-                                  f"{e}") from None
+                raise local_error("config", f"not JSON text (no '{{') and not a readable "
+                                  f"file: {e}") from None
         elif isinstance(config, str):
             text = config
         else:
-            raise local_error(f"config: expected a dict, JSON text or a path, got "
+            raise local_error("config", f"expected a dict, JSON text or a path, got "
                               f"{type(config).__name__}")
         return cls(hf_config_json=text, **fields)
 
@@ -306,8 +282,8 @@ class RopeDerived:
 
     head_dim: int = 0
     rotary_dim: int = 0
-    style: RopeStyle = RopeStyle.UNSPECIFIED
-    scaling_type: RopeScalingType = RopeScalingType.UNSPECIFIED
+    style: Union[RopeStyle, int] = RopeStyle.UNSPECIFIED
+    scaling_type: Union[RopeScalingType, int] = RopeScalingType.UNSPECIFIED
     effective_base: float = 0.0
     attention_factor: float = 1.0
     attention_factor_applied: bool = True
@@ -344,6 +320,56 @@ class AlibiBiasResult(NamedTuple):
     slopes: np.ndarray
 
 
+@dataclasses.dataclass
+class RopeValueSource:
+    """A value read from a config.json and where it came from (``posenc.v1.RopeValueSource``)."""
+
+    name: str = ""  # "head_dim", "base", "rotary_dim", "pairing", "scaling.factor", ...
+    key: str = ""  # the key path read ("text_config.rope_theta"), or the derivation
+    origin: str = ""  # "file", "nested config (text_config)", "architecture default (...)"
+    value: str = ""  # the value used, as text
+
+
+@dataclasses.dataclass
+class AttentionTemperatureTuning:
+    """Llama 4's attention temperature tuning: q at position p times
+    ``log(floor((p + 1) / floor_scale) + 1) * attn_scale + 1``; the caller applies it."""
+
+    floor_scale: float = 0.0
+    attn_scale: float = 0.0
+
+
+@dataclasses.dataclass
+class RopeLayerGroup:
+    """DescribeRope: the layers that share one RoPE (``posenc.v1.RopeLayerGroup``)."""
+
+    layers: Sequence[int] = ()  # layer indices; empty when the file does not give them
+    layer_type: str = ""  # "" when the model does not name its layer types
+    derived: RopeDerived = dataclasses.field(default_factory=RopeDerived)
+    base: float = 0.0  # b as read (rope_theta or the architecture's default)
+    max_position_embeddings: int = 0  # 0: not given
+    original_max_position_embeddings: int = 0  # the context the scaling extends; 0: unknown
+    longrope_switch_seq_len: int = 0  # LongRoPE: long_factor when seq_len > this; else 0
+    # The multiplier of the softmax scale the model applies besides the rotation (DeepSeek
+    # YaRN: mscale(factor, mscale_all_dim)^2); None where posenc knows of none.
+    softmax_scale_multiplier: Optional[float] = None
+    mrope_section: Sequence[int] = ()
+    warnings: Sequence[str] = ()
+    attn_temperature_tuning: Optional[AttentionTemperatureTuning] = None  # where the model
+    # scales q by position besides the rotation (Llama 4's NoPE layers)
+    sources: Sequence[RopeValueSource] = ()  # hf config: every value used and where it came from
+
+
+@dataclasses.dataclass
+class DescribeRopeResult:
+    """DescribeRope: every distinct RoPE of a model (``posenc.v1.DescribeRopeResponse``)."""
+
+    model_type: str = ""
+    groups: Sequence[RopeLayerGroup] = ()  # in order of first layer
+    warnings: Sequence[str] = ()  # every group's, without duplicates
+    num_layers: int = 0  # 0: the file does not give it
+
+
 # ---------------------------------------------------------------------------------------------
 # Server information and connection settings.
 # ---------------------------------------------------------------------------------------------
@@ -371,7 +397,7 @@ class DeviceInfo:
 @dataclasses.dataclass
 class TableInfo:
     name: str
-    dtype: DType
+    dtype: Union[DType, int]
     shape: Tuple[int, ...]
 
 
@@ -387,6 +413,10 @@ class ServerInfo:
     tables: List[TableInfo]
     max_inflight_bytes: int = 0  # admission bounds; 0: unbounded
     max_heavy_calls: int = 0
+    # shared memory: registrations accepted (--allow_shared_memory) and their bounds
+    shared_memory_allowed: bool = False
+    max_shared_memory_regions: int = 0
+    max_shared_memory_bytes: int = 0
     cuda_built_in: bool = False
     devices: List[DeviceInfo] = dataclasses.field(default_factory=list)
 
@@ -428,5 +458,6 @@ class TlsConfig:
     def pem(self) -> Tuple[Optional[bytes], Optional[bytes], Optional[bytes]]:
         """(root_certs, client_key, client_cert) as bytes, for grpc.ssl_channel_credentials."""
         if (self.client_cert is None) != (self.client_key is None):
-            raise local_error("tls: give both client_cert and client_key (mutual TLS) or neither")
+            raise local_error("tls", "give both client_cert and client_key (mutual TLS) or "
+                              "neither")
         return _pem(self.root_certs), _pem(self.client_key), _pem(self.client_cert)

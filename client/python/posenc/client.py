@@ -1,286 +1,118 @@
 """posenc.Client: the Python client of the posenc position-encoding service.
 
 One method per RPC of ``posenc.v1.PositionEncoding`` (proto/posenc/v1/posenc.proto is the
-reference for every field; SPEC §2 for every formula) plus the standard gRPC health check,
-mirroring the C++ client (client/include/posenc/client.h). Tensors go in and come out as numpy
-arrays; failures raise :class:`posenc.PosencError` subclasses carrying the server's gRPC code
-and message unchanged.
+reference for every field and formula) plus the standard gRPC health check, with the shape and
+defaults of the C++ client (client/include/posenc/client.h). Tensors go in and come out as numpy
+arrays; failures raise :class:`posenc.PosencError` subclasses carrying the server's gRPC code,
+message and structured details unchanged.
 
     import posenc
     with posenc.Client("localhost:50051") as client:
         cos, sin, derived = client.rope_cache(range(0, 4096), posenc.RopeConfig(head_dim=128))
 
 A Client is thread-safe: every call goes through one gRPC channel, which multiplexes them.
+
+The package's layers: _wire (values <-> messages) and _split (cutting a request over the message
+limit into pieces, joining their responses) are pure; _transport sends; this module binds them.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 import grpc
 import numpy as np
 
-from . import _tensor
-from ._errors import PosencError, from_rpc_error, local_error
-from ._tensor import DType, DTypeLike
-from ._types import (AlibiBiasResult, AlibiMode, ApplyRopeResult, BackendInfo, BiasForm, Combine,
-                     DeviceInfo, FreqScheme, FutureMode, HealthStatus, LearnedTable, MropeLayout,
-                     Positions, RopeCacheLayout, RopeCacheResult, RopeConfig, RopeDerived,
-                     RopeScaling, RopeScalingType, RopeStyle, ServerInfo, SinusoidalLayout,
-                     SinusoidalParams, TableInfo, TensorLayout, TlsConfig, parse_enum)
-from .v1 import posenc_pb2 as pb
-from .v1 import posenc_pb2_grpc as pb_grpc
+from . import _split, _transport
+from ._enums import (AlibiMode, BiasForm, Combine, FutureMode, HealthStatus, RopeCacheLayout,
+                     TensorLayout)
+from ._errors import local_error
+from ._protos import posenc_pb2 as pb
+from ._protos import posenc_pb2_grpc as pb_grpc
+from ._tensor import (DTypeLike, expand_compact_alibi, expand_toeplitz, float_output_dtype,
+                      set_float_tensor, set_int_tensor, to_numpy)
+from ._transport import Transport
+from ._types import (AlibiBiasResult, ApplyRopeResult, DescribeRopeResult, LearnedTable,
+                     RopeCacheResult, RopeConfig, RopeDerived, ServerInfo, SinusoidalParams,
+                     TlsConfig, enum_or_int)
+from ._wire import (from_message, server_info, set_enum, set_positions, set_table,
+                    to_message)
 
-__all__ = ["Client", "DEFAULT_TIMEOUT", "DEFAULT_MAX_MESSAGE_BYTES"]
+__all__ = ["Client", "DEFAULT_TIMEOUT", "DEFAULT_MAX_MESSAGE_BYTES", "DEFAULT_MAX_SPLIT_IN_FLIGHT"]
 
 #: Default deadline of every call, seconds (as the C++ client's ClientOptions::timeout).
 DEFAULT_TIMEOUT = 30.0
 #: Default largest request and response message (gRPC's send/receive limits).
 DEFAULT_MAX_MESSAGE_BYTES = 256 << 20
+#: Default bound of a split request's pieces in flight at once.
+DEFAULT_MAX_SPLIT_IN_FLIGHT = 8
 
-_SERVICE = "posenc.v1.PositionEncoding"
-_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
-
-
-def _service_config(max_attempts: int, load_balancing_policy: str) -> str:
-    """The gRPC service config: load balancing and retries of UNAVAILABLE and of a busy server's
-    RESOURCE_EXHAUSTED (every posenc RPC is idempotent, so a retry is always safe; over a hard
-    limit the server sends grpc-retry-pushback-ms -1, which stops the retries). gRPC caps
-    maxAttempts at 5."""
-    config: dict = {}
-    if load_balancing_policy:
-        config["loadBalancingConfig"] = [{load_balancing_policy: {}}]
-    if max_attempts > 1:
-        config["methodConfig"] = [{
-            "name": [{"service": _SERVICE}, {"service": "grpc.health.v1.Health"}],
-            "retryPolicy": {
-                "maxAttempts": min(max_attempts, 5),
-                "initialBackoff": "0.1s",
-                "maxBackoff": "2s",
-                "backoffMultiplier": 2,
-                "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"],
-            },
-        }]
-    return json.dumps(config)
+Planner = Callable[[Any, _split.LimitsFn], Optional[_split.Plan]]
 
 
-# grpc.health.v1 by hand (Debian ships no grpcio-health-checking): one field each way.
-def _encode_health_request(service: str) -> bytes:
-    if not service:
-        return b""
-    raw = service.encode("utf-8")
-    out = bytearray(b"\x0a")  # field 1, length-delimited
-    n = len(raw)
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out) + raw
+def _seconds(value: Optional[float], field: str, allow_zero: bool = False) -> Optional[float]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isinf(value) or (
+            not (value >= 0 if allow_zero else value > 0)):
+        raise local_error(field, f"must be a {'non-negative' if allow_zero else 'positive'} "
+                          f"number of seconds, got {value!r}")
+    return float(value)
 
 
-def _decode_health_response(data: bytes) -> HealthStatus:
-    def varint(pos: int):
-        value = shift = 0
-        while pos < len(data) and shift < 64:
-            byte = data[pos]
-            pos += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value, pos
-            shift += 7
-        raise PosencError(grpc.StatusCode.INTERNAL, "malformed health response")
-
-    status, pos = 0, 0
-    while pos < len(data):
-        tag, pos = varint(pos)
-        wire = tag & 7
-        if wire == 0:
-            value, pos = varint(pos)
-            if tag >> 3 == 1:
-                status = value
-        elif wire == 1:
-            pos += 8
-        elif wire == 2:
-            length, pos = varint(pos)
-            pos += length
-        elif wire == 5:
-            pos += 4
-        else:
-            raise PosencError(grpc.StatusCode.INTERNAL, "malformed health response")
-        if pos > len(data):
-            raise PosencError(grpc.StatusCode.INTERNAL, "malformed health response")
-    return HealthStatus(status) if status in HealthStatus._value2member_map_ else (
-        HealthStatus.UNKNOWN)
-
-
-# ---------------------------------------------------------------------------------------------
-# Request building.
-# ---------------------------------------------------------------------------------------------
-def _set_positions(msg: pb.Positions, value: Any) -> None:
-    p = Positions.coerce(value)
-    if p.kind == "default":
-        return
-    if p.kind == "range":
-        msg.range.start = p.start
-        msg.range.count = p.count
-    elif p.kind == "offsets":
-        msg.offsets.offsets.extend(p.seq_offsets)
-        msg.offsets.SetInParent()
-    elif p.kind == "ids":
-        _tensor.set_int_tensor(msg.ids, p.array, "positions.ids")
-    elif p.kind == "cu_seqlens":
-        msg.cu_seqlens.cu_seqlens.extend(p.seq_bounds)
-        msg.cu_seqlens.offsets.extend(p.seq_offsets)
-        msg.cu_seqlens.SetInParent()
-    elif p.kind == "attention_mask":
-        _tensor.set_int_tensor(msg.attention_mask, p.array, "positions.attention_mask")
-    else:
-        raise local_error(f"positions: unknown kind {p.kind!r}")
-
-
-def _set_positions_field(request: Any, value: Any) -> None:
-    p = Positions.coerce(value)
-    if p.kind == "default":
-        return  # absent on the wire: the op's default
-    _set_positions(request.positions, p)
-    request.positions.SetInParent()
+def _positive_int(value: Any, field: str, least: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise local_error(field, f"must be an integer >= {least}, got {value!r}")
+    return int(value)
 
 
 def _set_output_dtype(request: Any, dtype: DTypeLike) -> None:
-    wire = _tensor._float_output_dtype(dtype, "output_dtype")
+    wire = float_output_dtype(dtype)
     if wire is not None:
         request.output_dtype = int(wire)
 
 
-def _set_sinusoidal(msg: pb.SinusoidalParams, params: SinusoidalParams) -> None:
-    msg.dim = int(params.dim)
-    if params.base is not None:
-        msg.base = float(params.base)
-    msg.layout = parse_enum(SinusoidalLayout, params.layout, "params.layout")
-    msg.freq_scheme = parse_enum(FreqScheme, params.freq_scheme, "params.freq_scheme")
-
-
-def _set_rope_config(msg: pb.RopeConfig, config: RopeConfig) -> None:
-    msg.head_dim = int(config.head_dim)
-    if config.rotary_dim is not None:
-        msg.rotary_dim = int(config.rotary_dim)
-    if config.base is not None:
-        msg.base = float(config.base)
-    msg.style = parse_enum(RopeStyle, config.style, "config.style")
-    s = config.scaling
-    if isinstance(s, Mapping):
-        s = RopeScaling.from_dict(s)
-    if s is not None:
-        out = msg.scaling
-        out.type = parse_enum(RopeScalingType, s.type, "config.scaling.type")
-        for name in ("factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
-                     "attention_factor", "low_freq_factor", "high_freq_factor",
-                     "partial_rotary_factor", "alpha"):
-            value = getattr(s, name)
-            if value is not None:
-                setattr(out, name, float(value))
-        if s.original_max_position_embeddings is not None:
-            out.original_max_position_embeddings = int(s.original_max_position_embeddings)
-        if s.truncate is not None:
-            out.truncate = bool(s.truncate)
-        out.long_factor.extend(float(v) for v in s.long_factor)
-        out.short_factor.extend(float(v) for v in s.short_factor)
-        # An all-default scaling is the same as an absent one on the wire.
-        if out.ByteSize() == 0:
-            msg.ClearField("scaling")
-    if config.max_position_embeddings is not None:
-        msg.max_position_embeddings = int(config.max_position_embeddings)
-    msg.mrope_section.extend(int(v) for v in config.mrope_section)
-    msg.mrope_layout = parse_enum(MropeLayout, config.mrope_layout, "config.mrope_layout")
-    msg.inverse = bool(config.inverse)
-    if config.apply_attention_factor is not None:
-        msg.apply_attention_factor = bool(config.apply_attention_factor)
-    if config.seq_len is not None:
-        msg.seq_len = int(config.seq_len)
-    msg.freq_factors.extend(float(v) for v in config.freq_factors)
-    msg.hf_config_json = config.hf_config_json or ""
-    msg.layer_type = config.layer_type or ""
-
-
-def _derived(msg: pb.RopeDerived) -> RopeDerived:
-    def enum_or_int(cls, v):
-        return cls(v) if v in cls._value2member_map_ else v
-
-    return RopeDerived(
-        head_dim=msg.head_dim,
-        rotary_dim=msg.rotary_dim,
-        style=enum_or_int(RopeStyle, msg.style),
-        scaling_type=enum_or_int(RopeScalingType, msg.scaling_type),
-        effective_base=msg.effective_base,
-        attention_factor=msg.attention_factor,
-        attention_factor_applied=msg.attention_factor_applied,
-        inv_freq=np.array(msg.inv_freq, dtype=np.float64),
-        seq_len=msg.seq_len,
-        yarn_low=msg.yarn_low,
-        yarn_high=msg.yarn_high,
-        longrope_long_factors=msg.longrope_long_factors,
-        factor=msg.factor,
-        warnings=tuple(msg.warnings),
-        nope=msg.nope,
-        layer_type=msg.layer_type,
-        model_type=msg.model_type,
-    )
-
-
-def _set_table(request: Any, table: Any) -> None:
-    """The table oneof of RelativeBias / RelativeEmbedding: a name (str) or inline (array)."""
-    if table is None:
-        return
-    if isinstance(table, str):
-        request.table_name = table
-    else:
-        _tensor.set_float_tensor(request.table_inline, table, "table_inline")
-
-
-def _timeout_arg(value: Optional[float], field: str = "timeout") -> Optional[float]:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0 or (
-            math.isinf(value)):
-        raise local_error(f"{field}: must be a positive number of seconds, got {value!r}")
-    return float(value)
-
-
-# ---------------------------------------------------------------------------------------------
-# The client.
-# ---------------------------------------------------------------------------------------------
 class Client:
     """A connection to a posenc server.
 
-    Args:
+    Args (as the C++ client's ClientOptions, times in seconds):
       target: ``"host:port"``, ``"dns:///name:port"``, ``"unix:/path"``, ... (any gRPC target).
         The constructor does not wait for the server: the first call connects (and raises
         :class:`posenc.UnavailableError` if it cannot).
-      timeout: deadline of every call in seconds (default 30, as the C++ client); None for no
-        deadline. Each method's ``timeout=`` overrides it for that call.
+      timeout: deadline of every call (default 30); None for no deadline. Each method's
+        ``timeout=`` overrides it for that call.
       tls: None or False for plaintext; True for TLS trusting the system's roots; a
         :class:`posenc.TlsConfig` for a CA bundle and/or a client certificate (mutual TLS).
       max_message_bytes: largest request and response message (gRPC's send and receive
         limits; default 256 MiB, the server's default limit).
-      max_attempts: attempts of a call that fails UNAVAILABLE, retried with exponential backoff
-        through the gRPC service config (every posenc RPC is idempotent); 1 disables retries;
+      max_attempts: attempts of a call that fails UNAVAILABLE or with a busy server's
+        RESOURCE_EXHAUSTED, retried with exponential backoff through the gRPC service config
+        (client/service_config.json; every posenc RPC is idempotent); 1 disables retries;
         gRPC caps it at 5.
       load_balancing_policy: gRPC policy over the addresses the target resolves to
         (``"round_robin"`` spreads calls over the replicas behind a DNS name; ``"pick_first"``
         is gRPC's default; ``""`` leaves it to gRPC).
+      health_check: client-side health checking with a load-balancing policy: the channel
+        watches grpc.health.v1 on every address and sends no new call to one that is not
+        SERVING (a replica draining after SIGTERM).
+      keepalive_time: HTTP/2 keepalive pings every that many seconds (0: off, the default);
+        a connection whose ping is not answered within ``keepalive_timeout`` (default 20) is
+        closed.
       channel: an existing ``grpc.Channel`` to use instead of creating one (then only
-        ``timeout`` of the options above applies; the caller keeps ownership).
+        ``timeout`` and the split options apply; the caller keeps ownership).
       channel_options: extra ``(key, value)`` gRPC channel arguments.
-      split_requests: when a request or its response would exceed the message limit (or the
-        server's max_output_elements), send ApplyRope in parts along the tokens and a FULL T5
-        bias in parts along the heads, and fetch a FULL ALiBi bias compact and expand it;
-        the results are what one call would give (default True; see :meth:`apply_rope`).
+      split_requests: cut a request whose tensors or outputs would exceed the message limit
+        (the smaller of ``max_message_bytes`` and the server's, asked once) into pieces sent
+        together and joined, byte-identical to one call (docs/splitting.md): ApplyRope along
+        heads, then tokens, then batch rows; AddPositionEncoding along batch rows, then
+        tokens; ALiBi and T5 biases and relative embeddings along query rows. Default True.
       compact_biases: with ``form`` left unset, fetch ALiBi and T5 biases in their compact
         form and expand them here (the same array as FULL, a fraction of the bytes on the
         wire; default True, as in the C++ client).
+      max_split_in_flight: pieces of a split request in flight at once (default 8; fewer when
+        each piece is a heavy call for the server, see ServerInfo.max_heavy_calls).
 
     Raises :class:`posenc.InvalidArgumentError` for an empty target or invalid options.
     """
@@ -288,69 +120,62 @@ class Client:
     def __init__(self, target: str = "", *, timeout: Optional[float] = DEFAULT_TIMEOUT,
                  tls: Union[None, bool, TlsConfig] = None,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, max_attempts: int = 3,
-                 load_balancing_policy: str = "round_robin",
+                 load_balancing_policy: str = "round_robin", health_check: bool = True,
+                 keepalive_time: float = 0.0, keepalive_timeout: float = 20.0,
                  channel: Optional[grpc.Channel] = None,
-                 channel_options: Sequence[tuple] = (), split_requests: bool = True,
-                 compact_biases: bool = True):
-        self._timeout = _timeout_arg(timeout)
-        if isinstance(max_message_bytes, bool) or not isinstance(max_message_bytes, int) or (
-                max_message_bytes <= 0):
-            raise local_error(f"max_message_bytes: must be a positive integer, got "
-                              f"{max_message_bytes!r}")
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or (
-                max_attempts < 1):
-            raise local_error(f"max_attempts: must be an integer >= 1, got {max_attempts!r}")
-        self._max_message_bytes = min(max_message_bytes, 2**31 - 1)
+                 channel_options: Sequence[Tuple[str, Any]] = (), split_requests: bool = True,
+                 compact_biases: bool = True,
+                 max_split_in_flight: int = DEFAULT_MAX_SPLIT_IN_FLIGHT):
+        self._timeout = _seconds(timeout, "timeout")
+        limit = min(_positive_int(max_message_bytes, "max_message_bytes"), 2**31 - 1)
+        attempts = _positive_int(max_attempts, "max_attempts")
+        keepalive = _seconds(keepalive_time, "keepalive_time", allow_zero=True) or 0.0
+        keepalive_wait = _seconds(keepalive_timeout, "keepalive_timeout") or 20.0
+        in_flight = _positive_int(max_split_in_flight, "max_split_in_flight")
         self._split_requests = bool(split_requests)
         self._compact_biases = bool(compact_biases)
-        self._split_limits = None  # _split.Limits, asked once when a request is large
         self.target = target
-        if channel is not None:
-            self._channel = channel
-            self._owns_channel = False
-        else:
+        self._owns_channel = channel is None
+        if channel is None:
             if not target:
-                raise local_error("target: must not be empty")
-            options = [
-                ("grpc.max_send_message_length", self._max_message_bytes),
-                ("grpc.max_receive_message_length", self._max_message_bytes),
-                ("grpc.service_config", _service_config(max_attempts, load_balancing_policy)),
-                ("grpc.enable_retries", 1 if max_attempts > 1 else 0),
-            ]
-            if tls is None or tls is False:
-                self._channel = grpc.insecure_channel(target, options + list(channel_options))
-            else:
-                config = TlsConfig() if tls is True else tls
-                if not isinstance(config, TlsConfig):
-                    raise local_error(f"tls: expected None, a bool or a TlsConfig, got "
-                                      f"{type(tls).__name__}")
-                root, key, cert = config.pem()
-                credentials = grpc.ssl_channel_credentials(root_certificates=root,
-                                                           private_key=key,
-                                                           certificate_chain=cert)
-                if config.server_name:
-                    options.append(("grpc.ssl_target_name_override", config.server_name))
-                self._channel = grpc.secure_channel(target, credentials,
-                                                    options + list(channel_options))
-            self._owns_channel = True
-        self._stub = pb_grpc.PositionEncodingStub(self._channel)
-        self._health = self._channel.unary_unary(_HEALTH_CHECK)
+                raise local_error("target", "must not be empty")
+            options = _transport.channel_options(limit, attempts, load_balancing_policy,
+                                                 health_check, keepalive, keepalive_wait)
+            options += list(channel_options)
+            channel = self._make_channel(target, tls, options)
+        self._transport = Transport(channel, limit, in_flight)
+
+    @staticmethod
+    def _make_channel(target: str, tls: Union[None, bool, TlsConfig], options: list
+                      ) -> grpc.Channel:
+        if tls is None or tls is False:
+            return grpc.insecure_channel(target, options)
+        config = TlsConfig() if tls is True else tls
+        if not isinstance(config, TlsConfig):
+            raise local_error("tls", f"expected None, a bool or a TlsConfig, got "
+                              f"{type(tls).__name__}")
+        root, key, cert = config.pem()
+        credentials = grpc.ssl_channel_credentials(root_certificates=root, private_key=key,
+                                                   certificate_chain=cert)
+        if config.server_name:
+            options = options + [("grpc.ssl_target_name_override", config.server_name)]
+        return grpc.secure_channel(target, credentials, options)
 
     # -- lifetime ---------------------------------------------------------------------------
     @property
     def channel(self) -> grpc.Channel:
         """The gRPC channel every call uses."""
-        return self._channel
+        return self._transport.channel
 
     @property
     def stub(self) -> pb_grpc.PositionEncodingStub:
         """The generated stub (posenc.v1 messages in, out) for what the methods do not cover."""
-        return self._stub
+        return self._transport.stub
 
     def close(self) -> None:
         """Closes the channel (when the client created it). Calls afterwards fail."""
         if self._owns_channel:
-            self._channel.close()
+            self._transport.channel.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -363,14 +188,18 @@ class Client:
 
     # -- plumbing -----------------------------------------------------------------------------
     def _deadline(self, timeout: Optional[float]) -> Optional[float]:
-        return self._timeout if timeout is None else _timeout_arg(timeout)
+        return self._timeout if timeout is None else _seconds(timeout, "timeout")
 
-    def _call(self, method: str, request: Any, timeout: Optional[float]) -> Any:
-        rpc: Callable = getattr(self._stub, method)
-        try:
-            return rpc(request, timeout=self._deadline(timeout))
-        except grpc.RpcError as e:
-            raise from_rpc_error(e, method) from None
+    def _send(self, method: str, request: Any, timeout: Optional[float],
+              planner: Optional[Planner] = None) -> Any:
+        """The response of ``request``: one call, or the joined pieces of a split."""
+        deadline = self._deadline(timeout)
+        if self._split_requests and planner is not None:
+            plan = planner(request, lambda: self._transport.limits(deadline))
+            if plan is not None:
+                return plan.join(self._transport.call_all(method, plan.pieces, deadline,
+                                                          plan.piece_bytes))
+        return self._transport.call(method, request, deadline)
 
     # -- absolute encodings -------------------------------------------------------------------
     def sinusoidal(self, positions: Any, dim: int, *, base: Optional[float] = None,
@@ -387,10 +216,10 @@ class Client:
           dtype: float32 (default), float16, bfloat16 or float64.
         """
         request = pb.SinusoidalRequest()
-        _set_positions_field(request, positions)
-        _set_sinusoidal(request.params, SinusoidalParams(dim, base, layout, freq_scheme))
+        set_positions(request, positions)
+        to_message(SinusoidalParams(dim, base, layout, freq_scheme), request.params, "params")
         _set_output_dtype(request, dtype)
-        return _tensor.to_numpy(self._call("Sinusoidal", request, timeout).table, "table")
+        return to_numpy(self._send("Sinusoidal", request, timeout).table, "table")
 
     def add_position_encoding(self, x: Any, positions: Any = None, *,
                               sinusoidal: Optional[SinusoidalParams] = None,
@@ -409,31 +238,31 @@ class Client:
           learned: a learned table: a :class:`LearnedTable`, a float array ``[max_pos, D]``
             (inline) or a table name; ``table_offset`` applies to the latter two.
           scale: default 1. padding_idx: fairseq's padding_idx (sinusoidal sources).
+
+        Over the message limit, it is split along batch rows, then tokens.
         """
         request = pb.AddPositionEncodingRequest()
-        _tensor.set_float_tensor(request.x, x, "x")
-        _set_positions_field(request, positions)
+        set_float_tensor(request.x, x, "x")
+        set_positions(request, positions)
         if sinusoidal is not None and learned is not None:
-            raise local_error("source: set either sinusoidal or learned, not both")
+            raise local_error("source", "set either sinusoidal or learned, not both")
         if learned is not None:
             table = learned if isinstance(learned, LearnedTable) else LearnedTable(
                 learned, table_offset)
-            if isinstance(table.table, str):
-                request.learned.table_name = table.table
-            elif table.table is not None:
-                _tensor.set_float_tensor(request.learned.table_inline, table.table,
-                                         "learned.table_inline")
+            set_table(request.learned, table.table, "learned.")
             request.learned.table_offset = int(table.table_offset)
             request.learned.SetInParent()
         else:
-            _set_sinusoidal(request.sinusoidal, sinusoidal or SinusoidalParams())
+            to_message(sinusoidal or SinusoidalParams(), request.sinusoidal, "sinusoidal")
             request.sinusoidal.SetInParent()
-        request.combine = parse_enum(Combine, combine, "combine")
+        set_enum(request, "combine", Combine, combine)
         if scale is not None:
             request.scale = float(scale)
         if padding_idx is not None:
             request.padding_idx = int(padding_idx)
-        return _tensor.to_numpy(self._call("AddPositionEncoding", request, timeout).y, "y")
+        response = self._send("AddPositionEncoding", request, timeout,
+                              _split.plan_add_position_encoding)
+        return to_numpy(response.y, "y")
 
     # -- RoPE ---------------------------------------------------------------------------------
     def rope_cache(self, positions: Any, config: Any, *, dtype: DTypeLike = None,
@@ -451,13 +280,13 @@ class Client:
         Returns ``RopeCacheResult(cos, sin, derived)``.
         """
         request = pb.RopeCacheRequest()
-        _set_positions_field(request, positions)
-        _set_rope_config(request.config, RopeConfig.coerce(config))
+        set_positions(request, positions)
+        to_message(RopeConfig.coerce(config), request.config, "config")
         _set_output_dtype(request, dtype)
-        request.layout = parse_enum(RopeCacheLayout, layout, "layout")
-        response = self._call("RopeCache", request, timeout)
-        return RopeCacheResult(_tensor.to_numpy(response.cos, "cos"),
-                               _tensor.to_numpy(response.sin, "sin"), _derived(response.derived))
+        set_enum(request, "layout", RopeCacheLayout, layout)
+        response = self._send("RopeCache", request, timeout)
+        return RopeCacheResult(to_numpy(response.cos, "cos"), to_numpy(response.sin, "sin"),
+                               from_message(response.derived, RopeDerived))
 
     def apply_rope(self, q: Any, k: Any = None, positions: Any = None, config: Any = None, *,
                    layout: Any = None, timeout: Optional[float] = None) -> ApplyRopeResult:
@@ -473,36 +302,39 @@ class Client:
           config: a :class:`RopeConfig` (default: ``RopeConfig()``, head_dim from q) or a
             Hugging Face config.json (dict, JSON text, path).
 
-        A request whose q and k are larger than the message limit is split along the token
-        axis into several calls (with ``seq_len`` pinned so that dynamic/LongRoPE scaling sees
-        the whole request), unless the client was made with ``split_requests=False``.
+        Over the message limit, q and k are split along heads, then tokens (with
+        ``config.seq_len`` pinned to the whole request's, so that dynamic NTK and LongRoPE see
+        what one call would), then batch rows (docs/splitting.md), unless the client was made
+        with ``split_requests=False``.
 
         Returns ``ApplyRopeResult(q, k, derived)`` (k None when none was sent).
         """
-        config = RopeConfig.coerce(config)
-        q_dtype, q_arr = _tensor.float_array(q, "q")
-        k_dtype, k_arr = q_dtype, None
-        if k is not None:
-            k_dtype, k_arr = _tensor.float_array(k, "k")
-        layout_value = parse_enum(TensorLayout, layout, "layout")
-        if self._split_requests:
-            from . import _split  # pylint: disable=import-outside-toplevel
-
-            plan = _split.plan_apply_rope(self, q_arr, k_arr, positions, config, layout_value,
-                                          timeout)
-            if plan is not None:
-                return _split.run_apply_rope(self, plan, q_dtype, k_dtype, timeout)
         request = pb.ApplyRopeRequest()
-        _tensor.fill_tensor(request.q, q_dtype, q_arr)
-        if k_arr is not None:
-            _tensor.fill_tensor(request.k, k_dtype, k_arr)
-        _set_positions_field(request, positions)
-        _set_rope_config(request.config, config)
-        request.layout = layout_value
-        response = self._call("ApplyRope", request, timeout)
-        k_out = _tensor.to_numpy(response.k, "k") if response.HasField("k") else None
-        return ApplyRopeResult(_tensor.to_numpy(response.q, "q"), k_out,
-                               _derived(response.derived))
+        set_float_tensor(request.q, q, "q")
+        if k is not None:
+            set_float_tensor(request.k, k, "k")
+        set_positions(request, positions)
+        to_message(RopeConfig.coerce(config), request.config, "config")
+        set_enum(request, "layout", TensorLayout, layout)
+        response = self._send("ApplyRope", request, timeout, _split.plan_apply_rope)
+        k_out = to_numpy(response.k, "k") if response.HasField("k") else None
+        return ApplyRopeResult(to_numpy(response.q, "q"), k_out,
+                               from_message(response.derived, RopeDerived))
+
+    def describe_rope(self, config: Any, *, timeout: Optional[float] = None
+                      ) -> DescribeRopeResult:
+        """What a RoPE configuration does at every layer of a model (DescribeRope): types,
+        bases, pairing, scaling, NoPE layers, context, the softmax-scale multiplier, the
+        normalizer's warnings and where each value came from.
+
+        ``config`` is usually a Hugging Face config.json (dict, JSON text, path, or
+        ``RopeConfig.from_hf(...)`` with style, inverse, apply_attention_factor or seq_len
+        set; layer_type must stay empty); an explicit :class:`RopeConfig` is described as one
+        group without layers.
+        """
+        request = pb.DescribeRopeRequest()
+        to_message(RopeConfig.coerce(config), request.config, "config")
+        return from_message(self._send("DescribeRope", request, timeout), DescribeRopeResult)
 
     # -- biases -------------------------------------------------------------------------------
     def alibi_slopes(self, num_heads: int, *, max_bias: Optional[float] = None,
@@ -512,7 +344,11 @@ class Client:
         if max_bias is not None:
             request.max_bias = float(max_bias)
         _set_output_dtype(request, dtype)
-        return _tensor.to_numpy(self._call("AlibiSlopes", request, timeout).slopes, "slopes")
+        return to_numpy(self._send("AlibiSlopes", request, timeout).slopes, "slopes")
+
+    def _compact_by_default(self, request: Any) -> None:
+        if request.form == BiasForm.UNSPECIFIED and self._compact_biases and request.q_len > 1:
+            request.form = BiasForm.COMPACT
 
     def alibi_bias(self, num_heads: int, q_len: int, k_len: int, *,
                    query_offset: Optional[int] = None, mode: Any = None, future: Any = None,
@@ -525,16 +361,16 @@ class Client:
           query_offset: default ``k_len - q_len`` (decode); may be negative.
           mode: ``"causal"`` (default), ``"symmetric"`` or ``"bloom"``.
           future: ``"mask"`` (-inf, default), ``"zero"`` or ``"linear"``.
-          form: ``"full"`` or ``"compact"`` (default with ``compact_biases``, else full): the server sends the Toeplitz
-            generator ``[H, q_len + k_len - 1]`` (BLOOM: the rows ``[H, k_len]``), a fraction
-            of the bytes, and with ``expand=True`` (the default) the client expands it locally
-            to the same ``[H, q_len, k_len]`` as FULL; ``expand=False`` returns the compact
-            array (see :func:`posenc.expand_toeplitz`, :func:`posenc.expand_bloom_rows`).
+          form: ``"full"`` or ``"compact"`` (the default with ``compact_biases``, else full):
+            the server sends the Toeplitz generator ``[H, q_len + k_len - 1]`` (BLOOM: the rows
+            ``[H, k_len]``), a fraction of the bytes, and with ``expand=True`` (the default)
+            the client expands it locally to the same ``[H, q_len, k_len]`` as FULL;
+            ``expand=False`` returns the compact array (see :func:`posenc.expand_toeplitz`,
+            :func:`posenc.expand_bloom_rows`).
           attention_mask: BLOOM only: int ``[B, k_len]``; the bias gains a batch axis.
           dtype: float32 (default), float16, bfloat16 or float64.
 
-        A FULL bias over the message limit is fetched in several calls split along the heads
-        (unless ``split_requests=False``).
+        A FULL bias over the message limit is fetched in pieces of query rows.
 
         Returns ``AlibiBiasResult(bias, slopes)``.
         """
@@ -542,36 +378,22 @@ class Client:
                                       k_len=int(k_len))
         if query_offset is not None:
             request.query_offset = int(query_offset)
-        request.mode = parse_enum(AlibiMode, mode, "mode")
-        request.future = parse_enum(FutureMode, future, "future")
+        set_enum(request, "mode", AlibiMode, mode)
+        set_enum(request, "future", FutureMode, future)
         if max_bias is not None:
             request.max_bias = float(max_bias)
-        request.form = parse_enum(BiasForm, form, "form")
-        if request.form == BiasForm.UNSPECIFIED and self._compact_biases and request.q_len > 1:
-            request.form = BiasForm.COMPACT
+        set_enum(request, "form", BiasForm, form)
+        self._compact_by_default(request)
         if attention_mask is not None:
-            _tensor.set_int_tensor(request.attention_mask, attention_mask, "attention_mask")
+            set_int_tensor(request.attention_mask, attention_mask, "attention_mask")
         _set_output_dtype(request, dtype)
-        if self._split_requests and request.form != BiasForm.COMPACT:
-            from . import _split  # pylint: disable=import-outside-toplevel
-
-            result = _split.maybe_split_alibi(self, request, timeout)
-            if result is not None:
-                return result
-        response = self._call("AlibiBias", request, timeout)
-        bias = _tensor.to_numpy(response.bias, "bias")
-        slopes = _tensor.to_numpy(response.slopes, "slopes")
+        response = self._send("AlibiBias", request, timeout, _split.plan_alibi_bias)
+        bias = to_numpy(response.bias, "bias")
         if request.form == BiasForm.COMPACT and expand:
-            bias = self._expand_alibi(bias, request)
-        return AlibiBiasResult(bias, slopes)
-
-    @staticmethod
-    def _expand_alibi(bias: np.ndarray, request: pb.AlibiBiasRequest) -> np.ndarray:
-        if request.mode == AlibiMode.BLOOM:
             offset = request.query_offset if request.HasField("query_offset") else None
-            return _tensor.expand_bloom_rows(bias, request.q_len, offset, FutureMode(
-                request.future))
-        return _tensor.expand_toeplitz(bias, request.q_len, request.k_len)
+            bias = expand_compact_alibi(bias, request.mode, request.q_len, request.k_len, offset,
+                                        request.future)
+        return AlibiBiasResult(bias, to_numpy(response.slopes, "slopes"))
 
     def relative_bias(self, q_len: int, k_len: int, table: Any = None, *,
                       query_offset: Optional[int] = None, key_offset: Optional[int] = None,
@@ -587,10 +409,12 @@ class Client:
             for ``form="buckets"``.
           bidirectional: default True (encoder); False for T5 decoders.
           num_buckets: default 32. max_distance: default 128.
-          form: ``"full"`` (``[H, q, k]``), ``"compact"`` (the default with ``compact_biases``: the Toeplitz generator
-            ``[H, q + k - 1]``, expanded locally to ``[H, q, k]`` unless ``expand=False``) or
-            ``"buckets"`` (int32 ``[q, k]``).
+          form: ``"full"`` (``[H, q, k]``), ``"compact"`` (the default with
+            ``compact_biases``: the Toeplitz generator ``[H, q + k - 1]``, expanded locally to
+            ``[H, q, k]`` unless ``expand=False``) or ``"buckets"`` (int32 ``[q, k]``).
           dtype: float32 (default), float16, bfloat16 or float64 (ignored for buckets).
+
+        A FULL (or BUCKETS) bias over the message limit is fetched in pieces of query rows.
         """
         request = pb.RelativeBiasRequest(q_len=int(q_len), k_len=int(k_len))
         if query_offset is not None:
@@ -603,21 +427,15 @@ class Client:
             request.num_buckets = int(num_buckets)
         if max_distance is not None:
             request.max_distance = int(max_distance)
-        _set_table(request, table)
-        request.form = parse_enum(BiasForm, form, "form")
-        if request.form == BiasForm.UNSPECIFIED and self._compact_biases and request.q_len > 1:
-            request.form = BiasForm.COMPACT
+        set_table(request, table)
+        set_enum(request, "form", BiasForm, form)
+        self._compact_by_default(request)
         if request.form != BiasForm.BUCKETS:
             _set_output_dtype(request, dtype)
-        if self._split_requests and request.form in (BiasForm.UNSPECIFIED, BiasForm.FULL):
-            from . import _split  # pylint: disable=import-outside-toplevel
-
-            result = _split.maybe_split_relative(self, request, timeout)
-            if result is not None:
-                return result
-        bias = _tensor.to_numpy(self._call("RelativeBias", request, timeout).bias, "bias")
+        response = self._send("RelativeBias", request, timeout, _split.plan_relative_bias)
+        bias = to_numpy(response.bias, "bias")
         if request.form == BiasForm.COMPACT and expand:
-            bias = _tensor.expand_toeplitz(bias, request.q_len, request.k_len)
+            bias = expand_toeplitz(bias, request.q_len, request.k_len)
         return bias
 
     def relative_embedding(self, q_len: int, k_len: int, max_relative: int, table: Any, *,
@@ -629,47 +447,33 @@ class Client:
 
         ``table`` is float ``[2K+1, D]`` or the name of a server table; query i sits at
         ``query_offset + i`` (default ``k_len - q_len``), key j at ``key_offset + j`` (default
-        0)."""
+        0). Over the message limit, it is fetched in pieces of query rows."""
         request = pb.RelativeEmbeddingRequest(q_len=int(q_len), k_len=int(k_len),
                                               max_relative=int(max_relative))
-        _set_table(request, table)
+        set_table(request, table)
         if query_offset is not None:
             request.query_offset = int(query_offset)
         if key_offset is not None:
             request.key_offset = int(key_offset)
         _set_output_dtype(request, dtype)
-        return _tensor.to_numpy(
-            self._call("RelativeEmbedding", request, timeout).embeddings, "embeddings")
+        response = self._send("RelativeEmbedding", request, timeout,
+                              _split.plan_relative_embedding)
+        return to_numpy(response.embeddings, "embeddings")
 
     # -- server -------------------------------------------------------------------------------
-    def server_info(self, *, timeout: Optional[float] = None) -> ServerInfo:
-        """Version, build, backends, limits and the tables the server loaded (GetServerInfo)."""
-        r = self._call("GetServerInfo", pb.GetServerInfoRequest(), timeout)
-        tables: List[TableInfo] = []
-        for t in r.tables:
-            dtype = DType(t.dtype) if t.dtype in DType._value2member_map_ else t.dtype
-            tables.append(TableInfo(t.name, dtype, tuple(t.shape)))
-        info = ServerInfo(
-            version=r.version, build=r.build,
-            backends=[BackendInfo(b.name, b.detail, b.is_default, b.small_call_bytes)
-                      for b in r.backends],
-            max_message_bytes=r.limits.max_message_bytes,
-            max_output_elements=r.limits.max_output_elements, tables=tables,
-            max_inflight_bytes=r.limits.max_inflight_bytes,
-            max_heavy_calls=r.limits.max_heavy_calls, cuda_built_in=r.cuda_built_in,
-            devices=[DeviceInfo(d.index, d.name, d.total_memory_bytes, d.compute_capability,
-                                d.driver_version, d.runtime_version, d.in_use)
-                     for d in r.devices])
-        return info
+    def get_server_info(self, *, timeout: Optional[float] = None) -> ServerInfo:
+        """Version, build, backends, limits, CUDA devices and the tables the server loaded
+        (GetServerInfo)."""
+        return server_info(self._send("GetServerInfo", pb.GetServerInfoRequest(), timeout))
+
+    #: The same as :meth:`get_server_info` (its earlier name).
+    server_info = get_server_info
 
     def health(self, service: str = "", *, timeout: Optional[float] = None) -> HealthStatus:
         """``grpc.health.v1.Health/Check`` of ``service`` ("" = the server as a whole).
 
-        Returns the serving status, whatever it is; the call itself failing raises (e.g.
-        :class:`posenc.UnavailableError`, :class:`posenc.NotFoundError` for an unknown
-        service)."""
-        try:
-            data = self._health(_encode_health_request(service), timeout=self._deadline(timeout))
-        except grpc.RpcError as e:
-            raise from_rpc_error(e, "Health") from None
-        return _decode_health_response(data)
+        Returns the serving status, whatever it is (a number this build does not know reads
+        as UNKNOWN); the call itself failing raises (e.g. :class:`posenc.UnavailableError`,
+        :class:`posenc.NotFoundError` for an unknown service)."""
+        status = enum_or_int(HealthStatus, self._transport.health(service, self._deadline(timeout)))
+        return status if isinstance(status, HealthStatus) else HealthStatus.UNKNOWN

@@ -1,10 +1,16 @@
-// Reads the rotary configuration out of a Hugging Face config.json the way transformers does
-// (SPEC §2.2, README "Hugging Face config.json").
+// posenc_hf: reads the rotary configuration out of a Hugging Face config.json the way
+// transformers does (README "Hugging Face config.json"; posenc.proto, RopeConfig.hf_config_json).
+// A library of its own (target posenc_hf: posenc_kernels and nlohmann-json, no gRPC, protobuf or
+// spdlog), linked by the server and the hf_config_fuzz target. Its files, by job: json.h (typed
+// JSON reads and their errors), architectures.h (one row per configuration class),
+// scaling.h (the rope types and the keys each reads), text_model.h (what every layer shares),
+// layers.h (layer types, NoPE, one layer type's config), sources.h (where each value came from)
+// and config.cc (the layers grouped by RoPE, one selected).
 //
 // 1. The text model: `text_config` when the file has one (Gemma 3/4, Llama 4, Qwen-VL), else the
 //    top level; its `model_type` (or the top level's) picks the architecture's defaults: the
 //    configuration class's rope_theta, head_dim, max_position_embeddings, partial rotary,
-//    pairing and layer pattern (the table in hf_config.cc names the transformers file of each).
+//    pairing and layer pattern (the table in architectures.cc names the transformers file of each).
 // 2. The RoPE parameters: v5 `rope_parameters` or v4 `rope_scaling`, either flat or keyed by
 //    layer type; legacy per-layer keys (Gemma 3's rope_local_base_freq, ModernBERT's
 //    global_rope_theta / local_rope_theta) become per-layer entries as transformers' conversion
@@ -24,9 +30,11 @@
 // malformed JSON are INVALID_ARGUMENT, prefixed "config.hf_config_json: " and naming the key.
 //
 // Thread-safety: pure functions.
-#ifndef POSENC_SERVER_HF_CONFIG_H_
-#define POSENC_SERVER_HF_CONFIG_H_
+#ifndef POSENC_KERNELS_HF_CONFIG_H_
+#define POSENC_KERNELS_HF_CONFIG_H_
 
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,10 +43,10 @@
 #include "absl/strings/string_view.h"
 #include "kernels/ops.h"
 
-namespace posenc::server {
+namespace posenc::hf {
 
 // A value the normalizer used and where it came from (DescribeRope's sources).
-struct HfValueSource {
+struct ValueSource {
   std::string name;    // what it decides: "head_dim", "base", "rotary_dim", "scaling.factor", ...
   std::string key;     // the key path read ("text_config.rope_theta"), or how it was derived
   std::string origin;  // "file", "nested config (text_config)" or "architecture default (...)"
@@ -49,22 +57,22 @@ struct HfValueSource {
 // without RoPE): the caller multiplies q at position p by
 //   scale(p) = log(floor((p + 1) / floor_scale) + 1) * attn_scale + 1.
 // posenc reports it; nothing applies it (ApplyRope leaves q of a NoPE layer unchanged).
-struct HfTemperatureTuning {
+struct TemperatureTuning {
   double floor_scale = 8192;
   double attn_scale = 0.1;
 };
 
 // One distinct RoPE of a model: a layer type and the layers that have it.
-struct HfLayerRope {
+struct LayerRope {
   std::string layer_type;       // "" when the model does not name its layer types
   std::vector<int64_t> layers;  // layer indices (empty when the file does not say)
   kernels::RopeConfig config;
-  std::vector<std::string> warnings;   // the normalizer's warnings about this layer's RoPE
-  std::vector<HfValueSource> sources;  // every value used, in the order read
-  std::optional<HfTemperatureTuning> temperature_tuning;  // set on the layers it applies to
+  std::vector<std::string> warnings;  // the normalizer's warnings about this layer's RoPE
+  std::vector<ValueSource> sources;   // every value used, in the order read
+  std::optional<TemperatureTuning> temperature_tuning;  // set on the layers it applies to
 };
 
-struct HfRopeConfig {
+struct ModelRope {
   // The selected layer's config: head_dim (0 when the file gives no way to derive it),
   // rotary_dim, base, scaling, max_position_embeddings, mrope_section, style, nope; the other
   // members keep their defaults.
@@ -77,22 +85,21 @@ struct HfRopeConfig {
   std::string layer_type;  // the selected layer type ("" when all layers are alike)
   std::vector<std::string> warnings;
   // Every distinct RoPE of the model, in order of first layer.
-  std::vector<HfLayerRope> layer_ropes;
+  std::vector<LayerRope> layer_ropes;
 };
 
 // The largest config.json text accepted (published ones are under 100 KB) and the deepest
 // nesting (they nest 3 levels): both checked before parsing, so one request's JSON tree stays
 // within a few tens of MiB and a bounded stack.
-inline constexpr size_t kMaxHfConfigBytes = size_t{1} << 20;
-inline constexpr int kMaxHfConfigDepth = 64;
+inline constexpr size_t kMaxConfigBytes = size_t{1} << 20;
+inline constexpr int kMaxConfigDepth = 64;
 
 // `layer_type` selects a layer by type name or decimal index; it may be empty when every layer
 // has the same RoPE, or with `all_layers` (DescribeRope: every layer's RoPE is in layer_ropes;
 // an empty layer_type then selects the first layer's instead of failing where layers differ).
-absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json_text,
-                                               absl::string_view layer_type,
-                                               bool all_layers = false);
+absl::StatusOr<ModelRope> ParseModelRope(absl::string_view json_text, absl::string_view layer_type,
+                                         bool all_layers = false);
 
-}  // namespace posenc::server
+}  // namespace posenc::hf
 
-#endif  // POSENC_SERVER_HF_CONFIG_H_
+#endif  // POSENC_KERNELS_HF_CONFIG_H_

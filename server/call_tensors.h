@@ -1,0 +1,97 @@
+// Where one call's tensors live: the request's bytes, or ranges of registered shared memory
+// (server/shared_memory.h). Every handler runs inside a ScopedCallTensors (handlers.cc's
+// Handle<Method>), so the conversions (convert.h: ToConstView, AllocateOutput, and ApplyRope's
+// in-place MoveToResponse) find a tensor's bytes wherever the caller put them, and no handler
+// spells shared memory out:
+//  - an input Tensor with `shared_memory` set reads from that range (its `data` must be empty);
+//  - an output named in the request's `output_shared_memory` is written into that range, and the
+//    response's tensor carries the reference instead of bytes;
+//  - an ApplyRope input in shared memory is rotated in place there.
+// Every range is resolved (bounds, the region intact) when used; a written range may overlap no
+// other range of the call (but the one input it rotates in place). After the compute, Finish()
+// fails the call when a region was truncated under it or a named output does not exist.
+//
+// Thread-safety: one per call, used by the call's handler thread.
+#ifndef POSENC_SERVER_CALL_TENSORS_H_
+#define POSENC_SERVER_CALL_TENSORS_H_
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "google/protobuf/map.h"
+#include "posenc/v1/posenc.pb.h"
+#include "server/shared_memory.h"
+
+namespace posenc::server {
+
+using OutputPlacements = google::protobuf::Map<std::string, v1::SharedMemoryRef>;
+
+class CallTensors {
+ public:
+  // `registry` may be null (no shared memory: a reference is FAILED_PRECONDITION); `placements`
+  // may be null (a request without outputs).
+  CallTensors(const SharedMemoryRegistry* registry, const OutputPlacements* placements);
+
+  // The calling thread's CallTensors, or null outside a handler.
+  static CallTensors* Current();
+
+  // An input's bytes in shared memory: `ref` must hold exactly `bytes` bytes. `field` is the
+  // tensor's wire path ("q"); errors name "<field>.shared_memory...".
+  absl::StatusOr<char*> Input(const v1::SharedMemoryRef& ref, int64_t bytes,
+                              absl::string_view field);
+  // Output `name`'s range when the request places it in shared memory (null when it does not):
+  // exactly `bytes` bytes, overlapping nothing else of the call. Sets `out`'s reference.
+  absl::StatusOr<char*> Output(absl::string_view name, int64_t bytes, v1::Tensor* out);
+  // Whether the request places output `name` in shared memory.
+  bool HasPlacement(absl::string_view name) const;
+  // Whether output `name` lives in shared memory: placed there, or an input of that name read
+  // from there (ApplyRope's q and k, rotated in place). Its bytes are not in the response.
+  bool InSharedMemory(absl::string_view name) const;
+  // The shared-memory range of input `field` resolved by Input() (null when it came inline).
+  char* InputData(absl::string_view field) const;
+  // Input `field` (in shared memory) is about to be written in place: it may overlap no other
+  // range of the call.
+  absl::Status WriteInPlace(absl::string_view field);
+
+  // After the compute: a region truncated under the call, or an output_shared_memory entry that
+  // names no output of the op, fails the call.
+  absl::Status Finish() const;
+
+ private:
+  struct Use {
+    SharedMemorySpan span;
+    std::string field;
+    bool written = false;
+  };
+  absl::StatusOr<SharedMemorySpan> Resolve(const v1::SharedMemoryRef& ref, int64_t bytes,
+                                           const std::string& field) const;
+  // OVERLAP check of a range about to be written against every other range of the call.
+  absl::Status CheckNoOverlap(const SharedMemorySpan& span, const std::string& field,
+                              absl::string_view allowed_field) const;
+
+  const SharedMemoryRegistry* registry_;
+  const OutputPlacements* placements_;
+  std::vector<Use> uses_;
+  std::set<std::string, std::less<>> placed_;
+};
+
+// Installs a CallTensors as the calling thread's current one for the scope.
+class ScopedCallTensors {
+ public:
+  explicit ScopedCallTensors(CallTensors* tensors);
+  ~ScopedCallTensors();
+  ScopedCallTensors(const ScopedCallTensors&) = delete;
+  ScopedCallTensors& operator=(const ScopedCallTensors&) = delete;
+
+ private:
+  CallTensors* previous_;
+};
+
+}  // namespace posenc::server
+
+#endif  // POSENC_SERVER_CALL_TENSORS_H_
