@@ -41,6 +41,7 @@ absl::Status SinusoidalT(const CpuContext& cpu, const SinusoidalPlan& plan,
   // FLOAT32 rows are copied out whole (streamed when the table is large).
   const CopyFn copy = OutputCopy(cpu.simd, positions.num_tokens * row_bytes);
   return cpu.pool.ParallelFor(positions.num_tokens, Grain(dim), [&](int64_t t0, int64_t t1) {
+    const FenceStreams fence(cpu.simd);
     std::vector<T> c(static_cast<size_t>(nfreq + 1)), s(c.size()), row(static_cast<size_t>(dim));
     // FLOAT32-computed tables: angle addition between exact anchors (cpu.h's AngleWalker).
     std::optional<AngleWalker> walker;

@@ -66,6 +66,7 @@ absl::Status AlibiBias(const CpuContext& cpu, const AlibiBiasPlan& plan,
   const int64_t row_bytes = p.k_len * esize;
   const CopyFn copy = OutputCopy(cpu.simd, rows_count * p.q_len * row_bytes);
   return cpu.pool.ParallelFor(rows_count * p.q_len, Grain(p.k_len), [&](int64_t r0, int64_t r1) {
+    const FenceStreams fence(cpu.simd);
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t bh = r / p.q_len, i = r % p.q_len;
       unsigned char* dst = bytes + r * row_bytes;

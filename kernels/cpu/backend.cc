@@ -41,6 +41,7 @@ absl::Status ParallelExpandToeplitz(const CpuContext& cpu, const unsigned char* 
                                     unsigned char* out) {
   const CopyFn copy = OutputCopy(cpu.simd, heads * q_len * k_len * esize);
   return cpu.pool.ParallelFor(heads * q_len, Grain(k_len), [&](int64_t r0, int64_t r1) {
+    const FenceStreams fence(cpu.simd);
     ExpandToeplitzRows(generators, heads, q_len, k_len, esize, r0, r1, out, copy);
   });
 }

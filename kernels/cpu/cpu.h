@@ -45,6 +45,19 @@ inline constexpr int64_t kStreamMinBytes = int64_t{32} << 20;
 using CopyFn = void (*)(void* dst, const void* src, int64_t n);
 CopyFn OutputCopy(const SimdKernels& simd, int64_t bytes);
 
+// Fences the calling thread's streaming stores when it leaves the scope: one per parallel chunk
+// that writes with OutputCopy's copy, so its rows are visible before the chunk is reported done.
+class FenceStreams {
+ public:
+  explicit FenceStreams(const SimdKernels& simd) : simd_(simd) {}
+  FenceStreams(const FenceStreams&) = delete;
+  FenceStreams& operator=(const FenceStreams&) = delete;
+  ~FenceStreams() { simd_.stream_fence(); }
+
+ private:
+  const SimdKernels& simd_;
+};
+
 // Items per parallel chunk for items of `per_item` elements.
 inline int64_t Grain(int64_t per_item) {
   return std::max<int64_t>(1, kMinParallelElements / std::max<int64_t>(1, per_item));

@@ -80,8 +80,12 @@ struct SimdKernels {
                                 float* t_lo);
 
   // memcpy of n bytes with non-temporal stores where the level has them (large write-only
-  // outputs: no read of the destination's lines first); the stores are fenced on return.
+  // outputs: no read of the destination's lines first). Not fenced: a fence per row costs more than
+  // the stores save; the thread that copied calls stream_fence once its rows are done
+  // (cpu.h's FenceStreams).
   void (*stream_copy)(void* dst, const void* src, int64_t n);
+  // Orders the calling thread's streaming stores before its later stores (SFENCE).
+  void (*stream_fence)();
 
   // Conversions of n values (round to nearest even; NaN stays NaN).
   void (*f32_to_f16)(const float* in, uint16_t* out, int64_t n);

@@ -38,10 +38,14 @@ void StreamCopy(void* dst, const void* src, int64_t n) {
 #endif
   }
   std::memcpy(d + i, s + i, static_cast<size_t>(n - i));
-  _mm_sfence();  // streaming stores are weakly ordered: visible before whatever the caller does
-                 // next
 #else
   std::memcpy(d, s, static_cast<size_t>(n));
+#endif
+}
+
+void StreamFence() {
+#if defined(__AVX2__)
+  _mm_sfence();
 #endif
 }
 

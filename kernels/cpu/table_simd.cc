@@ -28,6 +28,7 @@ constexpr SimdKernels kKernels = {
     .half_rotation_factors = nullptr,
 #endif
     .stream_copy = StreamCopy,
+    .stream_fence = StreamFence,
     .f32_to_f16 = F32ToF16,
     .f32_to_bf16 = F32ToBf16,
     .f16_to_f32 = F16ToF32,

@@ -17,10 +17,14 @@
 
 #if defined(__AVX2__)
 // GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_* self-initialization).
+#if defined(__clang__)
+#include <immintrin.h>
+#else
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+#endif
 #endif
 
 #ifndef POSENC_SIMD_NS
@@ -477,7 +481,7 @@ void RotatePass(const typename Fmt::Elem* in, int64_t in_stride, typename Fmt::E
     if (__builtin_expect(Rot::template AnyNotFinite<Fmt, kVecs>(xa, xb), 0)) {
       if constexpr (kGptjIn != kGptjOut) {
         if (in_r == out_r) {  // DEEPSEEK in one pass: the pairs one by one from a copy of the row
-          E row[2 * kMaxVecs * kLanes];
+          E row[int64_t{2} * kMaxVecs * kLanes];
           std::memcpy(row, in_r, static_cast<size_t>(2 * half) * sizeof(E));
           Rot::template Pairs<Fmt>(row, out_r, tab, t, half, kGptjIn, kGptjOut, 0, half);
           continue;

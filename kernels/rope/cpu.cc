@@ -74,6 +74,7 @@ absl::Status RopeCacheT(const CpuContext& cpu, const RopeCachePlan& plan,
   const int64_t row_bytes = width * DTypeSize(cos.dtype);
   const CopyFn copy = OutputCopy(cpu.simd, 2 * positions.num_tokens * row_bytes);
   return cpu.pool.ParallelFor(positions.num_tokens, Grain(2 * width), [&](int64_t t0, int64_t t1) {
+    const FenceStreams fence(cpu.simd);
     std::vector<T> c(static_cast<size_t>(half)), s(c.size());
     std::vector<T> cw(static_cast<size_t>(width)), sw(cw.size());
     std::vector<double> pbuf(static_cast<size_t>(half) + 1);

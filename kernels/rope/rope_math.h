@@ -100,8 +100,9 @@ POSENC_HOST_DEVICE void FloatRotationFactors(double c, double s, float* cf, floa
   // Unless |t| <= 2^20 and |c| >= 2^-100 (false for NaN), c's bits OR 0x7fc00000: a NaN. Integer
   // arithmetic on the bits, no branch or float compare: the CPU's loop over j vectorizes.
   constexpr uint64_t kAbs = ~(uint64_t{1} << 63);
-  const auto bad = static_cast<uint32_t>(((BitCast<uint64_t>(t) & kAbs) > 0x4130000000000000ull) |
-                                         ((BitCast<uint64_t>(c) & kAbs) < 0x39b0000000000000ull));
+  const uint32_t bad =
+      static_cast<uint32_t>((BitCast<uint64_t>(t) & kAbs) > 0x4130000000000000ull) |
+      static_cast<uint32_t>((BitCast<uint64_t>(c) & kAbs) < 0x39b0000000000000ull);
   *cf = BitCast<float>(BitCast<uint32_t>(static_cast<float>(c)) | (bad * 0x7fc00000u));
 }
 
