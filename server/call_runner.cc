@@ -81,7 +81,7 @@ bool ParseRequest(const grpc::ByteBuffer* bytes, google::protobuf::Message* requ
 // `bytes` only): a fresh message swapped in, the old one destroyed.
 grpc::Status SerializeAndFree(google::protobuf::Message* response, grpc::ByteBuffer* bytes) {
   bool own_buffer = false;
-  const grpc::Status status = grpc::SerializationTraits<google::protobuf::Message>::Serialize(
+  grpc::Status status = grpc::SerializationTraits<google::protobuf::Message>::Serialize(
       *response, bytes, &own_buffer);
   const std::unique_ptr<google::protobuf::Message> freed(response->New());
   response->GetReflection()->Swap(response, freed.get());

@@ -378,6 +378,7 @@ const InferenceTensor* FindTensor(const std::vector<InferenceTensor>& tensors,
 
 std::string TensorNames(const std::vector<InferenceTensor>& tensors) {
   std::vector<absl::string_view> names;
+  names.reserve(tensors.size());
   for (const InferenceTensor& tensor : tensors) names.push_back(tensor.name);
   return names.empty() ? "none" : absl::StrJoin(names, ", ");
 }

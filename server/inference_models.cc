@@ -36,63 +36,68 @@ InferenceTensor PositionIds(std::vector<int64_t> shape) {
 }
 InferenceTensor PositionMask() { return {"positions.attention_mask", "INT64", {-1, -1}}; }
 
-std::vector<InferenceModel> MakeModels() {
-  return {
-      {"sinusoidal",
-       "Sinusoidal",
-       "params",
-       {PositionIds({-1}), PositionMask()},
-       {{"table", "FP32", {-1, -1}}},
-       POSENC_INFER_(Sinusoidal)},
-      {"add_position_encoding",
-       "AddPositionEncoding",
-       "",
-       {{"x", "FP32", {-1, -1, -1}, true},
-        PositionIds({-1, -1}),
-        PositionMask(),
-        {"learned.table_inline", "FP32", {-1, -1}}},
-       {{"y", "FP32", {-1, -1, -1}}},
-       POSENC_INFER_(AddPositionEncoding)},
-      {"rope_cache",
-       "RopeCache",
-       "config",
-       {PositionIds({-1}), PositionMask()},
-       {{"cos", "FP32", {-1, -1}}, {"sin", "FP32", {-1, -1}}},
-       POSENC_INFER_(RopeCache)},
+// The models in posenc.proto's RPC order, by family.
+void AddAbsoluteModels(std::vector<InferenceModel>* models) {
+  models->push_back({"sinusoidal",
+                     "Sinusoidal",
+                     "params",
+                     {PositionIds({-1}), PositionMask()},
+                     {{"table", "FP32", {-1, -1}}},
+                     POSENC_INFER_(Sinusoidal)});
+  models->push_back({"add_position_encoding",
+                     "AddPositionEncoding",
+                     "",
+                     {{"x", "FP32", {-1, -1, -1}, true},
+                      PositionIds({-1, -1}),
+                      PositionMask(),
+                      {"learned.table_inline", "FP32", {-1, -1}}},
+                     {{"y", "FP32", {-1, -1, -1}}},
+                     POSENC_INFER_(AddPositionEncoding)});
+}
+
+void AddRopeModels(std::vector<InferenceModel>* models) {
+  const std::vector<int64_t> heads = {-1, -1, -1, -1};
+  models->push_back({"rope_cache",
+                     "RopeCache",
+                     "config",
+                     {PositionIds({-1}), PositionMask()},
+                     {{"cos", "FP32", {-1, -1}}, {"sin", "FP32", {-1, -1}}},
+                     POSENC_INFER_(RopeCache)});
+  models->push_back(
       {"apply_rope",
        "ApplyRope",
        "config",
-       {{"q", "FP32", {-1, -1, -1, -1}, true},
-        {"k", "FP32", {-1, -1, -1, -1}},
-        PositionIds({-1, -1}),
-        PositionMask()},
-       {{"q", "FP32", {-1, -1, -1, -1}}, {"k", "FP32", {-1, -1, -1, -1}}},
-       POSENC_INFER_(ApplyRope)},
-      {"alibi_slopes",
-       "AlibiSlopes",
-       "",
-       {},
-       {{"slopes", "FP32", {-1}}},
-       POSENC_INFER_(AlibiSlopes)},
-      {"alibi_bias",
-       "AlibiBias",
-       "",
-       {{"attention_mask", "INT64", {-1, -1}}},
-       {{"bias", "FP32", {-1, -1, -1}}, {"slopes", "FP64", {-1}}},
-       POSENC_INFER_(AlibiBias)},
-      {"relative_bias",
-       "RelativeBias",
-       "",
-       {{"table_inline", "FP32", {-1, -1}}},
-       {{"bias", "FP32", {-1, -1, -1}}},
-       POSENC_INFER_(RelativeBias)},
-      {"relative_embedding",
-       "RelativeEmbedding",
-       "",
-       {{"table_inline", "FP32", {-1, -1}}},
-       {{"embeddings", "FP32", {-1, -1, -1}}},
-       POSENC_INFER_(RelativeEmbedding)},
-  };
+       {{"q", "FP32", heads, true}, {"k", "FP32", heads}, PositionIds({-1, -1}), PositionMask()},
+       {{"q", "FP32", heads}, {"k", "FP32", heads}},
+       POSENC_INFER_(ApplyRope)});
+}
+
+void AddBiasModels(std::vector<InferenceModel>* models) {
+  const InferenceTensor table = {"table_inline", "FP32", {-1, -1}};
+  models->push_back({"alibi_slopes",
+                     "AlibiSlopes",
+                     "",
+                     {},
+                     {{"slopes", "FP32", {-1}}},
+                     POSENC_INFER_(AlibiSlopes)});
+  models->push_back({"alibi_bias",
+                     "AlibiBias",
+                     "",
+                     {{"attention_mask", "INT64", {-1, -1}}},
+                     {{"bias", "FP32", {-1, -1, -1}}, {"slopes", "FP64", {-1}}},
+                     POSENC_INFER_(AlibiBias)});
+  models->push_back({"relative_bias",
+                     "RelativeBias",
+                     "",
+                     {table},
+                     {{"bias", "FP32", {-1, -1, -1}}},
+                     POSENC_INFER_(RelativeBias)});
+  models->push_back({"relative_embedding",
+                     "RelativeEmbedding",
+                     "",
+                     {table},
+                     {{"embeddings", "FP32", {-1, -1, -1}}},
+                     POSENC_INFER_(RelativeEmbedding)});
 }
 
 #undef POSENC_INFER_
@@ -107,8 +112,13 @@ void AddTensor(const InferenceTensor& tensor,
 }  // namespace
 
 const std::vector<InferenceModel>& InferenceModels() {
-  static const std::vector<InferenceModel>* const models =
-      new std::vector<InferenceModel>(MakeModels());
+  static const std::vector<InferenceModel>* const models = [] {
+    auto* all = new std::vector<InferenceModel>;
+    AddAbsoluteModels(all);
+    AddRopeModels(all);
+    AddBiasModels(all);
+    return all;
+  }();
   return *models;
 }
 

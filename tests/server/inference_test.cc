@@ -275,6 +275,14 @@ class InferenceServerTest : public ::testing::Test {
   std::unique_ptr<v1::PositionEncoding::Stub> posenc_;
 };
 
+TEST_F(InferenceServerTest, HealthKnowsTheServiceByName) {
+  int serving = 0;
+  ASSERT_TRUE(testing::HealthCheck(server_->InProcessChannel(), &serving, std::chrono::seconds(5),
+                                   "inference.GRPCInferenceService")
+                  .ok());
+  EXPECT_EQ(serving, grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
 TEST_F(InferenceServerTest, ProbesAndMetadata) {
   inference::ServerLiveResponse live;
   ASSERT_TRUE(
