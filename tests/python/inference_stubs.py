@@ -10,7 +10,8 @@ of them (a test module each). PROTOC and GRPC_PYTHON_PLUGIN name the programs (c
 else they are looked up on PATH.
 
 descriptor_set(name) gives a file's FileDescriptorProto without loading it into any pool, for the
-wire-compatibility check of the two files.
+wire-compatibility check of the two files. ServerTestCase starts the server the test modules
+call.
 """
 
 import importlib
@@ -19,8 +20,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import unittest
 
+import grpc
 from google.protobuf import descriptor_pb2
+
+from posenc.v1 import posenc_pb2_grpc
+from server import ServerProcess
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PROTO_DIR = os.path.join(ROOT, "proto", "inference")
@@ -60,3 +66,24 @@ def descriptor_set(name):
         with open(path, "rb") as f:
             files.ParseFromString(f.read())
     return files.file[0]
+
+
+class ServerTestCase(unittest.TestCase):
+    """A posenc-server (SERVER_ARGS) for the test class, and on one channel to it `stub`, a
+    GRPCInferenceServiceStub of the module STUBS (generate()'s second), and `posenc`, posenc.v1's
+    stub (the reference the facade is compared with)."""
+
+    SERVER_ARGS = ("--threads=1",)
+    STUBS = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess(*cls.SERVER_ARGS)
+        cls.channel = grpc.insecure_channel(cls.server.address)
+        cls.stub = cls.STUBS.GRPCInferenceServiceStub(cls.channel)
+        cls.posenc = posenc_pb2_grpc.PositionEncodingStub(cls.channel)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.server.stop()

@@ -13,8 +13,7 @@ import numpy as np
 
 import inference_stubs
 import posenc
-from posenc.v1 import posenc_pb2, posenc_pb2_grpc
-from server import ServerProcess
+from posenc.v1 import posenc_pb2
 
 pb, pb_grpc = inference_stubs.generate("grpc_service")
 
@@ -70,19 +69,12 @@ def shm_parameters(parameters, region, offset, byte_size):
     parameters["shared_memory_byte_size"].int64_param = byte_size
 
 
-class InferenceTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.server = ServerProcess("--threads=1", "--allow_shared_memory")
-        cls.channel = grpc.insecure_channel(cls.server.address)
-        cls.stub = pb_grpc.GRPCInferenceServiceStub(cls.channel)
-        cls.posenc = posenc_pb2_grpc.PositionEncodingStub(cls.channel)
+class ServerTest(inference_stubs.ServerTestCase):
+    SERVER_ARGS = ("--threads=1", "--allow_shared_memory")
+    STUBS = pb_grpc
 
-    @classmethod
-    def tearDownClass(cls):
-        cls.channel.close()
-        cls.server.stop()
 
+class InferenceTest(ServerTest):
     def assert_same_outputs(self, response, expected):
         """Every tensor of the posenc response `expected` is an output, byte for byte."""
         produced = [f.name for f, _ in expected.ListFields() if f.message_type is not None
@@ -281,20 +273,8 @@ class InferenceTest(unittest.TestCase):
                                  (code, field, reason), error.message)
 
 
-class SharedMemoryTest(unittest.TestCase):
+class SharedMemoryTest(ServerTest):
     """Triton's system shared-memory flow, on the registry posenc.v1's RPCs share."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.server = ServerProcess("--threads=1", "--allow_shared_memory")
-        cls.channel = grpc.insecure_channel(cls.server.address)
-        cls.stub = pb_grpc.GRPCInferenceServiceStub(cls.channel)
-        cls.posenc = posenc_pb2_grpc.PositionEncodingStub(cls.channel)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.channel.close()
-        cls.server.stop()
 
     def setUp(self):
         self.shm = shared_memory.SharedMemory(create=True, size=1 << 20)

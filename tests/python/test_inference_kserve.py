@@ -10,8 +10,7 @@ import grpc
 import numpy as np
 
 import inference_stubs
-from posenc.v1 import posenc_pb2, posenc_pb2_grpc
-from server import ServerProcess
+from posenc.v1 import posenc_pb2
 
 pb, pb_grpc = inference_stubs.generate("grpc_predict_v2")
 
@@ -52,18 +51,8 @@ class WireCompatibilityTest(unittest.TestCase):
             self.assertEqual(methods.get(method.name), (method.input_type, method.output_type))
 
 
-class KServeClientTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.server = ServerProcess("--threads=1")
-        cls.channel = grpc.insecure_channel(cls.server.address)
-        cls.stub = pb_grpc.GRPCInferenceServiceStub(cls.channel)
-        cls.posenc = posenc_pb2_grpc.PositionEncodingStub(cls.channel)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.channel.close()
-        cls.server.stop()
+class KServeClientTest(inference_stubs.ServerTestCase):
+    STUBS = pb_grpc
 
     def test_probes_and_metadata(self):
         self.assertTrue(self.stub.ServerLive(pb.ServerLiveRequest()).live)
