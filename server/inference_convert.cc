@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -46,6 +48,9 @@ constexpr std::array<std::pair<absl::string_view, v1::DType>, 6> kDatatypes = {{
     {"INT32", v1::DTYPE_INT32},
     {"INT64", v1::DTYPE_INT64},
 }};
+
+// Parameter names longer than this are refused before they are looked up or echoed.
+constexpr size_t kMaxNameBytes = 256;
 
 // Triton's shared-memory parameters of a tensor.
 constexpr absl::string_view kRegion = "shared_memory_region";
@@ -213,7 +218,8 @@ absl::Status SetList(Message* message, const FieldDescriptor* field, const Infer
                std::abs(value) <= 9.0e15) {
       r->AddInt64(message, field, static_cast<int64_t>(value));
     } else {
-      return Invalid(item_name, "expected an integer, got ", item);
+      return Invalid(item_name, "expected an integer (of at most 9e15), got ",
+                     kernels::Abbreviate(item));
     }
   }
   return absl::OkStatus();
@@ -315,6 +321,10 @@ absl::Status ToPosencParameters(const InferenceModel& model,
                                 const inference::ModelInferRequest& request, Message* posenc) {
   std::map<std::string, std::string> set_by;
   for (const std::string& name : SortedKeys(request.parameters())) {
+    if (name.size() > kMaxNameBytes) {
+      return Invalid(kernels::Abbreviate(name), "a parameter name of ", name.size(),
+                     " bytes (no field path is longer than ", kMaxNameBytes, ")");
+    }
     POSENC_RETURN_IF_ERROR(
         SetParameter(model, name, request.parameters().at(name), posenc, &set_by));
   }
@@ -333,8 +343,9 @@ absl::StatusOr<std::optional<v1::SharedMemoryRef>> SharedMemoryParameters(
     const ParameterMap& params, absl::string_view field) {
   for (const std::string& key : SortedKeys(params)) {
     if (key != kRegion && key != kOffset && key != kByteSize) {
-      return Invalid(absl::StrCat(field, ".", key), "unknown tensor parameter (a tensor takes ",
-                     kRegion, ", ", kOffset, " and ", kByteSize, ")");
+      return Invalid(absl::StrCat(field, ".", kernels::Abbreviate(key)),
+                     "unknown tensor parameter (a tensor takes ", kRegion, ", ", kOffset, " and ",
+                     kByteSize, ")");
     }
   }
   if (params.empty()) return std::nullopt;
