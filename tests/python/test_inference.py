@@ -109,6 +109,10 @@ class InferenceTest(ServerTest):
         with self.assertRaises(grpc.RpcError) as caught:
             self.stub.ModelReady(pb.ModelReadyRequest(name="llama"))
         self.assertEqual(caught.exception.code(), grpc.StatusCode.NOT_FOUND)
+        # Triton's RPCs beyond the subset served (README): UNIMPLEMENTED.
+        with self.assertRaises(grpc.RpcError) as caught:
+            self.channel.unary_unary("/inference.GRPCInferenceService/ModelConfig")(b"")
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
 
     def check_parity(self, request, posenc_call, posenc_request):
         response = self.stub.ModelInfer(request)
