@@ -16,8 +16,10 @@
 #include <grpcpp/support/status.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "inference/grpc_service.pb.h"
 #include "server/handlers.h"
