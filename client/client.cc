@@ -105,11 +105,35 @@ constexpr auto kRelativeBias = TensorOf(&v1::RelativeBiasResponse::mutable_bias,
 constexpr auto kRelativeEmbeddings =
     TensorOf(&v1::RelativeEmbeddingResponse::mutable_embeddings, "embeddings");
 
+bool IsReference(const Tensor& tensor) { return tensor.shared_memory.has_value(); }
+bool IsReference(const std::optional<Tensor>& tensor) {
+  return tensor.has_value() && tensor->shared_memory.has_value();
+}
+
+// Whether a request uses shared memory: an output placed there, or an input tensor (positions
+// included) referring to it. Such a request is sent whole: it is a small message, and its
+// outputs go where the caller put them.
+template <typename Options>
+bool UsesSharedMemory(const Options& options) {
+  bool uses = !options.output_shared_memory.empty();
+  if constexpr (requires { options.positions; }) uses |= IsReference(options.positions.tensor);
+  if constexpr (requires { options.q; }) uses |= IsReference(options.q) || IsReference(options.k);
+  if constexpr (requires { options.x; }) {
+    uses |= IsReference(options.x) ||
+            (options.learned.has_value() && IsReference(options.learned->table_inline));
+  }
+  if constexpr (requires { options.table_inline; }) uses |= IsReference(options.table_inline);
+  if constexpr (requires { options.attention_mask; }) uses |= IsReference(options.attention_mask);
+  return uses;
+}
+
 // The request of a bias call that is fetched in its compact form and expanded here (SPEC §2.3):
-// an unspecified form, with compact_biases on and more than one query. nullopt otherwise.
+// an unspecified form, with compact_biases on and more than one query, in no shared memory.
+// nullopt otherwise.
 template <typename Options>
 std::optional<Options> CompactRequest(const Options& options, const ClientOptions& client) {
-  if (options.form != BiasForm::kUnspecified || !client.compact_biases || options.q_len <= 1) {
+  if (options.form != BiasForm::kUnspecified || !client.compact_biases || options.q_len <= 1 ||
+      UsesSharedMemory(options)) {
     return std::nullopt;
   }
   Options compact = options;
@@ -306,7 +330,7 @@ struct Client::Impl {
                    AsyncMethod<Request, Response> async_method, const Options& options,
                    int64_t output_bytes, const CallOptions& call, Convert convert,
                    size_t rank_from_end) const -> decltype(convert(std::declval<Response&&>())) {
-    const int64_t budget = SplitBudget(output_bytes, 0, call);
+    const int64_t budget = UsesSharedMemory(options) ? 0 : SplitBudget(output_bytes, 0, call);
     if (budget == 0 || options.q_len <= 0) return Unary(method, options, call, convert);
     const int64_t pieces = internal::PiecesForRows(
         options.q_len, (output_bytes + options.q_len - 1) / options.q_len, budget);
@@ -409,8 +433,10 @@ absl::StatusOr<Tensor> Client::AddPositionEncoding(const AddPositionEncodingOpti
   const Tensor& x = options.x;
   const int64_t y_bytes = AddPositionEncodingOutputBytes(options);
   const int64_t rows = x.shape.empty() ? 1 : x.shape[0];
-  const int64_t budget = impl_->SplitBudget(static_cast<int64_t>(x.data.size()) + y_bytes,
-                                            InlineTableBytes(options), call);
+  const int64_t budget = UsesSharedMemory(options)
+                             ? 0
+                             : impl_->SplitBudget(static_cast<int64_t>(x.data.size()) + y_bytes,
+                                                  InlineTableBytes(options), call);
   if (budget > 0 && rows > 0) {
     if (auto pieces = internal::SplitAddPositionEncoding(
             options, y_bytes / std::max<int64_t>(1, rows), budget)) {
@@ -430,8 +456,10 @@ absl::StatusOr<RopeCacheResult> Client::RopeCache(const RopeCacheOptions& option
 
 absl::StatusOr<ApplyRopeResult> Client::ApplyRope(const ApplyRopeOptions& options,
                                                   const CallOptions& call) const {
-  const int64_t budget = impl_->SplitBudget(internal::ApplyRopeTensorBytes(options),
-                                            ConfigBytes(options.config), call);
+  const int64_t budget = UsesSharedMemory(options)
+                             ? 0
+                             : impl_->SplitBudget(internal::ApplyRopeTensorBytes(options),
+                                                  ConfigBytes(options.config), call);
   const size_t rank = options.q.shape.size();
   if (budget == 0 || (rank != 3 && rank != 4) || !options.q.Validate().ok() ||
       (options.k.has_value() && (options.k->shape.size() != rank || !options.k->Validate().ok()))) {
@@ -538,9 +566,9 @@ Future<Tensor> Client::SinusoidalAsync(SinusoidalOptions options, const CallOpti
 
 Future<Tensor> Client::AddPositionEncodingAsync(AddPositionEncodingOptions options,
                                                 const CallOptions& call) const {
-  if (impl_->SplitBudget(
-          static_cast<int64_t>(options.x.data.size()) + AddPositionEncodingOutputBytes(options),
-          InlineTableBytes(options), call) == 0) {
+  if (UsesSharedMemory(options) || impl_->SplitBudget(static_cast<int64_t>(options.x.data.size()) +
+                                                          AddPositionEncodingOutputBytes(options),
+                                                      InlineTableBytes(options), call) == 0) {
     return impl_->Start(&Stub::async::AddPositionEncoding, options, call, kAddPositionEncodingY);
   }
   return std::async(std::launch::async, [this, options = std::move(options), call] {
@@ -555,8 +583,8 @@ Future<RopeCacheResult> Client::RopeCacheAsync(RopeCacheOptions options,
 
 Future<ApplyRopeResult> Client::ApplyRopeAsync(ApplyRopeOptions options,
                                                const CallOptions& call) const {
-  if (impl_->SplitBudget(internal::ApplyRopeTensorBytes(options), ConfigBytes(options.config),
-                         call) == 0) {
+  if (UsesSharedMemory(options) || impl_->SplitBudget(internal::ApplyRopeTensorBytes(options),
+                                                      ConfigBytes(options.config), call) == 0) {
     return impl_->Start(&Stub::async::ApplyRope, options, call, kWhole);
   }
   return std::async(std::launch::async, [this, options = std::move(options), call] {
@@ -594,6 +622,57 @@ Future<ServerInfo> Client::GetServerInfoAsync(const CallOptions& call) const {
                       [](v1::GetServerInfoResponse&& response) -> absl::StatusOr<ServerInfo> {
                         return internal::FromProto(response);
                       });
+}
+
+namespace {
+constexpr auto kNoFields = [](auto&&) { return absl::OkStatus(); };
+constexpr auto kRegions = [](v1::SharedMemoryStatusResponse&& response)
+    -> absl::StatusOr<std::vector<SharedMemoryRegionStatus>> {
+  return internal::FromProto(response);
+};
+
+v1::UnregisterSharedMemoryRequest UnregisterRequest(const std::string& name) {
+  v1::UnregisterSharedMemoryRequest request;
+  request.set_name(name);
+  return request;
+}
+
+v1::SharedMemoryStatusRequest StatusRequest(const std::string& name) {
+  v1::SharedMemoryStatusRequest request;
+  request.set_name(name);
+  return request;
+}
+}  // namespace
+
+absl::Status Client::RegisterSharedMemory(const SharedMemoryRegistration& region,
+                                          const CallOptions& call) const {
+  return impl_->Unary(&Stub::RegisterSharedMemory, region, call, kNoFields);
+}
+
+absl::Status Client::UnregisterSharedMemory(const std::string& name,
+                                            const CallOptions& call) const {
+  return impl_->Unary(&Stub::UnregisterSharedMemory, UnregisterRequest(name), call, kNoFields);
+}
+
+absl::StatusOr<std::vector<SharedMemoryRegionStatus>> Client::SharedMemoryStatus(
+    const std::string& name, const CallOptions& call) const {
+  return impl_->Unary(&Stub::SharedMemoryStatus, StatusRequest(name), call, kRegions);
+}
+
+std::future<absl::Status> Client::RegisterSharedMemoryAsync(SharedMemoryRegistration region,
+                                                            const CallOptions& call) const {
+  return impl_->Start(&Stub::async::RegisterSharedMemory, region, call, kNoFields);
+}
+
+std::future<absl::Status> Client::UnregisterSharedMemoryAsync(std::string name,
+                                                              const CallOptions& call) const {
+  return impl_->Start(&Stub::async::UnregisterSharedMemory, UnregisterRequest(name), call,
+                      kNoFields);
+}
+
+Future<std::vector<SharedMemoryRegionStatus>> Client::SharedMemoryStatusAsync(
+    std::string name, const CallOptions& call) const {
+  return impl_->Start(&Stub::async::SharedMemoryStatus, StatusRequest(name), call, kRegions);
 }
 
 absl::StatusOr<HealthStatus> Client::Health(const std::string& service,
