@@ -12,9 +12,12 @@
 #include <functional>
 #include <future>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -144,46 +147,6 @@ std::optional<Options> CompactRequest(const Options& options, const ClientOption
 // At most this many pieces of a split request are in flight at once.
 constexpr size_t kMaxPiecesInFlight = 8;
 
-// Bytes of an output of `elements` of `dtype` (default FLOAT32), saturating.
-int64_t OutputBytes(double elements, std::optional<DType> dtype) {
-  const double bytes = elements * static_cast<double>(DTypeSize(dtype.value_or(DType::kFloat32)));
-  return bytes >= 9e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(bytes);
-}
-
-// AddPositionEncoding's y: x's shape with the last axis D (ADD) or D + the encoding's width
-// (CONCAT), in x's dtype.
-int64_t AddPositionEncodingOutputBytes(const AddPositionEncodingOptions& options) {
-  const Tensor& x = options.x;
-  const int64_t width = x.shape.empty() ? 0 : x.shape.back();
-  int64_t pe_width = width;
-  if (options.sinusoidal.has_value() && options.sinusoidal->dim > 0) {
-    pe_width = options.sinusoidal->dim;
-  } else if (options.learned.has_value() && options.learned->table_inline.has_value() &&
-             options.learned->table_inline->shape.size() == 2) {
-    pe_width = options.learned->table_inline->shape[1];
-  }
-  const int64_t y_width = options.combine == Combine::kConcat ? width + pe_width : width;
-  return OutputBytes(static_cast<double>(x.data.size()) /
-                         static_cast<double>(DTypeSize(x.dtype) * std::max<int64_t>(1, width)) *
-                         static_cast<double>(y_width),
-                     x.dtype);
-}
-
-int64_t InlineTableBytes(const AddPositionEncodingOptions& options) {
-  return options.learned.has_value() && options.learned->table_inline.has_value()
-             ? static_cast<int64_t>(options.learned->table_inline->data.size())
-             : 0;
-}
-
-// What a RoPE config adds to a request and its response besides tensors: its text and factors
-// (the response's derived values repeat the frequencies).
-int64_t ConfigBytes(const RopeConfig& config) {
-  return static_cast<int64_t>(config.hf_config_json.size() +
-                              16 * (config.scaling.long_factor.size() +
-                                    config.scaling.short_factor.size() +
-                                    config.freq_factors.size()));
-}
-
 }  // namespace
 
 struct Client::Impl {
@@ -197,6 +160,9 @@ struct Client::Impl {
   // The server's --max_heavy_calls (0: unknown or unbounded): how many split pieces to keep in
   // flight, so that they do not refuse one another.
   mutable std::atomic<int64_t> server_heavy_calls{0};
+  // The server's tables by name (GetServerInfo), for the output sizes of requests naming one.
+  mutable std::mutex tables_mu;
+  mutable std::map<std::string, std::vector<int64_t>> server_tables;
 
   Impl(std::shared_ptr<grpc::Channel> c, ClientOptions o)
       : channel(std::move(c)),
@@ -218,11 +184,18 @@ struct Client::Impl {
     return ToAbsl((stub.get()->*method)(&context, request, response));
   }
 
-  // The request of `options` (internal::ToRequest) sent with Call; the response converted.
+  // The request of `options` (internal::ToRequest) sent with Send.
   template <typename Options, typename Request, typename Response, typename Convert>
   auto Unary(Method<Request, Response> method, const Options& options, const CallOptions& call,
              Convert convert) const -> decltype(convert(std::declval<Response&&>())) {
     POSENC_ASSIGN_OR_RETURN(const Request request, internal::ToRequest(options));
+    return Send(method, request, call, convert);
+  }
+
+  // A converted request sent with Call; the response converted.
+  template <typename Request, typename Response, typename Convert>
+  auto Send(Method<Request, Response> method, const Request& request, const CallOptions& call,
+            Convert convert) const -> decltype(convert(std::declval<Response&&>())) {
     Response response;
     POSENC_RETURN_IF_ERROR(Call(method, request, &response, call));
     return convert(std::move(response));
@@ -233,8 +206,15 @@ struct Client::Impl {
   template <typename Options, typename Request, typename Response, typename Convert>
   auto Start(AsyncMethod<Request, Response> method, const Options& options, const CallOptions& call,
              Convert convert) const -> std::future<decltype(convert(std::declval<Response&&>()))> {
+    return StartRequest(method, internal::ToRequest(options), call, convert);
+  }
+
+  // Start of a converted request (or of the error converting it).
+  template <typename Request, typename Response, typename Convert>
+  auto StartRequest(AsyncMethod<Request, Response> method, absl::StatusOr<Request> request,
+                    const CallOptions& call, Convert convert) const
+      -> std::future<decltype(convert(std::declval<Response&&>()))> {
     using Result = decltype(convert(std::declval<Response&&>()));
-    absl::StatusOr<Request> request = internal::ToRequest(options);
     if (!request.ok()) {
       std::promise<Result> failed;
       failed.set_value(request.status());
@@ -288,17 +268,36 @@ struct Client::Impl {
     return out;
   }
 
-  // The bytes of tensors each piece may carry when `bytes` of tensors (a request's, or its
-  // response's) with `extra` bytes of other fields do not fit in one message; 0 when they do or
-  // splitting is off.
-  int64_t SplitBudget(int64_t bytes, int64_t extra, const CallOptions& call) const {
-    const int64_t total = bytes + extra + internal::kMessageOverheadBytes;
-    if (!options.split_requests || total <= internal::kMessageOverheadBytes * 2) return 0;
-    // Past 128 KiB the server's own limit matters (asked once: no server has a smaller one).
+  // The budget of a request of `bytes` (docs/splitting.md "The budget"); nullopt when it goes
+  // as one call: splitting is off, or it fits (the server's limit is asked only past 64 KiB).
+  std::optional<internal::Budget> SplitBudget(internal::RequestBytes bytes,
+                                              const CallOptions& call) const {
+    if (!options.split_requests || bytes.tensors + bytes.other <= internal::kMessageOverheadBytes) {
+      return std::nullopt;
+    }
     int64_t limit = options.max_message_bytes;
     if (const int64_t server = ServerLimit(call); server > 0) limit = std::min(limit, server);
-    if (total <= limit) return 0;
-    return std::max<int64_t>(1, limit - extra - internal::kMessageOverheadBytes);
+    const internal::Budget budget{limit, limit - internal::kMessageOverheadBytes - bytes.other};
+    if (bytes.tensors <= budget.bytes) return std::nullopt;
+    return budget;
+  }
+
+  // The shape of the server's table `name` (from GetServerInfo, asked once); empty when the
+  // name is empty or the server does not report it.
+  std::vector<int64_t> TableShape(const std::string& name, const CallOptions& call) const {
+    if (name.empty()) return {};
+    ServerLimit(call);
+    const std::lock_guard<std::mutex> lock(tables_mu);
+    const auto it = server_tables.find(name);
+    return it == server_tables.end() ? std::vector<int64_t>() : it->second;
+  }
+
+  // AddPositionEncoding's y, a named table's width from the server; nullopt when unknown.
+  std::optional<internal::OutputShape> AddPositionEncodingOutput(
+      const AddPositionEncodingOptions& options, const CallOptions& call) const {
+    return internal::AddPositionEncodingOutput(
+        options, options.learned.has_value() ? TableShape(options.learned->table_name, call)
+                                             : std::vector<int64_t>());
   }
 
   int64_t ServerLimit(const CallOptions& call) const {
@@ -311,30 +310,36 @@ struct Client::Impl {
     if (!status.ok()) return -1;
     known = info.limits().max_message_bytes() > 0 ? info.limits().max_message_bytes() : -1;
     server_heavy_calls.store(info.limits().max_heavy_calls(), std::memory_order_relaxed);
+    {
+      const std::lock_guard<std::mutex> lock(tables_mu);
+      for (const v1::TableInfo& table : info.tables()) {
+        server_tables[table.name()].assign(table.shape().begin(), table.shape().end());
+      }
+    }
     server_limit.store(known, std::memory_order_release);
     return known;
   }
 
-  // RESOURCE_EXHAUSTED when the smallest piece (one head, one query row) still does not fit.
-  static absl::Status TooLargeToSplit(absl::string_view what, int64_t most) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        what, ": even split ", most, " ways (one per ", what == "ApplyRope" ? "head" : "query row",
-        ") a piece would not fit in one message; raise the server's --max_message_bytes and "
-        "ClientOptions::max_message_bytes"));
-  }
-
-  // A bias-like request split along query rows when its output needs it; joined along the query
-  // axis (`rank_from_end` from the end of the output's shape).
+  // A bias-like request split along query rows when its output (`output`, cut along them and
+  // joined along the axis `rank_from_end` from the end of its shape) needs it; one call when
+  // the output is unknown (a request the server refuses).
   template <typename Options, typename Request, typename Response, typename Convert>
   auto ByQueryRows(const char* what, Method<Request, Response> method,
                    AsyncMethod<Request, Response> async_method, const Options& options,
-                   int64_t output_bytes, const CallOptions& call, Convert convert,
-                   size_t rank_from_end) const -> decltype(convert(std::declval<Response&&>())) {
-    const int64_t budget = UsesSharedMemory(options) ? 0 : SplitBudget(output_bytes, 0, call);
-    if (budget == 0 || options.q_len <= 0) return Unary(method, options, call, convert);
-    const int64_t pieces = internal::PiecesForRows(
-        options.q_len, (output_bytes + options.q_len - 1) / options.q_len, budget);
-    if (pieces > options.q_len) return TooLargeToSplit(what, options.q_len);
+                   const std::optional<internal::OutputShape>& output, const CallOptions& call,
+                   Convert convert, size_t rank_from_end) const
+      -> decltype(convert(std::declval<Response&&>())) {
+    POSENC_ASSIGN_OR_RETURN(const Request request, internal::ToRequest(options));
+    if (!output.has_value() || options.q_len <= 0 || output->Bytes() <= 0 ||
+        UsesSharedMemory(options)) {
+      return Send(method, request, call, convert);
+    }
+    const int64_t row_bytes = output->Bytes() / options.q_len;
+    const std::optional<internal::Budget> budget =
+        SplitBudget(internal::QueryRowRequestBytes(request, options.q_len, row_bytes), call);
+    if (!budget.has_value()) return Send(method, request, call, convert);
+    POSENC_ASSIGN_OR_RETURN(const int64_t pieces,
+                            internal::QueryRowPieces(what, options.q_len, row_bytes, *budget));
     POSENC_ASSIGN_OR_RETURN(
         auto parts, Gather(async_method, internal::SplitQueryRows(options, pieces), call, convert));
     return JoinRows(std::move(parts), rank_from_end);
@@ -430,23 +435,26 @@ absl::StatusOr<Tensor> Client::Sinusoidal(const SinusoidalOptions& options,
 
 absl::StatusOr<Tensor> Client::AddPositionEncoding(const AddPositionEncodingOptions& options,
                                                    const CallOptions& call) const {
-  const Tensor& x = options.x;
-  const int64_t y_bytes = AddPositionEncodingOutputBytes(options);
-  const int64_t rows = x.shape.empty() ? 1 : x.shape[0];
-  const int64_t budget = UsesSharedMemory(options)
-                             ? 0
-                             : impl_->SplitBudget(static_cast<int64_t>(x.data.size()) + y_bytes,
-                                                  InlineTableBytes(options), call);
-  if (budget > 0 && rows > 0) {
-    if (auto pieces = internal::SplitAddPositionEncoding(
-            options, y_bytes / std::max<int64_t>(1, rows), budget)) {
-      POSENC_ASSIGN_OR_RETURN(
-          std::vector<Tensor> parts,
-          impl_->Gather(&Stub::async::AddPositionEncoding, *pieces, call, kAddPositionEncodingY));
-      return internal::ConcatAxis(parts, 0);
-    }
+  POSENC_ASSIGN_OR_RETURN(v1::AddPositionEncodingRequest request, internal::ToRequest(options));
+  const std::optional<internal::OutputShape> y =
+      UsesSharedMemory(options) ? std::nullopt : impl_->AddPositionEncodingOutput(options, call);
+  const std::optional<internal::Budget> budget =
+      y.has_value()
+          ? impl_->SplitBudget(internal::AddPositionEncodingRequestBytes(request, y->Bytes()), call)
+          : std::nullopt;
+  if (!budget.has_value()) {
+    return impl_->Send(&Stub::AddPositionEncoding, request, call, kAddPositionEncodingY);
   }
-  return impl_->Unary(&Stub::AddPositionEncoding, options, call, kAddPositionEncodingY);
+  POSENC_ASSIGN_OR_RETURN(const internal::AddPositionEncodingSplit split,
+                          internal::SplitAddPositionEncoding(options, *y, *budget));
+  if (split.whole) {
+    return impl_->Send(&Stub::AddPositionEncoding, request, call, kAddPositionEncodingY);
+  }
+  request.Clear();  // the pieces hold the bytes now
+  POSENC_ASSIGN_OR_RETURN(
+      std::vector<Tensor> parts,
+      impl_->Gather(&Stub::async::AddPositionEncoding, split.pieces, call, kAddPositionEncodingY));
+  return internal::JoinAddPositionEncoding(split, std::move(parts));
 }
 
 absl::StatusOr<RopeCacheResult> Client::RopeCache(const RopeCacheOptions& options,
@@ -456,23 +464,19 @@ absl::StatusOr<RopeCacheResult> Client::RopeCache(const RopeCacheOptions& option
 
 absl::StatusOr<ApplyRopeResult> Client::ApplyRope(const ApplyRopeOptions& options,
                                                   const CallOptions& call) const {
-  const int64_t budget = UsesSharedMemory(options)
-                             ? 0
-                             : impl_->SplitBudget(internal::ApplyRopeTensorBytes(options),
-                                                  ConfigBytes(options.config), call);
-  const size_t rank = options.q.shape.size();
-  if (budget == 0 || (rank != 3 && rank != 4) || !options.q.Validate().ok() ||
-      (options.k.has_value() && (options.k->shape.size() != rank || !options.k->Validate().ok()))) {
-    return impl_->Unary(&Stub::ApplyRope, options, call, kWhole);
-  }
-  const int64_t pieces = internal::ApplyRopePieces(options, budget);
-  if (pieces == 0) {
-    return Impl::TooLargeToSplit("ApplyRope", options.q.shape[internal::HeadAxis(options)]);
-  }
+  POSENC_ASSIGN_OR_RETURN(v1::ApplyRopeRequest request, internal::ToRequest(options));
+  const std::optional<internal::Budget> budget =
+      UsesSharedMemory(options)
+          ? std::nullopt
+          : impl_->SplitBudget(internal::ApplyRopeRequestBytes(request), call);
+  if (!budget.has_value()) return impl_->Send(&Stub::ApplyRope, request, call, kWhole);
+  POSENC_ASSIGN_OR_RETURN(const internal::ApplyRopeSplit split,
+                          internal::SplitApplyRope(options, *budget));
+  if (split.whole) return impl_->Send(&Stub::ApplyRope, request, call, kWhole);
+  request.Clear();  // the pieces hold the bytes now
   POSENC_ASSIGN_OR_RETURN(std::vector<ApplyRopeResult> parts,
-                          impl_->Gather(&Stub::async::ApplyRope,
-                                        internal::SplitApplyRope(options, pieces), call, kWhole));
-  return internal::JoinApplyRope(options, std::move(parts));
+                          impl_->Gather(&Stub::async::ApplyRope, split.pieces, call, kWhole));
+  return internal::JoinApplyRope(options, split, std::move(parts));
 }
 
 absl::StatusOr<Tensor> Client::AlibiSlopes(const AlibiSlopesOptions& options,
@@ -494,17 +498,11 @@ absl::StatusOr<AlibiBiasResult> Client::AlibiBias(const AlibiBiasOptions& option
     }
     return result;
   }
-  const double batch = options.attention_mask.has_value() && !options.attention_mask->shape.empty()
-                           ? static_cast<double>(options.attention_mask->shape[0])
-                           : 1.0;
-  const bool compact = options.form == BiasForm::kCompact;
-  const double elements =
-      batch * static_cast<double>(options.num_heads) *
-      (compact ? static_cast<double>(options.q_len + options.k_len)
-               : static_cast<double>(options.q_len) * static_cast<double>(options.k_len));
+  if (options.form != BiasForm::kUnspecified && options.form != BiasForm::kFull) {
+    return impl_->Unary(&Stub::AlibiBias, options, call, kWhole);  // COMPACT is not cut
+  }
   return impl_->ByQueryRows("AlibiBias", &Stub::AlibiBias, &Stub::async::AlibiBias, options,
-                            compact ? 0 : OutputBytes(elements, options.output_dtype), call, kWhole,
-                            2);
+                            internal::AlibiBiasOutputs(options)[0], call, kWhole, 2);
 }
 
 absl::StatusOr<Tensor> Client::RelativeBias(const RelativeBiasOptions& options,
@@ -517,29 +515,18 @@ absl::StatusOr<Tensor> Client::RelativeBias(const RelativeBiasOptions& options,
   if (options.form == BiasForm::kCompact) {
     return impl_->Unary(&Stub::RelativeBias, options, call, kRelativeBias);
   }
-  const bool buckets = options.form == BiasForm::kBuckets;
-  const double heads =
-      buckets || !options.table_inline.has_value() || options.table_inline->shape.size() != 2
-          ? 1.0
-          : static_cast<double>(options.table_inline->shape[1]);
-  const double elements =
-      heads * static_cast<double>(options.q_len) * static_cast<double>(options.k_len);
   return impl_->ByQueryRows(
       "RelativeBias", &Stub::RelativeBias, &Stub::async::RelativeBias, options,
-      OutputBytes(elements, buckets ? std::optional(DType::kInt32) : options.output_dtype), call,
+      internal::RelativeBiasOutput(options, impl_->TableShape(options.table_name, call)), call,
       kRelativeBias, 2);
 }
 
 absl::StatusOr<Tensor> Client::RelativeEmbedding(const RelativeEmbeddingOptions& options,
                                                  const CallOptions& call) const {
-  const double dim = options.table_inline.has_value() && options.table_inline->shape.size() == 2
-                         ? static_cast<double>(options.table_inline->shape[1])
-                         : 1.0;
-  const double elements =
-      static_cast<double>(options.q_len) * static_cast<double>(options.k_len) * dim;
   return impl_->ByQueryRows(
       "RelativeEmbedding", &Stub::RelativeEmbedding, &Stub::async::RelativeEmbedding, options,
-      OutputBytes(elements, options.output_dtype), call, kRelativeEmbeddings, 3);
+      internal::RelativeEmbeddingOutput(options, impl_->TableShape(options.table_name, call)), call,
+      kRelativeEmbeddings, 3);
 }
 
 absl::StatusOr<ServerInfo> Client::GetServerInfo(const CallOptions& call) const {
@@ -566,10 +553,13 @@ Future<Tensor> Client::SinusoidalAsync(SinusoidalOptions options, const CallOpti
 
 Future<Tensor> Client::AddPositionEncodingAsync(AddPositionEncodingOptions options,
                                                 const CallOptions& call) const {
-  if (UsesSharedMemory(options) || impl_->SplitBudget(static_cast<int64_t>(options.x.data.size()) +
-                                                          AddPositionEncodingOutputBytes(options),
-                                                      InlineTableBytes(options), call) == 0) {
-    return impl_->Start(&Stub::async::AddPositionEncoding, options, call, kAddPositionEncodingY);
+  absl::StatusOr<v1::AddPositionEncodingRequest> request = internal::ToRequest(options);
+  const std::optional<internal::OutputShape> y =
+      UsesSharedMemory(options) ? std::nullopt : impl_->AddPositionEncodingOutput(options, call);
+  if (!request.ok() || !y.has_value() ||
+      !impl_->SplitBudget(internal::AddPositionEncodingRequestBytes(*request, y->Bytes()), call)) {
+    return impl_->StartRequest(&Stub::async::AddPositionEncoding, std::move(request), call,
+                               kAddPositionEncodingY);
   }
   return std::async(std::launch::async, [this, options = std::move(options), call] {
     return AddPositionEncoding(options, call);
@@ -583,9 +573,10 @@ Future<RopeCacheResult> Client::RopeCacheAsync(RopeCacheOptions options,
 
 Future<ApplyRopeResult> Client::ApplyRopeAsync(ApplyRopeOptions options,
                                                const CallOptions& call) const {
-  if (UsesSharedMemory(options) || impl_->SplitBudget(internal::ApplyRopeTensorBytes(options),
-                                                      ConfigBytes(options.config), call) == 0) {
-    return impl_->Start(&Stub::async::ApplyRope, options, call, kWhole);
+  absl::StatusOr<v1::ApplyRopeRequest> request = internal::ToRequest(options);
+  if (!request.ok() || UsesSharedMemory(options) ||
+      !impl_->SplitBudget(internal::ApplyRopeRequestBytes(*request), call)) {
+    return impl_->StartRequest(&Stub::async::ApplyRope, std::move(request), call, kWhole);
   }
   return std::async(std::launch::async, [this, options = std::move(options), call] {
     return ApplyRope(options, call);

@@ -2,33 +2,317 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "client/kernels_dtype.h"
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
+#include "kernels/common/positions.h"
+#include "kernels/common/status.h"
+#include "posenc/errors.h"
 
 namespace posenc::client::internal {
 namespace {
 
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+using Range = std::pair<int64_t, int64_t>;  // {begin, count}
+
+// a * b, saturating at kMax (both >= 0).
+int64_t SatMul(int64_t a, int64_t b) {
+  int64_t out = 0;
+  return __builtin_mul_overflow(a, b, &out) ? kMax : out;
+}
+int64_t SatAdd(int64_t a, int64_t b) {
+  int64_t out = 0;
+  return __builtin_add_overflow(a, b, &out) ? kMax : out;
+}
+
 int64_t Product(const std::vector<int64_t>& shape, size_t begin, size_t end) {
   int64_t n = 1;
-  for (size_t i = begin; i < end; ++i) n *= shape[i];
+  for (size_t i = begin; i < end; ++i) n = SatMul(n, shape[i]);
   return n;
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Copies between the box [begin, begin + count) of a tensor of `shape` and a dense tensor of
+// shape `count`: from the box (`from_box`) or into it. One contiguous run per index of the
+// leading cut axes.
+void CopyBox(const std::vector<int64_t>& shape, const std::vector<int64_t>& begin,
+             const std::vector<int64_t>& count, size_t item, const char* from, char* to,
+             bool from_box) {
+  const size_t rank = shape.size();
+  if (rank == 0) {
+    std::memcpy(to, from, item);
+    return;
+  }
+  for (int64_t c : count) {
+    if (c == 0) return;
+  }
+  // Axes past `inner` are whole: the box's rows along `inner` are one contiguous run.
+  size_t inner = rank - 1;
+  while (inner > 0 && begin[inner] == 0 && count[inner] == shape[inner]) --inner;
+  std::vector<size_t> stride(rank, item);
+  for (size_t a = rank - 1; a > 0; --a) stride[a - 1] = stride[a] * static_cast<size_t>(shape[a]);
+  const size_t run = static_cast<size_t>(count[inner]) * stride[inner];
+  std::vector<int64_t> index(inner, 0);
+  for (size_t dense = 0;; dense += run) {
+    size_t boxed = static_cast<size_t>(begin[inner]) * stride[inner];
+    for (size_t a = 0; a < inner; ++a) {
+      boxed += static_cast<size_t>(begin[a] + index[a]) * stride[a];
+    }
+    std::memcpy(to + (from_box ? dense : boxed), from + (from_box ? boxed : dense), run);
+    size_t a = inner;
+    while (a > 0 && ++index[a - 1] == count[a - 1]) index[--a] = 0;
+    if (a == 0) return;
+  }
+}
+
+// RESOURCE_EXHAUSTED before anything is sent: `smallest` (the smallest piece) takes `need`
+// bytes, over the budget. Its details say LIMIT_EXCEEDED of max_message_bytes, as the server's.
+absl::Status CannotCut(absl::string_view op, absl::string_view smallest, int64_t need,
+                       const Budget& budget) {
+  const std::string message =
+      absl::StrCat(op, ": cannot be split to fit one message: ", smallest, " alone takes ", need,
+                   " bytes, over the ", std::max<int64_t>(budget.bytes, 0),
+                   " bytes a piece may carry (the message limit of ", budget.limit,
+                   " bytes, the smaller of the client's max_message_bytes and the server's "
+                   "--max_message_bytes, less 64 KiB and the request's other fields); raise both");
+  google::rpc::ErrorInfo info;
+  info.set_reason("LIMIT_EXCEEDED");
+  info.set_domain("posenc.v1");
+  (*info.mutable_metadata())["limit"] = "max_message_bytes";
+  google::rpc::Status details;
+  details.set_code(static_cast<int>(absl::StatusCode::kResourceExhausted));
+  details.set_message(message);
+  details.add_details()->PackFrom(info);
+  absl::Status status = absl::ResourceExhaustedError(message);
+  status.SetPayload(std::string(kStatusDetailsTypeUrl), absl::Cord(details.SerializeAsString()));
+  return status;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Positions of a [batch, seq] or packed [tokens] grid, cut into boxes of rows x tokens.
+// ---------------------------------------------------------------------------------------------
+struct Grid {
+  bool packed = false;  // THD: batch 1, seq T
+  int64_t batch = 1;
+  int64_t seq = 1;
+};
+
+// M-RoPE (ids [3, ...]): an explicit mrope_section, or a config.json that names one (the
+// client does not normalize config.json; a wrong guess is the server's INVALID_ARGUMENT).
+bool IsMrope(const RopeConfig& config) {
+  return !config.mrope_section.empty() ||
+         config.hf_config_json.find("\"mrope_section\"") != std::string::npos;
+}
+
+int64_t LargestId(const Tensor& ids) {
+  int64_t most = -1;
+  for (int64_t id : ids.ToInt64s()) most = std::max(most, id);
+  return most;
+}
+
+// The caller's positions, cut into the piece of rows [b0, b0+m) and tokens [t0, t0+n).
+class PositionCut {
+ public:
+  // nullopt when ids have a shape the grid does not take (the request goes whole: the server's
+  // error). `mask_as_ids`: an attention mask becomes INT64 ids (ApplyRope), else its rows are
+  // sliced (AddPositionEncoding, tokens never cut).
+  static std::optional<PositionCut> Make(const Positions& positions, Grid grid, bool mrope,
+                                         bool mask_as_ids) {
+    PositionCut cut(positions, grid, mrope, mask_as_ids);
+    if (positions.kind != Positions::Kind::kIds) return cut;
+    const Tensor& ids = positions.tensor;
+    const auto& s = ids.shape;
+    if (!ids.Validate().ok() || (ids.dtype != DType::kInt32 && ids.dtype != DType::kInt64) ||
+        s.empty() || s.back() != grid.seq) {
+      return std::nullopt;
+    }
+    if (s.size() == 1 && !mrope) {
+      cut.ids_ = IdsLayout::kTokens;
+    } else if (s.size() == 2 && mrope && s[0] == 3) {
+      cut.ids_ = IdsLayout::kMropeTokens;
+    } else if (s.size() == 2 && !mrope && !grid.packed && s[0] == grid.batch) {
+      cut.ids_ = IdsLayout::kRows;
+    } else if (s.size() == 3 && mrope && !grid.packed && s[0] == 3 && s[1] == grid.batch) {
+      cut.ids_ = IdsLayout::kMropeRows;
+    } else {
+      return std::nullopt;
+    }
+    return cut;
+  }
+
+  // The piece's positions. `resolved`: the whole request's, for a mask cut as ids.
+  Positions Piece(std::pair<int64_t, int64_t> rows, std::pair<int64_t, int64_t> tokens,
+                  const kernels::ResolvedPositions* resolved) const {
+    using Kind = Positions::Kind;
+    const Positions& p = *positions_;
+    const auto [b0, m] = rows;
+    const auto [t0, n] = tokens;
+    const bool all_tokens = t0 == 0 && n == grid_.seq;
+    switch (p.kind) {
+      case Kind::kDefault: return all_tokens ? p : Positions::Range(t0, n);
+      case Kind::kRange: return all_tokens ? p : Positions::Range(p.start + t0, n);
+      case Kind::kOffsets: {
+        std::vector<int64_t> offsets(p.offsets.begin() + b0, p.offsets.begin() + b0 + m);
+        for (int64_t& o : offsets) o += t0;
+        return Positions::Offsets(std::move(offsets));
+      }
+      case Kind::kIds: {
+        switch (ids_) {
+          case IdsLayout::kTokens: return Positions::Ids(SliceBox(p.tensor, {t0}, {n}));
+          case IdsLayout::kMropeTokens: return Positions::Ids(SliceBox(p.tensor, {0, t0}, {3, n}));
+          case IdsLayout::kRows: return Positions::Ids(SliceBox(p.tensor, {b0, t0}, {m, n}));
+          case IdsLayout::kMropeRows:
+            return Positions::Ids(SliceBox(p.tensor, {0, b0, t0}, {3, m, n}));
+        }
+        return p;
+      }
+      case Kind::kCuSeqlens: {
+        // cu'_i = clamp(cu_i - t0, 0, n); o'_i = o_i + max(0, t0 - cu_i).
+        std::vector<int64_t> cu;
+        std::vector<int64_t> offsets;
+        for (size_t i = 0; i < p.cu_seqlens.size(); ++i) {
+          const int64_t c = p.cu_seqlens[i];
+          cu.push_back(std::clamp<int64_t>(c - t0, 0, n));
+          if (i + 1 < p.cu_seqlens.size()) {
+            offsets.push_back((p.offsets.empty() ? 0 : p.offsets[i]) +
+                              std::max<int64_t>(0, t0 - c));
+          }
+        }
+        return Positions::CuSeqlens(std::move(cu), std::move(offsets));
+      }
+      case Kind::kAttentionMask: {
+        if (!mask_as_ids_) {
+          Positions rows_of_mask = p;
+          rows_of_mask.tensor = SliceBox(p.tensor, {b0, 0}, {m, grid_.seq});
+          return rows_of_mask;
+        }
+        // A real token's position as resolved over its whole row; padding 0 (copied through).
+        const int64_t components = mrope_ ? 3 : 1;
+        std::vector<int64_t> ids;
+        ids.reserve(static_cast<size_t>(components * m * n));
+        for (int64_t c = 0; c < components; ++c) {
+          for (int64_t b = b0; b < b0 + m; ++b) {
+            for (int64_t t = t0; t < t0 + n; ++t) ids.push_back(resolved->At(b * grid_.seq + t));
+          }
+        }
+        std::vector<int64_t> shape = {m, n};
+        if (mrope_) shape.insert(shape.begin(), 3);
+        return Positions::Ids(std::move(ids), std::move(shape));
+      }
+    }
+    return p;
+  }
+
+ private:
+  enum class IdsLayout { kTokens, kMropeTokens, kRows, kMropeRows };  // [S], [3,S], [B,S], [3,B,S]
+  PositionCut(const Positions& positions, Grid grid, bool mrope, bool mask_as_ids)
+      : positions_(&positions), grid_(grid), mrope_(mrope), mask_as_ids_(mask_as_ids) {}
+
+  const Positions* positions_;
+  Grid grid_;
+  bool mrope_;
+  bool mask_as_ids_;
+  IdsLayout ids_ = IdsLayout::kTokens;
+};
+
+// ---------------------------------------------------------------------------------------------
+// ApplyRope geometry.
+// ---------------------------------------------------------------------------------------------
+struct RopeGeometry {
+  Grid grid;
+  int64_t q_heads = 0, k_heads = 0;
+  int64_t head_bytes = 0;  // one head of one token
+  // Axes of q's (and k's) shape; batch_axis is unused for THD.
+  size_t batch_axis = 0, seq_axis = 0, head_axis = 0;
+};
+
+// nullopt when the request is too malformed to cut.
+std::optional<RopeGeometry> Geometry(const ApplyRopeOptions& options) {
+  const Tensor& q = options.q;
+  RopeGeometry g;
+  g.grid.packed = options.layout == TensorLayout::kTHD;
+  const size_t rank = g.grid.packed ? 3 : 4;
+  if (q.shape.size() != rank || !q.Validate().ok() || !IsFloatDType(q.dtype)) return std::nullopt;
+  for (int64_t d : q.shape) {
+    if (d <= 0) return std::nullopt;
+  }
+  if (g.grid.packed) {
+    g.seq_axis = 0;
+    g.head_axis = 1;
+  } else {
+    g.batch_axis = 0;
+    g.seq_axis = options.layout == TensorLayout::kBHSD ? 2 : 1;
+    g.head_axis = options.layout == TensorLayout::kBHSD ? 1 : 2;
+    g.grid.batch = q.shape[0];
+  }
+  g.grid.seq = q.shape[g.seq_axis];
+  g.q_heads = q.shape[g.head_axis];
+  g.head_bytes = q.shape.back() * DTypeSize(q.dtype);
+  if (options.k.has_value()) {
+    const Tensor& k = *options.k;
+    if (k.shape.size() != rank || k.dtype != q.dtype || !k.Validate().ok()) return std::nullopt;
+    for (size_t a = 0; a < rank; ++a) {
+      if (a != g.head_axis && k.shape[a] != q.shape[a]) return std::nullopt;
+    }
+    g.k_heads = k.shape[g.head_axis];
+    if (g.k_heads <= 0) return std::nullopt;
+  }
+  return g;
+}
+
+// The box of heads [h0, h0+hn), rows [b0, b0+m) and tokens [t0, t0+n) in a q or k of `shape`.
+Box HeadBox(const RopeGeometry& g, const std::vector<int64_t>& shape,
+            std::pair<int64_t, int64_t> heads, std::pair<int64_t, int64_t> rows,
+            std::pair<int64_t, int64_t> tokens) {
+  Box box{std::vector<int64_t>(shape.size(), 0), shape};
+  if (!g.grid.packed) {
+    box.begin[g.batch_axis] = rows.first;
+    box.count[g.batch_axis] = rows.second;
+  }
+  box.begin[g.seq_axis] = tokens.first;
+  box.count[g.seq_axis] = tokens.second;
+  box.begin[g.head_axis] = heads.first;
+  box.count[g.head_axis] = heads.second;
+  return box;
+}
+
+// Padding tokens pass through ApplyRope unchanged: copies every head of each token whose
+// `padding` entry is set (one per token of the [B, S] grid) from `input` into `result`.
+void CopyPadding(const RopeGeometry& g, const std::vector<uint8_t>& padding, const Tensor& input,
+                 Tensor* result) {
+  const std::vector<int64_t>& shape = input.shape;
+  std::vector<int64_t> stride(shape.size(), 1);
+  for (size_t a = shape.size() - 1; a > 0; --a) stride[a - 1] = stride[a] * shape[a];
+  const int64_t item = DTypeSize(input.dtype);
+  for (size_t t = 0; t < padding.size(); ++t) {
+    if (padding[t] == 0) continue;
+    const int64_t b = static_cast<int64_t>(t) / g.grid.seq;
+    const int64_t s = static_cast<int64_t>(t) % g.grid.seq;
+    for (int64_t h = 0; h < shape[g.head_axis]; ++h) {
+      const int64_t at =
+          (b * stride[g.batch_axis] + s * stride[g.seq_axis] + h * stride[g.head_axis]) * item;
+      std::memcpy(result->data.data() + at, input.data.data() + at,
+                  static_cast<size_t>(g.head_bytes));
+    }
+  }
 }
 
 }  // namespace
 
-int64_t PiecesFor(int64_t bytes, int64_t budget) {
-  if (budget <= 0) return bytes > 0 ? bytes : 1;
-  return std::max<int64_t>(1, (bytes + budget - 1) / budget);
-}
-
-int64_t PiecesForRows(int64_t rows, int64_t row_bytes, int64_t budget) {
-  const int64_t per_piece = row_bytes > 0 ? budget / row_bytes : rows;
-  if (per_piece <= 0) return rows + 1;
-  return std::max<int64_t>(1, (rows + per_piece - 1) / per_piece);
-}
+// ---------------------------------------------------------------------------------------------
+// Ranges, slices and joins.
+// ---------------------------------------------------------------------------------------------
 
 std::vector<std::pair<int64_t, int64_t>> EvenRanges(int64_t n, int64_t pieces) {
   std::vector<std::pair<int64_t, int64_t>> out;
@@ -40,22 +324,47 @@ std::vector<std::pair<int64_t, int64_t>> EvenRanges(int64_t n, int64_t pieces) {
   return out;
 }
 
-Tensor SliceAxis(const Tensor& tensor, size_t axis, int64_t begin, int64_t count) {
+int64_t FewestPieces(int64_t n, int64_t item_bytes, int64_t budget) {
+  const int64_t per_piece = item_bytes > 0 ? budget / item_bytes : n;
+  if (per_piece < 1) return 0;
+  return std::max<int64_t>(1, CeilDiv(n, per_piece));
+}
+
+Tensor SliceBox(const Tensor& tensor, const std::vector<int64_t>& begin,
+                const std::vector<int64_t>& count) {
   Tensor out;
   out.dtype = tensor.dtype;
-  out.shape = tensor.shape;
-  out.shape[axis] = count;
-  const int64_t outer = Product(tensor.shape, 0, axis);
-  const auto row = static_cast<size_t>(Product(tensor.shape, axis + 1, tensor.shape.size()) *
-                                       DTypeSize(tensor.dtype));
-  const auto dim = static_cast<size_t>(tensor.shape[axis]);
-  const auto n = static_cast<size_t>(count);
-  out.data.resize(static_cast<size_t>(outer) * n * row);
-  for (size_t o = 0; o < static_cast<size_t>(outer); ++o) {
-    std::memcpy(out.data.data() + o * n * row,
-                tensor.data.data() + (o * dim + static_cast<size_t>(begin)) * row, n * row);
-  }
+  out.shape = count;
+  const auto item = static_cast<size_t>(DTypeSize(tensor.dtype));
+  out.data.resize(static_cast<size_t>(Product(count, 0, count.size())) * item);
+  CopyBox(tensor.shape, begin, count, item, tensor.data.data(), out.data.data(),
+          /*from_box=*/true);
   return out;
+}
+
+absl::Status PasteBox(const Tensor& part, const std::vector<int64_t>& begin, Tensor* whole) {
+  bool fits = part.dtype == whole->dtype && part.shape.size() == whole->shape.size() &&
+              begin.size() == whole->shape.size() && part.Validate().ok();
+  for (size_t a = 0; fits && a < begin.size(); ++a) {
+    fits = begin[a] >= 0 && part.shape[a] >= 0 && begin[a] + part.shape[a] <= whole->shape[a];
+  }
+  if (!fits) {
+    return absl::InternalError(absl::StrCat(
+        "split: the server answered a piece with ", std::string(DTypeName(part.dtype)), " of rank ",
+        part.shape.size(), ", which does not fit the joined ", std::string(DTypeName(whole->dtype)),
+        " result of rank ", whole->shape.size()));
+  }
+  CopyBox(whole->shape, begin, part.shape, static_cast<size_t>(DTypeSize(part.dtype)),
+          part.data.data(), whole->data.data(), /*from_box=*/false);
+  return absl::OkStatus();
+}
+
+Tensor SliceAxis(const Tensor& tensor, size_t axis, int64_t begin, int64_t count) {
+  std::vector<int64_t> begins(tensor.shape.size(), 0);
+  std::vector<int64_t> counts = tensor.shape;
+  begins[axis] = begin;
+  counts[axis] = count;
+  return SliceBox(tensor, begins, counts);
 }
 
 absl::StatusOr<Tensor> ConcatAxis(const std::vector<Tensor>& parts, size_t axis) {
@@ -75,137 +384,443 @@ absl::StatusOr<Tensor> ConcatAxis(const std::vector<Tensor>& parts, size_t axis)
     }
     out.shape[axis] += part.shape[axis];
   }
-  const int64_t outer = Product(out.shape, 0, axis);
-  const auto row =
-      static_cast<size_t>(Product(out.shape, axis + 1, out.shape.size()) * DTypeSize(out.dtype));
-  out.data.resize(static_cast<size_t>(outer * out.shape[axis]) * row);
-  char* dst = out.data.data();
-  for (size_t o = 0; o < static_cast<size_t>(outer); ++o) {
-    for (const Tensor& part : parts) {
-      const size_t block = static_cast<size_t>(part.shape[axis]) * row;
-      std::memcpy(dst, part.data.data() + o * block, block);
-      dst += block;
-    }
+  out.data.resize(static_cast<size_t>(out.NumElements() * DTypeSize(out.dtype)));
+  std::vector<int64_t> begin(out.shape.size(), 0);
+  for (const Tensor& part : parts) {
+    POSENC_RETURN_IF_ERROR(PasteBox(part, begin, &out));
+    begin[axis] += part.shape[axis];
   }
   return out;
 }
 
-int64_t ApplyRopeTensorBytes(const ApplyRopeOptions& options) {
-  return static_cast<int64_t>(options.q.data.size() +
-                              (options.k.has_value() ? options.k->data.size() : 0));
-}
-
-size_t HeadAxis(const ApplyRopeOptions& options) {
-  // BSHD [B, S, H, D]; BHSD [B, H, S, D]; THD [T, H, D].
-  if (options.q.shape.size() == 3 || options.layout == TensorLayout::kBHSD) return 1;
-  return 2;
-}
-
-int64_t ApplyRopePieces(const ApplyRopeOptions& options, int64_t budget) {
-  const size_t axis = HeadAxis(options);
-  const int64_t q_heads = options.q.shape[axis];
-  const int64_t k_heads = options.k.has_value() ? options.k->shape[axis] : 0;
-  const int64_t q_head = q_heads > 0 ? static_cast<int64_t>(options.q.data.size()) / q_heads : 0;
-  const int64_t k_head = k_heads > 0 ? static_cast<int64_t>(options.k->data.size()) / k_heads : 0;
-  // EvenRanges gives each piece at most ceil(heads / pieces) heads of q and of k.
-  for (int64_t pieces = 1; pieces <= std::max(q_heads, k_heads); ++pieces) {
-    const int64_t most =
-        (q_heads + pieces - 1) / pieces * q_head + (k_heads + pieces - 1) / pieces * k_head;
-    if (most <= budget) return pieces;
+absl::StatusOr<kernels::ResolvedPositions> ResolveOnGrid(const Positions& positions, bool packed,
+                                                         int64_t batch, int64_t seq,
+                                                         int64_t components) {
+  using Kind = Positions::Kind;
+  using SpecKind = kernels::PositionSpec::Kind;
+  kernels::PositionSpec spec;
+  switch (positions.kind) {
+    case Kind::kDefault: spec.kind = SpecKind::kDefault; break;
+    case Kind::kRange: spec.kind = SpecKind::kRange; break;
+    case Kind::kOffsets: spec.kind = SpecKind::kOffsets; break;
+    case Kind::kIds: spec.kind = SpecKind::kIds; break;
+    case Kind::kCuSeqlens: spec.kind = SpecKind::kCuSeqlens; break;
+    case Kind::kAttentionMask: spec.kind = SpecKind::kAttentionMask; break;
   }
-  return 0;
+  spec.start = positions.start;
+  spec.count = positions.count;
+  spec.offsets = positions.offsets;
+  spec.cu_seqlens = positions.cu_seqlens;
+  if (positions.kind == Kind::kIds || positions.kind == Kind::kAttentionMask) {
+    if (!positions.tensor.Validate().ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          positions.kind == Kind::kIds ? "positions.ids: " : "positions.attention_mask: ",
+          positions.tensor.Validate().message()));
+    }
+    kernels::ConstTensorView view;
+    view.dtype = ToKernelsDType(positions.tensor.dtype);
+    view.shape.assign(positions.tensor.shape.begin(), positions.tensor.shape.end());
+    view.data = positions.tensor.data.data();
+    (positions.kind == Kind::kIds ? spec.ids : spec.mask) = view;
+  }
+  kernels::TokenGrid grid;
+  grid.kind = packed ? kernels::TokenGrid::Kind::kPacked : kernels::TokenGrid::Kind::kBatchSeq;
+  grid.batch = batch;
+  grid.seq = seq;
+  grid.tokens = batch * seq;
+  grid.components = components;
+  POSENC_ASSIGN_OR_RETURN(const kernels::PositionPlan plan,
+                          kernels::PlanPositions(std::move(spec), grid));
+  return kernels::ResolvePositions(plan);
 }
 
-std::vector<ApplyRopeOptions> SplitApplyRope(const ApplyRopeOptions& options, int64_t pieces) {
-  const size_t axis = HeadAxis(options);
-  const auto q_ranges = EvenRanges(options.q.shape[axis], pieces);
-  const auto k_ranges = EvenRanges(options.k.has_value() ? options.k->shape[axis] : 0, pieces);
-  std::vector<ApplyRopeOptions> out;
-  for (size_t i = 0; i < q_ranges.size(); ++i) {
+// ---------------------------------------------------------------------------------------------
+// Output shapes.
+// ---------------------------------------------------------------------------------------------
+
+int64_t OutputShape::Bytes() const {
+  return SatMul(Product(shape, 0, shape.size()), DTypeSize(dtype));
+}
+
+namespace {
+// The columns of an inline or named [rows, columns] table; nullopt when neither is known.
+std::optional<int64_t> TableColumns(const std::optional<Tensor>& inline_table,
+                                    const std::vector<int64_t>& named_table) {
+  const std::vector<int64_t>& shape = inline_table.has_value() ? inline_table->shape : named_table;
+  if (shape.size() != 2 || shape[1] <= 0) return std::nullopt;
+  return shape[1];
+}
+}  // namespace
+
+std::optional<OutputShape> AddPositionEncodingOutput(const AddPositionEncodingOptions& options,
+                                                     const std::vector<int64_t>& named_table) {
+  // y: x's shape with the last axis D (ADD) or D + the encoding's width (CONCAT), x's dtype.
+  OutputShape y{options.x.dtype, options.x.shape};
+  if (y.shape.empty()) return y;
+  const int64_t width = y.shape.back();
+  int64_t pe_width = width;
+  if (options.sinusoidal.has_value()) {
+    if (options.sinusoidal->dim > 0) pe_width = options.sinusoidal->dim;
+  } else if (options.learned.has_value()) {
+    const std::optional<int64_t> columns = TableColumns(options.learned->table_inline, named_table);
+    if (!columns.has_value()) return std::nullopt;
+    pe_width = *columns;
+  }
+  if (options.combine == Combine::kConcat) y.shape.back() = SatAdd(width, pe_width);
+  return y;
+}
+
+std::vector<OutputShape> AlibiBiasOutputs(const AlibiBiasOptions& options) {
+  // FULL [H, q, k] ([B, H, q, k] with a mask); COMPACT [H, q + k - 1], BLOOM [(B,) H, k].
+  OutputShape bias{options.output_dtype.value_or(DType::kFloat32), {}};
+  if (options.attention_mask.has_value()) {
+    bias.shape.push_back(options.attention_mask->shape.empty() ? 1
+                                                               : options.attention_mask->shape[0]);
+  }
+  bias.shape.push_back(options.num_heads);
+  if (options.form == BiasForm::kCompact) {
+    bias.shape.push_back(options.mode == AlibiMode::kBloom ? options.k_len
+                                                           : options.q_len + options.k_len - 1);
+  } else {
+    bias.shape.push_back(options.q_len);
+    bias.shape.push_back(options.k_len);
+  }
+  return {bias, OutputShape{DType::kFloat64, {options.num_heads}}};
+}
+
+std::optional<OutputShape> RelativeBiasOutput(const RelativeBiasOptions& options,
+                                              const std::vector<int64_t>& named_table) {
+  // BUCKETS INT32 [q, k]; FULL [H, q, k]; COMPACT [H, q + k - 1]; H = the table's columns.
+  if (options.form == BiasForm::kBuckets) {
+    return OutputShape{DType::kInt32, {options.q_len, options.k_len}};
+  }
+  const std::optional<int64_t> heads = TableColumns(options.table_inline, named_table);
+  if (!heads.has_value()) return std::nullopt;
+  const DType dtype = options.output_dtype.value_or(DType::kFloat32);
+  if (options.form == BiasForm::kCompact) {
+    return OutputShape{dtype, {*heads, options.q_len + options.k_len - 1}};
+  }
+  return OutputShape{dtype, {*heads, options.q_len, options.k_len}};
+}
+
+std::optional<OutputShape> RelativeEmbeddingOutput(const RelativeEmbeddingOptions& options,
+                                                   const std::vector<int64_t>& named_table) {
+  // [q, k, D], D = the table's columns.
+  const std::optional<int64_t> width = TableColumns(options.table_inline, named_table);
+  if (!width.has_value()) return std::nullopt;
+  return OutputShape{options.output_dtype.value_or(DType::kFloat32),
+                     {options.q_len, options.k_len, *width}};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Request bytes.
+// ---------------------------------------------------------------------------------------------
+
+RequestBytes ApplyRopeRequestBytes(const v1::ApplyRopeRequest& request) {
+  const auto tensors = static_cast<int64_t>(request.q().data().size() + request.k().data().size());
+  return {tensors, static_cast<int64_t>(request.ByteSizeLong()) - tensors};
+}
+
+RequestBytes AddPositionEncodingRequestBytes(const v1::AddPositionEncodingRequest& request,
+                                             int64_t y_bytes) {
+  const auto x = static_cast<int64_t>(request.x().data().size());
+  return {std::max(x, y_bytes), static_cast<int64_t>(request.ByteSizeLong()) - x};
+}
+
+RequestBytes QueryRowRequestBytes(const google::protobuf::Message& request, int64_t q_len,
+                                  int64_t row_bytes) {
+  return {SatMul(q_len, row_bytes), static_cast<int64_t>(request.ByteSizeLong())};
+}
+
+// ---------------------------------------------------------------------------------------------
+// ApplyRope.
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+// The steps of SplitApplyRope over one request of a known geometry.
+class RopeSplitter {
+ public:
+  RopeSplitter(const ApplyRopeOptions& options, const RopeGeometry& g, const Budget& budget)
+      : options_(options),
+        g_(g),
+        budget_(budget),
+        head_(SatMul(SatMul(g.grid.batch, g.grid.seq), g.head_bytes)),
+        most_heads_(std::max(g.q_heads, g.k_heads)) {}
+
+  // Range i of q's heads with range i of k's, in p ranges, those with heads of q; nullopt when
+  // one would send heads of k without q (the server refuses an empty q).
+  std::optional<std::vector<std::pair<Range, Range>>> Pairs(int64_t p) const {
+    const auto q_ranges = EvenRanges(g_.q_heads, p);
+    const auto k_ranges = EvenRanges(g_.k_heads, p);
+    std::vector<std::pair<Range, Range>> out;
+    for (int64_t i = 0; i < p; ++i) {
+      if (q_ranges[i].second == 0 && k_ranges[i].second > 0) return std::nullopt;
+      if (q_ranges[i].second > 0) out.emplace_back(q_ranges[i], k_ranges[i]);
+    }
+    return out;
+  }
+
+  // 1. Heads: the fewest p (2 ..) whose largest ranges of q and k heads, every token, fit;
+  // positions and config unchanged. nullopt when even one head of each does not fit.
+  std::optional<int64_t> HeadPieces() const {
+    for (int64_t p = 2; p <= most_heads_; ++p) {
+      if (SatAdd(SatMul(CeilDiv(g_.q_heads, p), head_), SatMul(CeilDiv(g_.k_heads, p), head_)) <=
+          budget_.bytes) {
+        return p;
+      }
+    }
+    return std::nullopt;
+  }
+  void SplitHeads(const std::vector<std::pair<Range, Range>>& pairs, ApplyRopeSplit* split) const {
+    for (const auto& [qh, kh] : pairs) {
+      AddPiece(qh, kh, {0, g_.grid.batch}, {0, g_.grid.seq}, options_.positions, options_.config,
+               split);
+    }
+  }
+
+  // 2. and 3. Each head range cut along tokens, or (one token of it across the batch over the
+  // budget) one token per piece with the batch rows cut; positions rebased, seq_len pinned.
+  absl::Status SplitTokens(const std::vector<std::pair<Range, Range>>& pairs,
+                           const PositionCut& cut, const kernels::ResolvedPositions& resolved,
+                           const RopeConfig& config, ApplyRopeSplit* split) const {
+    const Range all_rows{0, g_.grid.batch};
+    for (const auto& [qh, kh] : pairs) {
+      // One token of these heads across the batch, and of one batch row.
+      const int64_t token_bytes =
+          SatMul(SatMul(qh.second + kh.second, g_.grid.batch), g_.head_bytes);
+      const int64_t row_bytes = token_bytes / g_.grid.batch;
+      if (const int64_t t = FewestPieces(g_.grid.seq, token_bytes, budget_.bytes); t > 0) {
+        for (const Range& tokens : EvenRanges(g_.grid.seq, t)) {
+          if (tokens.second == 0) continue;
+          AddPiece(qh, kh, all_rows, tokens, cut.Piece(all_rows, tokens, &resolved), config, split);
+        }
+        continue;
+      }
+      const int64_t b = g_.grid.packed ? 0 : FewestPieces(g_.grid.batch, row_bytes, budget_.bytes);
+      if (b == 0) {
+        return CannotCut(
+            "ApplyRope",
+            g_.grid.packed ? "one token of one head" : "one token of one head of one batch row",
+            row_bytes, budget_);
+      }
+      for (int64_t token = 0; token < g_.grid.seq; ++token) {
+        for (const Range& rows : EvenRanges(g_.grid.batch, b)) {
+          if (rows.second == 0) continue;
+          AddPiece(qh, kh, rows, {token, 1}, cut.Piece(rows, {token, 1}, &resolved), config, split);
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  int64_t most_heads() const { return most_heads_; }
+
+ private:
+  // A piece of q heads `qh`, k heads `kh`, `rows` and `tokens`, with `positions` and `config`.
+  void AddPiece(Range qh, Range kh, Range rows, Range tokens, Positions positions,
+                const RopeConfig& config, ApplyRopeSplit* split) const {
     ApplyRopeOptions piece;
-    piece.positions = options.positions;
-    piece.config = options.config;
-    piece.layout = options.layout;
-    piece.q = SliceAxis(options.q, axis, q_ranges[i].first, q_ranges[i].second);
-    if (k_ranges[i].second > 0) {
-      piece.k = SliceAxis(*options.k, axis, k_ranges[i].first, k_ranges[i].second);
+    piece.layout = options_.layout;
+    piece.positions = std::move(positions);
+    piece.config = config;
+    ApplyRopeSplit::Place place;
+    place.q = HeadBox(g_, options_.q.shape, qh, rows, tokens);
+    piece.q = SliceBox(options_.q, place.q.begin, place.q.count);
+    if (kh.second > 0) {
+      place.k = HeadBox(g_, options_.k->shape, kh, rows, tokens);
+      piece.k = SliceBox(*options_.k, place.k.begin, place.k.count);
     }
-    out.push_back(std::move(piece));
+    split->pieces.push_back(std::move(piece));
+    split->places.push_back(std::move(place));
   }
-  return out;
+
+  const ApplyRopeOptions& options_;
+  const RopeGeometry& g_;
+  const Budget budget_;
+  const int64_t head_;  // one head of q or k, every token
+  const int64_t most_heads_;
+};
+
+}  // namespace
+
+absl::StatusOr<ApplyRopeSplit> SplitApplyRope(const ApplyRopeOptions& options,
+                                              const Budget& budget) {
+  ApplyRopeSplit split;
+  split.whole = true;  // until the pieces are made
+  const std::optional<RopeGeometry> geometry = Geometry(options);
+  if (!geometry.has_value()) return split;
+  const RopeSplitter splitter(options, *geometry, budget);
+  if (const std::optional<int64_t> p = splitter.HeadPieces(); p.has_value()) {
+    const auto pairs = splitter.Pairs(*p);
+    if (!pairs.has_value()) return split;
+    split.whole = false;
+    splitter.SplitHeads(*pairs, &split);
+    return split;
+  }
+  const auto pairs = splitter.Pairs(splitter.most_heads());
+  const Grid& grid = geometry->grid;
+  const std::optional<PositionCut> cut =
+      PositionCut::Make(options.positions, grid, IsMrope(options.config), /*mask_as_ids=*/true);
+  if (!pairs.has_value() || !cut.has_value()) return split;
+  // The whole request's positions: checked, their largest (seq_len), a mask's.
+  kernels::ResolvedPositions resolved;
+  int64_t largest = -1;
+  if (options.positions.kind == Positions::Kind::kIds) {
+    largest = LargestId(options.positions.tensor);
+  } else {
+    // One component suffices: every kind but ids repeats it for M-RoPE.
+    POSENC_ASSIGN_OR_RETURN(resolved,
+                            ResolveOnGrid(options.positions, grid.packed, grid.batch, grid.seq));
+    largest = resolved.max_position;
+  }
+  RopeConfig config = options.config;
+  if (!config.seq_len.has_value()) config.seq_len = std::max<int64_t>(largest + 1, 1);
+  if (options.positions.kind == Positions::Kind::kAttentionMask) {
+    split.padding.resize(resolved.valid.size());
+    for (size_t t = 0; t < resolved.valid.size(); ++t) split.padding[t] = !resolved.valid[t];
+  }
+  split.whole = false;
+  POSENC_RETURN_IF_ERROR(splitter.SplitTokens(*pairs, *cut, resolved, config, &split));
+  return split;
 }
 
 absl::StatusOr<ApplyRopeResult> JoinApplyRope(const ApplyRopeOptions& options,
+                                              const ApplyRopeSplit& split,
                                               std::vector<ApplyRopeResult> parts) {
-  if (parts.empty()) return absl::InternalError("split: no pieces to join");
-  const size_t axis = HeadAxis(options);
-  std::vector<Tensor> q;
-  std::vector<Tensor> k;
-  for (ApplyRopeResult& part : parts) {
-    q.push_back(std::move(part.q));
-    if (part.k.has_value()) k.push_back(std::move(*part.k));
+  if (parts.empty() || parts.size() != split.places.size()) {
+    return absl::InternalError("split: the pieces' results do not match the pieces");
   }
+  auto empty_like = [](const Tensor& t) {
+    Tensor out;
+    out.dtype = t.dtype;
+    out.shape = t.shape;
+    out.data.resize(t.data.size());
+    return out;
+  };
   ApplyRopeResult out;
-  out.derived = std::move(parts[0].derived);
-  absl::StatusOr<Tensor> joined_q = ConcatAxis(q, axis);
-  if (!joined_q.ok()) return joined_q.status();
-  out.q = *std::move(joined_q);
-  if (options.k.has_value()) {
-    absl::StatusOr<Tensor> joined_k = ConcatAxis(k, axis);
-    if (!joined_k.ok()) return joined_k.status();
-    out.k = *std::move(joined_k);
+  out.q = empty_like(options.q);
+  if (options.k.has_value()) out.k = empty_like(*options.k);
+  auto paste = [](const Tensor& part, const Box& box, Tensor* whole) {
+    if (part.shape != box.count) {
+      return absl::InternalError("split: the server answered a piece with another shape");
+    }
+    return PasteBox(part, box.begin, whole);
+  };
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const ApplyRopeSplit::Place& place = split.places[i];
+    ApplyRopeResult& part = parts[i];
+    POSENC_RETURN_IF_ERROR(paste(part.q, place.q, &out.q));
+    if (!place.k.count.empty()) {
+      if (!part.k.has_value()) return absl::InternalError("split: a piece's k did not come back");
+      POSENC_RETURN_IF_ERROR(paste(*part.k, place.k, &*out.k));
+    }
   }
+  if (!split.padding.empty()) {
+    const std::optional<RopeGeometry> g = Geometry(options);
+    if (!g.has_value()) return absl::InternalError("split: the request changed");
+    CopyPadding(*g, split.padding, options.q, &out.q);
+    if (options.k.has_value()) CopyPadding(*g, split.padding, *options.k, &*out.k);
+  }
+  out.derived = std::move(parts[0].derived);
   return out;
 }
 
-std::optional<std::vector<AddPositionEncodingOptions>> SplitAddPositionEncoding(
-    const AddPositionEncodingOptions& options, int64_t y_row_bytes, int64_t budget) {
-  using Kind = Positions::Kind;
+// ---------------------------------------------------------------------------------------------
+// AddPositionEncoding.
+// ---------------------------------------------------------------------------------------------
+
+absl::StatusOr<AddPositionEncodingSplit> SplitAddPositionEncoding(
+    const AddPositionEncodingOptions& options, const OutputShape& y, const Budget& budget) {
+  AddPositionEncodingSplit split;
+  split.whole = true;  // until the pieces are made
+  split.y = y;
   const Tensor& x = options.x;
-  const Positions& p = options.positions;
-  if ((x.shape.size() != 2 && x.shape.size() != 3) || !x.Validate().ok()) return std::nullopt;
-  const bool by_batch = x.shape.size() == 3;
-  const int64_t rows = x.shape[0];  // B, or T for [T, D]
-  // What slicing the positions along the split axis takes.
-  const bool ids_per_row = p.kind == Kind::kIds && p.tensor.shape.size() == 2;
-  const bool ids_shared = p.kind == Kind::kIds && p.tensor.shape.size() == 1;
-  if (p.kind == Kind::kCuSeqlens || (p.kind == Kind::kIds && !ids_per_row && !ids_shared)) {
-    return std::nullopt;
-  }
-  if (!by_batch && (p.kind == Kind::kOffsets || p.kind == Kind::kAttentionMask || ids_per_row)) {
-    return std::nullopt;
-  }
-  if ((p.kind == Kind::kOffsets && static_cast<int64_t>(p.offsets.size()) != rows) ||
-      ((ids_per_row || p.kind == Kind::kAttentionMask) &&
-       (p.tensor.shape.size() != 2 || p.tensor.shape[0] != rows || !p.tensor.Validate().ok()))) {
-    return std::nullopt;
-  }
-  const int64_t row_bytes =
-      static_cast<int64_t>(x.data.size()) / std::max<int64_t>(1, rows) + y_row_bytes;
-  const int64_t pieces = PiecesForRows(rows, row_bytes, budget);
-  if (pieces > rows) return std::nullopt;
-  std::vector<AddPositionEncodingOptions> out;
-  for (const auto& [begin, count] : EvenRanges(rows, pieces)) {
-    if (count == 0) continue;
+  const size_t rank = x.shape.size();
+  bool malformed = (rank != 2 && rank != 3) || !x.Validate().ok() || !IsFloatDType(x.dtype) ||
+                   y.shape.size() != rank;
+  for (size_t a = 0; !malformed && a < rank; ++a) malformed = x.shape[a] <= 0;
+  if (malformed) return split;
+  const Grid grid{false, rank == 3 ? x.shape[0] : 1, x.shape[rank - 2]};
+  const std::optional<PositionCut> cut =
+      PositionCut::Make(options.positions, grid, /*mrope=*/false, /*mask_as_ids=*/false);
+  if (!cut.has_value()) return split;
+  // The caller's positions must fit the grid before they are sliced (the kernels' error, as the
+  // server's, when not).
+  POSENC_RETURN_IF_ERROR(
+      ResolveOnGrid(options.positions, /*packed=*/false, grid.batch, grid.seq).status());
+  split.whole = false;
+  const int64_t width = x.shape.back();
+  // One token of x or y, the larger.
+  const int64_t token_bytes = std::max(width, y.shape.back()) * DTypeSize(x.dtype);
+  // A piece of `rows` batch rows and `tokens` tokens of x and y.
+  auto add_piece = [&](Range rows, Range tokens) {
     AddPositionEncodingOptions piece = options;
-    piece.x = SliceAxis(x, 0, begin, count);
-    if (by_batch) {
-      if (p.kind == Kind::kOffsets) {
-        piece.positions.offsets.assign(p.offsets.begin() + begin,
-                                       p.offsets.begin() + begin + count);
-      } else if (ids_per_row || p.kind == Kind::kAttentionMask) {
-        piece.positions.tensor = SliceAxis(p.tensor, 0, begin, count);
-      }
-    } else if (ids_shared) {
-      piece.positions.tensor = SliceAxis(p.tensor, 0, begin, count);
-    } else {
-      // [T, D]: tokens begin .. begin+count-1 of the default 0 .. T-1 or of the range.
-      const int64_t start = p.kind == Kind::kRange ? p.start : 0;
-      piece.positions = Positions::Range(start + begin, count);
+    std::vector<int64_t> begin = {tokens.first, 0};
+    std::vector<int64_t> count = {tokens.second, width};
+    if (rank == 3) {
+      begin.insert(begin.begin(), rows.first);
+      count.insert(count.begin(), rows.second);
     }
-    out.push_back(std::move(piece));
+    piece.x = SliceBox(x, begin, count);
+    piece.positions = cut->Piece(rows, tokens, nullptr);
+    count.back() = y.shape.back();
+    split.pieces.push_back(std::move(piece));
+    split.y_boxes.push_back(Box{std::move(begin), std::move(count)});
+  };
+  const int64_t seq = grid.seq;
+  if (const int64_t b =
+          rank == 3 ? FewestPieces(grid.batch, SatMul(seq, token_bytes), budget.bytes) : 0;
+      b > 0) {
+    // Batch rows, every token.
+    for (const Range& rows : EvenRanges(grid.batch, b)) {
+      if (rows.second > 0) add_piece(rows, {0, seq});
+    }
+    return split;
   }
-  return out;
+  // One batch row per piece, cut along tokens.
+  const int64_t t = FewestPieces(seq, token_bytes, budget.bytes);
+  if (t == 0) return CannotCut("AddPositionEncoding", "one token", token_bytes, budget);
+  if (options.positions.kind == Positions::Kind::kAttentionMask) {
+    return CannotCut("AddPositionEncoding",
+                     "one batch row (attention-mask positions are cut along batch rows only)",
+                     SatMul(seq, token_bytes), budget);
+  }
+  for (int64_t row = 0; row < grid.batch; ++row) {
+    for (const Range& tokens : EvenRanges(seq, t)) {
+      if (tokens.second > 0) add_piece({row, 1}, tokens);
+    }
+  }
+  return split;
+}
+
+absl::StatusOr<Tensor> JoinAddPositionEncoding(const AddPositionEncodingSplit& split,
+                                               std::vector<Tensor> parts) {
+  if (parts.size() != split.y_boxes.size()) {
+    return absl::InternalError("split: the pieces' results do not match the pieces");
+  }
+  Tensor y;
+  y.dtype = split.y.dtype;
+  y.shape = split.y.shape;
+  y.data.resize(static_cast<size_t>(split.y.Bytes()));
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].shape != split.y_boxes[i].count) {
+      return absl::InternalError("split: the server answered a piece with another shape");
+    }
+    POSENC_RETURN_IF_ERROR(PasteBox(parts[i], split.y_boxes[i].begin, &y));
+  }
+  return y;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Query rows.
+// ---------------------------------------------------------------------------------------------
+
+absl::StatusOr<int64_t> QueryRowPieces(absl::string_view op, int64_t q_len, int64_t row_bytes,
+                                       const Budget& budget) {
+  const int64_t p = FewestPieces(q_len, row_bytes, budget.bytes);
+  if (p == 0) return CannotCut(op, "one query row", row_bytes, budget);
+  return p;
 }
 
 }  // namespace posenc::client::internal

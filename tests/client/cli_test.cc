@@ -320,6 +320,33 @@ TEST_F(CliTest, ApplyRopeNpyRoundTrip) {
   for (size_t i = 0; i < q.size(); ++i) EXPECT_NEAR(back->values[i], q[i], 2e-6) << i;
 }
 
+// The headline: `apply-rope --shape 1,2048,8,128` through a server with a 1 MiB message
+// limit (one head is 1 MiB: the client splits along heads, then tokens) gives the bytes of one
+// call on a server without it.
+TEST_F(CliTest, ApplyRopeSplitsThroughASmallServer) {
+  server::ServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.backend = "reference";  // as the shared server
+  options.max_message_bytes = int64_t{1} << 20;
+  auto small = server::PosencServer::Start(options);
+  ASSERT_TRUE(small.ok()) << small.status();
+  const std::string args = "--format none apply-rope --shape 1,2048,8,128 --fill iota --npy ";
+  const CliResult split = ::posenc::testing::RunCommand(
+      absl::StrCat(POSENC_CLI_PATH, " --server 127.0.0.1:", (*small)->port(), " ", args,
+                   Path("split.npy")),
+      Path("stderr.txt"));
+  ASSERT_EQ(split.exit_code, 0) << split.err;
+  const CliResult whole = Run(args + Path("whole.npy"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  auto bytes = [this](const std::string& name) {
+    std::ifstream in(Path(name), std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string split_npy = bytes("split.npy");
+  EXPECT_GT(split_npy.size(), size_t{8} << 20);
+  EXPECT_TRUE(split_npy == bytes("whole.npy")) << "the split result differs from one call's";
+}
+
 TEST_F(CliTest, NpyOutputOfEveryDTypeReadsBack) {
   // BFLOAT16 is written widened to <f4 (NumPy has no bfloat16).
   for (const char* dtype : {"float32", "float64", "float16", "bfloat16"}) {

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/split.h"
 #include "client_test_util.h"
 #include "posenc/client.h"
 #include "server/server.h"
@@ -156,12 +155,33 @@ TEST_F(SplitTest, ApplyRopeBhsdAndThdSplitByteIdentical) {
   }
 }
 
-TEST_F(SplitTest, OneHeadOverTheLimitIsResourceExhaustedWithAHint) {
+// One head over the limit is cut along tokens (positions rebased, seq_len pinned: dynamic NTK
+// sees the whole request's length); one token of one head over it cannot be cut.
+TEST_F(SplitTest, OneHeadOverTheLimitIsCutAlongTokens) {
   ApplyRopeOptions options;
   options.q = Ramp({1, 8192, 1, 64});  // one head of 2 MiB
+  options.k = Ramp({1, 8192, 1, 64});
+  options.positions = Positions::Range(17, 0);
+  options.config.scaling.type = RopeScalingType::kDynamic;
+  options.config.scaling.factor = 2;
+  options.config.max_position_embeddings = 4096;
+  const auto whole = whole_->ApplyRope(options);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const auto split = split_->ApplyRope(options);
+  ASSERT_TRUE(split.ok()) << split.status();
+  ExpectSameTensor(split->q, whole->q, "q");
+  ExpectSameTensor(*split->k, *whole->k, "k");
+  EXPECT_EQ(split->derived.seq_len, 17 + 8192);
+  EXPECT_EQ(split->derived.inv_freq, whole->derived.inv_freq);
+
+  options.q = Ramp({1, 2, 1, 300000});  // one token of one head: 1.2 MB
+  options.k.reset();
   const auto refused = split_->ApplyRope(options);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(refused.status().message().find("one per head"), std::string::npos) << refused.status();
+  EXPECT_NE(refused.status().message().find("cannot be split to fit one message"),
+            std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("message limit of 1048576"), std::string::npos);
 }
 
 TEST_F(SplitTest, FullBiasesAndEmbeddingsSplitAlongQueryRowsByteIdentical) {
@@ -392,26 +412,6 @@ TEST(SplitAdmissionTest, PiecesDoNotRefuseOneAnother) {
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->max_heavy_calls, 1);
   EXPECT_GT(info->max_inflight_bytes, 0);
-}
-
-TEST(SplitHelpersTest, SliceAndConcatAreInverse) {
-  const Tensor t = Ramp({3, 5, 4});
-  for (size_t axis = 0; axis < 3; ++axis) {
-    std::vector<Tensor> parts;
-    for (const auto& [begin, count] : internal::EvenRanges(t.shape[axis], 3)) {
-      parts.push_back(internal::SliceAxis(t, axis, begin, count));
-    }
-    const auto joined = internal::ConcatAxis(parts, axis);
-    ASSERT_TRUE(joined.ok()) << joined.status();
-    ExpectSameTensor(*joined, t, absl::StrCat("axis ", axis));
-  }
-  EXPECT_EQ(internal::PiecesFor(10, 3), 4);
-  EXPECT_EQ(internal::PiecesFor(9, 3), 3);
-  EXPECT_EQ(internal::PiecesFor(0, 3), 1);
-  const auto ranges = internal::EvenRanges(2, 3);
-  ASSERT_EQ(ranges.size(), 3u);
-  EXPECT_EQ(ranges[0].second + ranges[1].second + ranges[2].second, 2);
-  EXPECT_FALSE(internal::ConcatAxis({Ramp({2, 3}), Ramp({2, 4})}, 0).ok());
 }
 
 }  // namespace
