@@ -2,7 +2,7 @@
 // region type (create, register, views, allocation, unregister and unlink), every op with its
 // inputs and outputs as references (results byte-identical to the inline calls'), ApplyRope in
 // place, requests over the message limit sent whole, the asynchronous calls, and the malformed
-// references surfacing as structured errors.
+// references surfacing as structured errors; `posenc bench --shm`.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -21,10 +21,12 @@
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "posenc/client.h"
 #include "posenc/errors.h"
 #include "posenc/shared_memory.h"
 #include "server/server.h"
+#include "tests/common/command.h"
 
 namespace posenc::client {
 namespace {
@@ -416,6 +418,41 @@ TEST_F(SharedMemoryClientTest, ATruncatedRegionFailsItsCalls) {
   EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
   EXPECT_EQ(GetErrorDetails(result.status()).reason, "SHARED_MEMORY_UNAVAILABLE");
   EXPECT_EQ(GetErrorDetails(result.status()).field, "q.shared_memory.region");
+}
+
+// `posenc bench --shm`: every op with its tensors in shared memory, the same payload counted as
+// inline; refused (exit code 1, the server's reason) where the server has no shared memory.
+TEST_F(SharedMemoryClientTest, CliBenchWithShm) {
+  const std::string bench =
+      absl::StrCat(POSENC_CLI_PATH, " --server 127.0.0.1:", server_->port(),
+                   " bench --tokens 8 --heads 2 --head-dim 8 --max-relative 2 --json");
+  const std::string err = ::testing::TempDir() + "/posenc_bench_shm_stderr.txt";
+  for (const char* op : {"mix", "apply_rope"}) {
+    const auto inline_run =
+        testing::RunCommand(absl::StrCat(bench, " --op ", op, " --count 16 --concurrency 2"), err);
+    const auto shm_run = testing::RunCommand(
+        absl::StrCat(bench, " --op ", op, " --count 16 --concurrency 2 --shm"), err);
+    ASSERT_EQ(shm_run.exit_code, 0) << shm_run.out << shm_run.err;
+    const nlohmann::json j = nlohmann::json::parse(shm_run.out);
+    EXPECT_EQ(j["calls"], 16);
+    EXPECT_EQ(j["errors"], 0);
+    if (std::string(op) == "apply_rope") {
+      EXPECT_EQ(j["payload_bytes"], nlohmann::json::parse(inline_run.out)["payload_bytes"]);
+    }
+  }
+  absl::StatusOr<std::vector<SharedMemoryRegionStatus>> left = client_->SharedMemoryStatus();
+  ASSERT_TRUE(left.ok());
+  EXPECT_EQ(left->size(), 1u);  // the fixture's own: the bench unregistered its regions
+
+  std::unique_ptr<server::PosencServer> off = StartServer(false);
+  const auto refused =
+      testing::RunCommand(absl::StrCat(POSENC_CLI_PATH, " --server 127.0.0.1:", off->port(),
+                                       " bench --op alibi_slopes --count 1 --shm"),
+                          err);
+  EXPECT_EQ(refused.exit_code, 1) << refused.out << refused.err;
+  EXPECT_NE(refused.err.find("--allow_shared_memory"), std::string::npos) << refused.err;
+  off->Shutdown(std::chrono::system_clock::now());
+  off->Wait();
 }
 
 TEST(SharedMemoryOffTest, CreateIsFailedPreconditionAndLeavesNoObject) {
