@@ -56,6 +56,7 @@
 #include "kernels/ops.h"
 #include "posenc/client.h"
 #include "posenc/shared_memory.h"
+#include "tests/bench/grpc_echo.h"
 
 namespace posenc::bench {
 namespace {
@@ -328,28 +329,6 @@ class StreamEcho {
   int port_ = 0;
   std::string path_;
   std::thread server_;
-};
-
-class EchoReactor final : public grpc::ServerGenericBidiReactor {
- public:
-  EchoReactor() { StartRead(&buffer_); }
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      Finish(grpc::Status::OK);
-      return;
-    }
-    StartWriteAndFinish(&buffer_, grpc::WriteOptions(), grpc::Status::OK);
-  }
-  void OnDone() override { delete this; }
-
- private:
-  grpc::ByteBuffer buffer_;
-};
-
-class EchoService final : public grpc::CallbackGenericService {
-  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext*) override {
-    return new EchoReactor();
-  }
 };
 
 // A bare gRPC echo server in this process and a generic stub to it (default settings but the

@@ -13,13 +13,13 @@
 #include <memory>
 #include <numeric>
 #include <optional>
-#include <random>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "client_test_util.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "posenc/client.h"
@@ -30,6 +30,8 @@
 
 namespace posenc::client {
 namespace {
+
+using testing::RandomTensor;
 
 std::unique_ptr<server::PosencServer> StartServer(bool allow_shared_memory) {
   server::ServerOptions options;
@@ -45,18 +47,6 @@ std::unique_ptr<Client> ConnectTo(const server::PosencServer& server, ClientOpti
   auto client = Client::Connect(absl::StrCat("127.0.0.1:", server.port()), options);
   EXPECT_TRUE(client.ok()) << client.status();
   return client.ok() ? *std::move(client) : nullptr;
-}
-
-Tensor Random(std::vector<int64_t> shape, DType dtype, uint32_t seed) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> uniform(-2.0, 2.0);
-  std::vector<double> values(static_cast<size_t>(n));
-  for (double& v : values) v = uniform(rng);
-  absl::StatusOr<Tensor> t = Tensor::FromDoubles(values, std::move(shape), dtype);
-  EXPECT_TRUE(t.ok()) << t.status();
-  return *t;
 }
 
 bool ObjectExists(const std::string& key) {
@@ -199,8 +189,8 @@ TEST_F(SharedMemoryClientTest, ViewsAndAllocation) {
 
 TEST_F(SharedMemoryClientTest, ApplyRopeRotatesInPlace) {
   ApplyRopeOptions inline_options;
-  inline_options.q = Random({2, 16, 4, 64}, DType::kFloat32, 1);
-  inline_options.k = Random({2, 16, 2, 64}, DType::kFloat32, 2);
+  inline_options.q = RandomTensor({2, 16, 4, 64}, DType::kFloat32, 1);
+  inline_options.k = RandomTensor({2, 16, 2, 64}, DType::kFloat32, 2);
   inline_options.positions = Positions::Offsets({3, 1000});
   inline_options.config.base = 500000;
   absl::StatusOr<ApplyRopeResult> expected = client_->ApplyRope(inline_options);
@@ -230,7 +220,7 @@ TEST_F(SharedMemoryClientTest, ApplyRopeRotatesInPlace) {
 
 TEST_F(SharedMemoryClientTest, InlineInputOutputPlaced) {
   ApplyRopeOptions options;
-  options.q = Random({1, 8, 2, 32}, DType::kBFloat16, 3);
+  options.q = RandomTensor({1, 8, 2, 32}, DType::kBFloat16, 3);
   absl::StatusOr<ApplyRopeResult> expected = client_->ApplyRope(options);
   ASSERT_TRUE(expected.ok()) << expected.status();
   const SharedMemoryRef q_out = Place(expected->q);
@@ -252,8 +242,8 @@ TEST_F(SharedMemoryClientTest, EveryOpWritesItsOutputsIntoTheRegion) {
   }
   {
     AddPositionEncodingOptions options;
-    options.x = Random({2, 10, 16}, DType::kFloat16, 4);
-    options.learned = LearnedTable{.table_inline = Random({40, 8}, DType::kFloat32, 5)};
+    options.x = RandomTensor({2, 10, 16}, DType::kFloat16, 4);
+    options.learned = LearnedTable{.table_inline = RandomTensor({40, 8}, DType::kFloat32, 5)};
     options.combine = Combine::kConcat;
     absl::StatusOr<Tensor> expected = client_->AddPositionEncoding(options);
     ASSERT_TRUE(expected.ok()) << expected.status();
@@ -302,7 +292,7 @@ TEST_F(SharedMemoryClientTest, EveryOpWritesItsOutputsIntoTheRegion) {
   }
   {
     RelativeBiasOptions options{.q_len = 20, .k_len = 30};
-    options.table_inline = Random({32, 6}, DType::kFloat32, 6);
+    options.table_inline = RandomTensor({32, 6}, DType::kFloat32, 6);
     absl::StatusOr<Tensor> expected = client_->RelativeBias(options);
     ASSERT_TRUE(expected.ok()) << expected.status();
     options.table_inline = Put(*options.table_inline);
@@ -313,7 +303,7 @@ TEST_F(SharedMemoryClientTest, EveryOpWritesItsOutputsIntoTheRegion) {
   }
   {
     RelativeEmbeddingOptions options{.q_len = 9, .k_len = 12, .max_relative = 4};
-    options.table_inline = Random({9, 16}, DType::kFloat64, 7);
+    options.table_inline = RandomTensor({9, 16}, DType::kFloat64, 7);
     absl::StatusOr<Tensor> expected = client_->RelativeEmbedding(options);
     ASSERT_TRUE(expected.ok()) << expected.status();
     options.table_inline = Put(*options.table_inline);
@@ -329,8 +319,8 @@ TEST_F(SharedMemoryClientTest, EveryOpWritesItsOutputsIntoTheRegion) {
 TEST_F(SharedMemoryClientTest, RequestsOverTheMessageLimitAreNotSplit) {
   std::unique_ptr<Client> small = ConnectTo(*server_, {.max_message_bytes = 256 << 10});
   ApplyRopeOptions options;
-  options.q = Random({1, 64, 8, 128}, DType::kFloat32, 8);  // 256 KiB
-  options.k = Random({1, 64, 8, 128}, DType::kFloat32, 9);
+  options.q = RandomTensor({1, 64, 8, 128}, DType::kFloat32, 8);  // 256 KiB
+  options.k = RandomTensor({1, 64, 8, 128}, DType::kFloat32, 9);
   absl::StatusOr<ApplyRopeResult> expected = small->ApplyRope(options);  // split, inline
   ASSERT_TRUE(expected.ok()) << expected.status();
   options.q = Put(options.q);
@@ -351,8 +341,8 @@ TEST_F(SharedMemoryClientTest, RequestsOverTheMessageLimitAreNotSplit) {
 // Every malformed reference is the server's structured error, unchanged.
 TEST_F(SharedMemoryClientTest, MalformedReferencesAreStructuredErrors) {
   ApplyRopeOptions good;
-  good.q = Put(Random({1, 4, 2, 8}, DType::kFloat32, 10));
-  good.k = Random({1, 4, 1, 8}, DType::kFloat32, 11);
+  good.q = Put(RandomTensor({1, 4, 2, 8}, DType::kFloat32, 10));
+  good.k = RandomTensor({1, 4, 1, 8}, DType::kFloat32, 11);
   struct Row {
     std::string name;
     std::function<void(ApplyRopeOptions&)> edit;
@@ -408,7 +398,7 @@ TEST_F(SharedMemoryClientTest, MalformedReferencesAreStructuredErrors) {
 // (no crash) and reports the region broken or shrunk until it is unregistered.
 TEST_F(SharedMemoryClientTest, ATruncatedRegionFailsItsCalls) {
   ApplyRopeOptions options;
-  options.q = Put(Random({1, 4, 2, 8}, DType::kFloat32, 12));
+  options.q = Put(RandomTensor({1, 4, 2, 8}, DType::kFloat32, 12));
   const int fd = shm_open(region_->key().c_str(), O_RDWR, 0);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(ftruncate(fd, 64), 0);
@@ -428,9 +418,9 @@ TEST_F(SharedMemoryClientTest, CliBenchWithShm) {
                    " bench --tokens 8 --heads 2 --head-dim 8 --max-relative 2 --json");
   const std::string err = ::testing::TempDir() + "/posenc_bench_shm_stderr.txt";
   for (const char* op : {"mix", "apply_rope"}) {
-    const auto inline_run =
-        testing::RunCommand(absl::StrCat(bench, " --op ", op, " --count 16 --concurrency 2"), err);
-    const auto shm_run = testing::RunCommand(
+    const auto inline_run = ::posenc::testing::RunCommand(
+        absl::StrCat(bench, " --op ", op, " --count 16 --concurrency 2"), err);
+    const auto shm_run = ::posenc::testing::RunCommand(
         absl::StrCat(bench, " --op ", op, " --count 16 --concurrency 2 --shm"), err);
     ASSERT_EQ(shm_run.exit_code, 0) << shm_run.out << shm_run.err;
     const nlohmann::json j = nlohmann::json::parse(shm_run.out);
@@ -445,10 +435,10 @@ TEST_F(SharedMemoryClientTest, CliBenchWithShm) {
   EXPECT_EQ(left->size(), 1u);  // the fixture's own: the bench unregistered its regions
 
   std::unique_ptr<server::PosencServer> off = StartServer(false);
-  const auto refused =
-      testing::RunCommand(absl::StrCat(POSENC_CLI_PATH, " --server 127.0.0.1:", off->port(),
-                                       " bench --op alibi_slopes --count 1 --shm"),
-                          err);
+  const auto refused = ::posenc::testing::RunCommand(
+      absl::StrCat(POSENC_CLI_PATH, " --server 127.0.0.1:", off->port(),
+                   " bench --op alibi_slopes --count 1 --shm"),
+      err);
   EXPECT_EQ(refused.exit_code, 1) << refused.out << refused.err;
   EXPECT_NE(refused.err.find("--allow_shared_memory"), std::string::npos) << refused.err;
   off->Shutdown(std::chrono::system_clock::now());

@@ -101,3 +101,27 @@ class ServerProcess:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+class ModuleServer:
+    """A server and a client shared by a test module: start() from setUpModule, stop() from
+    tearDownModule; ``server`` and ``client`` in between."""
+
+    def __init__(self, *args):
+        self.args = args
+        self.server = None
+        self.client = None
+
+    def start(self):
+        """Starts both; returns (server, client)."""
+        import posenc  # the package under test (PYTHONPATH), not needed by the other helpers
+
+        self.server = ServerProcess(*self.args)
+        self.client = posenc.Client(self.server.address, timeout=60)
+        return self.server, self.client
+
+    def stop(self):
+        if self.client is not None:
+            self.client.close()
+        if self.server is not None:
+            self.server.stop()

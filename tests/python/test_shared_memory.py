@@ -9,28 +9,21 @@ import unittest
 import numpy as np
 
 import posenc
-from server import ServerProcess
+from server import ModuleServer, ServerProcess
 
 try:
     import torch
 except ImportError:  # pragma: no cover - deploy/install-deps.sh installs python3-torch
     torch = None
 
-SERVER = None
-CLIENT = None
+MODULE = ModuleServer("--backend=cpu", "--threads=2", "--allow_shared_memory")
+SERVER = CLIENT = None
+tearDownModule = MODULE.stop
 
 
 def setUpModule():
     global SERVER, CLIENT
-    SERVER = ServerProcess("--backend=cpu", "--threads=2", "--allow_shared_memory")
-    CLIENT = posenc.Client(SERVER.address, timeout=60)
-
-
-def tearDownModule():
-    if CLIENT is not None:
-        CLIENT.close()
-    if SERVER is not None:
-        SERVER.stop()
+    SERVER, CLIENT = MODULE.start()
 
 
 def rng(seed):
