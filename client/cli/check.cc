@@ -238,123 +238,164 @@ std::vector<std::pair<int64_t, double>> PerPosition(std::vector<std::pair<int64_
 
 // The error plot: the largest error of each position (bars, log scale), the tolerance, the band
 // edges.
-Canvas RenderPlot(const std::string& title, const std::vector<std::string>& notes,
-                  const std::vector<std::pair<int64_t, double>>& points, double tolerance) {
-  constexpr Rgb kBlack = {0, 0, 0};
-  constexpr Rgb kGrey = {110, 110, 110};
-  constexpr Rgb kLight = {215, 215, 215};
-  constexpr Rgb kRed = {215, 48, 39};
-  const Rgb kBar = Viridis(0.3);
-  const int text_h = Canvas::TextHeight();
-  const int line_h = text_h + 6;
-  constexpr int kMargin = 12;
-  const int header_h = kMargin + (1 + static_cast<int>(notes.size())) * line_h + 10;
-  const int left = kMargin + text_h + 8 + Canvas::TextWidth("1e-100") + 8;
-  const int pw = 800;
-  const int ph = 360;
-  const int top = header_h;
-  int width = std::max(left + pw + 24 + kMargin, 2 * kMargin + Canvas::TextWidth(title));
-  for (const std::string& note : notes) {
-    width = std::max(width, 2 * kMargin + Canvas::TextWidth(note));
-  }
-  const int height = top + ph + 4 + 6 + text_h + 8 + text_h + kMargin;
-  Canvas canvas(width, height);
-  canvas.Text(kMargin, kMargin, title, kBlack);
-  for (size_t i = 0; i < notes.size(); ++i) {
-    canvas.Text(kMargin, kMargin + static_cast<int>(i + 1) * line_h, notes[i], kGrey);
+class ErrorPlot {
+ public:
+  ErrorPlot(const std::string& title, const std::vector<std::string>& notes,
+            const std::vector<std::pair<int64_t, double>>& points, double tolerance)
+      : points_(points),
+        tolerance_(tolerance),
+        top_(kMargin + (1 + static_cast<int>(notes.size())) * line_h_ + 10),
+        canvas_(Width(title, notes), top_ + kPlotH + 4 + 6 + text_h_ + 8 + text_h_ + kMargin) {
+    canvas_.Text(kMargin, kMargin, title, kBlack);
+    for (size_t i = 0; i < notes.size(); ++i) {
+      canvas_.Text(kMargin, kMargin + static_cast<int>(i + 1) * line_h_, notes[i], kGrey);
+    }
+    SetRanges();
   }
 
-  // Ranges: positions linear, errors in whole decades around the data and the tolerance.
-  const int64_t pmin = points.front().first;
-  const int64_t pmax = std::max(points.back().first, pmin + 1);
-  double emin = tolerance > 0 ? tolerance : 1.0;
-  double emax = emin;
-  for (const auto& [p, e] : points) {
-    if (e > 0 && std::isfinite(e)) {
-      emin = std::min(emin, e);
-      emax = std::max(emax, e);
+  Canvas Draw() && {
+    DrawGrid();
+    DrawBars();
+    DrawTolerance();
+    canvas_.FrameRect(kLeft - 1, top_ - 1, kPlotW + 2, kPlotH + 2, kGrey);
+    DrawPositionAxis();
+    const std::string y_axis = "max abs error";
+    canvas_.VerticalText(kMargin, top_ + (kPlotH - Canvas::TextWidth(y_axis)) / 2, y_axis, kBlack);
+    return std::move(canvas_);
+  }
+
+ private:
+  static constexpr Rgb kBlack = {0, 0, 0};
+  static constexpr Rgb kGrey = {110, 110, 110};
+  static constexpr Rgb kLight = {215, 215, 215};
+  static constexpr Rgb kRed = {215, 48, 39};
+  static constexpr int kMargin = 12;
+  static constexpr int kPlotW = 800;
+  static constexpr int kPlotH = 360;
+  static inline const int kLeft =
+      kMargin + Canvas::TextHeight() + 8 + Canvas::TextWidth("1e-100") + 8;
+
+  int Width(const std::string& title, const std::vector<std::string>& notes) const {
+    int width = std::max(kLeft + kPlotW + 24 + kMargin, 2 * kMargin + Canvas::TextWidth(title));
+    for (const std::string& note : notes) {
+      width = std::max(width, 2 * kMargin + Canvas::TextWidth(note));
+    }
+    return width;
+  }
+
+  // Positions linear, errors in whole decades around the data and the tolerance, with headroom
+  // beyond the extremes so that the tolerance line stays clear of the frame.
+  void SetRanges() {
+    pmin_ = points_.front().first;
+    pmax_ = std::max(points_.back().first, pmin_ + 1);
+    double emin = tolerance_ > 0 ? tolerance_ : 1.0;
+    double emax = emin;
+    for (const auto& [p, e] : points_) {
+      if (e > 0 && std::isfinite(e)) {
+        emin = std::min(emin, e);
+        emax = std::max(emax, e);
+      }
+    }
+    dlo_ = static_cast<int>(std::floor(std::log10(emin) - 0.15));
+    dhi_ = static_cast<int>(std::ceil(std::log10(emax) + 0.15));
+    if (dhi_ <= dlo_) dhi_ = dlo_ + 1;
+  }
+
+  int YOf(double e) const {
+    if (!std::isfinite(e)) return top_;
+    const double f = (std::log10(e) - dlo_) / (dhi_ - dlo_);
+    return top_ + kPlotH - 1 -
+           static_cast<int>(std::lround(std::clamp(f, 0.0, 1.0) * (kPlotH - 1)));
+  }
+
+  int XOf(int64_t p) const {
+    return kLeft + static_cast<int>(static_cast<double>(p - pmin_) /
+                                    static_cast<double>(pmax_ - pmin_) * (kPlotW - 1));
+  }
+
+  // Decades and band edges.
+  void DrawGrid() {
+    const int decade_step = std::max(1, (dhi_ - dlo_ + 9) / 10);
+    for (int d = dlo_; d <= dhi_; d += decade_step) {
+      const int y = YOf(std::pow(10.0, d));
+      canvas_.FillRect(kLeft, y, kPlotW, 1, kLight);
+      canvas_.FillRect(kLeft - 5, y, 4, 1, kBlack);
+      const std::string label = absl::StrCat("1e", d);
+      canvas_.Text(kLeft - 8 - Canvas::TextWidth(label), y - text_h_ / 2 + 1, label, kBlack);
+    }
+    for (int band = BandOf(pmin_) + 1; BandStart(band) <= pmax_ && band < 40; ++band) {
+      const int x = XOf(BandStart(band));
+      for (int y = top_; y < top_ + kPlotH; y += 4) canvas_.FillRect(x, y, 1, 2, kLight);
     }
   }
-  // Headroom beyond the extremes, so that the tolerance line stays clear of the frame.
-  int dlo = static_cast<int>(std::floor(std::log10(emin) - 0.15));
-  int dhi = static_cast<int>(std::ceil(std::log10(emax) + 0.15));
-  if (dhi <= dlo) dhi = dlo + 1;
-  auto y_of = [&](double e) {
-    if (!std::isfinite(e)) return top;
-    const double f = (std::log10(e) - dlo) / (dhi - dlo);
-    return top + ph - 1 - static_cast<int>(std::lround(std::clamp(f, 0.0, 1.0) * (ph - 1)));
-  };
-  auto x_of = [&](int64_t p) {
-    return left + static_cast<int>(static_cast<double>(p - pmin) /
-                                   static_cast<double>(pmax - pmin) * (pw - 1));
-  };
 
-  // Grid: decades, band edges.
-  const int decade_step = std::max(1, (dhi - dlo + 9) / 10);
-  for (int d = dlo; d <= dhi; d += decade_step) {
-    const int y = y_of(std::pow(10.0, d));
-    canvas.FillRect(left, y, pw, 1, kLight);
-    canvas.FillRect(left - 5, y, 4, 1, kBlack);
-    const std::string label = absl::StrCat("1e", d);
-    canvas.Text(left - 8 - Canvas::TextWidth(label), y - text_h / 2 + 1, label, kBlack);
-  }
-  for (int band = BandOf(pmin) + 1; BandStart(band) <= pmax && band < 40; ++band) {
-    const int x = x_of(BandStart(band));
-    for (int y = top; y < top + ph; y += 4) canvas.FillRect(x, y, 1, 2, kLight);
-  }
-
-  // Bars: the largest error of the positions falling in each pixel column.
-  const int bar_w = static_cast<int>(std::clamp<int64_t>(pw / (pmax - pmin + 1), 1, 16));
-  std::vector<double> column(static_cast<size_t>(pw), -1.0);
-  for (const auto& [p, e] : points) {
-    double& c = column[static_cast<size_t>(x_of(p) - left)];
-    c = std::max(c, e);
-  }
-  for (int i = 0; i < pw; ++i) {
-    const double e = column[static_cast<size_t>(i)];
-    if (e <= 0) continue;  // exact (or no position here): no bar
-    const int y = y_of(e);
-    const int x0 = std::clamp(left + i - bar_w / 2, left, left + pw - bar_w);
-    canvas.FillRect(x0, y, bar_w, top + ph - y, e > tolerance ? kRed : kBar);
+  // The largest error of the positions falling in each pixel column.
+  void DrawBars() {
+    const Rgb bar = Viridis(0.3);
+    const int bar_w = static_cast<int>(std::clamp<int64_t>(kPlotW / (pmax_ - pmin_ + 1), 1, 16));
+    std::vector<double> column(static_cast<size_t>(kPlotW), -1.0);
+    for (const auto& [p, e] : points_) {
+      double& c = column[static_cast<size_t>(XOf(p) - kLeft)];
+      c = std::max(c, e);
+    }
+    for (int i = 0; i < kPlotW; ++i) {
+      const double e = column[static_cast<size_t>(i)];
+      if (e <= 0) continue;  // exact (or no position here): no bar
+      const int y = YOf(e);
+      const int x0 = std::clamp(kLeft + i - bar_w / 2, kLeft, kLeft + kPlotW - bar_w);
+      canvas_.FillRect(x0, y, bar_w, top_ + kPlotH - y, e > tolerance_ ? kRed : bar);
+    }
   }
 
   // The tolerance: a dashed black line, labelled.
-  if (tolerance > 0) {
-    const int y = y_of(tolerance);
-    for (int x = left; x < left + pw; x += 8) canvas.FillRect(x, y, 5, 2, kBlack);
-    const std::string label = absl::StrCat("tolerance ", ShortNumber(tolerance));
+  void DrawTolerance() {
+    if (!(tolerance_ > 0)) return;
+    const int y = YOf(tolerance_);
+    for (int x = kLeft; x < kLeft + kPlotW; x += 8) canvas_.FillRect(x, y, 5, 2, kBlack);
+    const std::string label = absl::StrCat("tolerance ", ShortNumber(tolerance_));
     const int label_w = Canvas::TextWidth(label);
-    const int lx = left + pw - label_w - 6;
-    const int ly = y - text_h - 6 >= top + 2 ? y - text_h - 6 : y + 6;  // above the line if room
-    canvas.FillRect(lx - 3, ly - 2, label_w + 6, text_h + 4, {255, 255, 255});
-    canvas.Text(lx, ly, label, kBlack);
+    const int lx = kLeft + kPlotW - label_w - 6;
+    const int ly = y - text_h_ - 6 >= top_ + 2 ? y - text_h_ - 6 : y + 6;  // above if room
+    canvas_.FillRect(lx - 3, ly - 2, label_w + 6, text_h_ + 4, {255, 255, 255});
+    canvas_.Text(lx, ly, label, kBlack);
   }
-  canvas.FrameRect(left - 1, top - 1, pw + 2, ph + 2, kGrey);
 
-  // Position ticks: multiples of a 1-2-5 step.
-  const int64_t span = pmax - pmin;
-  const int max_ticks = std::max(2, pw / (Canvas::TextWidth(absl::StrCat(pmax)) + 24));
-  int64_t step = 1;
-  for (int64_t decade = 1; step * max_ticks < span && decade < (int64_t{1} << 50); decade *= 10) {
-    for (int64_t m : {1, 2, 5}) {
-      step = m * decade;
-      if (step * max_ticks >= span) break;
+  // Position ticks (multiples of a 1-2-5 step) and the axis name.
+  void DrawPositionAxis() {
+    const int64_t span = pmax_ - pmin_;
+    const int max_ticks = std::max(2, kPlotW / (Canvas::TextWidth(absl::StrCat(pmax_)) + 24));
+    int64_t step = 1;
+    for (int64_t decade = 1; step * max_ticks < span && decade < (int64_t{1} << 50); decade *= 10) {
+      for (int64_t m : {1, 2, 5}) {
+        step = m * decade;
+        if (step * max_ticks >= span) break;
+      }
     }
+    for (int64_t p = (pmin_ + step - 1) / step * step; p <= pmax_; p += step) {
+      const int x = XOf(p);
+      canvas_.FillRect(x, top_ + kPlotH + 1, 1, 4, kBlack);
+      const std::string label = absl::StrCat(p);
+      canvas_.Text(x - Canvas::TextWidth(label) / 2, top_ + kPlotH + 8, label, kBlack);
+    }
+    const std::string x_axis = "position";
+    canvas_.Text(kLeft + (kPlotW - Canvas::TextWidth(x_axis)) / 2, top_ + kPlotH + 8 + text_h_ + 6,
+                 x_axis, kBlack);
   }
-  for (int64_t p = (pmin + step - 1) / step * step; p <= pmax; p += step) {
-    const int x = x_of(p);
-    canvas.FillRect(x, top + ph + 1, 1, 4, kBlack);
-    const std::string label = absl::StrCat(p);
-    canvas.Text(x - Canvas::TextWidth(label) / 2, top + ph + 8, label, kBlack);
-  }
-  const std::string x_axis = "position";
-  canvas.Text(left + (pw - Canvas::TextWidth(x_axis)) / 2, top + ph + 8 + text_h + 6, x_axis,
-              kBlack);
-  const std::string y_axis = "max abs error";
-  canvas.VerticalText(kMargin, top + (ph - Canvas::TextWidth(y_axis)) / 2, y_axis, kBlack);
-  return canvas;
-}
 
+  const std::vector<std::pair<int64_t, double>>& points_;
+  const double tolerance_;
+  const int text_h_ = Canvas::TextHeight();
+  const int line_h_ = text_h_ + 6;
+  const int top_;
+  Canvas canvas_;
+  int64_t pmin_ = 0, pmax_ = 1;
+  int dlo_ = 0, dhi_ = 1;
+};
+
+Canvas RenderPlot(const std::string& title, const std::vector<std::string>& notes,
+                  const std::vector<std::pair<int64_t, double>>& points, double tolerance) {
+  return ErrorPlot(title, notes, points, tolerance).Draw();
+}
 
 constexpr std::string_view kCheckSummary =
     "compare your own RoPE cos/sin cache or rotated tensor with posenc's exact values";
@@ -405,7 +446,8 @@ struct Checked {
 
   // Compares `user` with `exact` and keeps both for the recount.
   void Add(const std::string& name, Tensor user, Tensor exact,
-           const kernels::ResolvedPositions& resolved, std::function<int64_t(int64_t)> token_of) {
+           const kernels::ResolvedPositions& resolved,
+           const std::function<int64_t(int64_t)>& token_of) {
     Compare(name, user, exact, resolved, token_of, &cmp);
     keep.push_back(std::move(user));
     keep.push_back(std::move(exact));

@@ -102,6 +102,88 @@ bool CompactBias(const ParsedFlags& flags) {
   return flags.String("form").value_or("") == "compact" && !flags.Switch("expand");
 }
 
+// The panels of each command's result (`map` has the title; t is the main tensor, rank >= 2).
+void DescribeTable(std::string_view command, const NamedTensor& main, Heatmap* map) {
+  map->row_labels = main.row_labels;
+  map->row_axis = map->row_labels.empty() ? "token" : "position";
+  map->col_axis = "channel";
+  AddMatrixPanels(main.tensor, {command == "add" ? "batch" : "sequence"}, "", kMaxPanels, map);
+}
+
+void DescribeRopeCache(const ParsedFlags& flags, const CommandOutput& output, Heatmap* map) {
+  const NamedTensor& main = output.tensors[0];
+  const Tensor& t = main.tensor;
+  map->title = absl::StrCat("rope-cache: cos, sin ", std::string(client::DTypeName(t.dtype)), " ",
+                            ShapeText(t));
+  map->row_labels = main.row_labels;
+  map->row_axis = map->row_labels.empty() ? "token" : "position";
+  const std::string layout = flags.String("layout").value_or("compact");
+  map->col_axis = layout == "compact" ? "frequency j" : absl::StrCat("channel (", layout, ")");
+  for (const NamedTensor& named : output.tensors) {
+    if (named.tensor.shape.size() < 2) continue;
+    AddMatrixPanels(named.tensor, {"sequence"}, named.name,
+                    kMaxPanels / static_cast<int>(output.tensors.size()), map);
+  }
+}
+
+void DescribeApplyRope(const ParsedFlags& flags, const Tensor& t, Heatmap* map) {
+  const size_t rank = t.shape.size();
+  const std::string layout = flags.String("layout").value_or("bshd");
+  map->col_axis = "channel";
+  if (layout == "bhsd" && rank == 4) {
+    map->row_axis = "position index";
+    AddMatrixPanels(t, {"batch", "head"}, "", kMaxPanels, map);
+  } else if (rank == 4 || rank == 3) {
+    // BSHD [B, S, H, D] or THD [T, H, D]: one panel per head, rows = the tokens.
+    const int64_t heads = t.shape[rank - 2];
+    const int64_t width = t.shape[rank - 1];
+    const int64_t tokens = t.NumElements() / (heads * width);
+    map->row_axis = rank == 4 && t.shape[0] > 1 ? "token (batch x seq)" : "token";
+    AddStridedPanels(t, heads, width, tokens, heads * width, width, 1, "head", map);
+  } else {
+    map->row_axis = "row";
+    AddMatrixPanels(t, {}, "", kMaxPanels, map);
+  }
+}
+
+void DescribeBias(const ParsedFlags& flags, const NamedTensor& main, Heatmap* map) {
+  const Tensor& t = main.tensor;
+  if (main.name == "buckets") {
+    map->row_axis = "query";
+    map->col_axis = "key";
+    AddMatrixPanels(t, {}, "", kMaxPanels, map);
+  } else if (CompactBias(flags)) {
+    const bool bloom = flags.String("mode").value_or("") == "bloom";
+    map->row_axis = "head";
+    map->col_axis = bloom ? "key" : "diagonal: key - query + q_len - 1";
+    map->notes.push_back("compact form: one row per head");
+    AddMatrixPanels(t, {"batch"}, "", kMaxPanels, map);
+  } else {
+    map->row_axis = "query";
+    map->col_axis = "key";
+    AddMatrixPanels(t,
+                    t.shape.size() == 4 ? std::vector<std::string>{"batch", "head"}
+                                        : std::vector<std::string>{"head"},
+                    "", kMaxPanels, map);
+  }
+}
+
+void DescribeRelativeEmbedding(const Tensor& t, Heatmap* map) {
+  if (t.shape.size() != 3) {
+    map->row_axis = "row";
+    map->col_axis = "column";
+    AddMatrixPanels(t, {}, "", kMaxPanels, map);
+    return;
+  }
+  // [q, k, D]: one query x key panel per channel d.
+  const int64_t q = t.shape[0];
+  const int64_t k = t.shape[1];
+  const int64_t d = t.shape[2];
+  map->row_axis = "query";
+  map->col_axis = "key";
+  AddStridedPanels(t, d, 1, q, k * d, k, d, "channel", map);
+}
+
 // What each command's result looks like as a picture; nullopt for commands that draw nothing.
 absl::StatusOr<std::optional<Heatmap>> Describe(std::string_view command, const ParsedFlags& flags,
                                                 const CommandOutput& output) {
@@ -112,77 +194,19 @@ absl::StatusOr<std::optional<Heatmap>> Describe(std::string_view command, const 
     return absl::InvalidArgumentError(
         absl::StrCat("--png draws 2-D and 3-D results, got ", main.name, " ", ShapeText(t)));
   }
-  const size_t rank = t.shape.size();
   Heatmap map;
   map.title = absl::StrCat(std::string(command), ": ", main.name, " ",
                            std::string(client::DTypeName(t.dtype)), " ", ShapeText(t));
   if (command == "sinusoidal" || command == "add") {
-    map.row_labels = main.row_labels;
-    map.row_axis = map.row_labels.empty() ? "token" : "position";
-    map.col_axis = "channel";
-    AddMatrixPanels(t, {command == "add" ? "batch" : "sequence"}, "", kMaxPanels, &map);
+    DescribeTable(command, main, &map);
   } else if (command == "rope-cache") {
-    map.title = absl::StrCat(std::string(command), ": cos, sin ",
-                             std::string(client::DTypeName(t.dtype)), " ", ShapeText(t));
-    map.row_labels = main.row_labels;
-    map.row_axis = map.row_labels.empty() ? "token" : "position";
-    const std::string layout = flags.String("layout").value_or("compact");
-    map.col_axis = layout == "compact" ? "frequency j" : absl::StrCat("channel (", layout, ")");
-    for (const NamedTensor& named : output.tensors) {
-      if (named.tensor.shape.size() < 2) continue;
-      AddMatrixPanels(named.tensor, {"sequence"}, named.name,
-                      kMaxPanels / static_cast<int>(output.tensors.size()), &map);
-    }
+    DescribeRopeCache(flags, output, &map);
   } else if (command == "apply-rope") {
-    const std::string layout = flags.String("layout").value_or("bshd");
-    map.col_axis = "channel";
-    if (layout == "bhsd" && rank == 4) {
-      map.row_axis = "position index";
-      AddMatrixPanels(t, {"batch", "head"}, "", kMaxPanels, &map);
-    } else if (rank == 4 || rank == 3) {
-      // BSHD [B, S, H, D] or THD [T, H, D]: one panel per head, rows = the tokens.
-      const int64_t heads = t.shape[rank - 2];
-      const int64_t width = t.shape[rank - 1];
-      const int64_t tokens = t.NumElements() / (heads * width);
-      map.row_axis = rank == 4 && t.shape[0] > 1 ? "token (batch x seq)" : "token";
-      AddStridedPanels(t, heads, width, tokens, heads * width, width, 1, "head", &map);
-    } else {
-      map.row_axis = "row";
-      AddMatrixPanels(t, {}, "", kMaxPanels, &map);
-    }
+    DescribeApplyRope(flags, t, &map);
   } else if (command == "alibi-bias" || command == "relative-bias") {
-    if (main.name == "buckets") {
-      map.row_axis = "query";
-      map.col_axis = "key";
-      AddMatrixPanels(t, {}, "", kMaxPanels, &map);
-    } else if (CompactBias(flags)) {
-      const bool bloom = flags.String("mode").value_or("") == "bloom";
-      map.row_axis = "head";
-      map.col_axis = bloom ? "key" : "diagonal: key - query + q_len - 1";
-      map.notes.push_back("compact form: one row per head");
-      AddMatrixPanels(t, {"batch"}, "", kMaxPanels, &map);
-    } else {
-      map.row_axis = "query";
-      map.col_axis = "key";
-      AddMatrixPanels(
-          t,
-          rank == 4 ? std::vector<std::string>{"batch", "head"} : std::vector<std::string>{"head"},
-          "", kMaxPanels, &map);
-    }
+    DescribeBias(flags, main, &map);
   } else if (command == "relative-embedding") {
-    if (rank != 3) {
-      map.row_axis = "row";
-      map.col_axis = "column";
-      AddMatrixPanels(t, {}, "", kMaxPanels, &map);
-    } else {
-      // [q, k, D]: one query x key panel per channel d.
-      const int64_t q = t.shape[0];
-      const int64_t k = t.shape[1];
-      const int64_t d = t.shape[2];
-      map.row_axis = "query";
-      map.col_axis = "key";
-      AddStridedPanels(t, d, 1, q, k * d, k, d, "channel", &map);
-    }
+    DescribeRelativeEmbedding(t, &map);
   } else {
     return std::nullopt;
   }
@@ -232,174 +256,205 @@ std::vector<double> PanelCells(const Panel& p, int64_t fr, int64_t fc, int64_t d
   return sum;
 }
 
-Canvas Render(Heatmap map) {
-  const int n = static_cast<int>(map.panels.size());
-  const int grid_cols = std::min(n, 4);
-  const int grid_rows = (n + grid_cols - 1) / grid_cols;
-  // Pixels per panel axis: at most `budget` (longer axes are averaged down), and short axes
-  // magnified towards `target`.
-  const int64_t budget = n == 1 ? 1024 : n == 2 ? 512 : n == 3 ? 340 : 256;
-  const int64_t target = std::min<int64_t>(budget, 512);
-  const int64_t rows = map.panels[0].rows;
-  const int64_t cols = map.panels[0].cols;
+class Renderer {
+ public:
+  explicit Renderer(Heatmap map) : map_(std::move(map)) {}
 
-  // Block factors (downsampling) and magnification.
-  const int64_t fr = (rows + budget - 1) / budget;
-  const int64_t fc = (cols + budget - 1) / budget;
-  const int64_t dr = (rows + fr - 1) / fr;
-  const int64_t dc = (cols + fc - 1) / fc;
-  const int64_t s = std::max<int64_t>(1, std::min(target / dr, target / dc));
-  // A thin panel (one query, or a narrow table) is stretched along its short axis to a quarter
-  // of the target: cells need not be square.
-  const int64_t min_px = target / 4;
-  const int sy =
-      static_cast<int>(dr * s >= min_px ? s : std::min(budget / dr, (min_px + dr - 1) / dr));
-  const int sx =
-      static_cast<int>(dc * s >= min_px ? s : std::min(budget / dc, (min_px + dc - 1) / dc));
-  const int pw = static_cast<int>(dc) * sx;
-  const int ph = static_cast<int>(dr) * sy;
-  if (fr > 1 || fc > 1) {
-    map.notes.push_back(absl::StrCat("downsampled: each cell is the mean of ", fr, " x ", fc, " (",
-                                     map.row_axis, " x ", map.col_axis, ") values"));
+  Canvas Draw() && {
+    ComputeScale();
+    GatherValues();
+    ComputeLayout();
+    Canvas canvas(width_, height_);
+    canvas.Text(kMargin, kMargin, map_.title, kBlack);
+    for (size_t i = 0; i < map_.notes.size(); ++i) {
+      canvas.Text(kMargin, kMargin + line_h_ * static_cast<int>(i + 1), map_.notes[i], kGrey);
+    }
+    for (int i = 0; i < n_; ++i) DrawPanel(i, &canvas);
+    DrawColourBar(&canvas);
+    return canvas;
+  }
+
+ private:
+  static constexpr int kMargin = 12;
+  static constexpr int kBarW = 20;
+
+  // Pixels per panel axis: at most `budget` (longer axes are averaged down by block factors
+  // fr x fc), and short axes magnified towards `target`.
+  void ComputeScale() {
+    n_ = static_cast<int>(map_.panels.size());
+    grid_cols_ = std::min(n_, 4);
+    grid_rows_ = (n_ + grid_cols_ - 1) / grid_cols_;
+    const int64_t budget = n_ == 1 ? 1024 : n_ == 2 ? 512 : n_ == 3 ? 340 : 256;
+    const int64_t target = std::min<int64_t>(budget, 512);
+    rows_ = map_.panels[0].rows;
+    cols_ = map_.panels[0].cols;
+    fr_ = (rows_ + budget - 1) / budget;
+    fc_ = (cols_ + budget - 1) / budget;
+    dr_ = (rows_ + fr_ - 1) / fr_;
+    dc_ = (cols_ + fc_ - 1) / fc_;
+    const int64_t s = std::max<int64_t>(1, std::min(target / dr_, target / dc_));
+    // A thin panel (one query, or a narrow table) is stretched along its short axis to a quarter
+    // of the target: cells need not be square.
+    const int64_t min_px = target / 4;
+    sy_ =
+        static_cast<int>(dr_ * s >= min_px ? s : std::min(budget / dr_, (min_px + dr_ - 1) / dr_));
+    sx_ =
+        static_cast<int>(dc_ * s >= min_px ? s : std::min(budget / dc_, (min_px + dc_ - 1) / dc_));
+    pw_ = static_cast<int>(dc_) * sx_;
+    ph_ = static_cast<int>(dr_) * sy_;
+    if (fr_ > 1 || fc_ > 1) {
+      map_.notes.push_back(absl::StrCat("downsampled: each cell is the mean of ", fr_, " x ", fc_,
+                                        " (", map_.row_axis, " x ", map_.col_axis, ") values"));
+    }
   }
 
   // Values, range and non-finite entries over every panel.
-  std::vector<std::vector<double>> cells;
-  double lo = std::numeric_limits<double>::infinity();
-  double hi = -lo;
-  bool neg_inf = false;
-  bool pos_inf = false;
-  bool nan = false;
-  for (const Panel& p : map.panels) {
-    for (int64_t r = 0; r < p.rows; ++r) {
-      for (int64_t c = 0; c < p.cols; ++c) {
-        const double v = p.tensor->At(p.offset + r * p.row_stride + c * p.col_stride);
-        if (std::isfinite(v)) {
-          lo = std::min(lo, v);
-          hi = std::max(hi, v);
-        } else if (std::isnan(v)) {
-          nan = true;
-        } else {
-          (v < 0 ? neg_inf : pos_inf) = true;
+  void GatherValues() {
+    for (const Panel& p : map_.panels) {
+      for (int64_t r = 0; r < p.rows; ++r) {
+        for (int64_t c = 0; c < p.cols; ++c) {
+          const double v = p.tensor->At(p.offset + r * p.row_stride + c * p.col_stride);
+          if (std::isfinite(v)) {
+            lo_ = std::min(lo_, v);
+            hi_ = std::max(hi_, v);
+          } else if (std::isnan(v)) {
+            nan_ = true;
+          } else {
+            (v < 0 ? neg_inf_ : pos_inf_) = true;
+          }
         }
       }
+      cells_.push_back(PanelCells(p, fr_, fc_, dr_, dc_));
     }
-    cells.push_back(PanelCells(p, fr, fc, dr, dc));
-  }
-  if (n > 1) {
-    map.notes.push_back(n == 2 ? std::string("one colour scale for both panels")
-                               : absl::StrCat("one colour scale for all ", n, " panels"));
-  }
-  const bool any_finite = lo <= hi;
-  if (!any_finite) lo = hi = 0;
-
-  // Ticks and their labels.
-  const int text_h = Canvas::TextHeight();
-  auto row_label = [&](int64_t i) {
-    return absl::StrCat(static_cast<size_t>(i) < map.row_labels.size() ? map.row_labels[i] : i);
-  };
-  const std::vector<int64_t> row_ticks = Ticks(rows, std::max(2, ph / (text_h + 32)));
-  const int col_label_w = Canvas::TextWidth(absl::StrCat(cols - 1));
-  const std::vector<int64_t> col_ticks = Ticks(cols, std::max(2, pw / (col_label_w + 16)));
-  int row_label_w = 0;
-  for (int64_t i : row_ticks) row_label_w = std::max(row_label_w, Canvas::TextWidth(row_label(i)));
-
-  // Layout: margins, a header, a grid of panel cells, the colour bar on the right.
-  constexpr int kMargin = 12;
-  const int line_h = text_h + 6;
-  const int header_h = kMargin + line_h * (1 + static_cast<int>(map.notes.size())) + 6;
-  const int title_h = map.panels[0].title.empty() ? 0 : line_h;
-  const int left_w = text_h + 6 + row_label_w + 9;  // axis name, labels, tick
-  const int below_h = 4 + 4 + text_h + 6 + text_h;  // tick, labels, axis name
-  const int cell_w = left_w + std::max(pw, Canvas::TextWidth(map.col_axis)) + 24;
-  const int cell_h = title_h + ph + below_h + 16;
-  const int bar_h = std::clamp(ph, 160, 400);
-  const std::string hi_text = ShortNumber(hi);
-  const std::string lo_text = ShortNumber(lo);
-  // The middle of the bar; a value that is zero but for rounding (a symmetric range) shows as 0.
-  const double mid = 0.5 * (lo + hi);
-  const std::string mid_text = ShortNumber(std::fabs(mid) < 1e-4 * (hi - lo) ? 0.0 : mid);
-  const bool non_finite = neg_inf || pos_inf || nan;
-  std::vector<std::string> kinds;
-  if (neg_inf) kinds.push_back("-inf");
-  if (pos_inf) kinds.push_back("inf");
-  if (nan) kinds.push_back("nan");
-  const std::string mask_text = absl::StrJoin(kinds, "/");
-  int bar_label_w = std::max(
-      {Canvas::TextWidth(hi_text), Canvas::TextWidth(lo_text), Canvas::TextWidth(mid_text)});
-  if (non_finite) bar_label_w = std::max(bar_label_w, Canvas::TextWidth(mask_text) - 28);
-  const int bar_x = kMargin + grid_cols * cell_w;
-  const int bar_w = 20;
-  int width = bar_x + bar_w + 8 + bar_label_w + kMargin;
-  width = std::max(width, kMargin * 2 + Canvas::TextWidth(map.title));
-  for (const std::string& note : map.notes) {
-    width = std::max(width, kMargin * 2 + Canvas::TextWidth(note));
-  }
-  const int bar_y = header_h + title_h;
-  const int height = std::max(header_h + grid_rows * cell_h,
-                              bar_y + bar_h + (non_finite ? 3 * line_h : line_h) + kMargin);
-
-  Canvas canvas(width, height);
-  canvas.Text(kMargin, kMargin, map.title, kBlack);
-  for (size_t i = 0; i < map.notes.size(); ++i) {
-    canvas.Text(kMargin, kMargin + line_h * static_cast<int>(i + 1), map.notes[i], kGrey);
+    if (n_ > 1) {
+      map_.notes.push_back(n_ == 2 ? std::string("one colour scale for both panels")
+                                   : absl::StrCat("one colour scale for all ", n_, " panels"));
+    }
+    if (!(lo_ <= hi_)) lo_ = hi_ = 0;  // nothing finite
   }
 
-  for (int i = 0; i < n; ++i) {
-    const Panel& p = map.panels[i];
-    const int cx = kMargin + (i % grid_cols) * cell_w;
-    const int cy = header_h + (i / grid_cols) * cell_h;
-    const int px = cx + left_w;
-    const int py = cy + title_h;
-    if (!p.title.empty()) canvas.Text(px, cy, p.title, kBlack);
-    for (int64_t r = 0; r < dr; ++r) {
-      for (int64_t c = 0; c < dc; ++c) {
-        const double v = cells[i][static_cast<size_t>(r * dc + c)];
+  std::string RowLabel(int64_t i) const {
+    return absl::StrCat(static_cast<size_t>(i) < map_.row_labels.size() ? map_.row_labels[i] : i);
+  }
+
+  // Ticks, labels and the layout: margins, a header, a grid of panel cells, the colour bar on
+  // the right.
+  void ComputeLayout() {
+    row_ticks_ = Ticks(rows_, std::max(2, ph_ / (text_h_ + 32)));
+    const int col_label_w = Canvas::TextWidth(absl::StrCat(cols_ - 1));
+    col_ticks_ = Ticks(cols_, std::max(2, pw_ / (col_label_w + 16)));
+    int row_label_w = 0;
+    for (int64_t i : row_ticks_)
+      row_label_w = std::max(row_label_w, Canvas::TextWidth(RowLabel(i)));
+    header_h_ = kMargin + line_h_ * (1 + static_cast<int>(map_.notes.size())) + 6;
+    title_h_ = map_.panels[0].title.empty() ? 0 : line_h_;
+    left_w_ = text_h_ + 6 + row_label_w + 9;            // axis name, labels, tick
+    const int below_h = 4 + 4 + text_h_ + 6 + text_h_;  // tick, labels, axis name
+    cell_w_ = left_w_ + std::max(pw_, Canvas::TextWidth(map_.col_axis)) + 24;
+    cell_h_ = title_h_ + ph_ + below_h + 16;
+    bar_h_ = std::clamp(ph_, 160, 400);
+    hi_text_ = ShortNumber(hi_);
+    lo_text_ = ShortNumber(lo_);
+    // The middle of the bar; a value that is zero but for rounding (a symmetric range) shows 0.
+    const double mid = 0.5 * (lo_ + hi_);
+    mid_text_ = ShortNumber(std::fabs(mid) < 1e-4 * (hi_ - lo_) ? 0.0 : mid);
+    std::vector<std::string> kinds;
+    if (neg_inf_) kinds.push_back("-inf");
+    if (pos_inf_) kinds.push_back("inf");
+    if (nan_) kinds.push_back("nan");
+    mask_text_ = absl::StrJoin(kinds, "/");
+    int bar_label_w = std::max(
+        {Canvas::TextWidth(hi_text_), Canvas::TextWidth(lo_text_), Canvas::TextWidth(mid_text_)});
+    if (NonFinite()) bar_label_w = std::max(bar_label_w, Canvas::TextWidth(mask_text_) - 28);
+    bar_x_ = kMargin + grid_cols_ * cell_w_;
+    width_ = bar_x_ + kBarW + 8 + bar_label_w + kMargin;
+    width_ = std::max(width_, kMargin * 2 + Canvas::TextWidth(map_.title));
+    for (const std::string& note : map_.notes) {
+      width_ = std::max(width_, kMargin * 2 + Canvas::TextWidth(note));
+    }
+    bar_y_ = header_h_ + title_h_;
+    height_ = std::max(header_h_ + grid_rows_ * cell_h_,
+                       bar_y_ + bar_h_ + (NonFinite() ? 3 * line_h_ : line_h_) + kMargin);
+  }
+
+  bool NonFinite() const { return neg_inf_ || pos_inf_ || nan_; }
+
+  void DrawPanel(int i, Canvas* canvas) const {
+    const Panel& p = map_.panels[i];
+    const int cx = kMargin + (i % grid_cols_) * cell_w_;
+    const int cy = header_h_ + (i / grid_cols_) * cell_h_;
+    const int px = cx + left_w_;
+    const int py = cy + title_h_;
+    if (!p.title.empty()) canvas->Text(px, cy, p.title, kBlack);
+    for (int64_t r = 0; r < dr_; ++r) {
+      for (int64_t c = 0; c < dc_; ++c) {
+        const double v = cells_[i][static_cast<size_t>(r * dc_ + c)];
         const Rgb color = std::isnan(v) ? kMaskGrey
-                          : hi > lo     ? Viridis((v - lo) / (hi - lo))
+                          : hi_ > lo_   ? Viridis((v - lo_) / (hi_ - lo_))
                                         : Viridis(0.5);
-        canvas.FillRect(px + static_cast<int>(c) * sx, py + static_cast<int>(r) * sy, sx, sy,
-                        color);
+        canvas->FillRect(px + static_cast<int>(c) * sx_, py + static_cast<int>(r) * sy_, sx_, sy_,
+                         color);
       }
     }
-    canvas.FrameRect(px - 1, py - 1, pw + 2, ph + 2, kGrey);
+    canvas->FrameRect(px - 1, py - 1, pw_ + 2, ph_ + 2, kGrey);
     // Row ticks (left) and column ticks (below), at the centre of the cell holding the index.
-    for (int64_t t : row_ticks) {
-      const int y = py + static_cast<int>(t / fr) * sy + sy / 2;
-      canvas.FillRect(px - 5, y, 4, 1, kBlack);
-      const std::string label = row_label(t);
-      canvas.Text(px - 9 - Canvas::TextWidth(label), y - text_h / 2 + 1, label, kBlack);
+    for (int64_t t : row_ticks_) {
+      const int y = py + static_cast<int>(t / fr_) * sy_ + sy_ / 2;
+      canvas->FillRect(px - 5, y, 4, 1, kBlack);
+      const std::string label = RowLabel(t);
+      canvas->Text(px - 9 - Canvas::TextWidth(label), y - text_h_ / 2 + 1, label, kBlack);
     }
-    for (int64_t t : col_ticks) {
-      const int x = px + static_cast<int>(t / fc) * sx + sx / 2;
-      canvas.FillRect(x, py + ph + 1, 1, 4, kBlack);
+    for (int64_t t : col_ticks_) {
+      const int x = px + static_cast<int>(t / fc_) * sx_ + sx_ / 2;
+      canvas->FillRect(x, py + ph_ + 1, 1, 4, kBlack);
       const std::string label = absl::StrCat(t);
-      canvas.Text(x - Canvas::TextWidth(label) / 2, py + ph + 8, label, kBlack);
+      canvas->Text(x - Canvas::TextWidth(label) / 2, py + ph_ + 8, label, kBlack);
     }
-    canvas.Text(px + (pw - Canvas::TextWidth(map.col_axis)) / 2, py + ph + 8 + text_h + 6,
-                map.col_axis, kBlack);
-    const int row_axis_len = Canvas::TextWidth(map.row_axis);
-    canvas.VerticalText(cx, py + std::max(0, (ph - row_axis_len) / 2), map.row_axis, kBlack);
+    canvas->Text(px + (pw_ - Canvas::TextWidth(map_.col_axis)) / 2, py + ph_ + 8 + text_h_ + 6,
+                 map_.col_axis, kBlack);
+    const int row_axis_len = Canvas::TextWidth(map_.row_axis);
+    canvas->VerticalText(cx, py + std::max(0, (ph_ - row_axis_len) / 2), map_.row_axis, kBlack);
   }
 
-  // The colour bar: the maximum at the top.
-  for (int y = 0; y < bar_h; ++y) {
-    canvas.FillRect(bar_x, bar_y + y, bar_w, 1,
-                    Viridis(1.0 - static_cast<double>(y) / std::max(1, bar_h - 1)));
+  // The colour bar, the maximum at the top, and the swatch of the non-finite values.
+  void DrawColourBar(Canvas* canvas) const {
+    for (int y = 0; y < bar_h_; ++y) {
+      canvas->FillRect(bar_x_, bar_y_ + y, kBarW, 1,
+                       Viridis(1.0 - static_cast<double>(y) / std::max(1, bar_h_ - 1)));
+    }
+    canvas->FrameRect(bar_x_ - 1, bar_y_ - 1, kBarW + 2, bar_h_ + 2, kGrey);
+    const int label_x = bar_x_ + kBarW + 8;
+    canvas->Text(label_x, bar_y_, hi_text_, kBlack);
+    canvas->Text(label_x, bar_y_ + (bar_h_ - text_h_) / 2, mid_text_, kBlack);
+    canvas->Text(label_x, bar_y_ + bar_h_ - text_h_, lo_text_, kBlack);
+    if (NonFinite()) {
+      const int y = bar_y_ + bar_h_ + line_h_;
+      canvas->FillRect(bar_x_, y, kBarW, text_h_, kMaskGrey);
+      canvas->FrameRect(bar_x_ - 1, y - 1, kBarW + 2, text_h_ + 2, kGrey);
+      canvas->Text(bar_x_, y + line_h_, mask_text_, kBlack);
+    }
   }
-  canvas.FrameRect(bar_x - 1, bar_y - 1, bar_w + 2, bar_h + 2, kGrey);
-  const int label_x = bar_x + bar_w + 8;
-  canvas.Text(label_x, bar_y, hi_text, kBlack);
-  canvas.Text(label_x, bar_y + (bar_h - text_h) / 2, mid_text, kBlack);
-  canvas.Text(label_x, bar_y + bar_h - text_h, lo_text, kBlack);
-  if (non_finite) {
-    const int y = bar_y + bar_h + line_h;
-    canvas.FillRect(bar_x, y, bar_w, text_h, kMaskGrey);
-    canvas.FrameRect(bar_x - 1, y - 1, bar_w + 2, text_h + 2, kGrey);
-    canvas.Text(bar_x, y + line_h, mask_text, kBlack);
-  }
-  return canvas;
-}
+
+  Heatmap map_;
+  const int text_h_ = Canvas::TextHeight();
+  const int line_h_ = text_h_ + 6;
+  // ComputeScale
+  int n_ = 0, grid_cols_ = 1, grid_rows_ = 1;
+  int64_t rows_ = 0, cols_ = 0, fr_ = 1, fc_ = 1, dr_ = 0, dc_ = 0;
+  int sx_ = 1, sy_ = 1, pw_ = 0, ph_ = 0;
+  // GatherValues
+  std::vector<std::vector<double>> cells_;
+  double lo_ = std::numeric_limits<double>::infinity();
+  double hi_ = -std::numeric_limits<double>::infinity();
+  bool neg_inf_ = false, pos_inf_ = false, nan_ = false;
+  // ComputeLayout
+  std::vector<int64_t> row_ticks_, col_ticks_;
+  int header_h_ = 0, title_h_ = 0, left_w_ = 0, cell_w_ = 0, cell_h_ = 0;
+  int bar_x_ = 0, bar_y_ = 0, bar_h_ = 0, width_ = 0, height_ = 0;
+  std::string hi_text_, lo_text_, mid_text_, mask_text_;
+};
+
+Canvas Render(Heatmap map) { return Renderer(std::move(map)).Draw(); }
 
 }  // namespace
 

@@ -148,75 +148,71 @@ absl::StatusOr<CommandOutput> RunApplyRope(const ParsedFlags& flags, const clien
   return out;
 }
 
-absl::StatusOr<CommandOutput> RunDescribe(const ParsedFlags& flags, const client::Client& client) {
-  if (!flags.Has("hf-config") && !flags.Has("head-dim")) {
-    return UsageError("--hf-config FILE is required (or an explicit config with --head-dim)");
+// One group of DescribeRope as JSON.
+Json GroupJson(const client::RopeLayerGroup& g) {
+  const client::RopeDerived& d = g.derived;
+  Json j;
+  j["layers"] = g.layers;
+  j["layer_type"] = g.layer_type;
+  j["nope"] = d.nope;
+  j["rope_type"] = NameOf(d.scaling_type);
+  j["base"] = g.base;
+  j["effective_base"] = d.effective_base;
+  j["head_dim"] = d.head_dim;
+  j["rotary_dim"] = d.rotary_dim;
+  j["style"] = NameOf(d.style);
+  j["factor"] = d.factor;
+  j["attention_factor"] = d.attention_factor;
+  j["softmax_scale_multiplier"] =
+      g.softmax_scale_multiplier.has_value() ? Json(*g.softmax_scale_multiplier) : Json(nullptr);
+  j["max_position_embeddings"] = g.max_position_embeddings;
+  j["original_max_position_embeddings"] = g.original_max_position_embeddings;
+  if (d.scaling_type == client::RopeScalingType::kLongrope) {
+    j["longrope_switch_seq_len"] = g.longrope_switch_seq_len;
   }
-  POSENC_ASSIGN_OR_RETURN(client::RopeConfig config, ReadRopeConfigFlags(flags));
-  POSENC_ASSIGN_OR_RETURN(client::DescribeRopeResult result, client.DescribeRope(config));
-  CommandOutput out;
-  if (!result.model_type.empty()) out.extras["model_type"] = result.model_type;
-  if (result.num_layers > 0) out.extras["num_layers"] = result.num_layers;
-  Json groups = Json::array();
-  std::vector<std::vector<std::string>> rows = {{"layers", "n", "layer_type", "rope", "base",
-                                                 "head", "rot", "pairs", "factor", "attn",
-                                                 "softmax", "max_pos", "orig_pos"}};
-  for (const client::RopeLayerGroup& g : result.groups) {
-    const client::RopeDerived& d = g.derived;
-    Json j;
-    j["layers"] = g.layers;
-    j["layer_type"] = g.layer_type;
-    j["nope"] = d.nope;
-    j["rope_type"] = NameOf(d.scaling_type);
-    j["base"] = g.base;
-    j["effective_base"] = d.effective_base;
-    j["head_dim"] = d.head_dim;
-    j["rotary_dim"] = d.rotary_dim;
-    j["style"] = NameOf(d.style);
-    j["factor"] = d.factor;
-    j["attention_factor"] = d.attention_factor;
-    j["softmax_scale_multiplier"] =
-        g.softmax_scale_multiplier.has_value() ? Json(*g.softmax_scale_multiplier) : Json(nullptr);
-    j["max_position_embeddings"] = g.max_position_embeddings;
-    j["original_max_position_embeddings"] = g.original_max_position_embeddings;
-    if (d.scaling_type == client::RopeScalingType::kLongrope) {
-      j["longrope_switch_seq_len"] = g.longrope_switch_seq_len;
-    }
-    if (!g.mrope_section.empty()) j["mrope_section"] = g.mrope_section;
-    j["warnings"] = g.warnings;
-    if (g.attn_temperature_tuning) {
-      j["attn_temperature_tuning"] = {{"floor_scale", g.attn_temperature_tuning->floor_scale},
-                                      {"attn_scale", g.attn_temperature_tuning->attn_scale},
-                                      {"formula", TemperatureFormula(*g.attn_temperature_tuning)}};
-    }
-    Json sources = Json::array();
-    for (const client::RopeValueSource& s : g.sources) {
-      sources.push_back(
-          {{"name", s.name}, {"key", s.key}, {"origin", s.origin}, {"value", s.value}});
-    }
-    j["sources"] = std::move(sources);
-    groups.push_back(std::move(j));
+  if (!g.mrope_section.empty()) j["mrope_section"] = g.mrope_section;
+  j["warnings"] = g.warnings;
+  if (g.attn_temperature_tuning) {
+    j["attn_temperature_tuning"] = {{"floor_scale", g.attn_temperature_tuning->floor_scale},
+                                    {"attn_scale", g.attn_temperature_tuning->attn_scale},
+                                    {"formula", TemperatureFormula(*g.attn_temperature_tuning)}};
+  }
+  Json sources = Json::array();
+  for (const client::RopeValueSource& s : g.sources) {
+    sources.push_back({{"name", s.name}, {"key", s.key}, {"origin", s.origin}, {"value", s.value}});
+  }
+  j["sources"] = std::move(sources);
+  return j;
+}
 
-    const bool nope = d.nope;
-    std::string base = Num(g.base);
-    if (!nope && d.effective_base != g.base)
-      absl::StrAppend(&base, " (", Num(d.effective_base), ")");
-    rows.push_back({LayerRuns(g.layers), absl::StrCat(g.layers.size()),
-                    g.layer_type.empty() ? "-" : g.layer_type,
-                    nope ? "NoPE" : NameOf(d.scaling_type), nope ? "-" : base,
-                    absl::StrCat(d.head_dim), nope ? "-" : absl::StrCat(d.rotary_dim),
-                    nope ? "-" : NameOf(d.style), nope ? "-" : Num(d.factor),
-                    nope ? "-" : Num(d.attention_factor),
-                    g.softmax_scale_multiplier ? Num(*g.softmax_scale_multiplier) : "-",
-                    g.max_position_embeddings ? absl::StrCat(g.max_position_embeddings) : "-",
-                    g.original_max_position_embeddings
-                        ? absl::StrCat(g.original_max_position_embeddings,
-                                       g.longrope_switch_seq_len ? " (longrope switch)" : "")
-                        : "-"});
-  }
-  out.extras["groups"] = std::move(groups);
-  out.extras["warnings"] = result.warnings;
-  // The table: model_type, num_layers, one aligned row per group, then the warnings.
+// One group as a row of the table (the columns RunDescribe names).
+std::vector<std::string> GroupRow(const client::RopeLayerGroup& g) {
+  const client::RopeDerived& d = g.derived;
+  const bool nope = d.nope;
+  std::string base = Num(g.base);
+  if (!nope && d.effective_base != g.base) absl::StrAppend(&base, " (", Num(d.effective_base), ")");
+  return {LayerRuns(g.layers),
+          absl::StrCat(g.layers.size()),
+          g.layer_type.empty() ? "-" : g.layer_type,
+          nope ? "NoPE" : NameOf(d.scaling_type),
+          nope ? "-" : base,
+          absl::StrCat(d.head_dim),
+          nope ? "-" : absl::StrCat(d.rotary_dim),
+          nope ? "-" : NameOf(d.style),
+          nope ? "-" : Num(d.factor),
+          nope ? "-" : Num(d.attention_factor),
+          g.softmax_scale_multiplier ? Num(*g.softmax_scale_multiplier) : "-",
+          g.max_position_embeddings ? absl::StrCat(g.max_position_embeddings) : "-",
+          g.original_max_position_embeddings
+              ? absl::StrCat(g.original_max_position_embeddings,
+                             g.longrope_switch_seq_len ? " (longrope switch)" : "")
+              : "-"};
+}
+
+// The table: model_type, num_layers, one aligned row per group; per group the q scale to apply
+// by position and where each value came from; then the warnings.
+std::string DescribeText(const client::DescribeRopeResult& result,
+                         const std::vector<std::vector<std::string>>& rows) {
   std::string text;
   if (!result.model_type.empty()) absl::StrAppend(&text, "model_type: ", result.model_type, "\n");
   if (result.num_layers > 0) absl::StrAppend(&text, "num_layers: ", result.num_layers, "\n");
@@ -239,7 +235,29 @@ absl::StatusOr<CommandOutput> RunDescribe(const ParsedFlags& flags, const client
     }
   }
   for (const std::string& w : result.warnings) absl::StrAppend(&text, "warning: ", w, "\n");
-  out.text = std::move(text);
+  return text;
+}
+
+absl::StatusOr<CommandOutput> RunDescribe(const ParsedFlags& flags, const client::Client& client) {
+  if (!flags.Has("hf-config") && !flags.Has("head-dim")) {
+    return UsageError("--hf-config FILE is required (or an explicit config with --head-dim)");
+  }
+  POSENC_ASSIGN_OR_RETURN(client::RopeConfig config, ReadRopeConfigFlags(flags));
+  POSENC_ASSIGN_OR_RETURN(client::DescribeRopeResult result, client.DescribeRope(config));
+  CommandOutput out;
+  if (!result.model_type.empty()) out.extras["model_type"] = result.model_type;
+  if (result.num_layers > 0) out.extras["num_layers"] = result.num_layers;
+  Json groups = Json::array();
+  std::vector<std::vector<std::string>> rows = {{"layers", "n", "layer_type", "rope", "base",
+                                                 "head", "rot", "pairs", "factor", "attn",
+                                                 "softmax", "max_pos", "orig_pos"}};
+  for (const client::RopeLayerGroup& g : result.groups) {
+    groups.push_back(GroupJson(g));
+    rows.push_back(GroupRow(g));
+  }
+  out.extras["groups"] = std::move(groups);
+  out.extras["warnings"] = result.warnings;
+  out.text = DescribeText(result, rows);
   return out;
 }
 

@@ -52,7 +52,7 @@ void ReadBack(const ParsedFlags& flags, const std::vector<const FlagGroup*>& gro
 }  // namespace posenc::cli
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace posenc::cli;  // NOLINT(google-build-using-namespace)
+  using namespace posenc::cli;
   constexpr size_t kMaxArgs = 64;
   const absl::string_view input(reinterpret_cast<const char*>(data), size);
   std::vector<std::string> args;
