@@ -9,10 +9,12 @@
 #   threads_2       --allow_shared_memory --threads=2: kernel vs shared memory at 2 threads
 #   without_shm     --threads=1, no --allow_shared_memory: the tiny calls as before #20
 #
-#   tests/bench/run_data_path.sh [--quick] [--listen ADDRESS]
+#   tests/bench/run_data_path.sh [--quick] [--sizes MIB,...] [--listen ADDRESS]
 #     --listen  where the servers listen: 127.0.0.1:0 (default: TCP on loopback, a free port) or
 #               unix:///path (a Unix socket); the stream and echo baselines use the same kind.
-#     --quick   3 runs and fewer sizes (a smoke run; BENCHMARKS.md uses the default, >= 5 runs).
+#     --quick   3 runs and sizes 2,32 (a smoke run of ~80 s on 2 cores).
+#     --sizes   the wire's q+k sizes in MiB (default 2,8,32,128,256; after --quick to keep its
+#               run count with other sizes).
 #   POSENC_BENCH_BUILD_DIR  the build directory (default build/bench-release; a configured
 #                           build with -DPOSENC_BUILD_BENCHMARKS=ON, e.g. build/release, saves
 #                           a build). POSENC_BENCH_OUT: where the results go (default build/bench).
@@ -27,8 +29,9 @@ sizes=2,8,32,128,256
 while (($#)); do
   case $1 in
     --quick) runs=3 py_runs=3 sizes=2,32; shift ;;
+    --sizes) sizes=$2; shift 2 ;;
     --listen) listen=$2; shift 2 ;;
-    *) echo "usage: $0 [--quick] [--listen ADDRESS]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--quick] [--sizes MIB,...] [--listen ADDRESS]" >&2; exit 2 ;;
   esac
 done
 cd "$root"
@@ -50,7 +53,8 @@ stop_server() {
 }
 trap stop_server EXIT
 
-# start_server NAME FLAGS...: a server on $listen; sets $target from its start-up line.
+# start_server NAME FLAGS...: a server on $listen; sets $target: a TCP listener's address (its
+# free port) from the start-up line, a unix: listener as given (the line names no path).
 start_server() {
   local log=$out/$1.log
   shift
@@ -60,8 +64,11 @@ start_server() {
     if grep -q "listening on" "$log"; then break; fi
     sleep 0.05
   done
-  target=$(grep -o 'listening on [^ ]*' "$log" | head -1 | cut -d' ' -f3)
-  [ -n "$target" ] || { cat "$log" >&2; exit 1; }
+  grep -q "listening on" "$log" || { cat "$log" >&2; exit 1; }
+  case $listen in
+    unix:*) target=$listen ;;
+    *) target=$(grep -o 'listening on [^ ]*' "$log" | head -1 | cut -d' ' -f3) ;;
+  esac
 }
 
 # run NAME THREADS C++PARTS PYTHONPARTS SERVER-FLAGS...
