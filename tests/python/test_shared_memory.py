@@ -116,6 +116,19 @@ class RegionTest(unittest.TestCase):
             self.assertEqual(cm.exception.reason, "SHARED_MEMORY_UNAVAILABLE")
             self.assertFalse(exists(key))
 
+    def test_over_a_unix_socket(self):
+        socket = f"/tmp/posenc_py_shm_{os.getpid()}.sock"
+        self.addCleanup(lambda: os.path.exists(socket) and os.remove(socket))
+        with ServerProcess("--backend=cpu", "--allow_shared_memory", listen=f"unix://{socket}") as (
+                server), posenc.Client(server.address) as client:
+            self.assertEqual(server.address, f"unix://{socket}")  # the start-up line names it
+            q = rng(9).standard_normal((1, 8, 2, 32)).astype(np.float32)
+            expected = client.apply_rope(q)
+            with posenc.SharedMemory(client, 4096) as shm:
+                view = shm.put(q)
+                client.apply_rope(shm.ref(view))
+                np.testing.assert_array_equal(view, expected.q)
+
 
 class OpsTest(unittest.TestCase):
     def setUp(self):
