@@ -54,7 +54,7 @@ stop_server() {
 trap stop_server EXIT
 
 # start_server NAME FLAGS...: a server on $listen; sets $target: a TCP listener's address (its
-# free port) from the start-up line, a unix: listener as given (the line names no path).
+# free port) from the start-up line, a unix: listener as given.
 start_server() {
   local log=$out/$1.log
   shift
