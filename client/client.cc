@@ -110,12 +110,35 @@ constexpr auto kRelativeBias = TensorOf(&v1::RelativeBiasResponse::mutable_bias,
 constexpr auto kRelativeEmbeddings =
     TensorOf(&v1::RelativeEmbeddingResponse::mutable_embeddings, "embeddings");
 
+bool IsReference(const Tensor& tensor) { return tensor.shared_memory.has_value(); }
+bool IsReference(const std::optional<Tensor>& tensor) {
+  return tensor.has_value() && tensor->shared_memory.has_value();
+}
+
+// Whether a request uses shared memory: an output placed there, or an input tensor (positions
+// included) referring to it. Such a request is sent whole: it is a small message, and its
+// outputs go where the caller put them.
+template <typename Options>
+bool UsesSharedMemory(const Options& options) {
+  bool uses = !options.output_shared_memory.empty();
+  if constexpr (requires { options.positions; }) uses |= IsReference(options.positions.tensor);
+  if constexpr (requires { options.q; }) uses |= IsReference(options.q) || IsReference(options.k);
+  if constexpr (requires { options.x; }) {
+    uses |= IsReference(options.x) ||
+            (options.learned.has_value() && IsReference(options.learned->table_inline));
+  }
+  if constexpr (requires { options.table_inline; }) uses |= IsReference(options.table_inline);
+  if constexpr (requires { options.attention_mask; }) uses |= IsReference(options.attention_mask);
+  return uses;
+}
+
 // The request of a bias call that is fetched in its compact form and expanded here (posenc.proto,
-// BiasForm): an unspecified form, with compact_biases on and more than one query. nullopt
-// otherwise.
+// BiasForm): an unspecified form, with compact_biases on and more than one query, in no shared
+// memory. nullopt otherwise.
 template <typename Options>
 std::optional<Options> CompactRequest(const Options& options, const ClientOptions& client) {
-  if (options.form != BiasForm::kUnspecified || !client.compact_biases || options.q_len <= 1) {
+  if (options.form != BiasForm::kUnspecified || !client.compact_biases || options.q_len <= 1 ||
+      UsesSharedMemory(options)) {
     return std::nullopt;
   }
   Options compact = options;
@@ -309,7 +332,8 @@ struct Client::Impl {
                    Convert convert, size_t rank_from_end) const
       -> decltype(convert(std::declval<Response&&>())) {
     POSENC_ASSIGN_OR_RETURN(const Request request, internal::ToRequest(options));
-    if (!output.has_value() || options.q_len <= 0 || output->Bytes() <= 0) {
+    if (!output.has_value() || options.q_len <= 0 || output->Bytes() <= 0 ||
+        UsesSharedMemory(options)) {
       return Send(method, request, call, convert);
     }
     const int64_t row_bytes = output->Bytes() / options.q_len;
@@ -415,7 +439,8 @@ absl::StatusOr<Tensor> Client::Sinusoidal(const SinusoidalOptions& options,
 absl::StatusOr<Tensor> Client::AddPositionEncoding(const AddPositionEncodingOptions& options,
                                                    const CallOptions& call) const {
   POSENC_ASSIGN_OR_RETURN(v1::AddPositionEncodingRequest request, internal::ToRequest(options));
-  const std::optional<internal::OutputShape> y = impl_->AddPositionEncodingOutput(options, call);
+  const std::optional<internal::OutputShape> y =
+      UsesSharedMemory(options) ? std::nullopt : impl_->AddPositionEncodingOutput(options, call);
   const std::optional<internal::Budget> budget =
       y.has_value()
           ? impl_->SplitBudget(internal::AddPositionEncodingRequestBytes(request, y->Bytes()), call)
@@ -444,7 +469,9 @@ absl::StatusOr<ApplyRopeResult> Client::ApplyRope(const ApplyRopeOptions& option
                                                   const CallOptions& call) const {
   POSENC_ASSIGN_OR_RETURN(v1::ApplyRopeRequest request, internal::ToRequest(options));
   const std::optional<internal::Budget> budget =
-      impl_->SplitBudget(internal::ApplyRopeRequestBytes(request), call);
+      UsesSharedMemory(options)
+          ? std::nullopt
+          : impl_->SplitBudget(internal::ApplyRopeRequestBytes(request), call);
   if (!budget.has_value()) return impl_->Send(&Stub::ApplyRope, request, call, kWhole);
   POSENC_ASSIGN_OR_RETURN(const internal::ApplyRopeSplit split,
                           internal::SplitApplyRope(options, *budget));
@@ -531,7 +558,8 @@ Future<Tensor> Client::SinusoidalAsync(SinusoidalOptions options, const CallOpti
 Future<Tensor> Client::AddPositionEncodingAsync(AddPositionEncodingOptions options,
                                                 const CallOptions& call) const {
   absl::StatusOr<v1::AddPositionEncodingRequest> request = internal::ToRequest(options);
-  const std::optional<internal::OutputShape> y = impl_->AddPositionEncodingOutput(options, call);
+  const std::optional<internal::OutputShape> y =
+      UsesSharedMemory(options) ? std::nullopt : impl_->AddPositionEncodingOutput(options, call);
   if (!request.ok() || !y.has_value() ||
       !impl_->SplitBudget(internal::AddPositionEncodingRequestBytes(*request, y->Bytes()), call)) {
     return impl_->StartRequest(&Stub::async::AddPositionEncoding, std::move(request), call,
@@ -551,7 +579,8 @@ Future<RopeCacheResult> Client::RopeCacheAsync(RopeCacheOptions options,
 Future<ApplyRopeResult> Client::ApplyRopeAsync(ApplyRopeOptions options,
                                                const CallOptions& call) const {
   absl::StatusOr<v1::ApplyRopeRequest> request = internal::ToRequest(options);
-  if (!request.ok() || !impl_->SplitBudget(internal::ApplyRopeRequestBytes(*request), call)) {
+  if (!request.ok() || UsesSharedMemory(options) ||
+      !impl_->SplitBudget(internal::ApplyRopeRequestBytes(*request), call)) {
     return impl_->StartRequest(&Stub::async::ApplyRope, std::move(request), call, kWhole);
   }
   return std::async(std::launch::async, [this, options = std::move(options), call] {
@@ -559,6 +588,7 @@ Future<ApplyRopeResult> Client::ApplyRopeAsync(ApplyRopeOptions options,
   });
 }
 
+// NOLINTNEXTLINE(performance-unnecessary-value-param): by value as every *Async (others move it)
 Future<Tensor> Client::AlibiSlopesAsync(AlibiSlopesOptions options, const CallOptions& call) const {
   return impl_->Start(&Stub::async::AlibiSlopes, options, call, kAlibiSlopes);
 }
@@ -589,6 +619,57 @@ Future<ServerInfo> Client::GetServerInfoAsync(const CallOptions& call) const {
                       [](v1::GetServerInfoResponse&& response) -> absl::StatusOr<ServerInfo> {
                         return internal::FromProto(response);
                       });
+}
+
+namespace {
+constexpr auto kNoFields = [](auto&&) { return absl::OkStatus(); };
+constexpr auto kRegions = [](v1::SharedMemoryStatusResponse&& response)
+    -> absl::StatusOr<std::vector<SharedMemoryRegionStatus>> {
+  return internal::FromProto(response);
+};
+
+v1::UnregisterSharedMemoryRequest UnregisterRequest(const std::string& name) {
+  v1::UnregisterSharedMemoryRequest request;
+  request.set_name(name);
+  return request;
+}
+
+v1::SharedMemoryStatusRequest StatusRequest(const std::string& name) {
+  v1::SharedMemoryStatusRequest request;
+  request.set_name(name);
+  return request;
+}
+}  // namespace
+
+absl::Status Client::RegisterSharedMemory(const SharedMemoryRegistration& region,
+                                          const CallOptions& call) const {
+  return impl_->Unary(&Stub::RegisterSharedMemory, region, call, kNoFields);
+}
+
+absl::Status Client::UnregisterSharedMemory(const std::string& name,
+                                            const CallOptions& call) const {
+  return impl_->Unary(&Stub::UnregisterSharedMemory, UnregisterRequest(name), call, kNoFields);
+}
+
+absl::StatusOr<std::vector<SharedMemoryRegionStatus>> Client::SharedMemoryStatus(
+    const std::string& name, const CallOptions& call) const {
+  return impl_->Unary(&Stub::SharedMemoryStatus, StatusRequest(name), call, kRegions);
+}
+
+std::future<absl::Status> Client::RegisterSharedMemoryAsync(const SharedMemoryRegistration& region,
+                                                            const CallOptions& call) const {
+  return impl_->Start(&Stub::async::RegisterSharedMemory, region, call, kNoFields);
+}
+
+std::future<absl::Status> Client::UnregisterSharedMemoryAsync(const std::string& name,
+                                                              const CallOptions& call) const {
+  return impl_->Start(&Stub::async::UnregisterSharedMemory, UnregisterRequest(name), call,
+                      kNoFields);
+}
+
+Future<std::vector<SharedMemoryRegionStatus>> Client::SharedMemoryStatusAsync(
+    const std::string& name, const CallOptions& call) const {
+  return impl_->Start(&Stub::async::SharedMemoryStatus, StatusRequest(name), call, kRegions);
 }
 
 absl::StatusOr<HealthStatus> Client::Health(const std::string& service,

@@ -29,6 +29,12 @@ static_assert(static_cast<int>(BiasForm::kBuckets) == v1::BiasForm_MAX);
 // DType has no UNSPECIFIED (a tensor always has one): client = wire - 1, as the kernels'.
 static_assert(static_cast<int>(DType::kInt64) + 1 == v1::DType_MAX);
 
+void SetRef(const SharedMemoryRef& ref, v1::SharedMemoryRef* out) {
+  out->set_region(ref.region);
+  out->set_offset(ref.offset);
+  out->set_byte_size(ref.byte_size);
+}
+
 // Sets a proto3 `optional` field only when the client value is present.
 template <typename Message, typename Arg, typename T>
 void SetIf(Message* message, void (Message::*setter)(Arg), const std::optional<T>& value) {
@@ -39,6 +45,14 @@ void SetIf(Message* message, void (Message::*setter)(Arg), const std::optional<T
 template <typename Request>
 void SetOutputDType(const std::optional<DType>& dtype, Request* request) {
   if (dtype.has_value()) request->set_output_dtype(ToProto(*dtype));
+}
+
+// The request's output_shared_memory from the options'.
+template <typename Options, typename Request>
+void SetPlacements(const Options& options, Request* request) {
+  for (const auto& [name, ref] : options.output_shared_memory) {
+    SetRef(ref, &(*request->mutable_output_shared_memory())[name]);
+  }
 }
 
 // The q_len x k_len grid of an AlibiBias, RelativeBias or RelativeEmbedding request and its
@@ -81,7 +95,11 @@ absl::StatusOr<DType> FromProto(v1::DType dtype, absl::string_view field) {
 }
 
 absl::Status ToProto(const Tensor& tensor, absl::string_view field, v1::Tensor* out) {
-  if (absl::Status s = tensor.Validate(); !s.ok()) {
+  // A reference goes as it is: the server checks its size and range and names what is wrong
+  // (with structured details), and a reference to a missing region is for it to tell.
+  if (tensor.shared_memory.has_value()) {
+    SetRef(*tensor.shared_memory, out->mutable_shared_memory());
+  } else if (absl::Status s = tensor.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": ", s.message()));
   }
   out->set_dtype(ToProto(tensor.dtype));
@@ -95,6 +113,10 @@ absl::StatusOr<Tensor> FromProto(v1::Tensor&& tensor, absl::string_view field) {
   POSENC_ASSIGN_OR_RETURN(out.dtype, FromProto(tensor.dtype(), field));
   out.shape.assign(tensor.shape().begin(), tensor.shape().end());
   out.data = std::move(*tensor.mutable_data());
+  if (tensor.has_shared_memory()) {
+    const v1::SharedMemoryRef& ref = tensor.shared_memory();
+    out.shared_memory = SharedMemoryRef{ref.region(), ref.offset(), ref.byte_size()};
+  }
   if (absl::Status s = out.Validate(); !s.ok()) {
     return absl::InternalError(
         absl::StrCat("server sent an inconsistent ", field, ": ", s.message()));
@@ -203,6 +225,7 @@ absl::StatusOr<v1::SinusoidalRequest> ToRequest(const SinusoidalOptions& options
   POSENC_RETURN_IF_ERROR(ToProto(options.positions, request.mutable_positions()));
   ToProto(options.params, request.mutable_params());
   SetOutputDType(options.output_dtype, &request);
+  SetPlacements(options, &request);
   return request;
 }
 
@@ -233,6 +256,7 @@ absl::StatusOr<v1::AddPositionEncodingRequest> ToRequest(
   request.set_combine(static_cast<v1::Combine>(options.combine));
   SetIf(&request, &v1::AddPositionEncodingRequest::set_scale, options.scale);
   SetIf(&request, &v1::AddPositionEncodingRequest::set_padding_idx, options.padding_idx);
+  SetPlacements(options, &request);
   return request;
 }
 
@@ -242,6 +266,7 @@ absl::StatusOr<v1::RopeCacheRequest> ToRequest(const RopeCacheOptions& options) 
   ToProto(options.config, request.mutable_config());
   request.set_layout(static_cast<v1::RopeCacheLayout>(options.layout));
   SetOutputDType(options.output_dtype, &request);
+  SetPlacements(options, &request);
   return request;
 }
 
@@ -254,6 +279,7 @@ absl::StatusOr<v1::ApplyRopeRequest> ToRequest(const ApplyRopeOptions& options) 
   POSENC_RETURN_IF_ERROR(ToProto(options.positions, request.mutable_positions()));
   ToProto(options.config, request.mutable_config());
   request.set_layout(static_cast<v1::TensorLayout>(options.layout));
+  SetPlacements(options, &request);
   return request;
 }
 
@@ -262,6 +288,7 @@ absl::StatusOr<v1::AlibiSlopesRequest> ToRequest(const AlibiSlopesOptions& optio
   request.set_num_heads(options.num_heads);
   SetIf(&request, &v1::AlibiSlopesRequest::set_max_bias, options.max_bias);
   SetOutputDType(options.output_dtype, &request);
+  SetPlacements(options, &request);
   return request;
 }
 
@@ -278,6 +305,7 @@ absl::StatusOr<v1::AlibiBiasRequest> ToRequest(const AlibiBiasOptions& options) 
         ToProto(*options.attention_mask, "attention_mask", request.mutable_attention_mask()));
   }
   SetOutputDType(options.output_dtype, &request);
+  SetPlacements(options, &request);
   return request;
 }
 
@@ -290,6 +318,7 @@ absl::StatusOr<v1::RelativeBiasRequest> ToRequest(const RelativeBiasOptions& opt
   POSENC_RETURN_IF_ERROR(SetTable(options.table_inline, options.table_name, &request));
   request.set_form(static_cast<v1::BiasForm>(options.form));
   SetOutputDType(options.output_dtype, &request);
+  SetPlacements(options, &request);
   return request;
 }
 
@@ -299,6 +328,7 @@ absl::StatusOr<v1::RelativeEmbeddingRequest> ToRequest(const RelativeEmbeddingOp
   request.set_max_relative(options.max_relative);
   POSENC_RETURN_IF_ERROR(SetTable(options.table_inline, options.table_name, &request));
   SetOutputDType(options.output_dtype, &request);
+  SetPlacements(options, &request);
   return request;
 }
 
@@ -356,6 +386,23 @@ DescribeRopeResult FromProto(const v1::DescribeRopeResponse& response) {
   return out;
 }
 
+absl::StatusOr<v1::RegisterSharedMemoryRequest> ToRequest(const SharedMemoryRegistration& region) {
+  v1::RegisterSharedMemoryRequest request;
+  request.set_name(region.name);
+  request.set_key(region.key);
+  request.set_offset(region.offset);
+  request.set_byte_size(region.byte_size);
+  return request;
+}
+
+std::vector<SharedMemoryRegionStatus> FromProto(const v1::SharedMemoryStatusResponse& response) {
+  std::vector<SharedMemoryRegionStatus> out;
+  for (const v1::SharedMemoryRegionStatus& r : response.regions()) {
+    out.push_back({r.name(), r.key(), r.offset(), r.byte_size(), r.broken()});
+  }
+  return out;
+}
+
 absl::StatusOr<ServerInfo> FromProto(const v1::GetServerInfoResponse& response) {
   ServerInfo info;
   info.version = response.version();
@@ -372,6 +419,9 @@ absl::StatusOr<ServerInfo> FromProto(const v1::GetServerInfoResponse& response) 
   info.max_output_elements = response.limits().max_output_elements();
   info.max_inflight_bytes = response.limits().max_inflight_bytes();
   info.max_heavy_calls = response.limits().max_heavy_calls();
+  info.shared_memory_allowed = response.limits().shared_memory_allowed();
+  info.max_shared_memory_regions = response.limits().max_shared_memory_regions();
+  info.max_shared_memory_bytes = response.limits().max_shared_memory_bytes();
   for (const v1::TableInfo& t : response.tables()) {
     POSENC_ASSIGN_OR_RETURN(const DType dtype,
                             FromProto(t.dtype(), absl::StrCat("table ", t.name())));

@@ -9,6 +9,9 @@
 #ifndef POSENC_CLIENT_CONVERT_H_
 #define POSENC_CLIENT_CONVERT_H_
 
+#include <concepts>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -40,8 +43,11 @@ absl::StatusOr<v1::AlibiSlopesRequest> ToRequest(const AlibiSlopesOptions& optio
 absl::StatusOr<v1::AlibiBiasRequest> ToRequest(const AlibiBiasOptions& options);
 absl::StatusOr<v1::RelativeBiasRequest> ToRequest(const RelativeBiasOptions& options);
 absl::StatusOr<v1::RelativeEmbeddingRequest> ToRequest(const RelativeEmbeddingOptions& options);
-// GetServerInfo takes no options: its request as is.
-inline absl::StatusOr<v1::GetServerInfoRequest> ToRequest(const v1::GetServerInfoRequest& request) {
+absl::StatusOr<v1::RegisterSharedMemoryRequest> ToRequest(const SharedMemoryRegistration& region);
+// Requests the client builds itself (GetServerInfo, Unregister, SharedMemoryStatus): as they are.
+template <typename Request>
+requires std::derived_from<Request, google::protobuf::Message> absl::StatusOr<Request> ToRequest(
+    const Request& request) {
   return request;
 }
 
@@ -51,6 +57,7 @@ absl::StatusOr<ApplyRopeResult> FromProto(v1::ApplyRopeResponse&& response);
 absl::StatusOr<AlibiBiasResult> FromProto(v1::AlibiBiasResponse&& response);
 absl::StatusOr<ServerInfo> FromProto(const v1::GetServerInfoResponse& response);
 DescribeRopeResult FromProto(const v1::DescribeRopeResponse& response);
+std::vector<SharedMemoryRegionStatus> FromProto(const v1::SharedMemoryStatusResponse& response);
 
 }  // namespace posenc::client::internal
 

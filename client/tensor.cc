@@ -122,6 +122,15 @@ absl::StatusOr<Tensor> MakeTensor(size_t num_values, std::vector<int64_t> shape,
   return t;
 }
 
+// Validate() for the helpers that read the bytes: a reference's are elsewhere.
+absl::Status ValidateInline(const Tensor& tensor) {
+  if (tensor.is_reference()) {
+    return absl::InvalidArgumentError(
+        "tensor: its bytes are in shared memory (read them with SharedMemoryRegion::Read)");
+  }
+  return tensor.Validate();
+}
+
 }  // namespace
 
 int64_t DTypeSize(DType dtype) { return kernels::DTypeSize(ToKernelsDType(dtype)); }
@@ -193,11 +202,27 @@ int64_t Tensor::NumElements() const {
   return n;
 }
 
+int64_t Tensor::NumBytes() const { return NumElements() * DTypeSize(dtype); }
+
 absl::Status Tensor::Validate() const {
   POSENC_ASSIGN_OR_RETURN(const int64_t n, CheckedNumElements(shape));
   const int64_t size = DTypeSize(dtype);
-  if (n > std::numeric_limits<int64_t>::max() / size ||
-      static_cast<int64_t>(data.size()) != n * size) {
+  if (n > std::numeric_limits<int64_t>::max() / size) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor of ", std::string(DTypeName(dtype)),
+                                                   " [", absl::StrJoin(shape, ", "),
+                                                   "] has more bytes than an int64 counts"));
+  }
+  if (shared_memory.has_value()) {
+    if (!data.empty() || shared_memory->byte_size != n * size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor in shared memory of ", std::string(DTypeName(dtype)), " [",
+                       absl::StrJoin(shape, ", "), "] must refer to ", n, " * ", size,
+                       " bytes with no data, got ", shared_memory->byte_size, " bytes and ",
+                       data.size(), " bytes of data"));
+    }
+    return absl::OkStatus();
+  }
+  if (static_cast<int64_t>(data.size()) != n * size) {
     return absl::InvalidArgumentError(absl::StrCat("tensor data of ", std::string(DTypeName(dtype)),
                                                    " [", absl::StrJoin(shape, ", "), "] must hold ",
                                                    n, " * ", size, " bytes, got ", data.size()));
@@ -240,7 +265,7 @@ std::vector<int64_t> Tensor::ToInt64s() const {
 double Tensor::At(int64_t index) const { return LoadDouble(data.data(), dtype, index); }
 
 absl::StatusOr<Tensor> ConvertTensor(const Tensor& tensor, DType dtype) {
-  POSENC_RETURN_IF_ERROR(tensor.Validate());
+  POSENC_RETURN_IF_ERROR(ValidateInline(tensor));
   if (tensor.dtype == dtype) return tensor;
   if (!IsFloatDType(dtype) && !IsFloatDType(tensor.dtype)) {
     return Tensor::FromInt64s(tensor.ToInt64s(), tensor.shape, dtype);
@@ -249,7 +274,7 @@ absl::StatusOr<Tensor> ConvertTensor(const Tensor& tensor, DType dtype) {
 }
 
 absl::StatusOr<Tensor> ExpandToeplitz(const Tensor& compact, int64_t q_len, int64_t k_len) {
-  POSENC_RETURN_IF_ERROR(compact.Validate());
+  POSENC_RETURN_IF_ERROR(ValidateInline(compact));
   if (q_len <= 0 || k_len <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("q_len and k_len must be positive, got ", q_len, " and ", k_len));
@@ -268,7 +293,7 @@ absl::StatusOr<Tensor> ExpandToeplitz(const Tensor& compact, int64_t q_len, int6
 
 absl::StatusOr<Tensor> ExpandBloomRows(const Tensor& rows, int64_t q_len,
                                        std::optional<int64_t> query_offset, FutureMode future) {
-  POSENC_RETURN_IF_ERROR(rows.Validate());
+  POSENC_RETURN_IF_ERROR(ValidateInline(rows));
   if (!IsFloatDType(rows.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat("BLOOM rows must have a float dtype, got ",
                                                    std::string(DTypeName(rows.dtype))));

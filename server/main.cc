@@ -424,9 +424,12 @@ bool ParseOptions(int argc, char** argv, Options* options) {
 // The lines scripts and operators read once the server is up.
 void LogStarted(const posenc::server::ServerOptions& options,
                 const posenc::server::PosencServer& server) {
+  // A TCP listener with the port it got (port 0 picks one); a Unix socket as given.
+  const std::string& listen = options.listen_address;
+  const bool unix_socket = listen.starts_with("unix:") || listen.starts_with("unix-abstract:");
   const std::string address =
-      options.listen_address.substr(0, options.listen_address.rfind(':') + 1) +
-      std::to_string(server.port());
+      unix_socket ? listen
+                  : listen.substr(0, listen.rfind(':') + 1) + std::to_string(server.port());
   // Scripts wait for this line (spdlog's default sink is stdout, flushed per line).
   spdlog::info(
       "posenc-server listening on {} (backend={} max_message_bytes={} "

@@ -6,7 +6,10 @@
 // a long run touches every RPC (the soak test, tests/soak/soak.sh). The summary: calls, errors
 // by status code, QPS, latency percentiles of the successful calls, and MB/s of tensor payload
 // (request + response). Any error makes the exit code 1, after the summary; Ctrl-C stops the run
-// early and still prints it (exit code 130 when nothing failed).
+// early and still prints it (exit code 130 when nothing failed). --shm puts the tensors in shared
+// memory (posenc/shared_memory.h): one region per call in flight, holding the op's inputs
+// (ApplyRope rotates them in place) and its outputs (placed by name), so a call moves only a small
+// message; MB/s then counts the tensor bytes the calls read and wrote there.
 //
 // Thread-safety: RunBench is called once, from the CLI's main thread; it starts and joins its
 // own worker threads.
@@ -22,12 +25,14 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -41,6 +46,7 @@
 #include "client/cli/rope_config.h"
 #include "client/cli/wire_names.h"
 #include "kernels/common/status.h"
+#include "posenc/shared_memory.h"
 
 namespace posenc::cli {
 namespace {
@@ -64,6 +70,8 @@ const FlagGroup& BenchFlags() {
       {"heads", FlagType::kInt, "N", "heads of q and of the biases (default 8)"},
       {"kv-heads", FlagType::kInt, "N", "heads of k in apply_rope (default --heads; 0: no k)"},
       {"max-relative", FlagType::kInt, "K", "relative_embedding clip distance (default 16)"},
+      {"shm", FlagType::kSwitch, "",
+       "tensors in shared memory (a co-located server with --allow_shared_memory)"},
       FloatDTypeFlag("dtype of inputs and outputs (default float32)"),
   };
   return *kFlags;
@@ -78,6 +86,10 @@ constexpr char kBenchDetails[] =
     "their requests and responses. --head-dim (default 128) is also the width of the\n"
     "sinusoidal, add_position_encoding and relative_embedding tables; the RoPE flags apply to\n"
     "rope_cache and apply_rope. A live progress line goes to stderr when it is a terminal.\n"
+    "--shm: every call in flight gets a shared-memory region of its own with the op's inputs\n"
+    "(apply_rope rotates them in place) and outputs (placed by name; their shapes from one\n"
+    "inline call first), so only small messages cross the socket; the server must run on this\n"
+    "machine with --allow_shared_memory (registrations are per server process).\n"
     "Exit code 1 when any call failed (after the summary), 130 when interrupted by Ctrl-C.";
 
 using Clock = std::chrono::steady_clock;
@@ -130,6 +142,10 @@ struct BenchShape {
   int64_t max_relative = 0;
   DType dtype = DType::kFloat32;
   client::RopeConfig rope;
+  // --shm: the client that registers the regions, and the calls in flight (one region each);
+  // null: tensors in the messages.
+  const client::Client* shm_client = nullptr;
+  int64_t shm_slots = 0;
 };
 
 absl::StatusOr<int64_t> IntInRange(const ParsedFlags& flags, std::string_view name,
@@ -214,23 +230,135 @@ struct Workload {
   std::function<absl::StatusOr<int64_t>(const client::Client&)> call;
 };
 
-int64_t Bytes(const Tensor& t) { return static_cast<int64_t>(t.data.size()); }
+// A tensor's bytes, in the message or in shared memory.
+int64_t Bytes(const Tensor& t) { return t.NumBytes(); }
 int64_t Bytes(const client::RopeCacheResult& r) { return Bytes(r.cos) + Bytes(r.sin); }
 int64_t Bytes(const client::ApplyRopeResult& r) {
   return Bytes(r.q) + (r.k.has_value() ? Bytes(*r.k) : 0);
 }
 int64_t Bytes(const client::AlibiBiasResult& r) { return Bytes(r.bias) + Bytes(r.slopes); }
 
-// A workload that calls `method` with `o`; the tensor bytes of its result.
+// The result tensors of each op placed in shared memory by --shm, with their output names (an
+// ApplyRope result is its inputs, rotated in place).
+std::vector<std::pair<std::string, const Tensor*>> Placeable(const Tensor& t,
+                                                             const std::string& name) {
+  return {{name, &t}};
+}
+std::vector<std::pair<std::string, const Tensor*>> Placeable(const client::RopeCacheResult& r,
+                                                             const std::string&) {
+  return {{"cos", &r.cos}, {"sin", &r.sin}};
+}
+std::vector<std::pair<std::string, const Tensor*>> Placeable(const client::ApplyRopeResult&,
+                                                             const std::string&) {
+  return {};
+}
+std::vector<std::pair<std::string, const Tensor*>> Placeable(const client::AlibiBiasResult& r,
+                                                             const std::string&) {
+  return {{"bias", &r.bias}, {"slopes", &r.slopes}};
+}
+
+// Every tensor input of `o` (in the messages of a bench: the positions are ranges).
+template <typename Options>
+std::vector<Tensor*> Inputs(Options& o) {
+  std::vector<Tensor*> out;
+  const auto add = [&out](auto& t) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(t)>, Tensor>) {
+      out.push_back(&t);
+    } else if (t.has_value()) {
+      out.push_back(&*t);
+    }
+  };
+  if constexpr (requires { o.q; }) add(o.q), add(o.k);
+  if constexpr (requires { o.x; }) add(o.x);
+  if constexpr (requires { o.table_inline; }) add(o.table_inline);
+  if constexpr (requires { o.attention_mask; }) add(o.attention_mask);
+  return out;
+}
+
+// --shm: one copy of a workload's options per call in flight, each with its tensors in a region
+// of its own; a call takes a free copy and gives it back.
+template <typename Options>
+class SharedMemorySlots {
+ public:
+  // Copies `o` into `slots` regions: its inputs put there, the outputs of `result` (an inline
+  // call's, for their dtypes and shapes) placed there.
+  template <typename Result>
+  static absl::StatusOr<std::shared_ptr<SharedMemorySlots>> Make(const client::Client& c,
+                                                                 int64_t slots, const Options& o,
+                                                                 const Result& result,
+                                                                 const std::string& output) {
+    auto out = std::make_shared<SharedMemorySlots>();
+    for (int64_t i = 0; i < slots; ++i) {
+      POSENC_RETURN_IF_ERROR(out->Add(c, o, Placeable(result, output)));
+    }
+    return out;
+  }
+
+  // Calls `call(options)` with a free copy (there is one: no more calls are in flight than
+  // copies).
+  template <typename Call>
+  auto With(Call call) {
+    size_t slot = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      slot = free_.back();
+      free_.pop_back();
+    }
+    auto result = call(options_[slot]);
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(slot);
+    return result;
+  }
+
+ private:
+  absl::Status Add(const client::Client& c, Options copy,
+                   const std::vector<std::pair<std::string, const Tensor*>>& outputs) {
+    int64_t bytes = 64;
+    for (Tensor* t : Inputs(copy)) bytes += Bytes(*t) + 64;
+    for (const auto& [name, t] : outputs) bytes += Bytes(*t) + 64;
+    POSENC_ASSIGN_OR_RETURN(client::SharedMemoryRegion region,
+                            client::SharedMemoryRegion::Create(c, bytes));
+    for (Tensor* t : Inputs(copy)) {
+      POSENC_ASSIGN_OR_RETURN(*t, region.Put(*t));
+    }
+    for (const auto& [name, t] : outputs) {
+      POSENC_ASSIGN_OR_RETURN(const Tensor placed, region.Allocate(t->dtype, t->shape));
+      copy.output_shared_memory[name] = *placed.shared_memory;
+    }
+    free_.push_back(options_.size());
+    regions_.push_back(std::move(region));
+    options_.push_back(std::move(copy));
+    return absl::OkStatus();
+  }
+
+  std::mutex mu_;
+  std::vector<size_t> free_;
+  std::vector<client::SharedMemoryRegion> regions_;
+  std::vector<Options> options_;
+};
+
+// A workload that calls `method` with `o` (its single output named `output`); the tensor bytes
+// of its result. With --shm, on copies of `o` in shared memory.
 template <typename Options, typename Result>
-Workload MakeWorkload(int64_t request_bytes, Options o,
-                      absl::StatusOr<Result> (client::Client::*method)(const Options&,
-                                                                       const client::CallOptions&)
-                          const) {
-  return Workload{request_bytes,
-                  [o = std::move(o), method](const client::Client& c) -> absl::StatusOr<int64_t> {
-                    POSENC_ASSIGN_OR_RETURN(Result r, (c.*method)(o, client::CallOptions{}));
-                    return Bytes(r);
+absl::StatusOr<Workload> MakeWorkload(const BenchShape& s, int64_t request_bytes, Options o,
+                                      absl::StatusOr<Result> (client::Client::*method)(
+                                          const Options&, const client::CallOptions&) const,
+                                      const std::string& output = "") {
+  if (s.shm_client == nullptr) {
+    return Workload{request_bytes,
+                    [o = std::move(o), method](const client::Client& c) -> absl::StatusOr<int64_t> {
+                      POSENC_ASSIGN_OR_RETURN(Result r, (c.*method)(o, client::CallOptions{}));
+                      return Bytes(r);
+                    }};
+  }
+  POSENC_ASSIGN_OR_RETURN(const Result shapes, (s.shm_client->*method)(o, client::CallOptions{}));
+  POSENC_ASSIGN_OR_RETURN(
+      auto slots, SharedMemorySlots<Options>::Make(*s.shm_client, s.shm_slots, o, shapes, output));
+  return Workload{request_bytes, [slots, method](const client::Client& c) {
+                    return slots->With([&](const Options& o) -> absl::StatusOr<int64_t> {
+                      POSENC_ASSIGN_OR_RETURN(Result r, (c.*method)(o, client::CallOptions{}));
+                      return Bytes(r);
+                    });
                   }};
 }
 
@@ -250,7 +378,7 @@ absl::StatusOr<Workload> SinusoidalWorkload(const BenchShape& s) {
   o.positions = client::Positions::Range(0, s.tokens);
   o.params.dim = s.head_dim;
   o.output_dtype = s.dtype;
-  return MakeWorkload(0, std::move(o), &client::Client::Sinusoidal);
+  return MakeWorkload(s, 0, std::move(o), &client::Client::Sinusoidal, "table");
 }
 
 absl::StatusOr<Workload> AddWorkload(const BenchShape& s) {
@@ -258,7 +386,7 @@ absl::StatusOr<Workload> AddWorkload(const BenchShape& s) {
   POSENC_ASSIGN_OR_RETURN(o.x, RandomTensor({s.batch, s.tokens, s.head_dim}, s.dtype, 1));
   o.sinusoidal = client::SinusoidalParams{};
   const int64_t request_bytes = Bytes(o.x);
-  return MakeWorkload(request_bytes, std::move(o), &client::Client::AddPositionEncoding);
+  return MakeWorkload(s, request_bytes, std::move(o), &client::Client::AddPositionEncoding, "y");
 }
 
 absl::StatusOr<Workload> RopeCacheWorkload(const BenchShape& s) {
@@ -266,7 +394,7 @@ absl::StatusOr<Workload> RopeCacheWorkload(const BenchShape& s) {
   o.positions = client::Positions::Range(0, s.tokens);
   o.config = s.rope;
   o.output_dtype = s.dtype;
-  return MakeWorkload(0, std::move(o), &client::Client::RopeCache);
+  return MakeWorkload(s, 0, std::move(o), &client::Client::RopeCache);
 }
 
 absl::StatusOr<Workload> ApplyRopeWorkload(const BenchShape& s) {
@@ -278,14 +406,14 @@ absl::StatusOr<Workload> ApplyRopeWorkload(const BenchShape& s) {
   }
   o.config = s.rope;
   const int64_t request_bytes = Bytes(o.q) + (o.k.has_value() ? Bytes(*o.k) : 0);
-  return MakeWorkload(request_bytes, std::move(o), &client::Client::ApplyRope);
+  return MakeWorkload(s, request_bytes, std::move(o), &client::Client::ApplyRope);
 }
 
 absl::StatusOr<Workload> AlibiSlopesWorkload(const BenchShape& s) {
   client::AlibiSlopesOptions o;
   o.num_heads = s.heads;
   o.output_dtype = s.dtype;
-  return MakeWorkload(0, o, &client::Client::AlibiSlopes);
+  return MakeWorkload(s, 0, std::move(o), &client::Client::AlibiSlopes, "slopes");
 }
 
 // Options of the [q, k] ops: q_len queries against `tokens` keys, in the output dtype.
@@ -301,7 +429,7 @@ Options BiasOptions(const BenchShape& s) {
 absl::StatusOr<Workload> AlibiBiasWorkload(const BenchShape& s) {
   auto o = BiasOptions<client::AlibiBiasOptions>(s);
   o.num_heads = s.heads;
-  return MakeWorkload(0, std::move(o), &client::Client::AlibiBias);
+  return MakeWorkload(s, 0, std::move(o), &client::Client::AlibiBias);
 }
 
 absl::StatusOr<Workload> RelativeBiasWorkload(const BenchShape& s) {
@@ -309,7 +437,7 @@ absl::StatusOr<Workload> RelativeBiasWorkload(const BenchShape& s) {
   // The default 32 buckets.
   POSENC_ASSIGN_OR_RETURN(o.table_inline, RandomTensor({32, s.heads}, DType::kFloat32, 4));
   const int64_t request_bytes = Bytes(*o.table_inline);
-  return MakeWorkload(request_bytes, std::move(o), &client::Client::RelativeBias);
+  return MakeWorkload(s, request_bytes, std::move(o), &client::Client::RelativeBias, "bias");
 }
 
 absl::StatusOr<Workload> RelativeEmbeddingWorkload(const BenchShape& s) {
@@ -318,7 +446,8 @@ absl::StatusOr<Workload> RelativeEmbeddingWorkload(const BenchShape& s) {
   POSENC_ASSIGN_OR_RETURN(o.table_inline,
                           RandomTensor({2 * s.max_relative + 1, s.head_dim}, DType::kFloat32, 5));
   const int64_t request_bytes = Bytes(*o.table_inline);
-  return MakeWorkload(request_bytes, std::move(o), &client::Client::RelativeEmbedding);
+  return MakeWorkload(s, request_bytes, std::move(o), &client::Client::RelativeEmbedding,
+                      "embeddings");
 }
 
 // The order of `mix`.
@@ -589,7 +718,11 @@ class LoadRun {
 
 absl::StatusOr<CommandOutput> RunBench(const ParsedFlags& flags, const client::Client& client) {
   POSENC_ASSIGN_OR_RETURN(const BenchConfig config, ConfigFromFlags(flags));
-  POSENC_ASSIGN_OR_RETURN(const BenchShape shape, ShapeFromFlags(flags));
+  POSENC_ASSIGN_OR_RETURN(BenchShape shape, ShapeFromFlags(flags));
+  if (flags.Switch("shm")) {
+    shape.shm_client = &client;
+    shape.shm_slots = config.concurrency;
+  }
   POSENC_ASSIGN_OR_RETURN(const std::vector<Workload> workloads, MakeWorkloads(config.op, shape));
   g_interrupted.store(false);
   void (*const previous)(int) = std::signal(SIGINT, &OnInterrupt);

@@ -24,32 +24,12 @@
 #include "posenc/v1/posenc.pb.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
+#include "tests/bench/grpc_echo.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-class EchoReactor final : public grpc::ServerGenericBidiReactor {
- public:
-  EchoReactor() { StartRead(&buffer_); }
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      Finish(grpc::Status::OK);
-      return;
-    }
-    StartWriteAndFinish(&buffer_, grpc::WriteOptions(), grpc::Status::OK);
-  }
-  void OnDone() override { delete this; }
-
- private:
-  grpc::ByteBuffer buffer_;
-};
-
-class EchoService final : public grpc::CallbackGenericService {
-  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext*) override {
-    return new EchoReactor();
-  }
-};
+using posenc::bench::EchoService;
 
 grpc::ByteBuffer Serialize(const google::protobuf::Message& m) {
   std::string bytes = m.SerializeAsString();

@@ -27,6 +27,7 @@ namespace {
 
 using testing::ConnectToSharedServer;
 using testing::ExpectNear;
+using testing::RandomTensor;
 using testing::View;
 
 const kernels::Backend& Reference() {
@@ -71,18 +72,6 @@ Tensor AsFloat64(const Tensor& t) {
   absl::StatusOr<Tensor> wide = ConvertTensor(t, DType::kFloat64);
   EXPECT_TRUE(wide.ok()) << wide.status();
   return *wide;
-}
-
-Tensor RandomTensor(std::vector<int64_t> shape, DType dtype, uint64_t seed) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> uniform(-2.0, 2.0);
-  std::vector<double> values(static_cast<size_t>(n));
-  for (double& v : values) v = uniform(rng);
-  absl::StatusOr<Tensor> t = Tensor::FromDoubles(values, std::move(shape), dtype);
-  EXPECT_TRUE(t.ok()) << t.status();
-  return *t;
 }
 
 // The kernels' description of the same positions (views borrow from `p`). The factories set

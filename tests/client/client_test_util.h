@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -45,6 +47,19 @@ inline std::unique_ptr<Client> ConnectToSharedServer() {
   auto client = Client::Connect(ServerAddress(), ClientOptions());
   EXPECT_TRUE(client.ok()) << client.status();
   return client.ok() ? *std::move(client) : nullptr;
+}
+
+// A tensor of `shape` with values uniform in [-2, 2] (the same for the same seed), in `dtype`.
+inline Tensor RandomTensor(std::vector<int64_t> shape, DType dtype, uint64_t seed) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> uniform(-2.0, 2.0);
+  std::vector<double> values(static_cast<size_t>(n));
+  for (double& v : values) v = uniform(rng);
+  absl::StatusOr<Tensor> t = Tensor::FromDoubles(values, std::move(shape), dtype);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return *t;
 }
 
 // A borrowed kernels view of a client tensor (the tensor must outlive it).

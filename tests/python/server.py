@@ -34,8 +34,8 @@ def golden_dir():
 class ServerProcess:
     """A running posenc-server; stop() (or the context manager) ends it."""
 
-    def __init__(self, *args, timeout=60.0, metrics=False):
-        argv = [server_path(), "--listen=127.0.0.1:0", "--drain_grace=0s",
+    def __init__(self, *args, timeout=60.0, metrics=False, listen="127.0.0.1:0"):
+        argv = [server_path(), f"--listen={listen}", "--drain_grace=0s",
                 "--drain_timeout=2s", *args]
         if metrics:
             argv.append("--metrics_address=127.0.0.1:0")
@@ -45,8 +45,12 @@ class ServerProcess:
                                         stdin=subprocess.DEVNULL)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        self.port = self._wait_for(r"listening on \S*:(\d+)\s", timeout)
-        self.address = f"127.0.0.1:{self.port}"
+        if listen.startswith("unix:"):  # a Unix socket: the line names it as given
+            self.port = None
+            self.address = self._wait_for(r"listening on (unix:\S+)\s", timeout, str)
+        else:
+            self.port = self._wait_for(r"listening on \S*:(\d+)\s", timeout)
+            self.address = f"127.0.0.1:{self.port}"
         self.metrics_port = self._wait_for(r"metrics on http://\S*:(\d+)/", timeout) if (
             metrics) else None
 
@@ -62,13 +66,13 @@ class ServerProcess:
         with self._lock:
             return "".join(self._output)
 
-    def _wait_for(self, pattern, timeout):
-        """The number the first log line matching `pattern` gives (a port)."""
+    def _wait_for(self, pattern, timeout, convert=int):
+        """What the first log line matching `pattern` gives (a port; `convert` of its group)."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             m = re.search(pattern, self.output())
             if m:
-                return int(m.group(1))
+                return convert(m.group(1))
             if self.process.poll() is not None:
                 break
             time.sleep(0.02)
@@ -101,3 +105,27 @@ class ServerProcess:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+class ModuleServer:
+    """A server and a client shared by a test module: start() from setUpModule, stop() from
+    tearDownModule; ``server`` and ``client`` in between."""
+
+    def __init__(self, *args):
+        self.args = args
+        self.server = None
+        self.client = None
+
+    def start(self):
+        """Starts both; returns (server, client)."""
+        import posenc  # the package under test (PYTHONPATH), not needed by the other helpers
+
+        self.server = ServerProcess(*self.args)
+        self.client = posenc.Client(self.server.address, timeout=60)
+        return self.server, self.client
+
+    def stop(self):
+        if self.client is not None:
+            self.client.close()
+        if self.server is not None:
+            self.server.stop()

@@ -30,6 +30,14 @@
 //   options.config.head_dim = 128;
 //   absl::StatusOr<posenc::client::RopeCacheResult> cache = (*client)->RopeCache(options);
 //
+// Shared memory (co-located callers; the server runs with --allow_shared_memory): any input Tensor
+// may refer to a range of a registered POSIX shared-memory region instead of carrying bytes
+// (Tensor::shared_memory), and every options struct's `output_shared_memory` places outputs by
+// name into such ranges; the result's Tensor then carries the reference and no bytes (ApplyRope
+// rotates q and k in place in theirs). posenc::client::SharedMemoryRegion (posenc/shared_memory.h)
+// creates, maps and registers a region and hands out those references. A request that uses
+// shared memory is a small message: it is never split and never fetched in a compact form.
+//
 // Thread-safety: a Client is thread-safe; one instance may be shared by any number of threads
 // (all calls share one gRPC channel, which multiplexes them).
 #ifndef POSENC_CLIENT_CLIENT_H_
@@ -38,6 +46,7 @@
 #include <chrono>
 #include <cstdint>
 #include <future>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,6 +62,12 @@ class Channel;
 }  // namespace grpc
 
 namespace posenc::client {
+
+// Outputs written into registered shared memory instead of the result, by output name (the
+// result's field: "table", "y", "cos", "sin", "q", "k", "slopes", "bias", "embeddings"). Each
+// range must hold its output exactly and overlap no other tensor of the call, but an ApplyRope
+// input placed on itself (rotated in place, as it is anyway when q or k is a reference).
+using OutputPlacements = std::map<std::string, SharedMemoryRef>;
 
 // ---------------------------------------------------------------------------------------------
 // Positions (posenc.v1.Positions): where each token sits. Build one with the factories.
@@ -103,7 +118,8 @@ struct SinusoidalParams {
 struct SinusoidalOptions {
   Positions positions;  // range, ids, cu_seqlens or attention_mask
   SinusoidalParams params;
-  std::optional<DType> output_dtype;  // a float dtype; default FLOAT32
+  std::optional<DType> output_dtype;      // a float dtype; default FLOAT32
+  OutputPlacements output_shared_memory;  // outputs into shared memory, by name
 };
 
 // A learned table E[max_pos, D]: inline (`table_inline`) or by name (`table_name`, a table the
@@ -124,8 +140,9 @@ struct AddPositionEncodingOptions {
   std::optional<SinusoidalParams> sinusoidal;
   std::optional<LearnedTable> learned;
   Combine combine = Combine::kUnspecified;
-  std::optional<double> scale;         // default 1
-  std::optional<int64_t> padding_idx;  // fairseq, sinusoidal sources only
+  std::optional<double> scale;            // default 1
+  std::optional<int64_t> padding_idx;     // fairseq, sinusoidal sources only
+  OutputPlacements output_shared_memory;  // outputs into shared memory, by name
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -255,6 +272,7 @@ struct RopeCacheOptions {
   RopeConfig config;
   std::optional<DType> output_dtype;  // default FLOAT32
   RopeCacheLayout layout = RopeCacheLayout::kUnspecified;
+  OutputPlacements output_shared_memory;  // outputs into shared memory, by name
 };
 
 struct RopeCacheResult {
@@ -272,6 +290,7 @@ struct ApplyRopeOptions {
   Positions positions;
   RopeConfig config;
   TensorLayout layout = TensorLayout::kUnspecified;
+  OutputPlacements output_shared_memory;  // outputs into shared memory, by name
 };
 
 struct ApplyRopeResult {
@@ -285,8 +304,9 @@ struct ApplyRopeResult {
 // ---------------------------------------------------------------------------------------------
 struct AlibiSlopesOptions {
   int64_t num_heads = 0;
-  std::optional<double> max_bias;     // default 8
-  std::optional<DType> output_dtype;  // default FLOAT32
+  std::optional<double> max_bias;         // default 8
+  std::optional<DType> output_dtype;      // default FLOAT32
+  OutputPlacements output_shared_memory;  // outputs into shared memory, by name
 };
 
 enum class AlibiMode { kUnspecified, kCausal, kSymmetric, kBloom };  // default CAUSAL
@@ -304,6 +324,7 @@ struct AlibiBiasOptions {
   BiasForm form = BiasForm::kUnspecified;  // FULL or COMPACT (see ExpandToeplitz)
   std::optional<Tensor> attention_mask;    // BLOOM only: INT32/INT64 [B, k_len]
   std::optional<DType> output_dtype;       // default FLOAT32
+  OutputPlacements output_shared_memory;   // outputs into shared memory, by name
 };
 
 struct AlibiBiasResult {
@@ -324,6 +345,7 @@ struct RelativeBiasOptions {
   std::string table_name;
   BiasForm form = BiasForm::kUnspecified;  // FULL, COMPACT or BUCKETS (INT32 [q, k])
   std::optional<DType> output_dtype;       // default FLOAT32 (BUCKETS: INT32, the only choice)
+  OutputPlacements output_shared_memory;   // outputs into shared memory, by name
 };
 
 // RelativeEmbedding (Shaw et al.): entry (i, j) = table[clip(kpos - qpos, -K, K) + K].
@@ -333,9 +355,10 @@ struct RelativeEmbeddingOptions {
   int64_t max_relative = 0;            // K >= 0
   std::optional<Tensor> table_inline;  // [2K+1, D]; or table_name
   std::string table_name;
-  std::optional<int64_t> query_offset;  // default k_len - q_len
-  std::optional<int64_t> key_offset;    // default 0
-  std::optional<DType> output_dtype;    // default FLOAT32
+  std::optional<int64_t> query_offset;    // default k_len - q_len
+  std::optional<int64_t> key_offset;      // default 0
+  std::optional<DType> output_dtype;      // default FLOAT32
+  OutputPlacements output_shared_memory;  // outputs into shared memory, by name
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -374,6 +397,32 @@ struct ServerInfo {
   std::vector<Table> tables;
   bool cuda_built_in = false;   // the server was built with the CUDA backend
   std::vector<Device> devices;  // empty: no CUDA in the build, or no device
+  // Shared memory: registrations accepted (--allow_shared_memory) and their bounds.
+  bool shared_memory_allowed = false;
+  int64_t max_shared_memory_regions = 0;
+  int64_t max_shared_memory_bytes = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Shared memory (posenc.proto "Shared memory"; SharedMemoryRegion does all of this for you).
+// ---------------------------------------------------------------------------------------------
+// A range [offset, offset + byte_size) of POSIX shared-memory object `key` ("/name", as
+// shm_open takes it), registered under `name`. Registrations are per server process: each
+// replica has its own, and references name a region of the replica that serves the call.
+struct SharedMemoryRegistration {
+  std::string name;
+  std::string key;
+  int64_t offset = 0;
+  int64_t byte_size = 0;
+};
+
+// SharedMemoryStatus: one registered region.
+struct SharedMemoryRegionStatus {
+  std::string name;
+  std::string key;
+  int64_t offset = 0;
+  int64_t byte_size = 0;
+  bool broken = false;  // truncated by its owner while in use: unregister it
 };
 
 // grpc.health.v1.HealthCheckResponse.ServingStatus.
@@ -480,6 +529,24 @@ class Client {
   Future<Tensor> RelativeEmbeddingAsync(RelativeEmbeddingOptions options,
                                         const CallOptions& call = {}) const;
   Future<ServerInfo> GetServerInfoAsync(const CallOptions& call = {}) const;
+
+  // Shared memory. RegisterSharedMemory: FAILED_PRECONDITION when the server runs without
+  // --allow_shared_memory, ALREADY_EXISTS for a taken name, NOT_FOUND for a missing object,
+  // INVALID_ARGUMENT for a range outside it, RESOURCE_EXHAUSTED over the server's bounds.
+  // UnregisterSharedMemory: "" unregisters every region of the server (calls using one finish
+  // first); NOT_FOUND for an unknown name. SharedMemoryStatus: "" lists every region (sorted by
+  // name); NOT_FOUND for an unknown name.
+  absl::Status RegisterSharedMemory(const SharedMemoryRegistration& region,
+                                    const CallOptions& call = {}) const;
+  absl::Status UnregisterSharedMemory(const std::string& name, const CallOptions& call = {}) const;
+  absl::StatusOr<std::vector<SharedMemoryRegionStatus>> SharedMemoryStatus(
+      const std::string& name = "", const CallOptions& call = {}) const;
+  std::future<absl::Status> RegisterSharedMemoryAsync(const SharedMemoryRegistration& region,
+                                                      const CallOptions& call = {}) const;
+  std::future<absl::Status> UnregisterSharedMemoryAsync(const std::string& name,
+                                                        const CallOptions& call = {}) const;
+  Future<std::vector<SharedMemoryRegionStatus>> SharedMemoryStatusAsync(
+      const std::string& name = "", const CallOptions& call = {}) const;
 
   // grpc.health.v1.Health/Check for `service` ("" = the server as a whole). The call itself
   // failing (e.g. UNAVAILABLE, or UNIMPLEMENTED without a health service) is an error status;

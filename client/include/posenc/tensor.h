@@ -2,7 +2,9 @@
 //
 // A Tensor owns its bytes: `data` holds prod(shape) * DTypeSize(dtype) bytes, little-endian,
 // row-major (C order), exactly as the `posenc.v1.Tensor` message (the KServe v2 / Triton
-// convention). A scalar has an empty shape and one element. The helpers convert between C++
+// convention). A scalar has an empty shape and one element. Or it refers to them: with
+// `shared_memory` set, its bytes lie in a registered shared-memory region (posenc/shared_memory.h)
+// and `data` stays empty. The helpers convert between C++
 // number types and every wire dtype, rounding to nearest even (FLOAT16/BFLOAT16 are rounded
 // correctly from double, never through float).
 //
@@ -40,10 +42,23 @@ std::string_view DTypeName(DType dtype);
 std::optional<DType> ParseDType(std::string_view name);
 bool IsFloatDType(DType dtype);
 
+// A byte range of a shared-memory region registered with the server (posenc.v1.SharedMemoryRef;
+// posenc::client::SharedMemoryRegion hands them out).
+struct SharedMemoryRef {
+  std::string region;     // the name the region was registered under
+  int64_t offset = 0;     // bytes from the start of the registered range
+  int64_t byte_size = 0;  // the tensor's bytes exactly
+  bool operator==(const SharedMemoryRef&) const = default;
+};
+
 struct Tensor {
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
-  std::string data;  // raw bytes: little-endian, row-major
+  std::string data;  // raw bytes: little-endian, row-major (empty for a reference)
+  // Set: the bytes are in shared memory instead of `data`. An input the server reads there (an
+  // ApplyRope input is rotated in place there); a result the server wrote there. The server checks
+  // byte_size against dtype and shape and the range against its region (errors name the field).
+  std::optional<SharedMemoryRef> shared_memory;
 
   // Values converted (rounded to nearest even) to `dtype`; INVALID_ARGUMENT when the number of
   // values is not prod(shape). An integer `dtype` takes the value rounded to nearest.
@@ -59,13 +74,19 @@ struct Tensor {
 
   // prod(shape) (1 for a scalar). Only meaningful on a valid shape (see Validate()).
   int64_t NumElements() const;
-  // OK when no dimension is negative and data.size() == NumElements() * DTypeSize(dtype);
-  // otherwise INVALID_ARGUMENT naming expected and received sizes.
+  // NumElements() * DTypeSize(dtype): the bytes of `data`, or of the referenced range.
+  int64_t NumBytes() const;
+  // Whether the bytes are in shared memory (`shared_memory` set).
+  bool is_reference() const { return shared_memory.has_value(); }
+  // OK when no dimension is negative and data.size() == NumElements() * DTypeSize(dtype) (a
+  // reference: `data` empty and shared_memory->byte_size that size); otherwise INVALID_ARGUMENT
+  // naming expected and received sizes.
   absl::Status Validate() const;
 
   // Every element widened to double (exact for every float dtype, FLOAT16 and BFLOAT16
-  // included, and for integers up to 2^53). Requires a valid tensor (elements past the end of
-  // `data` are not read: the result then has data.size() / DTypeSize(dtype) entries).
+  // included, and for integers up to 2^53). Requires a valid tensor with its bytes in `data`
+  // (elements past the end of `data` are not read: the result then has data.size() /
+  // DTypeSize(dtype) entries; a reference's are read through SharedMemoryRegion::Read).
   std::vector<double> ToDoubles() const;
   // Every element converted to float (FLOAT64 rounded to nearest).
   std::vector<float> ToFloats() const;

@@ -7,11 +7,12 @@
     q = np.random.randn(1, 128, 32, 128).astype(np.float32)
     q_rot, _, derived = client.apply_rope(q, config=posenc.RopeConfig(base=500000.0))
 
-Every RPC of ``posenc.v1.PositionEncoding`` is a method of :class:`Client` taking and returning
-numpy arrays; see ``help(posenc.Client)``, client/python/README.md and
-proto/posenc/v1/posenc.proto (the reference for every field). Errors are :class:`PosencError`
-subclasses with the server's gRPC code, message and structured details (``error.field``,
-``error.reason``, ...).
+Every RPC of ``posenc.v1.PositionEncoding`` is a method of :class:`Client` taking numpy arrays,
+torch tensors or any ``__dlpack__`` array and returning numpy arrays (torch tensors for torch
+inputs); :class:`SharedMemory` puts tensors in shared memory for a co-located server. See
+``help(posenc.Client)``, client/python/README.md and proto/posenc/v1/posenc.proto (the
+reference for every field). Errors are :class:`PosencError` subclasses with the server's gRPC
+code, message and structured details (``error.field``, ``error.reason``, ...).
 
 The generated wire code is ``posenc.v1.posenc_pb2`` / ``posenc.v1.posenc_pb2_grpc`` (built from
 the .proto by CMake or by ``pip``; never committed). The enums (``posenc.RopeStyle``, ...) are
@@ -28,10 +29,12 @@ from ._errors import (DOMAIN, AbortedError, AlreadyExistsError, CancelledError, 
                       UnauthenticatedError, UnavailableError, UnimplementedError, UnknownError)
 from ._tensor import (BFLOAT16_DTYPE, HAVE_ML_DTYPES, bf16_to_float32, expand_bloom_rows,
                       expand_toeplitz, float32_to_bf16)
+from ._shared_memory import SharedMemory
 from ._types import (AlibiBiasResult, ApplyRopeResult, AttentionTemperatureTuning, BackendInfo,
                      DescribeRopeResult, DeviceInfo, LearnedTable, Positions, RopeCacheResult,
                      RopeConfig, RopeDerived, RopeLayerGroup, RopeScaling, RopeValueSource,
-                     ServerInfo, SinusoidalParams, TableInfo, TlsConfig)
+                     ServerInfo, SharedMemoryRef, SharedMemoryRegionStatus, SinusoidalParams,
+                     TableInfo, TlsConfig)
 from .client import (DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_SPLIT_IN_FLIGHT, DEFAULT_TIMEOUT,
                      Client)
 
@@ -44,6 +47,8 @@ __all__ = [
     "RopeCacheResult", "ApplyRopeResult", "AlibiBiasResult", "ServerInfo", "BackendInfo",
     "DeviceInfo", "TableInfo", "TlsConfig", "RopeValueSource", "AttentionTemperatureTuning",
     "RopeLayerGroup", "DescribeRopeResult",
+    # shared memory
+    "SharedMemory", "SharedMemoryRef", "SharedMemoryRegionStatus",
     # enums (from posenc.proto's descriptors)
     "DType", "SinusoidalLayout", "FreqScheme", "Combine", "RopeStyle", "RopeScalingType",
     "MropeLayout", "RopeCacheLayout", "TensorLayout", "AlibiMode", "FutureMode", "BiasForm",

@@ -1,14 +1,20 @@
-"""NumPy arrays <-> posenc.v1.Tensor, bfloat16 helpers and the local expansion of compact biases.
+"""Arrays <-> posenc.v1.Tensor, bfloat16 helpers and the local expansion of compact biases.
 
 The wire carries tensors as raw little-endian, row-major bytes with a dtype and a shape. Float
 tensors map to numpy float16 / float32 / float64; BFLOAT16 maps to ``ml_dtypes.bfloat16`` when
 that package can be imported, else to ``uint16`` arrays holding the bfloat16 bit patterns (the
 upper half of a binary32): :func:`bf16_to_float32` and :func:`float32_to_bf16` convert them.
+
+Inputs may also be torch tensors (bfloat16 included; seen through ``Tensor.numpy()`` without a
+copy on the CPU) or any object with ``__dlpack__`` (``numpy.from_dlpack``), or
+:class:`posenc.SharedMemoryRef` (the tensor's bytes in shared memory). Every conversion takes
+whole buffers (``tobytes``, ``numpy.frombuffer``, views): no loop ever runs over elements.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, Dict, Optional, Tuple, Union
 
 import grpc
@@ -16,7 +22,7 @@ import numpy as np
 
 from ._enums import AlibiMode, DType, FutureMode
 from ._errors import InternalError, local_error
-from ._types import enum_or_int, parse_enum
+from ._types import SharedMemoryRef, enum_or_int, parse_enum
 
 try:  # optional: a real bfloat16 numpy dtype
     import ml_dtypes as _ml_dtypes
@@ -33,6 +39,9 @@ __all__ = [
     "expand_toeplitz",
     "expand_bloom_rows",
     "expand_compact_alibi",
+    "is_torch",
+    "host_array",
+    "to_torch",
 ]
 
 #: True when ``ml_dtypes`` is importable and BFLOAT16 results are ``ml_dtypes.bfloat16`` arrays.
@@ -154,15 +163,59 @@ def float32_to_bf16(values: Any) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# Encoding (numpy -> wire) and decoding (wire -> numpy): whole buffers, never element by element.
+# torch tensors and DLPack arrays.
+# ---------------------------------------------------------------------------------------------
+def is_torch(value: Any) -> bool:
+    """Whether ``value`` is a torch tensor (torch is never imported here: only when the caller
+    has imported it can a value be one)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def host_array(value: Any) -> Optional[np.ndarray]:
+    """A numpy array of a torch tensor (on the CPU: the same memory; bfloat16 as its ``uint16``
+    bit patterns) or of any other ``__dlpack__`` array (``numpy.from_dlpack``); None for
+    anything else (numpy arrays included)."""
+    if is_torch(value):
+        torch = sys.modules["torch"]
+        t = value.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        if t.is_conj():
+            t = t.resolve_conj()
+        if t.dtype == torch.bfloat16:
+            return t.view(torch.int16).numpy().view(np.uint16)
+        return t.numpy()
+    if hasattr(value, "__dlpack__") and not isinstance(value, np.ndarray):
+        return np.from_dlpack(value)
+    return None
+
+
+def to_torch(a: np.ndarray, dtype: int) -> Any:
+    """A numpy result as a torch tensor sharing its memory: bfloat16 (``ml_dtypes.bfloat16`` or
+    the ``uint16`` bit patterns of a BFLOAT16 result) becomes ``torch.bfloat16``."""
+    import torch  # the caller passed torch tensors: it is imported already
+
+    if dtype == DType.BFLOAT16:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding (arrays -> wire) and decoding (wire -> numpy): whole buffers, never element by element.
 # ---------------------------------------------------------------------------------------------
 def float_array(value: Any, field: str) -> Tuple[DType, np.ndarray]:
     """The wire dtype and array of a float input (q, k, x, tables).
 
     numpy float16/float32/float64 and ``ml_dtypes.bfloat16`` arrays keep their dtype; a
-    ``uint16`` array is taken as bfloat16 bit patterns. Lists and other sequences go through
-    ``numpy.asarray`` (integers become float64). Other array dtypes are INVALID_ARGUMENT."""
-    if isinstance(value, np.ndarray):
+    ``uint16`` array is taken as bfloat16 bit patterns. torch tensors and ``__dlpack__`` arrays
+    are seen as numpy arrays (host_array; torch.bfloat16 is BFLOAT16). Lists and other
+    sequences go through ``numpy.asarray`` (integers become float64). Other array dtypes are
+    INVALID_ARGUMENT."""
+    host = host_array(value)
+    if host is not None:
+        a = host
+    elif isinstance(value, np.ndarray):
         a = value
     else:
         try:
@@ -185,8 +238,9 @@ def float_array(value: Any, field: str) -> Tuple[DType, np.ndarray]:
 
 def int_array(value: Any, field: str) -> Tuple[DType, np.ndarray]:
     """The wire dtype and array of an integer input (ids, masks): int32 stays INT32, any other
-    integer or bool array becomes INT64."""
-    a = value if isinstance(value, np.ndarray) else np.asarray(value)
+    integer or bool array becomes INT64 (torch and ``__dlpack__`` arrays as in float_array)."""
+    host = host_array(value)
+    a = host if host is not None else value if isinstance(value, np.ndarray) else np.asarray(value)
     if a.dtype == np.int32:
         return DType.INT32, a
     if a.dtype.kind in "bi":
@@ -209,13 +263,32 @@ def fill_tensor(msg: Any, dtype: DType, a: np.ndarray) -> None:
     msg.data = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()
 
 
+def fill_reference(msg: Any, ref: SharedMemoryRef, field: str) -> DType:
+    """A posenc.v1.Tensor whose bytes are in shared memory: dtype, shape and the reference (the
+    server checks byte_size against them and the range against its region)."""
+    if ref.dtype is None or ref.shape is None:
+        raise local_error(field, "a SharedMemoryRef input needs its dtype and shape "
+                          "(SharedMemory.ref(view) sets them)")
+    msg.dtype = int(ref.dtype)
+    del msg.shape[:]
+    msg.shape.extend(int(d) for d in ref.shape)
+    msg.shared_memory.region = ref.region
+    msg.shared_memory.offset = int(ref.offset)
+    msg.shared_memory.byte_size = int(ref.byte_size)
+    return DType(ref.dtype)
+
+
 def set_float_tensor(msg: Any, value: Any, field: str) -> DType:
+    if isinstance(value, SharedMemoryRef):
+        return fill_reference(msg, value, field)
     dtype, a = float_array(value, field)
     fill_tensor(msg, dtype, a)
     return dtype
 
 
 def set_int_tensor(msg: Any, value: Any, field: str) -> DType:
+    if isinstance(value, SharedMemoryRef):
+        return fill_reference(msg, value, field)
     dtype, a = int_array(value, field)
     fill_tensor(msg, dtype, a)
     return dtype

@@ -28,7 +28,7 @@ __all__ = [
     "Positions", "SinusoidalParams", "LearnedTable", "RopeScaling", "RopeConfig", "RopeDerived",
     "RopeCacheResult", "ApplyRopeResult", "AlibiBiasResult", "BackendInfo", "TableInfo",
     "ServerInfo", "DeviceInfo", "TlsConfig", "RopeValueSource", "AttentionTemperatureTuning",
-    "RopeLayerGroup", "DescribeRopeResult",
+    "RopeLayerGroup", "DescribeRopeResult", "SharedMemoryRef", "SharedMemoryRegionStatus",
 ]
 
 # Extra spellings of enum arguments (Hugging Face's legacy rope type "su" is LongRoPE).
@@ -75,6 +75,42 @@ def enum_or_int(cls: Type[E], number: int) -> Union[E, int]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Shared memory.
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class SharedMemoryRef:
+    """A byte range of a registered shared-memory region (``posenc.v1.SharedMemoryRef``):
+    ``region`` (the name it was registered under), ``offset`` from its start, ``byte_size``.
+
+    Pass one instead of an array for any tensor argument (its bytes are read there; ApplyRope
+    rotates q and k in place there), or as a value of ``output_shared_memory={name: ref}`` to
+    have an output written there. An input needs ``dtype`` and ``shape`` (the server checks
+    ``byte_size`` against them); :meth:`posenc.SharedMemory.ref` fills them from a view, and
+    ``memory`` (the :class:`posenc.SharedMemory` it belongs to) lets a result in the range come
+    back as a view of it (a torch tensor when ``torch`` is set) instead of as a reference.
+    """
+
+    region: str
+    offset: int
+    byte_size: int
+    dtype: Union[None, DType, int] = None
+    shape: Optional[Tuple[int, ...]] = None
+    memory: Any = dataclasses.field(default=None, repr=False, compare=False)
+    torch: bool = dataclasses.field(default=False, compare=False)
+
+
+@dataclasses.dataclass
+class SharedMemoryRegionStatus:
+    """A registered region (``posenc.v1.SharedMemoryRegionStatus``)."""
+
+    name: str = ""
+    key: str = ""  # the POSIX shared-memory object ("/name")
+    offset: int = 0
+    byte_size: int = 0
+    broken: bool = False  # truncated by its owner while in use: unregister it
+
+
+# ---------------------------------------------------------------------------------------------
 # Positions.
 # ---------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -91,7 +127,7 @@ class Positions:
     count: int = 0  # range
     seq_offsets: Tuple[int, ...] = ()  # offsets; cu_seqlens (per-sequence start, may be empty)
     seq_bounds: Tuple[int, ...] = ()  # cu_seqlens
-    array: Any = None  # ids or attention mask (numpy integer array)
+    array: Any = None  # ids or attention mask (numpy integer array, or a SharedMemoryRef)
 
     @staticmethod
     def default() -> "Positions":
@@ -113,7 +149,8 @@ class Positions:
     def ids(ids: Any) -> "Positions":
         """Explicit int32/int64 ids: ``[S]``, ``[B, S]``, ``[T]`` (THD), any shape for tables
         (the output gets ``ids.shape + [dim]``), ``[3, ...]`` for M-RoPE."""
-        return Positions("ids", array=np.asarray(ids))
+        return Positions("ids", array=ids if isinstance(ids, SharedMemoryRef) else (
+            np.asarray(ids)))
 
     @staticmethod
     def cu_seqlens(cu_seqlens: Sequence[int], offsets: Sequence[int] = ()) -> "Positions":
@@ -126,6 +163,8 @@ class Positions:
     def attention_mask(mask: Any) -> "Positions":
         """``[B, S]`` mask, 1 = real token, 0 = padding (a 1-D mask is one row); a real token's
         position is the number of real tokens before it in its row."""
+        if isinstance(mask, SharedMemoryRef):
+            return Positions("attention_mask", array=mask)
         m = np.asarray(mask)
         if m.ndim == 1:
             m = m[None, :]
@@ -299,25 +338,31 @@ class RopeDerived:
     model_type: str = ""  # hf_config_json: the model_type whose defaults applied
 
 
+#: A result tensor: a numpy array; a torch tensor when the call's tensor inputs were torch
+#: tensors; in shared memory, a view of the region (or the SharedMemoryRef, see there). Typed as
+#: the numpy array or anything, so that numpy users keep their array type.
+Array = Union[np.ndarray, Any]
+
+
 class RopeCacheResult(NamedTuple):
     """``cos``, ``sin``: positions' shape + ``[d/2]`` (COMPACT) or + ``[d]``; ``derived``."""
-    cos: np.ndarray
-    sin: np.ndarray
+    cos: Array
+    sin: Array
     derived: RopeDerived
 
 
 class ApplyRopeResult(NamedTuple):
     """The rotated ``q`` and ``k`` (None when no k was sent) in the input dtype; ``derived``."""
-    q: np.ndarray
-    k: Optional[np.ndarray]
+    q: Array
+    k: Optional[Array]
     derived: RopeDerived
 
 
 class AlibiBiasResult(NamedTuple):
     """``bias`` (``[H, q, k]``, ``[B, H, q, k]``, or a compact form when not expanded) and the
     head ``slopes`` (float64 ``[H]``)."""
-    bias: np.ndarray
-    slopes: np.ndarray
+    bias: Array
+    slopes: Array
 
 
 @dataclasses.dataclass

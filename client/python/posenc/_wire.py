@@ -26,7 +26,7 @@ from ._types import (BackendInfo, DeviceInfo, Positions, ServerInfo, TableInfo, 
                      parse_enum)
 
 __all__ = ["to_message", "from_message", "set_enum", "set_positions", "set_table",
-           "server_info"]
+           "server_info", "uses_shared_memory"]
 
 T = TypeVar("T")
 
@@ -202,3 +202,21 @@ def server_info(r: pb.GetServerInfoResponse) -> ServerInfo:
         max_shared_memory_regions=r.limits.max_shared_memory_regions,
         max_shared_memory_bytes=r.limits.max_shared_memory_bytes, cuda_built_in=r.cuda_built_in,
         devices=[from_message(d, DeviceInfo) for d in r.devices])
+
+
+def uses_shared_memory(msg: Any) -> bool:
+    """Whether a request places an output in shared memory or refers to shared memory for any
+    tensor (positions and tables included): such a request is sent whole (never split, never
+    fetched in a compact form)."""
+    fields = msg.DESCRIPTOR.fields_by_name
+    if "output_shared_memory" in fields and len(msg.output_shared_memory):
+        return True
+    for fd, value in msg.ListFields():
+        if fd.message_type is None or fd.label == fd.LABEL_REPEATED:
+            continue
+        if fd.message_type.full_name == "posenc.v1.Tensor":
+            if value.HasField("shared_memory"):
+                return True
+        elif uses_shared_memory(value):
+            return True
+    return False

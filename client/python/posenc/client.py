@@ -2,9 +2,17 @@
 
 One method per RPC of ``posenc.v1.PositionEncoding`` (proto/posenc/v1/posenc.proto is the
 reference for every field and formula) plus the standard gRPC health check, with the shape and
-defaults of the C++ client (client/include/posenc/client.h). Tensors go in and come out as numpy
-arrays; failures raise :class:`posenc.PosencError` subclasses carrying the server's gRPC code,
-message and structured details unchanged.
+defaults of the C++ client (client/include/posenc/client.h). Tensors go in as numpy arrays,
+torch tensors (bfloat16 included) or any ``__dlpack__`` array and come out as numpy arrays (torch
+tensors when the call's tensor inputs were torch tensors); failures raise
+:class:`posenc.PosencError` subclasses carrying the server's gRPC code, message and structured
+details unchanged.
+
+Shared memory (a co-located server with ``--allow_shared_memory``): any tensor argument may be a
+:class:`posenc.SharedMemoryRef` into a registered region (:class:`posenc.SharedMemory`) and every
+method's ``output_shared_memory={output name: ref}`` has outputs written there; such results come
+back as views of the region (ApplyRope rotates q and k in place in theirs), and such a request is
+never split.
 
     import posenc
     with posenc.Client("localhost:50051") as client:
@@ -18,27 +26,28 @@ limit into pieces, joining their responses) are pure; _transport sends; this mod
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
-from typing import Any, Callable, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import grpc
 import numpy as np
 
 from . import _split, _transport
-from ._enums import (AlibiMode, BiasForm, Combine, FutureMode, HealthStatus, RopeCacheLayout,
-                     TensorLayout)
+from ._enums import (AlibiMode, BiasForm, Combine, DType, FutureMode, HealthStatus,
+                     RopeCacheLayout, TensorLayout)
 from ._errors import local_error
 from ._protos import posenc_pb2 as pb
 from ._protos import posenc_pb2_grpc as pb_grpc
 from ._tensor import (DTypeLike, expand_compact_alibi, expand_toeplitz, float_output_dtype,
-                      set_float_tensor, set_int_tensor, to_numpy)
+                      is_torch, set_float_tensor, set_int_tensor, to_numpy, to_torch)
 from ._transport import Transport
-from ._types import (AlibiBiasResult, ApplyRopeResult, DescribeRopeResult, LearnedTable,
-                     RopeCacheResult, RopeConfig, RopeDerived, ServerInfo, SinusoidalParams,
-                     TlsConfig, enum_or_int)
+from ._types import (AlibiBiasResult, ApplyRopeResult, Array, DescribeRopeResult, LearnedTable,
+                     RopeCacheResult, RopeConfig, RopeDerived, ServerInfo, SharedMemoryRef,
+                     SharedMemoryRegionStatus, SinusoidalParams, TlsConfig, enum_or_int)
 from ._wire import (from_message, server_info, set_enum, set_positions, set_table,
-                    to_message)
+                    to_message, uses_shared_memory)
 
 __all__ = ["Client", "DEFAULT_TIMEOUT", "DEFAULT_MAX_MESSAGE_BYTES", "DEFAULT_MAX_SPLIT_IN_FLIGHT"]
 
@@ -72,6 +81,53 @@ def _set_output_dtype(request: Any, dtype: DTypeLike) -> None:
     wire = float_output_dtype(dtype)
     if wire is not None:
         request.output_dtype = int(wire)
+
+
+Placements = Optional[Mapping[str, SharedMemoryRef]]
+
+
+class _Tensors:
+    """One call's tensors: what its results are returned as (torch tensors when a tensor input
+    was one) and which are in shared memory (``output_shared_memory``, and the ApplyRope inputs
+    rotated in place there), so that those come back as views of their region."""
+
+    def __init__(self, request: Any, placements: Placements):
+        self.torch = False
+        self._refs: Dict[str, SharedMemoryRef] = {}
+        for name, ref in (placements or {}).items():
+            if not isinstance(name, str) or not isinstance(ref, SharedMemoryRef):
+                raise local_error("output_shared_memory", "expected {output name: "
+                                  f"SharedMemoryRef}}, got {name!r}: {ref!r}")
+            out = request.output_shared_memory[name]
+            out.region, out.offset, out.byte_size = ref.region, int(ref.offset), int(ref.byte_size)
+            self._refs[name] = ref
+
+    def note(self, value: Any, field: str) -> Any:
+        """Takes note of a tensor input ``field`` (torch? in shared memory?); returns it."""
+        if isinstance(value, SharedMemoryRef):
+            self._refs.setdefault(field, value)
+        elif is_torch(value):
+            self.torch = True
+        return value
+
+    def float(self, msg: Any, value: Any, field: str) -> None:
+        set_float_tensor(msg, self.note(value, field), field)
+
+    def result(self, msg: Any, field: str,
+               inline: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> Array:
+        """A response tensor: a view of its region (or the SharedMemoryRef) when it is in
+        shared memory, else the array (``inline`` applied first), as torch when asked."""
+        if msg.HasField("shared_memory"):
+            where = msg.shared_memory
+            ref = self._refs.get(field)
+            if ref is not None and ref.memory is not None and ref.region == where.region:
+                return ref.memory.result(msg.dtype, tuple(msg.shape), where.offset, ref.torch)
+            return SharedMemoryRef(where.region, where.offset, where.byte_size,
+                                   enum_or_int(DType, msg.dtype), tuple(msg.shape))
+        a = to_numpy(msg, field)
+        if inline is not None:
+            a = inline(a)
+        return to_torch(a, msg.dtype) if self.torch else a
 
 
 class Client:
@@ -194,7 +250,7 @@ class Client:
               planner: Optional[Planner] = None) -> Any:
         """The response of ``request``: one call, or the joined pieces of a split."""
         deadline = self._deadline(timeout)
-        if self._split_requests and planner is not None:
+        if self._split_requests and planner is not None and not uses_shared_memory(request):
             plan = planner(request, lambda: self._transport.limits(deadline))
             if plan is not None:
                 return plan.join(self._transport.call_all(method, plan.pieces, deadline,
@@ -204,7 +260,8 @@ class Client:
     # -- absolute encodings -------------------------------------------------------------------
     def sinusoidal(self, positions: Any, dim: int, *, base: Optional[float] = None,
                    layout: Any = None, freq_scheme: Any = None, dtype: DTypeLike = None,
-                   timeout: Optional[float] = None) -> np.ndarray:
+                   output_shared_memory: Placements = None,
+                   timeout: Optional[float] = None) -> Array:
         """The sinusoidal table ``PE[positions, dim]`` (Sinusoidal).
 
         Args:
@@ -214,19 +271,22 @@ class Client:
           base: default 10000. layout: ``"interleaved"`` (default) or ``"concat"``.
           freq_scheme: ``"vaswani"`` or ``"t2t"`` (default by layout).
           dtype: float32 (default), float16, bfloat16 or float64.
+          output_shared_memory: ``{"table": ref}`` writes the table into shared memory.
         """
         request = pb.SinusoidalRequest()
+        tensors = _Tensors(request, output_shared_memory)
         set_positions(request, positions)
         to_message(SinusoidalParams(dim, base, layout, freq_scheme), request.params, "params")
         _set_output_dtype(request, dtype)
-        return to_numpy(self._send("Sinusoidal", request, timeout).table, "table")
+        return tensors.result(self._send("Sinusoidal", request, timeout).table, "table")
 
     def add_position_encoding(self, x: Any, positions: Any = None, *,
                               sinusoidal: Optional[SinusoidalParams] = None,
                               learned: Union[None, LearnedTable, str, Any] = None,
                               table_offset: int = 0, combine: Any = None,
                               scale: Optional[float] = None, padding_idx: Optional[int] = None,
-                              timeout: Optional[float] = None) -> np.ndarray:
+                              output_shared_memory: Placements = None,
+                              timeout: Optional[float] = None) -> Array:
         """``y = x*scale + PE`` (combine ``"add"``, default) or ``[x*scale ; PE]``
         (``"concat"``), in x's dtype (AddPositionEncoding).
 
@@ -238,18 +298,21 @@ class Client:
           learned: a learned table: a :class:`LearnedTable`, a float array ``[max_pos, D]``
             (inline) or a table name; ``table_offset`` applies to the latter two.
           scale: default 1. padding_idx: fairseq's padding_idx (sinusoidal sources).
+          output_shared_memory: ``{"y": ref}`` writes y into shared memory.
 
         Over the message limit, it is split along batch rows, then tokens.
         """
         request = pb.AddPositionEncodingRequest()
-        set_float_tensor(request.x, x, "x")
+        tensors = _Tensors(request, output_shared_memory)
+        tensors.float(request.x, x, "x")
         set_positions(request, positions)
         if sinusoidal is not None and learned is not None:
             raise local_error("source", "set either sinusoidal or learned, not both")
         if learned is not None:
             table = learned if isinstance(learned, LearnedTable) else LearnedTable(
                 learned, table_offset)
-            set_table(request.learned, table.table, "learned.")
+            set_table(request.learned, tensors.note(table.table, "learned.table_inline"),
+                      "learned.")
             request.learned.table_offset = int(table.table_offset)
             request.learned.SetInParent()
         else:
@@ -262,11 +325,12 @@ class Client:
             request.padding_idx = int(padding_idx)
         response = self._send("AddPositionEncoding", request, timeout,
                               _split.plan_add_position_encoding)
-        return to_numpy(response.y, "y")
+        return tensors.result(response.y, "y")
 
     # -- RoPE ---------------------------------------------------------------------------------
     def rope_cache(self, positions: Any, config: Any, *, dtype: DTypeLike = None,
-                   layout: Any = None, timeout: Optional[float] = None) -> RopeCacheResult:
+                   layout: Any = None, output_shared_memory: Placements = None,
+                   timeout: Optional[float] = None) -> RopeCacheResult:
         """cos and sin of ``p * omega_j`` times the attention factor (RopeCache).
 
         Args:
@@ -276,20 +340,25 @@ class Client:
           dtype: float32 (default), float16, bfloat16 or float64.
           layout: ``"compact"`` (default, ``[..., d/2]``), ``"neox"`` or ``"gptj"``
             (``[..., d]``).
+          output_shared_memory: ``{"cos": ref, "sin": ref}`` (either or both) writes them into
+            shared memory.
 
         Returns ``RopeCacheResult(cos, sin, derived)``.
         """
         request = pb.RopeCacheRequest()
+        tensors = _Tensors(request, output_shared_memory)
         set_positions(request, positions)
         to_message(RopeConfig.coerce(config), request.config, "config")
         _set_output_dtype(request, dtype)
         set_enum(request, "layout", RopeCacheLayout, layout)
         response = self._send("RopeCache", request, timeout)
-        return RopeCacheResult(to_numpy(response.cos, "cos"), to_numpy(response.sin, "sin"),
+        return RopeCacheResult(tensors.result(response.cos, "cos"),
+                               tensors.result(response.sin, "sin"),
                                from_message(response.derived, RopeDerived))
 
     def apply_rope(self, q: Any, k: Any = None, positions: Any = None, config: Any = None, *,
-                   layout: Any = None, timeout: Optional[float] = None) -> ApplyRopeResult:
+                   layout: Any = None, output_shared_memory: Placements = None,
+                   timeout: Optional[float] = None) -> ApplyRopeResult:
         """Rotates q (and k) by their positions; results in the input dtype (ApplyRope).
 
         Args:
@@ -301,24 +370,27 @@ class Client:
             ``[B, S]`` / ``[3, ...]``, cu_seqlens or an attention mask.
           config: a :class:`RopeConfig` (default: ``RopeConfig()``, head_dim from q) or a
             Hugging Face config.json (dict, JSON text, path).
+          output_shared_memory: ``{"q": ref, "k": ref}`` writes the results into shared memory.
 
-        Over the message limit, q and k are split along heads, then tokens (with
-        ``config.seq_len`` pinned to the whole request's, so that dynamic NTK and LongRoPE see
-        what one call would), then batch rows (docs/splitting.md), unless the client was made
-        with ``split_requests=False``.
+        q or k given as a :class:`posenc.SharedMemoryRef` is rotated in place in its region and
+        comes back as a view of it. Over the message limit, q and k are split along heads, then
+        tokens (with ``config.seq_len`` pinned to the whole request's, so that dynamic NTK and
+        LongRoPE see what one call would), then batch rows (docs/splitting.md), unless the
+        client was made with ``split_requests=False``.
 
         Returns ``ApplyRopeResult(q, k, derived)`` (k None when none was sent).
         """
         request = pb.ApplyRopeRequest()
-        set_float_tensor(request.q, q, "q")
+        tensors = _Tensors(request, output_shared_memory)
+        tensors.float(request.q, q, "q")
         if k is not None:
-            set_float_tensor(request.k, k, "k")
+            tensors.float(request.k, k, "k")
         set_positions(request, positions)
         to_message(RopeConfig.coerce(config), request.config, "config")
         set_enum(request, "layout", TensorLayout, layout)
         response = self._send("ApplyRope", request, timeout, _split.plan_apply_rope)
-        k_out = to_numpy(response.k, "k") if response.HasField("k") else None
-        return ApplyRopeResult(to_numpy(response.q, "q"), k_out,
+        k_out = tensors.result(response.k, "k") if response.HasField("k") else None
+        return ApplyRopeResult(tensors.result(response.q, "q"), k_out,
                                from_message(response.derived, RopeDerived))
 
     def describe_rope(self, config: Any, *, timeout: Optional[float] = None
@@ -338,22 +410,29 @@ class Client:
 
     # -- biases -------------------------------------------------------------------------------
     def alibi_slopes(self, num_heads: int, *, max_bias: Optional[float] = None,
-                     dtype: DTypeLike = None, timeout: Optional[float] = None) -> np.ndarray:
-        """ALiBi head slopes ``[num_heads]`` (AlibiSlopes); max_bias default 8."""
+                     dtype: DTypeLike = None, output_shared_memory: Placements = None,
+                     timeout: Optional[float] = None) -> Array:
+        """ALiBi head slopes ``[num_heads]`` (AlibiSlopes); max_bias default 8;
+        ``output_shared_memory={"slopes": ref}`` writes them into shared memory."""
         request = pb.AlibiSlopesRequest(num_heads=int(num_heads))
+        tensors = _Tensors(request, output_shared_memory)
         if max_bias is not None:
             request.max_bias = float(max_bias)
         _set_output_dtype(request, dtype)
-        return to_numpy(self._send("AlibiSlopes", request, timeout).slopes, "slopes")
+        return tensors.result(self._send("AlibiSlopes", request, timeout).slopes, "slopes")
 
     def _compact_by_default(self, request: Any) -> None:
-        if request.form == BiasForm.UNSPECIFIED and self._compact_biases and request.q_len > 1:
+        """COMPACT for an unspecified form (compact_biases, more than one query), unless the
+        request uses shared memory (the full bias is placed where the caller said)."""
+        if request.form == BiasForm.UNSPECIFIED and self._compact_biases and request.q_len > 1 \
+                and not uses_shared_memory(request):
             request.form = BiasForm.COMPACT
 
     def alibi_bias(self, num_heads: int, q_len: int, k_len: int, *,
                    query_offset: Optional[int] = None, mode: Any = None, future: Any = None,
                    max_bias: Optional[float] = None, form: Any = None,
                    attention_mask: Any = None, dtype: DTypeLike = None, expand: bool = True,
+                   output_shared_memory: Placements = None,
                    timeout: Optional[float] = None) -> AlibiBiasResult:
         """The ALiBi bias (AlibiBias): query i at ``query_offset + i``, key j at j.
 
@@ -369,6 +448,8 @@ class Client:
             :func:`posenc.expand_bloom_rows`).
           attention_mask: BLOOM only: int ``[B, k_len]``; the bias gains a batch axis.
           dtype: float32 (default), float16, bfloat16 or float64.
+          output_shared_memory: ``{"bias": ref, "slopes": ref}`` (either or both) writes them
+            into shared memory; the form then defaults to FULL.
 
         A FULL bias over the message limit is fetched in pieces of query rows.
 
@@ -376,6 +457,7 @@ class Client:
         """
         request = pb.AlibiBiasRequest(num_heads=int(num_heads), q_len=int(q_len),
                                       k_len=int(k_len))
+        tensors = _Tensors(request, output_shared_memory)
         if query_offset is not None:
             request.query_offset = int(query_offset)
         set_enum(request, "mode", AlibiMode, mode)
@@ -383,24 +465,27 @@ class Client:
         if max_bias is not None:
             request.max_bias = float(max_bias)
         set_enum(request, "form", BiasForm, form)
-        self._compact_by_default(request)
         if attention_mask is not None:
             set_int_tensor(request.attention_mask, attention_mask, "attention_mask")
+        self._compact_by_default(request)
         _set_output_dtype(request, dtype)
         response = self._send("AlibiBias", request, timeout, _split.plan_alibi_bias)
-        bias = to_numpy(response.bias, "bias")
+        expansion: Optional[Callable[[np.ndarray], np.ndarray]] = None
         if request.form == BiasForm.COMPACT and expand:
             offset = request.query_offset if request.HasField("query_offset") else None
-            bias = expand_compact_alibi(bias, request.mode, request.q_len, request.k_len, offset,
-                                        request.future)
-        return AlibiBiasResult(bias, to_numpy(response.slopes, "slopes"))
+            expansion = functools.partial(expand_compact_alibi, mode=request.mode,
+                                          q_len=request.q_len, k_len=request.k_len,
+                                          query_offset=offset, future=request.future)
+        return AlibiBiasResult(tensors.result(response.bias, "bias", expansion),
+                               tensors.result(response.slopes, "slopes"))
 
     def relative_bias(self, q_len: int, k_len: int, table: Any = None, *,
                       query_offset: Optional[int] = None, key_offset: Optional[int] = None,
                       bidirectional: Optional[bool] = None, num_buckets: Optional[int] = None,
                       max_distance: Optional[int] = None, form: Any = None,
                       dtype: DTypeLike = None, expand: bool = True,
-                      timeout: Optional[float] = None) -> np.ndarray:
+                      output_shared_memory: Placements = None,
+                      timeout: Optional[float] = None) -> Array:
         """The T5 bucketed relative bias (RelativeBias): query i at ``query_offset + i``
         (default ``k_len - q_len``), key j at ``key_offset + j`` (default 0).
 
@@ -413,10 +498,13 @@ class Client:
             ``compact_biases``: the Toeplitz generator ``[H, q + k - 1]``, expanded locally to
             ``[H, q, k]`` unless ``expand=False``) or ``"buckets"`` (int32 ``[q, k]``).
           dtype: float32 (default), float16, bfloat16 or float64 (ignored for buckets).
+          output_shared_memory: ``{"bias": ref}`` writes it into shared memory (the form then
+            defaults to FULL).
 
         A FULL (or BUCKETS) bias over the message limit is fetched in pieces of query rows.
         """
         request = pb.RelativeBiasRequest(q_len=int(q_len), k_len=int(k_len))
+        tensors = _Tensors(request, output_shared_memory)
         if query_offset is not None:
             request.query_offset = int(query_offset)
         if key_offset is not None:
@@ -427,30 +515,33 @@ class Client:
             request.num_buckets = int(num_buckets)
         if max_distance is not None:
             request.max_distance = int(max_distance)
-        set_table(request, table)
+        set_table(request, tensors.note(table, "table_inline"))
         set_enum(request, "form", BiasForm, form)
         self._compact_by_default(request)
         if request.form != BiasForm.BUCKETS:
             _set_output_dtype(request, dtype)
         response = self._send("RelativeBias", request, timeout, _split.plan_relative_bias)
-        bias = to_numpy(response.bias, "bias")
+        expansion: Optional[Callable[[np.ndarray], np.ndarray]] = None
         if request.form == BiasForm.COMPACT and expand:
-            bias = expand_toeplitz(bias, request.q_len, request.k_len)
-        return bias
+            expansion = functools.partial(expand_toeplitz, q_len=request.q_len,
+                                          k_len=request.k_len)
+        return tensors.result(response.bias, "bias", expansion)
 
     def relative_embedding(self, q_len: int, k_len: int, max_relative: int, table: Any, *,
                            query_offset: Optional[int] = None, key_offset: Optional[int] = None,
-                           dtype: DTypeLike = None,
-                           timeout: Optional[float] = None) -> np.ndarray:
+                           dtype: DTypeLike = None, output_shared_memory: Placements = None,
+                           timeout: Optional[float] = None) -> Array:
         """Shaw et al. relative embeddings ``[q_len, k_len, D]`` (RelativeEmbedding): entry
         (i, j) is ``table[clip(kpos - qpos, -K, K) + K]`` with K = ``max_relative``.
 
         ``table`` is float ``[2K+1, D]`` or the name of a server table; query i sits at
         ``query_offset + i`` (default ``k_len - q_len``), key j at ``key_offset + j`` (default
-        0). Over the message limit, it is fetched in pieces of query rows."""
+        0). Over the message limit, it is fetched in pieces of query rows;
+        ``output_shared_memory={"embeddings": ref}`` writes them into shared memory."""
         request = pb.RelativeEmbeddingRequest(q_len=int(q_len), k_len=int(k_len),
                                               max_relative=int(max_relative))
-        set_table(request, table)
+        tensors = _Tensors(request, output_shared_memory)
+        set_table(request, tensors.note(table, "table_inline"))
         if query_offset is not None:
             request.query_offset = int(query_offset)
         if key_offset is not None:
@@ -458,7 +549,7 @@ class Client:
         _set_output_dtype(request, dtype)
         response = self._send("RelativeEmbedding", request, timeout,
                               _split.plan_relative_embedding)
-        return to_numpy(response.embeddings, "embeddings")
+        return tensors.result(response.embeddings, "embeddings")
 
     # -- server -------------------------------------------------------------------------------
     def get_server_info(self, *, timeout: Optional[float] = None) -> ServerInfo:
@@ -468,6 +559,32 @@ class Client:
 
     #: The same as :meth:`get_server_info` (its earlier name).
     server_info = get_server_info
+
+    # -- shared memory ------------------------------------------------------------------------
+    def register_shared_memory(self, name: str, key: str, byte_size: int, *, offset: int = 0,
+                               timeout: Optional[float] = None) -> None:
+        """Registers ``[offset, offset + byte_size)`` of POSIX shared-memory object ``key``
+        ("/name") under ``name`` (RegisterSharedMemory; :class:`posenc.SharedMemory` does it for
+        you). FailedPreconditionError without ``--allow_shared_memory``, AlreadyExistsError for
+        a taken name, NotFoundError for a missing object, InvalidArgumentError for a range
+        outside it, ResourceExhaustedError over the server's bounds."""
+        request = pb.RegisterSharedMemoryRequest(name=name, key=key, offset=int(offset),
+                                                 byte_size=int(byte_size))
+        self._send("RegisterSharedMemory", request, timeout)
+
+    def unregister_shared_memory(self, name: str = "", *, timeout: Optional[float] = None
+                                 ) -> None:
+        """Unregisters region ``name`` ("" = every region of the server); calls using it
+        finish first. NotFoundError for an unknown name."""
+        self._send("UnregisterSharedMemory", pb.UnregisterSharedMemoryRequest(name=name), timeout)
+
+    def shared_memory_status(self, name: str = "", *, timeout: Optional[float] = None
+                             ) -> List[SharedMemoryRegionStatus]:
+        """The registered regions ("" = all, sorted by name); NotFoundError for an unknown
+        name."""
+        response = self._send("SharedMemoryStatus", pb.SharedMemoryStatusRequest(name=name),
+                              timeout)
+        return [from_message(r, SharedMemoryRegionStatus) for r in response.regions]
 
     def health(self, service: str = "", *, timeout: Optional[float] = None) -> HealthStatus:
         """``grpc.health.v1.Health/Check`` of ``service`` ("" = the server as a whole).

@@ -1,0 +1,132 @@
+"""The Python client's tensor conversions against a real posenc-server: torch tensors in and out
+(bfloat16 included), any ``__dlpack__`` array in, and whole-buffer conversions only (an array
+whose elements cannot be visited one by one goes through every conversion)."""
+
+import unittest
+
+import numpy as np
+
+import posenc
+from server import ModuleServer
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - deploy/install-deps.sh installs python3-torch
+    torch = None
+
+MODULE = ModuleServer("--backend=cpu", "--threads=2")
+SERVER = CLIENT = None
+tearDownModule = MODULE.stop
+
+
+def setUpModule():
+    global SERVER, CLIENT
+    SERVER, CLIENT = MODULE.start()
+
+
+def rng(seed):
+    return np.random.default_rng(seed)
+
+
+class DLPackOnly:
+    """An array known only through the DLPack protocol (as jax, cupy on the host, ...)."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def __dlpack__(self, stream=None):
+        return self._array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+class NoElementAccess(np.ndarray):
+    """An array that refuses to be iterated or indexed element by element: a conversion that
+    loops over elements fails on it."""
+
+    def __iter__(self):
+        raise AssertionError("iterated element by element")
+
+    def __getitem__(self, index):
+        if isinstance(index, (int, np.integer)) or (
+                isinstance(index, tuple) and all(isinstance(i, (int, np.integer)) for i in index)):
+            raise AssertionError("read element by element")
+        return super().__getitem__(index)
+
+    def tolist(self):
+        raise AssertionError("converted to a list")
+
+
+class DLPackTest(unittest.TestCase):
+    def test_a_dlpack_array_is_an_input(self):
+        q = rng(1).standard_normal((1, 6, 2, 16)).astype(np.float32)
+        expected = CLIENT.apply_rope(q)
+        result = CLIENT.apply_rope(DLPackOnly(q))
+        self.assertIsInstance(result.q, np.ndarray)
+        np.testing.assert_array_equal(result.q, expected.q)
+        table = rng(2).standard_normal((7, 4))
+        np.testing.assert_array_equal(
+            CLIENT.relative_embedding(3, 3, 3, DLPackOnly(table)),
+            CLIENT.relative_embedding(3, 3, 3, table))
+
+    def test_no_conversion_visits_elements(self):
+        q = rng(3).standard_normal((1, 64, 4, 32)).astype(np.float32).view(NoElementAccess)
+        k = rng(4).standard_normal((1, 64, 2, 32)).astype(np.float32).view(NoElementAccess)
+        ids = np.arange(64, dtype=np.int64).view(NoElementAccess)
+        expected = CLIENT.apply_rope(np.asarray(q), np.asarray(k))
+        np.testing.assert_array_equal(CLIENT.apply_rope(q, k, posenc.Positions.ids(ids)).q,
+                                      expected.q)
+        x = rng(5).standard_normal((2, 5, 8)).astype(np.float16).view(NoElementAccess)
+        CLIENT.add_position_encoding(x, learned=rng(6).standard_normal((9, 8)).view(
+            NoElementAccess))
+        # Split requests too (pieces cut by slices, joined into one array).
+        with posenc.Client(SERVER.address, max_message_bytes=96 << 10) as small:
+            np.testing.assert_array_equal(small.apply_rope(q, k).q, expected.q)
+
+
+@unittest.skipIf(torch is None, "python3-torch is not installed")
+class TorchTest(unittest.TestCase):
+    def test_float_tensors_in_and_out(self):
+        q = torch.randn(2, 8, 4, 32)
+        k = torch.randn(2, 8, 2, 32)
+        result = CLIENT.apply_rope(q, k, torch.tensor([3, 9]).reshape(2, 1) + torch.arange(8))
+        self.assertIsInstance(result.q, torch.Tensor)
+        self.assertEqual((result.q.dtype, tuple(result.q.shape)), (torch.float32, (2, 8, 4, 32)))
+        expected = CLIENT.apply_rope(q.numpy(), k.numpy(), posenc.Positions.offsets([3, 9]))
+        np.testing.assert_array_equal(result.q.numpy(), expected.q)
+        np.testing.assert_array_equal(result.k.numpy(), expected.k)
+        # A tensor that needs grad, and a non-contiguous one.
+        g = torch.randn(1, 4, 2, 64, requires_grad=True)
+        np.testing.assert_array_equal(CLIENT.apply_rope(g).q.numpy(),
+                                      CLIENT.apply_rope(g.detach().numpy()).q)
+        t = torch.randn(1, 2, 4, 64).transpose(1, 2)
+        np.testing.assert_array_equal(CLIENT.apply_rope(t).q.numpy(),
+                                      CLIENT.apply_rope(t.contiguous().numpy()).q)
+
+    def test_bfloat16_in_and_out(self):
+        q = torch.randn(1, 16, 4, 64).to(torch.bfloat16)
+        result = CLIENT.apply_rope(q)
+        self.assertEqual(result.q.dtype, torch.bfloat16)
+        bits = q.view(torch.int16).numpy().view(np.uint16)
+        expected = CLIENT.apply_rope(bits)  # uint16 bit patterns: the same wire tensor
+        np.testing.assert_array_equal(result.q.view(torch.int16).numpy().view(np.uint16),
+                                      expected.q.view(np.uint16))
+        x = torch.randn(2, 3, 8, dtype=torch.bfloat16)
+        y = CLIENT.add_position_encoding(x)
+        self.assertEqual((y.dtype, tuple(y.shape)), (torch.bfloat16, (2, 3, 8)))
+
+    def test_other_methods_follow_their_tensor_inputs(self):
+        table = torch.randn(32, 4)
+        bias = CLIENT.relative_bias(5, 7, table)
+        self.assertIsInstance(bias, torch.Tensor)
+        np.testing.assert_array_equal(bias.numpy(), CLIENT.relative_bias(5, 7, table.numpy()))
+        mask = torch.ones(1, 5, dtype=torch.int64)
+        alibi = CLIENT.alibi_bias(2, 3, 5, mode="bloom", attention_mask=mask)
+        self.assertIsInstance(alibi.bias, np.ndarray)  # no float tensor input: numpy
+        self.assertIsInstance(CLIENT.rope_cache(range(4), posenc.RopeConfig(head_dim=8)).cos,
+                              np.ndarray)
+
+
+if __name__ == "__main__":
+    unittest.main()
