@@ -1,11 +1,10 @@
 #include "server/service.h"
 
-#include <grpcpp/support/proto_buffer_reader.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <new>
 #include <string>
 #include <thread>
@@ -13,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
 #include "kernels/common/cancellation.h"
+#include "proto/posenc/v1/byte_buffer.h"
 #include "server/call_cancellation.h"
 #include "server/error_details.h"
 #include "server/logging.h"
@@ -61,19 +61,34 @@ std::string RequestId(const grpc::CallbackServerContext& context) {
   return std::string(it->second.data(), it->second.size());
 }
 
-// Parses gRPC's request bytes without copying them first, then frees them (the parsed message
-// holds the payload from here on, as with gRPC's own parsing). ProtoBufferReader takes a
-// non-const buffer but only reads it; Clear() leaves gRPC an empty buffer to destroy.
+// Parses gRPC's request bytes (v1::ParseFromByteBuffer: large tensors sized once), then frees
+// them (the parsed message holds the payload from here on). Bytes that do not parse get
+// INVALID_ARGUMENT starting with the field that fails where one can be named
+// ("config.hf_config_json: invalid UTF-8 ..."). Clear() leaves gRPC an empty buffer to destroy.
 template <typename Request>
-bool ParseRequest(const grpc::ByteBuffer* bytes, Request* request) {
+grpc::Status ParseRequest(const grpc::ByteBuffer* bytes, Request* request) {
   auto* buffer = const_cast<grpc::ByteBuffer*>(bytes);
-  bool parsed = false;
-  {
-    grpc::ProtoBufferReader reader(buffer);
-    parsed = reader.status().ok() && request->ParseFromZeroCopyStream(&reader);
+  grpc::Status status;
+  if (!v1::ParseFromByteBuffer(*buffer, request)) {
+    const std::string what = absl::StrCat(buffer->Length(), " bytes that do not parse as ",
+                                          Request::descriptor()->full_name());
+    const std::string field = v1::DescribeParseFailure(*buffer, Request::descriptor());
+    status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          field.empty() ? absl::StrCat("request: ", what,
+                                                       " (not protobuf, or another message)")
+                                        : absl::StrCat(field, "; the request: ", what));
   }
   buffer->Clear();
-  return parsed;
+  return status;
+}
+
+// `response` serialized into gRPC's buffer: its tensors referenced, not copied
+// (v1::SerializeToByteBuffer; the message lives until gRPC has sent them). Its size, 0 on error.
+template <typename Response>
+size_t SerializeResponse(std::shared_ptr<Response> response, grpc::ByteBuffer* bytes,
+                         grpc::Status* status) {
+  *status = v1::SerializeToByteBuffer(std::move(response), bytes);
+  return status->ok() ? bytes->Length() : 0;
 }
 
 // Runs `handler` under the call's cancellation (deadline, client cancel, drain deadline) and
@@ -154,7 +169,7 @@ grpc::ServerUnaryReactor* PositionEncodingService::Serve(const char* method,
   auto* reactor =
       new CallReactor(admission_, static_cast<int64_t>(request_size), &calls_in_flight_);
   Request request;
-  Response response;
+  auto response = std::make_shared<Response>();
   std::string input;
   grpc::Status status;
   bool unparseable = false;
@@ -162,12 +177,8 @@ grpc::ServerUnaryReactor* PositionEncodingService::Serve(const char* method,
     status = grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "the server is draining (shutting down); retry on another replica");
     reactor->LeaveInFlight();
-  } else if (!ParseRequest(request_bytes, &request)) {
+  } else if (status = ParseRequest(request_bytes, &request); !status.ok()) {
     unparseable = true;
-    status = grpc::Status(
-        grpc::StatusCode::INVALID_ARGUMENT,
-        absl::StrCat("request: ", request_size, " bytes that do not parse as ",
-                     Request::descriptor()->full_name(), " (not protobuf, or another message)"));
     if (metrics_ != nullptr) metrics_->OnUnparseable(method);
   } else if (context->deadline() < std::chrono::system_clock::now()) {
     status =
@@ -176,7 +187,7 @@ grpc::ServerUnaryReactor* PositionEncodingService::Serve(const char* method,
     // Before the handler: it may move tensor bytes out of the request (consume_requests).
     if (AccessLogEnabled(grpc::StatusCode::INTERNAL)) input = SummarizeRequest(request);
     status = RunHandler(method, handler, ctx_, *context, &abort_at_ns_, &reactor->admission(),
-                        request, &response);
+                        request, response.get());
   }
   if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
     // gRPC retry policies (A6) honour this: a busy server (admission refused the call) asks for a
@@ -193,14 +204,8 @@ grpc::ServerUnaryReactor* PositionEncodingService::Serve(const char* method,
   size_t response_size = 0;
   std::string output;
   if (status.ok()) {
-    if (AccessLogEnabled(grpc::StatusCode::OK)) output = SummarizeResponse(response);
-    bool own_buffer = false;
-    status = grpc::SerializationTraits<Response>::Serialize(response, response_bytes, &own_buffer);
-    response_size = status.ok() ? response_bytes->Length() : 0;
-  }
-  {
-    Response freed;  // the payload lives on in response_bytes only
-    response.Swap(&freed);
+    if (AccessLogEnabled(grpc::StatusCode::OK)) output = SummarizeResponse(*response);
+    response_size = SerializeResponse(std::move(response), response_bytes, &status);
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
