@@ -27,8 +27,8 @@
 #include "client/split.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "kernels/common/status.h"
-#include "proto/posenc/v1/byte_buffer.h"
 #include "posenc/v1/posenc.grpc.pb.h"
+#include "proto/posenc/v1/byte_buffer.h"
 
 namespace posenc::client {
 namespace {
@@ -145,10 +145,9 @@ template <typename Response>
 absl::Status ParseResponse(const grpc::ByteBuffer& bytes, Response* response) {
   if (v1::ParseFromByteBuffer(bytes, response)) return absl::OkStatus();
   const std::string why = v1::DescribeParseFailure(bytes, Response::descriptor());
-  return absl::InternalError(absl::StrCat("the server's response (", bytes.Length(),
-                                          " bytes) does not parse as ",
-                                          Response::descriptor()->full_name(),
-                                          why.empty() ? "" : ": ", why));
+  return absl::InternalError(
+      absl::StrCat("the server's response (", bytes.Length(), " bytes) does not parse as ",
+                   Response::descriptor()->full_name(), why.empty() ? "" : ": ", why));
 }
 
 // At most this many pieces of a split request are in flight at once.
@@ -212,12 +211,11 @@ struct Client::Impl {
         std::make_shared<const Request>(std::move(request)), &state->request_bytes);
     if (!serialized.ok()) return done(ToAbsl(serialized));
     PrepareContext(&state->context, call);
-    generic_stub.UnaryCall(&state->context, MethodPath<Request>(), grpc::StubOptions(),
-                           &state->request_bytes, &state->response_bytes,
-                           [state, response, done = std::move(done)](grpc::Status status) {
-                             done(status.ok() ? ParseResponse(state->response_bytes, response)
-                                              : ToAbsl(status));
-                           });
+    generic_stub.UnaryCall(
+        &state->context, MethodPath<Request>(), grpc::StubOptions(), &state->request_bytes,
+        &state->response_bytes, [state, response, done = std::move(done)](grpc::Status status) {
+          done(status.ok() ? ParseResponse(state->response_bytes, response) : ToAbsl(status));
+        });
   }
 
   // The request of `options` (internal::ToRequest) sent with Send.
@@ -469,14 +467,12 @@ absl::StatusOr<Tensor> Client::AddPositionEncoding(const AddPositionEncodingOpti
           ? impl_->SplitBudget(internal::AddPositionEncodingRequestBytes(request, y->Bytes()), call)
           : std::nullopt;
   if (!budget.has_value()) {
-    return impl_->Send(&Stub::AddPositionEncoding, std::move(request), call,
-                       kAddPositionEncodingY);
+    return impl_->Send(&Stub::AddPositionEncoding, std::move(request), call, kAddPositionEncodingY);
   }
   POSENC_ASSIGN_OR_RETURN(const internal::AddPositionEncodingSplit split,
                           internal::SplitAddPositionEncoding(options, *y, *budget));
   if (split.whole) {
-    return impl_->Send(&Stub::AddPositionEncoding, std::move(request), call,
-                       kAddPositionEncodingY);
+    return impl_->Send(&Stub::AddPositionEncoding, std::move(request), call, kAddPositionEncodingY);
   }
   request.Clear();  // the pieces hold the bytes now
   POSENC_ASSIGN_OR_RETURN(

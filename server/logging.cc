@@ -104,8 +104,8 @@ void LogFromProtobuf(google::protobuf::LogLevel level, const char* filename, int
   if (level == google::protobuf::LOGLEVEL_FATAL) to = spdlog::level::critical;
   const std::string more =
       dropped > 0 ? absl::StrCat(" (", dropped, " earlier protobuf lines not logged)") : "";
-  spdlog::default_logger_raw()->log(to, "protobuf {}:{}: {}{}", filename != nullptr ? filename : "?",
-                                    line, message, more);
+  spdlog::default_logger_raw()->log(to, "protobuf {}:{}: {}{}",
+                                    filename != nullptr ? filename : "?", line, message, more);
 }
 
 }  // namespace

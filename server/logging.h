@@ -48,9 +48,9 @@ class LogRateLimit {
  private:
   const int64_t per_second_;
   std::mutex mu_;
-  int64_t second_ = -1;   // guarded by mu_
-  int64_t written_ = 0;   // guarded by mu_
-  int64_t dropped_ = 0;   // guarded by mu_
+  int64_t second_ = -1;  // guarded by mu_
+  int64_t written_ = 0;  // guarded by mu_
+  int64_t dropped_ = 0;  // guarded by mu_
 };
 
 // Applies the format and level to spdlog's default logger (call again after replacing it), and

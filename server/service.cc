@@ -73,10 +73,10 @@ grpc::Status ParseRequest(const grpc::ByteBuffer* bytes, Request* request) {
     const std::string what = absl::StrCat(buffer->Length(), " bytes that do not parse as ",
                                           Request::descriptor()->full_name());
     const std::string field = v1::DescribeParseFailure(*buffer, Request::descriptor());
-    status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          field.empty() ? absl::StrCat("request: ", what,
-                                                       " (not protobuf, or another message)")
-                                        : absl::StrCat(field, "; the request: ", what));
+    status = grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        field.empty() ? absl::StrCat("request: ", what, " (not protobuf, or another message)")
+                      : absl::StrCat(field, "; the request: ", what));
   }
   buffer->Clear();
   return status;

@@ -87,7 +87,8 @@ double StreamSeconds(bool unix_socket, const std::string& from, std::string* to)
   const auto start = Clock::now();
   std::thread writer([&] {
     for (size_t done = 0; done < from.size();) {
-      const ssize_t n = write(fds[0], from.data() + done, std::min<size_t>(1 << 20, from.size() - done));
+      const ssize_t n =
+          write(fds[0], from.data() + done, std::min<size_t>(1 << 20, from.size() - done));
       if (n <= 0) break;
       done += static_cast<size_t>(n);
     }
@@ -192,8 +193,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   const bool unix_socket = target.rfind("unix:", 0) == 0;
-  std::printf("| q+k | socket | one stream | C++ client ApplyRope | call p50 | wire / stream | "
-              "CPU per call: client / server |\n");
+  std::printf(
+      "| q+k | socket | one stream | C++ client ApplyRope | call p50 | wire / stream | "
+      "CPU per call: client / server |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   for (const int mib : ParseSizes(sizes)) RunSize(**client, unix_socket, mib, rounds, server_pid);
   return 0;

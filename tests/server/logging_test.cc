@@ -185,8 +185,7 @@ TEST_F(LoggingTest, ProtobufLinesAreJsonAndRateLimited) {
 TEST(LogRateLimitTest, AdmitsAtMostPerSecondAndCountsTheRest) {
   using std::chrono::steady_clock;
   const auto second = [] {
-    return std::chrono::duration_cast<std::chrono::seconds>(
-               steady_clock::now().time_since_epoch())
+    return std::chrono::duration_cast<std::chrono::seconds>(steady_clock::now().time_since_epoch())
         .count();
   };
   // Ten tries within one second of the steady clock (tried again when they straddle one).

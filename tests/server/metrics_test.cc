@@ -205,9 +205,8 @@ TEST(MetricsTest, UnparseableRequestBytesAreInvalidArgumentAndCounted) {
   const std::string truncated_q =
       "q: a length of 127 bytes runs past the end of its message (1 bytes left); the request: 3 "
       "bytes that do not parse as posenc.v1.ApplyRopeRequest";
-  for (const auto& [bytes, message] :
-       {std::pair(std::string("\xff\xff\xff", 3), not_protobuf),
-        std::pair(std::string("\x0a\x7f\x01", 3), truncated_q)}) {
+  for (const auto& [bytes, message] : {std::pair(std::string("\xff\xff\xff", 3), not_protobuf),
+                                       std::pair(std::string("\x0a\x7f\x01", 3), truncated_q)}) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     grpc::Slice slice(bytes);

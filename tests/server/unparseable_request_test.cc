@@ -100,7 +100,7 @@ TEST_F(UnparseableRequestTest, TruncatedLargeRequestsNameTheField) {
   const std::string good = LargeRequest(2048);
   ASSERT_TRUE(Send(good).ok());
   for (const size_t keep : {good.size() / 2, good.size() - 1, size_t{70000}}) {
-      const grpc::Status status = Send(good.substr(0, keep));
+    const grpc::Status status = Send(good.substr(0, keep));
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << keep;
     EXPECT_FALSE(FieldOfDetails(status).empty()) << status.error_message();  // q or config
     EXPECT_NE(status.error_message().find("runs past the end"), std::string::npos)

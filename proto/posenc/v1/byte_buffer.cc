@@ -151,9 +151,8 @@ class WireWalk {
       if (!reader_->Varint(&key)) return Fail(path, "a malformed field key");
       const FieldDescriptor* field =
           (key >> 3) <= INT_MAX ? type->FindFieldByNumber(static_cast<int>(key >> 3)) : nullptr;
-      const std::string field_path =
-          absl::StrCat(path, path.empty() ? "" : ".",
-                       field != nullptr ? field->name() : absl::StrCat(key >> 3));
+      const std::string field_path = absl::StrCat(
+          path, path.empty() ? "" : ".", field != nullptr ? field->name() : absl::StrCat(key >> 3));
       if (!Value(field, message, key, end, field_path, depth)) return false;
     }
     return reader_->position() == end || Fail(path, "a field runs past the end of the message");
