@@ -133,6 +133,7 @@ class _Positions:
         self.row_axis: Optional[int] = None  # the ids' batch axis, if any
         self.mask_positions: Optional[np.ndarray] = None  # [B, S] positions of a mask
         self.padding: Optional[np.ndarray] = None  # [B, S] True at padding tokens
+        self.mrope = mrope  # a mask's positions then go as ids [3, B, S]: one per axis
         self.valid = self._check(mrope)
 
     def _check(self, mrope: bool) -> bool:
@@ -231,8 +232,9 @@ class _Positions:
             p.cu_seqlens.offsets.extend(o + max(0, t0 - c) for o, c in zip(offsets, cu))
         elif self.kind == "attention_mask":
             assert self.mask_positions is not None
+            ids = self.mask_positions[rows.start:rows.stop, tokens.start:tokens.stop]
             fill_tensor(p.ids, DType.INT64,
-                        self.mask_positions[rows.start:rows.stop, tokens.start:tokens.stop])
+                        np.broadcast_to(ids, (3,) + ids.shape) if self.mrope else ids)
         else:
             assert self.ids is not None
             index: Tuple[slice, ...] = (slice(None),) * (self.ids.ndim - 1)
@@ -311,8 +313,10 @@ def plan_apply_rope(request: pb.ApplyRopeRequest, limits: LimitsFn) -> Optional[
         return None
     tokens = q.shape[token_axis]
     rows = q.shape[batch_axis] if batch_axis is not None else 1
-    positions = _Positions(request, rows, tokens, batch_axis is None,
-                           len(request.config.mrope_section) > 0)
+    # M-RoPE as the C++ client decides it: explicit sections, or a config.json that has them.
+    mrope = (len(request.config.mrope_section) > 0
+             or '"mrope_section"' in request.config.hf_config_json)
+    positions = _Positions(request, rows, tokens, batch_axis is None, mrope)
     if not positions.valid:
         return None
     boxes = []
