@@ -216,7 +216,8 @@ struct Client::Impl {
     PrepareContext(&state->context, call);
     generic_stub.UnaryCall(
         &state->context, MethodPath<Request>(), grpc::StubOptions(), &state->request_bytes,
-        &state->response_bytes, [state, response, done = std::move(done)](grpc::Status status) {
+        &state->response_bytes,
+        [state, response, done = std::move(done)](const grpc::Status& status) {
           done(status.ok() ? ParseResponse(state->response_bytes, response) : ToAbsl(status));
         });
   }
