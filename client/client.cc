@@ -3,6 +3,7 @@
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 #include <grpcpp/support/status.h>
@@ -27,6 +28,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "kernels/common/status.h"
 #include "posenc/v1/posenc.grpc.pb.h"
+#include "proto/posenc/v1/byte_buffer.h"
 
 namespace posenc::client {
 namespace {
@@ -146,6 +148,34 @@ std::optional<Options> CompactRequest(const Options& options, const ClientOption
   return compact;
 }
 
+// The path of the RPC that takes `Request` ("/posenc.v1.PositionEncoding/ApplyRope"): each
+// request message belongs to one RPC of the service.
+template <typename Request>
+const std::string& MethodPath() {
+  static const std::string path = [] {
+    const google::protobuf::ServiceDescriptor* service =
+        Request::descriptor()->file()->FindServiceByName("PositionEncoding");
+    for (int i = 0; service != nullptr && i < service->method_count(); ++i) {
+      if (service->method(i)->input_type() == Request::descriptor()) {
+        return absl::StrCat("/", service->full_name(), "/", service->method(i)->name());
+      }
+    }
+    return std::string();
+  }();
+  return path;
+}
+
+// The response of a call parsed from its bytes; INTERNAL, naming what fails, when they do not
+// parse.
+template <typename Response>
+absl::Status ParseResponse(const grpc::ByteBuffer& bytes, Response* response) {
+  if (v1::ParseFromByteBuffer(bytes, response)) return absl::OkStatus();
+  const std::string why = v1::DescribeParseFailure(bytes, Response::descriptor());
+  return absl::InternalError(
+      absl::StrCat("the server's response (", bytes.Length(), " bytes) does not parse as ",
+                   Response::descriptor()->full_name(), why.empty() ? "" : ": ", why));
+}
+
 // At most this many pieces of a split request are in flight at once.
 constexpr size_t kMaxPiecesInFlight = 8;
 
@@ -153,7 +183,9 @@ constexpr size_t kMaxPiecesInFlight = 8;
 
 struct Client::Impl {
   std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::PositionEncoding::Stub> stub;
+  // posenc's calls go through the generic stub on byte buffers (Invoke); the generated stub
+  // types name the RPCs.
+  mutable grpc::GenericStub generic_stub;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_stub;
   ClientOptions options;
   // The server's message limit: 0 until known (GetServerInfo, once it answers), -1 when the
@@ -168,7 +200,7 @@ struct Client::Impl {
 
   Impl(std::shared_ptr<grpc::Channel> c, ClientOptions o)
       : channel(std::move(c)),
-        stub(v1::PositionEncoding::NewStub(channel)),
+        generic_stub(channel),
         health_stub(grpc::health::v1::Health::NewStub(channel)),
         options(std::move(o)) {}
 
@@ -177,29 +209,56 @@ struct Client::Impl {
                           call.timeout.value_or(options.timeout));
   }
 
-  // One unary call through the generated stub, e.g. Call(&Stub::RopeCache, request, &response).
+  // One unary call of `request`, e.g. Call(&Stub::RopeCache, std::move(request), &response):
+  // `method` names the RPC by its types (the path comes from the request's type, MethodPath).
+  // The request is serialized by v1::SerializeToByteBuffer (its tensors sent from its own
+  // memory, which the call keeps alive) and the response parsed by v1::ParseFromByteBuffer.
   template <typename Request, typename Response>
-  absl::Status Call(Method<Request, Response> method, const Request& request, Response* response,
+  absl::Status Call(Method<Request, Response> /*method*/, Request request, Response* response,
                     const CallOptions& call) const {
-    grpc::ClientContext context;
-    PrepareContext(&context, call);
-    return ToAbsl((stub.get()->*method)(&context, request, response));
+    std::promise<absl::Status> done;
+    Invoke(std::move(request), response, call,
+           [&done](absl::Status status) { done.set_value(std::move(status)); });
+    return done.get_future().get();
+  }
+
+  // Starts the call of `request`; `done` runs on gRPC's thread with the status once `response`
+  // holds the parsed response (or the error).
+  template <typename Request, typename Response>
+  void Invoke(Request request, Response* response, const CallOptions& call,
+              std::function<void(absl::Status)> done) const {
+    struct State {
+      grpc::ClientContext context;
+      grpc::ByteBuffer request_bytes;
+      grpc::ByteBuffer response_bytes;
+    };
+    auto state = std::make_shared<State>();
+    const grpc::Status serialized = v1::SerializeToByteBuffer(
+        std::make_shared<const Request>(std::move(request)), &state->request_bytes);
+    if (!serialized.ok()) return done(ToAbsl(serialized));
+    PrepareContext(&state->context, call);
+    generic_stub.UnaryCall(
+        &state->context, MethodPath<Request>(), grpc::StubOptions(), &state->request_bytes,
+        &state->response_bytes,
+        [state, response, done = std::move(done)](const grpc::Status& status) {
+          done(status.ok() ? ParseResponse(state->response_bytes, response) : ToAbsl(status));
+        });
   }
 
   // The request of `options` (internal::ToRequest) sent with Send.
   template <typename Options, typename Request, typename Response, typename Convert>
   auto Unary(Method<Request, Response> method, const Options& options, const CallOptions& call,
              Convert convert) const -> decltype(convert(std::declval<Response&&>())) {
-    POSENC_ASSIGN_OR_RETURN(const Request request, internal::ToRequest(options));
-    return Send(method, request, call, convert);
+    POSENC_ASSIGN_OR_RETURN(Request request, internal::ToRequest(options));
+    return Send(method, std::move(request), call, convert);
   }
 
   // A converted request sent with Call; the response converted.
   template <typename Request, typename Response, typename Convert>
-  auto Send(Method<Request, Response> method, const Request& request, const CallOptions& call,
+  auto Send(Method<Request, Response> method, Request request, const CallOptions& call,
             Convert convert) const -> decltype(convert(std::declval<Response&&>())) {
     Response response;
-    POSENC_RETURN_IF_ERROR(Call(method, request, &response, call));
+    POSENC_RETURN_IF_ERROR(Call(method, std::move(request), &response, call));
     return convert(std::move(response));
   }
 
@@ -213,33 +272,25 @@ struct Client::Impl {
 
   // Start of a converted request (or of the error converting it).
   template <typename Request, typename Response, typename Convert>
-  auto StartRequest(AsyncMethod<Request, Response> method, absl::StatusOr<Request> request,
+  auto StartRequest(AsyncMethod<Request, Response> /*method*/, absl::StatusOr<Request> request,
                     const CallOptions& call, Convert convert) const
       -> std::future<decltype(convert(std::declval<Response&&>()))> {
     using Result = decltype(convert(std::declval<Response&&>()));
+    auto promise = std::make_shared<std::promise<Result>>();
+    std::future<Result> future = promise->get_future();
     if (!request.ok()) {
-      std::promise<Result> failed;
-      failed.set_value(request.status());
-      return failed.get_future();
+      promise->set_value(request.status());
+      return future;
     }
-    struct State {
-      grpc::ClientContext context;
-      Request request;
-      Response response;
-      std::promise<Result> promise;
-    };
-    auto state = std::make_shared<State>();
-    state->request = *std::move(request);
-    PrepareContext(&state->context, call);
-    std::future<Result> future = state->promise.get_future();
-    (stub->async()->*method)(&state->context, &state->request, &state->response,
-                             [state, convert](const grpc::Status& status) {
-                               if (status.ok()) {
-                                 state->promise.set_value(convert(std::move(state->response)));
-                               } else {
-                                 state->promise.set_value(ToAbsl(status));
-                               }
-                             });
+    auto response = std::make_shared<Response>();
+    Invoke(*std::move(request), response.get(), call,
+           [promise, response, convert](absl::Status status) {
+             if (status.ok()) {
+               promise->set_value(convert(std::move(*response)));
+             } else {
+               promise->set_value(std::move(status));
+             }
+           });
     return future;
   }
 
@@ -331,15 +382,15 @@ struct Client::Impl {
                    const std::optional<internal::OutputShape>& output, const CallOptions& call,
                    Convert convert, size_t rank_from_end) const
       -> decltype(convert(std::declval<Response&&>())) {
-    POSENC_ASSIGN_OR_RETURN(const Request request, internal::ToRequest(options));
+    POSENC_ASSIGN_OR_RETURN(Request request, internal::ToRequest(options));
     if (!output.has_value() || options.q_len <= 0 || output->Bytes() <= 0 ||
         UsesSharedMemory(options)) {
-      return Send(method, request, call, convert);
+      return Send(method, std::move(request), call, convert);
     }
     const int64_t row_bytes = output->Bytes() / options.q_len;
     const std::optional<internal::Budget> budget =
         SplitBudget(internal::QueryRowRequestBytes(request, options.q_len, row_bytes), call);
-    if (!budget.has_value()) return Send(method, request, call, convert);
+    if (!budget.has_value()) return Send(method, std::move(request), call, convert);
     POSENC_ASSIGN_OR_RETURN(const int64_t pieces,
                             internal::QueryRowPieces(what, options.q_len, row_bytes, *budget));
     POSENC_ASSIGN_OR_RETURN(
@@ -446,12 +497,12 @@ absl::StatusOr<Tensor> Client::AddPositionEncoding(const AddPositionEncodingOpti
           ? impl_->SplitBudget(internal::AddPositionEncodingRequestBytes(request, y->Bytes()), call)
           : std::nullopt;
   if (!budget.has_value()) {
-    return impl_->Send(&Stub::AddPositionEncoding, request, call, kAddPositionEncodingY);
+    return impl_->Send(&Stub::AddPositionEncoding, std::move(request), call, kAddPositionEncodingY);
   }
   POSENC_ASSIGN_OR_RETURN(const internal::AddPositionEncodingSplit split,
                           internal::SplitAddPositionEncoding(options, *y, *budget));
   if (split.whole) {
-    return impl_->Send(&Stub::AddPositionEncoding, request, call, kAddPositionEncodingY);
+    return impl_->Send(&Stub::AddPositionEncoding, std::move(request), call, kAddPositionEncodingY);
   }
   request.Clear();  // the pieces hold the bytes now
   POSENC_ASSIGN_OR_RETURN(
@@ -472,10 +523,10 @@ absl::StatusOr<ApplyRopeResult> Client::ApplyRope(const ApplyRopeOptions& option
       UsesSharedMemory(options)
           ? std::nullopt
           : impl_->SplitBudget(internal::ApplyRopeRequestBytes(request), call);
-  if (!budget.has_value()) return impl_->Send(&Stub::ApplyRope, request, call, kWhole);
+  if (!budget.has_value()) return impl_->Send(&Stub::ApplyRope, std::move(request), call, kWhole);
   POSENC_ASSIGN_OR_RETURN(const internal::ApplyRopeSplit split,
                           internal::SplitApplyRope(options, *budget));
-  if (split.whole) return impl_->Send(&Stub::ApplyRope, request, call, kWhole);
+  if (split.whole) return impl_->Send(&Stub::ApplyRope, std::move(request), call, kWhole);
   request.Clear();  // the pieces hold the bytes now
   POSENC_ASSIGN_OR_RETURN(std::vector<ApplyRopeResult> parts,
                           impl_->Gather(&Stub::async::ApplyRope, split.pieces, call, kWhole));
@@ -544,7 +595,7 @@ absl::StatusOr<DescribeRopeResult> Client::DescribeRope(const RopeConfig& config
   v1::DescribeRopeRequest request;
   internal::ToProto(config, request.mutable_config());
   v1::DescribeRopeResponse response;
-  POSENC_RETURN_IF_ERROR(impl_->Call(&Stub::DescribeRope, request, &response, call));
+  POSENC_RETURN_IF_ERROR(impl_->Call(&Stub::DescribeRope, std::move(request), &response, call));
   return internal::FromProto(response);
 }
 

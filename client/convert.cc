@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/kernels_dtype.h"
 #include "kernels/common/status.h"
+#include "proto/posenc/v1/byte_buffer.h"
 #include "proto/posenc/v1/wire_dtype.h"
 
 namespace posenc::client::internal {
@@ -104,7 +105,9 @@ absl::Status ToProto(const Tensor& tensor, absl::string_view field, v1::Tensor* 
   }
   out->set_dtype(ToProto(tensor.dtype));
   out->mutable_shape()->Assign(tensor.shape.begin(), tensor.shape.end());
-  out->set_data(tensor.data);
+  std::string* data = out->mutable_data();
+  v1::ReserveLarge(data, tensor.data.size());  // a large copy faults per 2 MiB, not 4 KiB
+  data->assign(tensor.data);
   return absl::OkStatus();
 }
 

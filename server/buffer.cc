@@ -2,9 +2,12 @@
 // size a string without initializing it; std::string's layout is the same in every mode.
 #include "server/buffer.h"
 
+#include "proto/posenc/v1/byte_buffer.h"
+
 namespace posenc::server {
 
 void ResizeUninitialized(std::string* s, size_t n) {
+  v1::ReserveLarge(s, n);
 #if defined(__cpp_lib_string_resize_and_overwrite)
   // Return `n` itself, not the size passed to the callback: libstdc++ 12 passes the grown
   // capacity there when it reallocates (e.g. 30 for n = 24 from an empty string).

@@ -1,8 +1,5 @@
 #include "server/call_runner.h"
 
-#include <grpcpp/impl/codegen/proto_utils.h>
-#include <grpcpp/support/proto_buffer_reader.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -11,10 +8,12 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
 #include "kernels/common/cancellation.h"
+#include "proto/posenc/v1/byte_buffer.h"
 #include "server/call_cancellation.h"
 #include "server/error_details.h"
 #include "server/logging.h"
@@ -63,38 +62,40 @@ std::string RequestId(const grpc::CallbackServerContext& context) {
   return std::string(it->second.data(), it->second.size());
 }
 
-// Parses gRPC's request bytes without copying them first, then frees them (the parsed message
-// holds the payload from here on, as with gRPC's own parsing). ProtoBufferReader takes a
-// non-const buffer but only reads it; Clear() leaves gRPC an empty buffer to destroy.
-bool ParseRequest(const grpc::ByteBuffer* bytes, google::protobuf::Message* request) {
-  auto* buffer = const_cast<grpc::ByteBuffer*>(bytes);
-  bool parsed = false;
-  {
-    grpc::ProtoBufferReader reader(buffer);
-    parsed = reader.status().ok() && request->ParseFromZeroCopyStream(&reader);
-  }
-  buffer->Clear();
-  return parsed;
+// INVALID_ARGUMENT for request bytes that do not parse, naming the field where one can be named
+// ("config.hf_config_json: invalid UTF-8 ...; the request: N bytes that do not parse as T"), and
+// the message type otherwise.
+grpc::Status Unparseable(const grpc::ByteBuffer& bytes, const google::protobuf::Message& request) {
+  const std::string what = absl::StrCat(bytes.Length(), " bytes that do not parse as ",
+                                        request.GetDescriptor()->full_name());
+  const std::string field = v1::DescribeParseFailure(bytes, request.GetDescriptor());
+  return WithErrorDetails(
+      grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                   field.empty()
+                       ? absl::StrCat("request: ", what, " (not protobuf, or another message)")
+                       : absl::StrCat(field, "; the request: ", what)),
+      ErrorCause{.unparseable = true});
 }
 
-// Serializes `response` into gRPC's buffer, then frees the message's payload (it lives on in
-// `bytes` only): a fresh message swapped in, the old one destroyed.
-grpc::Status SerializeAndFree(google::protobuf::Message* response, grpc::ByteBuffer* bytes) {
-  bool own_buffer = false;
-  grpc::Status status = grpc::SerializationTraits<google::protobuf::Message>::Serialize(
-      *response, bytes, &own_buffer);
-  const std::unique_ptr<google::protobuf::Message> freed(response->New());
-  response->GetReflection()->Swap(response, freed.get());
+// Parses gRPC's request bytes (v1::ParseFromByteBuffer: large tensor fields sized once, no copy
+// of the bytes first), then frees them (the parsed message holds the payload from here on, as
+// with gRPC's own parsing). The buffer is const to gRPC's handler but ours to read and clear;
+// Clear() leaves gRPC an empty buffer to destroy.
+grpc::Status ParseRequest(const grpc::ByteBuffer* bytes, google::protobuf::Message* request) {
+  auto* buffer = const_cast<grpc::ByteBuffer*>(bytes);
+  grpc::Status status;
+  if (!v1::ParseFromByteBuffer(*buffer, request)) status = Unparseable(*buffer, *request);
+  buffer->Clear();
   return status;
 }
 
-grpc::Status Unparseable(size_t request_size, const google::protobuf::Message& request) {
-  return WithErrorDetails(
-      grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                   absl::StrCat("request: ", request_size, " bytes that do not parse as ",
-                                request.GetDescriptor()->full_name(),
-                                " (not protobuf, or another message)")),
-      ErrorCause{.unparseable = true});
+// Serializes `response` into gRPC's buffer with its tensors referenced, not copied
+// (v1::SerializeToByteBuffer): the payload moves (a swap, no copy) into a message the buffer's
+// slices keep alive until gRPC has sent them, and `response` is left empty.
+grpc::Status SerializeAndFree(google::protobuf::Message* response, grpc::ByteBuffer* bytes) {
+  std::shared_ptr<google::protobuf::Message> owned(response->New());
+  response->GetReflection()->Swap(response, owned.get());
+  return v1::SerializeToByteBuffer(std::move(owned), bytes);
 }
 
 }  // namespace
@@ -137,10 +138,9 @@ grpc::Status CallRunner::Handle(const Method& method, const Call& call, Reactor*
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "the server is draining (shutting down); retry on another replica");
   }
-  const size_t request_size = call.request_bytes->Length();  // ParseRequest frees the bytes
-  if (!ParseRequest(call.request_bytes, call.request)) {
+  if (grpc::Status parsed = ParseRequest(call.request_bytes, call.request); !parsed.ok()) {
     if (metrics_ != nullptr) metrics_->OnUnparseable(method.name);
-    return Unparseable(request_size, *call.request);
+    return parsed;
   }
   if (call.context->deadline() < std::chrono::system_clock::now()) {
     return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline passed before the call ran");

@@ -2,13 +2,15 @@
 // posenc.v1.PositionEncoding (service.h) and the Open Inference Protocol (inference_service.h).
 //
 // Every method is registered on raw bytes (a callback handler of grpc::ByteBuffer), so the
-// runner itself parses each request: bytes that are not a valid request message get
-// INVALID_ARGUMENT naming the message type, an access log line and the
-// posenc_unparseable_requests_total metric (gRPC's own parser would answer with a bare status
-// and no trace). A parsed request runs its handler on the calling gRPC thread under the call's
-// cancellation (deadline, client cancel, drain deadline) and admission (admission.h: bytes in
-// flight, heavy-call slots); the response is serialized into gRPC's buffer and the message freed
-// at once, and the call's reactor holds the admission until gRPC is done with the call (OnDone).
+// runner itself parses each request (proto/posenc/v1/byte_buffer.h: large tensor fields sized
+// once): bytes that are not a valid request message get INVALID_ARGUMENT naming the field where
+// the parse can name one (invalid UTF-8 in a string, a truncated field), else the message type,
+// an access log line and the posenc_unparseable_requests_total metric (gRPC's own parser would
+// answer with a bare status and no trace). A parsed request runs its handler on the calling gRPC
+// thread under the call's cancellation (deadline, client cancel, drain deadline) and admission
+// (admission.h: bytes in flight, heavy-call slots); the response is serialized into gRPC's
+// buffer with its tensors referenced, not copied (the payload then lives in the buffer only), and
+// the call's reactor holds the admission until gRPC is done with the call (OnDone).
 // Exceptions never escape: std::bad_alloc becomes RESOURCE_EXHAUSTED, anything else INTERNAL.
 // Every failed call gets its structured details (error_details.h); one access log line per call
 // (logging.h) and its metrics (metrics.h).

@@ -81,7 +81,10 @@ std::string_view LimitOfMessage(std::string_view message) {
 grpc::Status WithErrorDetails(const grpc::Status& status, const ErrorCause& cause) {
   if (!status.error_details().empty()) return status;
   const std::string& message = status.error_message();
-  const std::string_view field = cause.unparseable ? std::string_view() : FieldOfMessage(message);
+  // Unparseable bytes name a field where the parse failure has one ("config.hf_config_json:
+  // invalid UTF-8 ..."); "request: N bytes that do not parse ..." names none.
+  std::string_view field = FieldOfMessage(message);
+  if (cause.unparseable && field == "request") field = {};
   const std::string_view reason = ReasonFor(status, cause, field);
   if (reason.empty()) return status;
 

@@ -8,11 +8,13 @@
 #include <cstdio>
 #include <ctime>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "google/protobuf/stubs/logging.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/spdlog.h"
@@ -84,7 +86,50 @@ void LogFromGrpc(gpr_log_func_args* args) {
                                     args->message != nullptr ? args->message : "");
 }
 
+// protobuf's own log lines through spdlog, at most kProtobufLinesPerSecond a second: protobuf
+// logs one line per request whose bytes it rejects (e.g. "String field '...' contains invalid
+// UTF-8 data when parsing a protocol buffer"), so a caller could otherwise fill the log. Such
+// lines are the caller's error (its access line says what failed), hence ERROR becomes warn.
+constexpr int64_t kProtobufLinesPerSecond = 10;
+
+void LogFromProtobuf(google::protobuf::LogLevel level, const char* filename, int line,
+                     const std::string& message) {
+  static LogRateLimit limit(kProtobufLinesPerSecond);
+  int64_t dropped = 0;
+  if (!limit.Admit(&dropped)) return;
+  spdlog::level::level_enum to = spdlog::level::info;
+  if (level == google::protobuf::LOGLEVEL_WARNING || level == google::protobuf::LOGLEVEL_ERROR) {
+    to = spdlog::level::warn;
+  }
+  if (level == google::protobuf::LOGLEVEL_FATAL) to = spdlog::level::critical;
+  const std::string more =
+      dropped > 0 ? absl::StrCat(" (", dropped, " earlier protobuf lines not logged)") : "";
+  spdlog::default_logger_raw()->log(to, "protobuf {}:{}: {}{}",
+                                    filename != nullptr ? filename : "?", line, message, more);
+}
+
 }  // namespace
+
+LogRateLimit::LogRateLimit(int64_t per_second) : per_second_(per_second) {}
+
+bool LogRateLimit::Admit(int64_t* dropped) {
+  const int64_t second = std::chrono::duration_cast<std::chrono::seconds>(
+                             std::chrono::steady_clock::now().time_since_epoch())
+                             .count();
+  const std::lock_guard<std::mutex> lock(mu_);
+  if (second != second_) {
+    second_ = second;
+    written_ = 0;
+  }
+  if (written_ >= per_second_) {
+    ++dropped_;
+    return false;
+  }
+  ++written_;
+  *dropped = dropped_;
+  dropped_ = 0;
+  return true;
+}
 
 absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view text) {
   if (text == "text") return LogFormat::kText;
@@ -114,6 +159,7 @@ void ConfigureLogging(LogFormat format, spdlog::level::level_enum level) {
     logger->set_formatter(std::make_unique<spdlog::pattern_formatter>());
   }
   gpr_set_log_function(&LogFromGrpc);
+  google::protobuf::SetLogHandler(&LogFromProtobuf);
 }
 
 LogFormat CurrentLogFormat() { return g_format.load(std::memory_order_relaxed); }

@@ -8,7 +8,9 @@
 // access line adds rpc, request_id, status, latency_ms, backend, input, output, request_bytes,
 // response_bytes (and error when not OK); any other line carries its text as "msg". Lines are
 // built with nlohmann-json (invalid UTF-8 from clients becomes U+FFFD), and gRPC's own log lines
-// come through spdlog too (gpr_set_log_function), so with --log_format=json every line is JSON.
+// come through spdlog too (gpr_set_log_function), so with --log_format=json every line is JSON;
+// so do protobuf's (google::protobuf::SetLogHandler), at most 10 a second (LogRateLimit), as
+// protobuf logs a line for each request whose bytes it rejects.
 //
 // Thread-safety: ConfigureLogging before serving (it swaps the default logger's formatter);
 // LogAccess from any thread.
@@ -18,6 +20,8 @@
 #include <grpcpp/support/status.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -33,7 +37,24 @@ absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view text);
 // trace, debug, info, warn, error or off; INVALID_ARGUMENT naming --log_level otherwise.
 absl::StatusOr<spdlog::level::level_enum> ParseLogLevel(absl::string_view text);
 
-// Applies the format and level to spdlog's default logger (call again after replacing it).
+// At most `per_second` lines in each second of the steady clock. Thread-safe.
+class LogRateLimit {
+ public:
+  explicit LogRateLimit(int64_t per_second);
+  // Whether a line may be written now; when it may, `dropped` gets the number of lines refused
+  // since the last one admitted (to say so in this one).
+  bool Admit(int64_t* dropped);
+
+ private:
+  const int64_t per_second_;
+  std::mutex mu_;
+  int64_t second_ = -1;  // guarded by mu_
+  int64_t written_ = 0;  // guarded by mu_
+  int64_t dropped_ = 0;  // guarded by mu_
+};
+
+// Applies the format and level to spdlog's default logger (call again after replacing it), and
+// routes gRPC's and protobuf's log lines to it.
 void ConfigureLogging(LogFormat format, spdlog::level::level_enum level);
 LogFormat CurrentLogFormat();
 

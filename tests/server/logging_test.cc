@@ -10,6 +10,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -152,6 +153,57 @@ TEST_F(LoggingTest, JsonLinesStayJsonWithInvalidUtf8AndGrpcLines) {
   const nlohmann::json grpc_line = nlohmann::json::parse(lines[2]);
   EXPECT_EQ(grpc_line["level"], "error");
   EXPECT_NE(grpc_line["msg"].get<std::string>().find("a gRPC core error"), std::string::npos);
+}
+
+// Issue #20: protobuf wrote a plain-text ERROR line to stderr for each request with invalid UTF-8
+// in a string field; its lines now go through spdlog (JSON here), as warnings, at most 10 a
+// second.
+TEST_F(LoggingTest, ProtobufLinesAreJsonAndRateLimited) {
+  ConfigureLogging(LogFormat::kJson, spdlog::level::info);
+  v1::ApplyRopeRequest request;
+  request.mutable_config()->set_hf_config_json("\xc3\x28");
+  std::string bytes;
+  ASSERT_TRUE(request.SerializePartialToString(&bytes));
+  out_.str("");  // serializing logged too
+  for (int i = 0; i < 50; ++i) {
+    v1::ApplyRopeRequest parsed;
+    EXPECT_FALSE(parsed.ParseFromString(bytes));
+  }
+  const std::vector<std::string> lines = Lines();
+  ASSERT_FALSE(lines.empty());
+  // 50 lines within a second or two: at most 10 a second, and the seconds are few.
+  EXPECT_LE(lines.size(), 30u) << out_.str();
+  for (const std::string& line : lines) {
+    nlohmann::json j;
+    ASSERT_NO_THROW(j = nlohmann::json::parse(line)) << line;
+    EXPECT_EQ(j["level"], "warning") << line;
+    EXPECT_NE(j["msg"].get<std::string>().find("protobuf"), std::string::npos) << line;
+    EXPECT_NE(j["msg"].get<std::string>().find("invalid UTF-8"), std::string::npos) << line;
+  }
+}
+
+TEST(LogRateLimitTest, AdmitsAtMostPerSecondAndCountsTheRest) {
+  using std::chrono::steady_clock;
+  const auto second = [] {
+    return std::chrono::duration_cast<std::chrono::seconds>(steady_clock::now().time_since_epoch())
+        .count();
+  };
+  // Ten tries within one second of the steady clock (tried again when they straddle one).
+  for (int attempt = 0;; ++attempt) {
+    LogRateLimit limit(3);
+    const int64_t first = second();
+    int admitted = 0;
+    int64_t dropped = -1;
+    for (int i = 0; i < 10; ++i) admitted += limit.Admit(&dropped) ? 1 : 0;
+    if (second() != first && attempt < 3) continue;
+    EXPECT_EQ(admitted, 3);
+    EXPECT_EQ(dropped, 0);  // set by the last line admitted: none refused before it
+    // The next second: admitted again, and told how many were refused.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+    ASSERT_TRUE(limit.Admit(&dropped));
+    EXPECT_EQ(dropped, 7);
+    break;
+  }
 }
 
 TEST_F(LoggingTest, TextAccessLine) {

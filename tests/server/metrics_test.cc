@@ -15,6 +15,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -196,9 +197,16 @@ TEST(MetricsTest, UnparseableRequestBytesAreInvalidArgumentAndCounted) {
   auto server = PosencServer::Start(options);
   ASSERT_TRUE(server.ok()) << server.status();
   grpc::GenericStub generic((*server)->InProcessChannel());
-  // A field tag whose varint never ends, then a length-delimited field longer than the message.
-  for (const std::string& bytes :
-       {std::string("\xff\xff\xff", 3), std::string("\x0a\x7f\x01", 3)}) {
+  // A field tag whose varint never ends (no field to name), then a length-delimited field (q)
+  // longer than the message.
+  const std::string not_protobuf =
+      "request: 3 bytes that do not parse as posenc.v1.ApplyRopeRequest (not protobuf, or another "
+      "message)";
+  const std::string truncated_q =
+      "q: a length of 127 bytes runs past the end of its message (1 bytes left); the request: 3 "
+      "bytes that do not parse as posenc.v1.ApplyRopeRequest";
+  for (const auto& [bytes, message] : {std::pair(std::string("\xff\xff\xff", 3), not_protobuf),
+                                       std::pair(std::string("\x0a\x7f\x01", 3), truncated_q)}) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     grpc::Slice slice(bytes);
@@ -210,9 +218,7 @@ TEST(MetricsTest, UnparseableRequestBytesAreInvalidArgumentAndCounted) {
                       [&done](grpc::Status status) { done.set_value(status); });
     const grpc::Status status = done.get_future().get();
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-    EXPECT_EQ(status.error_message(),
-              "request: 3 bytes that do not parse as posenc.v1.ApplyRopeRequest (not protobuf, or "
-              "another message)");
+    EXPECT_EQ(status.error_message(), message);
   }
   const std::string http = HttpGet((*server)->metrics_port(), "/metrics");
   const std::vector<Sample> samples = ParseExposition(http.substr(http.find("\r\n\r\n") + 4));

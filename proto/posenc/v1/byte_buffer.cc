@@ -1,0 +1,296 @@
+#include "proto/posenc/v1/byte_buffer.h"
+
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream.h"
+#include "google/protobuf/stubs/common.h"
+
+namespace posenc::v1 {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+
+// Blocks of the serialized message around its referenced fields: from 4 KiB, doubling to 1 MiB.
+constexpr int kFirstBlockBytes = 4 << 10;
+constexpr int kLastBlockBytes = 1 << 20;
+
+// A protobuf output stream into gRPC slices: the message's bytes in blocks, except fields of
+// kLargeFieldBytes or more, which become slices referencing the message's own memory, each
+// holding a reference to `owner` until gRPC drops the slice.
+class SliceOutputStream final : public google::protobuf::io::ZeroCopyOutputStream {
+ public:
+  explicit SliceOutputStream(std::shared_ptr<const void> owner) : owner_(std::move(owner)) {}
+
+  bool Next(void** data, int* size) override {
+    CloseBlock();
+    block_bytes_ = std::clamp(block_bytes_ * 2, kFirstBlockBytes, kLastBlockBytes);
+    block_ = grpc::Slice(static_cast<size_t>(block_bytes_));
+    *data = const_cast<uint8_t*>(block_.begin());
+    *size = used_ = block_bytes_;
+    return true;
+  }
+  void BackUp(int count) override { used_ -= count; }
+  int64_t ByteCount() const override { return closed_bytes_ + used_; }
+  bool AllowsAliasing() const override { return true; }
+  bool WriteAliasedRaw(const void* data, int size) override {
+    CloseBlock();
+    if (static_cast<size_t>(size) < kLargeFieldBytes) {
+      grpc::Slice copy(data, static_cast<size_t>(size));
+      slices_.push_back(std::move(copy));
+    } else {
+      slices_.emplace_back(const_cast<void*>(data), static_cast<size_t>(size), &DropOwner,
+                           new std::shared_ptr<const void>(owner_));
+    }
+    closed_bytes_ += size;
+    return true;
+  }
+  // The slices written; call once, after the CodedOutputStream on this stream is gone.
+  grpc::ByteBuffer Finish() {
+    CloseBlock();
+    return grpc::ByteBuffer(slices_.data(), slices_.size());
+  }
+
+ private:
+  static void DropOwner(void* owner) { delete static_cast<std::shared_ptr<const void>*>(owner); }
+  void CloseBlock() {
+    if (used_ > 0) slices_.push_back(block_.sub(0, static_cast<size_t>(used_)));
+    closed_bytes_ += used_;
+    block_ = grpc::Slice();
+    used_ = 0;
+  }
+
+  std::shared_ptr<const void> owner_;
+  std::vector<grpc::Slice> slices_;
+  grpc::Slice block_;
+  int block_bytes_ = kFirstBlockBytes / 2;
+  int used_ = 0;  // bytes of block_ handed out and not backed up
+  int64_t closed_bytes_ = 0;
+};
+
+// Sequential reads of protobuf wire format across the slices of a byte buffer.
+class WireReader {
+ public:
+  explicit WireReader(const grpc::ByteBuffer& in) {
+    (void)in.Dump(&slices_);
+    for (const grpc::Slice& s : slices_) size_ += s.size();
+  }
+  size_t position() const { return position_; }
+  size_t size() const { return size_; }
+
+  bool Varint(uint64_t* value) {
+    *value = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (position_ == size_) return false;
+      Settle();
+      const uint8_t byte = slices_[slice_].begin()[offset_++];
+      ++position_;
+      *value |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0) return true;
+    }
+    return false;
+  }
+  // Moves `n` bytes ahead, appending them to `out` when not null; false past the end.
+  bool Take(uint64_t n, std::string* out = nullptr) {
+    if (n > size_ - position_) return false;
+    position_ += n;
+    while (n > 0) {
+      Settle();
+      const size_t step = std::min<uint64_t>(n, slices_[slice_].size() - offset_);
+      if (out != nullptr) {
+        out->append(reinterpret_cast<const char*>(slices_[slice_].begin()) + offset_, step);
+      }
+      offset_ += step;
+      n -= step;
+    }
+    return true;
+  }
+
+ private:
+  // Moves past exhausted slices; requires bytes left.
+  void Settle() {
+    while (offset_ == slices_[slice_].size()) {
+      ++slice_;
+      offset_ = 0;
+    }
+  }
+
+  std::vector<grpc::Slice> slices_;
+  size_t size_ = 0;
+  size_t slice_ = 0;
+  size_t offset_ = 0;
+  size_t position_ = 0;
+};
+
+// A walk over the fields of a message on the wire (headers and string fields only), following
+// the message's descriptor into nested messages. With a `message`, every singular bytes or string
+// field of kLargeFieldBytes or more is sized in it (ReserveLarge) before protobuf parses; with a
+// `problem`, the walk checks what protobuf checks of the fields it knows (lengths, UTF-8 of
+// strings) and names the first that fails.
+class WireWalk {
+ public:
+  WireWalk(WireReader* reader, std::string* problem) : reader_(reader), problem_(problem) {}
+
+  // The fields of a `type` message from the reader's position to byte `end`; `message` (null
+  // when only walking) receives the sized fields.
+  bool Walk(const Descriptor* type, Message* message, size_t end, const std::string& path,
+            int depth) {
+    while (reader_->position() < end) {
+      uint64_t key = 0;
+      if (!reader_->Varint(&key)) return Fail(path, "a malformed field key");
+      const FieldDescriptor* field =
+          (key >> 3) <= INT_MAX ? type->FindFieldByNumber(static_cast<int>(key >> 3)) : nullptr;
+      const std::string field_path = absl::StrCat(
+          path, path.empty() ? "" : ".", field != nullptr ? field->name() : absl::StrCat(key >> 3));
+      if (!Value(field, message, key, end, field_path, depth)) return false;
+    }
+    return reader_->position() == end || Fail(path, "a field runs past the end of the message");
+  }
+
+ private:
+  static constexpr int kMaxDepth = 32;
+
+  bool Value(const FieldDescriptor* field, Message* message, uint64_t key, size_t end,
+             const std::string& path, int depth) {
+    uint64_t value = 0;
+    switch (key & 7) {
+      case 0: return reader_->Varint(&value) || Fail(path, "a malformed varint");
+      case 1: return reader_->Take(8) || Fail(path, "a truncated 64-bit value");
+      case 5: return reader_->Take(4) || Fail(path, "a truncated 32-bit value");
+      case 3: return SkipGroup(key >> 3, path, depth);
+      case 2: break;
+      default: return Fail(path, absl::StrCat("wire type ", key & 7, " is not valid"));
+    }
+    if (!reader_->Varint(&value)) return Fail(path, "a malformed length");
+    const size_t left = end > reader_->position() ? end - reader_->position() : 0;
+    if (value > left) {
+      return Fail(path, absl::StrCat("a length of ", value, " bytes runs past the end of its ",
+                                     "message (", left, " bytes left)"));
+    }
+    return LengthDelimited(field, message, value, path, depth);
+  }
+
+  bool LengthDelimited(const FieldDescriptor* field, Message* message, uint64_t length,
+                       const std::string& path, int depth) {
+    if (field != nullptr && field->type() == FieldDescriptor::TYPE_MESSAGE && depth < kMaxDepth) {
+      Message* child = message != nullptr && !field->is_repeated()
+                           ? message->GetReflection()->MutableMessage(message, field)
+                           : nullptr;
+      return Walk(field->message_type(), child, reader_->position() + length, path, depth + 1);
+    }
+    if (field != nullptr && field->type() == FieldDescriptor::TYPE_STRING && problem_ != nullptr) {
+      std::string text;
+      reader_->Take(length, &text);
+      return google::protobuf::internal::IsStructurallyValidUTF8(text.data(),
+                                                                 static_cast<int>(text.size())) ||
+             Fail(path, "invalid UTF-8 in a string field (raw bytes belong in a bytes field)");
+    }
+    if (field != nullptr && message != nullptr && !field->is_repeated() &&
+        field->cpp_type() == FieldDescriptor::CPPTYPE_STRING && length >= kLargeFieldBytes) {
+      std::string sized;
+      ReserveLarge(&sized, length);
+      message->GetReflection()->SetString(message, field, std::move(sized));
+    }
+    return reader_->Take(length);
+  }
+
+  // The fields of a group up to its end tag (groups are proto2's; protobuf skips unknown ones).
+  bool SkipGroup(uint64_t number, const std::string& path, int depth) {
+    if (depth >= kMaxDepth) return Fail(path, "groups nested too deep");
+    for (;;) {
+      uint64_t key = 0;
+      if (!reader_->Varint(&key)) return Fail(path, "a group without its end");
+      if ((key & 7) == 4) return (key >> 3) == number || Fail(path, "a mismatched group end");
+      if (!Value(nullptr, nullptr, key, reader_->size(), path, depth + 1)) return false;
+    }
+  }
+
+  // Records the first problem where it names a field (`path` not empty): a malformed key of the
+  // message itself names none, and the caller then says the bytes are not this message.
+  bool Fail(const std::string& path, const std::string& what) {
+    if (problem_ != nullptr && problem_->empty() && !path.empty()) {
+      *problem_ = absl::StrCat(path, ": ", what);
+    }
+    return false;
+  }
+
+  WireReader* reader_;
+  std::string* problem_;
+};
+
+}  // namespace
+
+grpc::Status SerializeToByteBuffer(std::shared_ptr<const Message> message, grpc::ByteBuffer* out) {
+  const size_t size = message->ByteSizeLong();  // also caches the sizes of nested messages
+  if (size > static_cast<size_t>(INT_MAX)) {
+    return grpc::Status(grpc::StatusCode::INTERNAL,
+                        absl::StrCat("a ", message->GetTypeName(), " of ", size,
+                                     " bytes is over protobuf's limit of 2 GiB - 1"));
+  }
+  if (size < kLargeFieldBytes) {  // no field to reference: one slice
+    grpc::Slice slice(size);
+    message->SerializeWithCachedSizesToArray(const_cast<uint8_t*>(slice.begin()));
+    *out = grpc::ByteBuffer(&slice, 1);
+    return grpc::Status::OK;
+  }
+  SliceOutputStream stream(message);
+  bool failed = false;
+  {
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.EnableAliasing(true);
+    message->SerializeWithCachedSizes(&coded);
+    failed = coded.HadError();
+  }
+  if (failed) {
+    return grpc::Status(grpc::StatusCode::INTERNAL,
+                        absl::StrCat("could not serialize a ", message->GetTypeName()));
+  }
+  *out = stream.Finish();
+  return grpc::Status::OK;
+}
+
+bool ParseFromByteBuffer(const grpc::ByteBuffer& in, Message* message) {
+  if (in.Length() >= kLargeFieldBytes) {
+    WireReader reader(in);
+    // A walk that fails leaves the rest to protobuf's parse, which then fails too.
+    WireWalk(&reader, nullptr).Walk(message->GetDescriptor(), message, reader.size(), "", 0);
+  }
+  if (in.Length() > static_cast<size_t>(INT_MAX)) return false;
+  // ProtoBufferReader takes a mutable buffer but only reads it.
+  grpc::ProtoBufferReader reader(const_cast<grpc::ByteBuffer*>(&in));
+  return reader.status().ok() &&
+         message->MergeFromBoundedZeroCopyStream(&reader, static_cast<int>(in.Length()));
+}
+
+std::string DescribeParseFailure(const grpc::ByteBuffer& in, const Descriptor* type) {
+  WireReader reader(in);
+  std::string problem;
+  WireWalk(&reader, &problem).Walk(type, nullptr, reader.size(), "", 0);
+  return problem;
+}
+
+void ReserveLarge(std::string* s, size_t n) {
+  s->reserve(n);
+#if defined(MADV_HUGEPAGE)
+  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+  if (n < kHugePage) return;
+  const auto begin = reinterpret_cast<uintptr_t>(s->data());
+  const uintptr_t first = (begin + kHugePage - 1) & ~(kHugePage - 1);
+  const uintptr_t last = (begin + n) & ~(kHugePage - 1);
+  // Advice only: where the kernel has no transparent huge pages, nothing changes.
+  if (last > first) (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+#endif
+}
+
+}  // namespace posenc::v1

@@ -1,0 +1,56 @@
+// Messages to and from gRPC byte buffers without the copies of gRPC's default serialization, for
+// the server's and the C++ client's large tensors (issue #20, "the wire at the link's speed").
+// Built into posenc_proto.
+//
+// - SerializeToByteBuffer: the message's large bytes fields are not copied; the buffer's slices
+//   reference them and keep the message alive until gRPC has sent them (gRPC's own serializer
+//   copies every byte into 1 MiB slices first).
+// - ParseFromByteBuffer: a first pass over the wire format (headers only) sizes every large bytes
+//   field once, in memory advised for transparent huge pages, before protobuf copies the bytes in
+//   (protobuf reserves at most 50 MB and grows a larger field by reallocating and copying, and a
+//   fresh mapping of small pages costs a page fault per 4 KiB).
+// - DescribeParseFailure: the field path of what makes bytes unparseable (invalid UTF-8 in a
+//   string field, a length past the end of its message), for the error the caller gets.
+//
+// Thread-safety: pure functions; a message must not be modified while a buffer references it.
+#ifndef POSENC_PROTO_POSENC_V1_BYTE_BUFFER_H_
+#define POSENC_PROTO_POSENC_V1_BYTE_BUFFER_H_
+
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/status.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+
+namespace posenc::v1 {
+
+// Bytes and string fields from this size on are referenced, not copied, by SerializeToByteBuffer
+// and sized once by ParseFromByteBuffer.
+inline constexpr size_t kLargeFieldBytes = size_t{64} << 10;
+
+// `message` serialized into `out` (replacing its contents). INTERNAL when the message is over
+// protobuf's 2 GiB - 1 or does not serialize.
+grpc::Status SerializeToByteBuffer(std::shared_ptr<const google::protobuf::Message> message,
+                                   grpc::ByteBuffer* out);
+
+// Parses `in` into `message`, which must be empty (a fresh message). false when the bytes are
+// not a valid message of its type (DescribeParseFailure says why, where it can).
+bool ParseFromByteBuffer(const grpc::ByteBuffer& in, google::protobuf::Message* message);
+
+// Why `in` does not parse as a message of `type`: "PATH: REASON", e.g.
+// "config.hf_config_json: invalid UTF-8 in a string field (use bytes for raw bytes)", or "" when
+// no field can be named (e.g. a malformed tag).
+std::string DescribeParseFailure(const grpc::ByteBuffer& in,
+                                 const google::protobuf::Descriptor* type);
+
+// Reserves `n` bytes in `s`; a buffer of 2 MiB or more is advised for transparent huge pages
+// (where the kernel has them), so that filling it faults once per 2 MiB instead of per 4 KiB.
+void ReserveLarge(std::string* s, size_t n);
+
+}  // namespace posenc::v1
+
+#endif  // POSENC_PROTO_POSENC_V1_BYTE_BUFFER_H_
