@@ -20,7 +20,7 @@ static_assert(static_cast<int>(FreqScheme::kT2t) == v1::FreqScheme_MAX);
 static_assert(static_cast<int>(Combine::kConcat) == v1::Combine_MAX);
 static_assert(static_cast<int>(RopeStyle::kDeepseek) == v1::RopeStyle_MAX);
 static_assert(static_cast<int>(RopeScalingType::kProportional) == v1::RopeScalingType_MAX);
-static_assert(static_cast<int>(MropeLayout::kInterleaved) == v1::MropeLayout_MAX);
+static_assert(static_cast<int>(MropeLayout::kVision2dEvenOdd) == v1::MropeLayout_MAX);
 static_assert(static_cast<int>(RopeCacheLayout::kGptj) == v1::RopeCacheLayout_MAX);
 static_assert(static_cast<int>(TensorLayout::kTHD) == v1::TensorLayout_MAX);
 static_assert(static_cast<int>(AlibiMode::kBloom) == v1::AlibiMode_MAX);
@@ -172,6 +172,7 @@ void ToProto(const RopeConfig& config, v1::RopeConfig* out) {
   SetIf(out, &v1::RopeConfig::set_apply_attention_factor, config.apply_attention_factor);
   SetIf(out, &v1::RopeConfig::set_seq_len, config.seq_len);
   out->mutable_freq_factors()->Assign(config.freq_factors.begin(), config.freq_factors.end());
+  out->mutable_frequency_axes()->Assign(config.frequency_axes.begin(), config.frequency_axes.end());
   out->set_hf_config_json(config.hf_config_json);
   out->set_layer_type(config.layer_type);
 }

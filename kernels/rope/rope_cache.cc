@@ -17,11 +17,12 @@ absl::StatusOr<RopeCachePlan> PlanRopeCache(RopeCacheArgs args) {
   POSENC_RETURN_IF_ERROR(CheckFloatOutputDType(args.output_dtype));
   RopeCachePlan plan;
   TokenGrid grid;
-  grid.components = args.config.mrope_section.empty() ? 1 : 3;
+  grid.components = RopePositionAxes(args.config);
   POSENC_ASSIGN_OR_RETURN(plan.positions, PlanPositions(std::move(args.positions), grid));
   const int64_t d = args.config.rotary_dim.value_or(args.config.head_dim);
   plan.width = args.layout == RopeCacheLayout::kCompact ? d / 2 : d;
   plan.layout = args.layout;
+  NormalizePositionAxes(&args.config);
   plan.config = std::move(args.config);
   plan.cos = {"cos", args.output_dtype, plan.positions.shape};
   plan.cos.shape.push_back(plan.width);
@@ -33,9 +34,15 @@ absl::StatusOr<RopeCachePlan> PlanRopeCache(RopeCacheArgs args) {
 
 absl::StatusOr<RopeRunInputs> PrepareRopeRun(const PositionPlan& positions,
                                              const RopeConfig& config, RopeFrequencyCache* cache) {
+  POSENC_ASSIGN_OR_RETURN(ResolvedPositions resolved, ResolvePositions(positions));
+  const int64_t max_position = resolved.max_position;
+  return PrepareRopeRun(std::move(resolved), max_position, config, cache);
+}
+
+absl::StatusOr<RopeRunInputs> PrepareRopeRun(ResolvedPositions positions, int64_t max_position,
+                                             const RopeConfig& config, RopeFrequencyCache* cache) {
   RopeRunInputs in;
-  POSENC_ASSIGN_OR_RETURN(in.positions, ResolvePositions(positions));
-  const int64_t max_position = in.positions.max_position;
+  in.positions = std::move(positions);
   if (cache != nullptr) {
     in.cache_key = RopeFrequencyCache::Key(config, max_position);
     in.info.frequencies = cache->Find(in.cache_key);

@@ -60,6 +60,10 @@ struct RopeRunInputs {
 };
 absl::StatusOr<RopeRunInputs> PrepareRopeRun(const PositionPlan& positions,
                                              const RopeConfig& config, RopeFrequencyCache* cache);
+// The same for positions resolved by the caller; the frequencies are those of a call whose
+// largest position is `max_position` (RerotateKeys: the largest target position).
+absl::StatusOr<RopeRunInputs> PrepareRopeRun(ResolvedPositions positions, int64_t max_position,
+                                             const RopeConfig& config, RopeFrequencyCache* cache);
 RopeRunInfo FinishRopeRun(RopeRunInputs in, RopeFrequencyCache* cache);
 
 // PrepareRopeRun, then `call(frequencies, positions)` (the backend), then FinishRopeRun.

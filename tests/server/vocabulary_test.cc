@@ -119,7 +119,7 @@ TEST(VocabularyTest, EveryKernelMirrorHasEveryWireValue) {
   ExpectKernelMirror<Combine>(kernels::Combine::kConcat);
   ExpectKernelMirror<RopeStyle>(kernels::RopeStyle::kDeepseek);
   ExpectKernelMirror<RopeScalingType>(kernels::RopeScalingType::kProportional);
-  ExpectKernelMirror<MropeLayout>(kernels::MropeLayout::kInterleaved);
+  ExpectKernelMirror<MropeLayout>(kernels::MropeLayout::kVision2dEvenOdd);
   ExpectKernelMirror<RopeCacheLayout>(kernels::RopeCacheLayout::kGptj);
   ExpectKernelMirror<TensorLayout>(kernels::TensorLayout::kTHD);
   ExpectKernelMirror<AlibiMode>(kernels::AlibiMode::kBloom);

@@ -162,7 +162,15 @@ struct RopeScaling {
   std::optional<double> alpha;                  // dynamic (Hunyuan): fixed b' = b * alpha^(d/(d-2))
 };
 
-enum class MropeLayout { kUnspecified, kContiguous, kInterleaved };  // default CONTIGUOUS
+// Which position axis each frequency reads (posenc.proto MropeLayout); default CONTIGUOUS.
+enum class MropeLayout {
+  kUnspecified,
+  kContiguous,
+  kInterleaved,
+  kAlternating,
+  kVision2d,
+  kVision2dEvenOdd,
+};
 
 // A rotary configuration: the explicit fields, or the text of a Hugging Face config.json in
 // `hf_config_json` (then head_dim, rotary_dim, base, scaling, max_position_embeddings and
@@ -176,7 +184,8 @@ struct RopeConfig {
   std::optional<int64_t> max_position_embeddings;
   std::vector<int64_t> mrope_section;  // [s_t, s_h, s_w], sum d/2; positions then ids [3, ...]
   MropeLayout mrope_layout = MropeLayout::kUnspecified;
-  bool inverse = false;                        // rotate by -theta and divide by m
+  std::vector<int64_t> frequency_axes;  // d/2 axes (< 4), one per frequency; overrides the layout
+  bool inverse = false;                 // rotate by -theta and divide by m
   std::optional<bool> apply_attention_factor;  // default true
   std::optional<int64_t> seq_len;              // dynamic/longrope; default: largest position + 1
   std::vector<double> freq_factors;  // d/2 divisors of omega_j, after the scaling (GGUF rope_freqs)

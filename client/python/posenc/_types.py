@@ -234,6 +234,7 @@ class RopeConfig:
     seq_len: Optional[int] = None
     # d/2 divisors of omega_j after the scaling (GGUF's rope_freqs); also with hf_config_json.
     freq_factors: Sequence[float] = ()
+    frequency_axes: Sequence[int] = ()
     hf_config_json: str = ""
     layer_type: str = ""
 
