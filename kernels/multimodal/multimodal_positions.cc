@@ -184,7 +184,7 @@ class SequenceLayout {
   SequenceLayout(const MultimodalPositionsPlan& plan, int64_t b) : plan_(plan), b_(b) {}
 
   void Text(int64_t n) {
-    for (int64_t k = 0; k < n; ++k) Push(next_, next_, next_);
+    for (int64_t k = 0; k < n; ++k) Push(next_ + k, next_ + k, next_ + k);
     next_ += n;
   }
 
