@@ -40,6 +40,10 @@ absl::StatusOr<v1::AlibiSlopesRequest> ToRequest(const AlibiSlopesOptions& optio
 absl::StatusOr<v1::AlibiBiasRequest> ToRequest(const AlibiBiasOptions& options);
 absl::StatusOr<v1::RelativeBiasRequest> ToRequest(const RelativeBiasOptions& options);
 absl::StatusOr<v1::RelativeEmbeddingRequest> ToRequest(const RelativeEmbeddingOptions& options);
+// convert_multimodal.cc
+absl::StatusOr<v1::RerotateKeysRequest> ToRequest(const RerotateKeysOptions& options);
+absl::StatusOr<v1::MultimodalPositionsRequest> ToRequest(const MultimodalPositionsOptions& options);
+absl::StatusOr<v1::VisionPositionsRequest> ToRequest(const VisionPositionsOptions& options);
 // GetServerInfo takes no options: its request as is.
 inline absl::StatusOr<v1::GetServerInfoRequest> ToRequest(const v1::GetServerInfoRequest& request) {
   return request;
@@ -51,6 +55,9 @@ absl::StatusOr<ApplyRopeResult> FromProto(v1::ApplyRopeResponse&& response);
 absl::StatusOr<AlibiBiasResult> FromProto(v1::AlibiBiasResponse&& response);
 absl::StatusOr<ServerInfo> FromProto(const v1::GetServerInfoResponse& response);
 DescribeRopeResult FromProto(const v1::DescribeRopeResponse& response);
+absl::StatusOr<RerotateKeysResult> FromProto(v1::RerotateKeysResponse&& response);
+absl::StatusOr<MultimodalPositionsResult> FromProto(v1::MultimodalPositionsResponse&& response);
+absl::StatusOr<VisionPositionsResult> FromProto(v1::VisionPositionsResponse&& response);
 
 }  // namespace posenc::client::internal
 

@@ -33,11 +33,15 @@ static_assert(static_cast<int>(kernels::RopeScalingType::kProportional) + 1 ==
               v1::ROPE_SCALING_PROPORTIONAL);
 static_assert(static_cast<int>(kernels::MropeLayout::kVision2dEvenOdd) + 1 ==
               v1::MROPE_LAYOUT_VISION_2D_EVEN_ODD);
-static_assert(static_cast<int>(kernels::RopeCacheLayout::kGptj) + 1 == v1::ROPE_CACHE_LAYOUT_GPTJ);
+static_assert(static_cast<int>(kernels::RopeCacheLayout::kComplex) + 1 ==
+              v1::ROPE_CACHE_LAYOUT_COMPLEX);
 static_assert(static_cast<int>(kernels::TensorLayout::kTHD) + 1 == v1::TENSOR_LAYOUT_THD);
 static_assert(static_cast<int>(kernels::AlibiMode::kBloom) + 1 == v1::ALIBI_MODE_BLOOM);
 static_assert(static_cast<int>(kernels::FutureMode::kLinear) + 1 == v1::FUTURE_MODE_LINEAR);
 static_assert(static_cast<int>(kernels::BiasForm::kBuckets) + 1 == v1::BIAS_FORM_BUCKETS);
+static_assert(static_cast<int>(kernels::MultimodalFamily::kGlm4v) + 1 ==
+              v1::MULTIMODAL_FAMILY_GLM4V);
+static_assert(static_cast<int>(kernels::VisionTower::kLlama4) + 1 == v1::VISION_TOWER_LLAMA4);
 
 absl::string_view AllowedNames(DTypeClass allowed) {
   switch (allowed) {

@@ -140,6 +140,10 @@ void QwenWindows(const VisionPositionsPlan& plan, int64_t* index, int64_t* cu) {
 absl::StatusOr<VisionPositionsPlan> PlanVisionPositions(const VisionPositionsArgs& args) {
   VisionPositionsPlan plan;
   plan.tower = args.tower;
+  // The outputs a tower does not have: empty.
+  plan.flat_ids = {"flat_ids", DType::kInt64, {0}};
+  plan.window_index = {"window_index", DType::kInt64, {0}};
+  plan.cu_window_seqlens = {"cu_window_seqlens", DType::kInt64, {0}};
   switch (args.tower) {
     case VisionTower::kQwen:
       if (args.spatial_merge_size < 1 || args.spatial_merge_size > 64) {

@@ -120,6 +120,7 @@ class MirrorsTest(unittest.TestCase):
         posenc.AttentionTemperatureTuning: pb.AttentionTemperatureTuning,
         posenc.DescribeRopeResult: pb.DescribeRopeResponse, posenc.BackendInfo: pb.BackendInfo,
         posenc.DeviceInfo: pb.DeviceInfo, posenc.TableInfo: pb.TableInfo,
+        posenc.MultimodalTokenIds: pb.MultimodalTokenIds, posenc.VisionSpan: pb.VisionSpan,
     }
 
     def test_every_field_of_the_message_and_no_other(self):

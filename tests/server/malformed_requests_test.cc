@@ -252,7 +252,7 @@ std::vector<BadCase> AllCases() {
             "config { head_dim: 134217728 base: 12345.678 } output_dtype: DTYPE_FLOAT16",
             "config.head_dim"),
       Cache("layer_type_without_hf", "config { layer_type: 'full' }", "config.layer_type"),
-      Cache("layout_unknown", "layout: 5", "layout"),
+      Cache("layout_unknown", "layout: 9", "layout"),
       Cache("output_dtype_int64", "output_dtype: DTYPE_INT64", "output_dtype"),
       // 2^20 x 64 = 2^26 elements per output (at the element limit), FLOAT64: 2 x 512 MiB.
       Cache("output_bytes_over_limit",
