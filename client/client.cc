@@ -99,7 +99,9 @@ template <typename Response>
 constexpr auto TensorOf(v1::Tensor* (Response::*tensor)(), absl::string_view field) {
   return [tensor, field](Response&& response) { return Take((response.*tensor)(), field); };
 }
-constexpr auto kWhole = [](auto&& response) { return internal::FromProto(std::move(response)); };
+constexpr auto kWhole = [](auto&& response) {
+  return internal::FromProto(std::forward<decltype(response)>(response));
+};
 // The single-tensor responses, for their synchronous and asynchronous calls alike.
 constexpr auto kSinusoidalTable = TensorOf(&v1::SinusoidalResponse::mutable_table, "table");
 constexpr auto kAddPositionEncodingY = TensorOf(&v1::AddPositionEncodingResponse::mutable_y, "y");
@@ -108,8 +110,9 @@ constexpr auto kRelativeBias = TensorOf(&v1::RelativeBiasResponse::mutable_bias,
 constexpr auto kRelativeEmbeddings =
     TensorOf(&v1::RelativeEmbeddingResponse::mutable_embeddings, "embeddings");
 
-// The request of a bias call that is fetched in its compact form and expanded here (SPEC §2.3):
-// an unspecified form, with compact_biases on and more than one query. nullopt otherwise.
+// The request of a bias call that is fetched in its compact form and expanded here (posenc.proto,
+// BiasForm): an unspecified form, with compact_biases on and more than one query. nullopt
+// otherwise.
 template <typename Options>
 std::optional<Options> CompactRequest(const Options& options, const ClientOptions& client) {
   if (options.form != BiasForm::kUnspecified || !client.compact_biases || options.q_len <= 1) {
@@ -207,7 +210,7 @@ struct Client::Impl {
     PrepareContext(&state->context, call);
     std::future<Result> future = state->promise.get_future();
     (stub->async()->*method)(&state->context, &state->request, &state->response,
-                             [state, convert](grpc::Status status) {
+                             [state, convert](const grpc::Status& status) {
                                if (status.ok()) {
                                  state->promise.set_value(convert(std::move(state->response)));
                                } else {
@@ -329,6 +332,7 @@ struct Client::Impl {
   static absl::StatusOr<AlibiBiasResult> JoinRows(std::vector<AlibiBiasResult> parts,
                                                   size_t rank_from_end) {
     std::vector<Tensor> biases;
+    biases.reserve(parts.size());
     for (AlibiBiasResult& part : parts) biases.push_back(std::move(part.bias));
     AlibiBiasResult out;
     POSENC_ASSIGN_OR_RETURN(out.bias, JoinRows(std::move(biases), rank_from_end));
@@ -534,6 +538,7 @@ absl::StatusOr<DescribeRopeResult> Client::DescribeRope(const RopeConfig& config
 
 // Asynchronous calls: one callback call when nothing is to be split or expanded; otherwise the
 // synchronous method on a thread of its own (its pieces are in flight together there).
+// NOLINTNEXTLINE(performance-unnecessary-value-param): by value as every *Async (others move it)
 Future<Tensor> Client::SinusoidalAsync(SinusoidalOptions options, const CallOptions& call) const {
   return impl_->Start(&Stub::async::Sinusoidal, options, call, kSinusoidalTable);
 }
@@ -552,6 +557,7 @@ Future<Tensor> Client::AddPositionEncodingAsync(AddPositionEncodingOptions optio
   });
 }
 
+// NOLINTNEXTLINE(performance-unnecessary-value-param): by value as every *Async (others move it)
 Future<RopeCacheResult> Client::RopeCacheAsync(RopeCacheOptions options,
                                                const CallOptions& call) const {
   return impl_->Start(&Stub::async::RopeCache, options, call, kWhole);
@@ -610,8 +616,9 @@ absl::StatusOr<HealthStatus> Client::Health(const std::string& service,
   // The callback API, as the hand-encoded GenericStub call this replaced, so the client behaves
   // as before (a channel used only by blocking calls reads a draining server's GOAWAY late).
   std::promise<grpc::Status> done;
-  impl_->health_stub->async()->Check(&context, &request, &response,
-                                     [&done](grpc::Status status) { done.set_value(status); });
+  impl_->health_stub->async()->Check(
+      &context, &request, &response,
+      [&done](const grpc::Status& status) { done.set_value(status); });
   POSENC_RETURN_IF_ERROR(ToAbsl(done.get_future().get()));
   // proto3 enums are open: a value this client does not know reads as UNKNOWN.
   switch (response.status()) {

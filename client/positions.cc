@@ -37,7 +37,7 @@ Positions Positions::Offsets(std::vector<int64_t> offsets) {
   return p;
 }
 
-Positions Positions::Ids(std::vector<int64_t> ids, std::vector<int64_t> shape) {
+Positions Positions::Ids(const std::vector<int64_t>& ids, std::vector<int64_t> shape) {
   if (shape.empty()) shape = {static_cast<int64_t>(ids.size())};
   return Ids(Int64Tensor(ids, std::move(shape)));
 }
@@ -57,7 +57,7 @@ Positions Positions::CuSeqlens(std::vector<int64_t> cu_seqlens, std::vector<int6
   return p;
 }
 
-Positions Positions::AttentionMask(std::vector<int64_t> mask, std::vector<int64_t> shape) {
+Positions Positions::AttentionMask(const std::vector<int64_t>& mask, std::vector<int64_t> shape) {
   if (shape.empty()) shape = {1, static_cast<int64_t>(mask.size())};
   Positions p;
   p.kind = Kind::kAttentionMask;

@@ -212,7 +212,7 @@ class PositionCut {
         }
         std::vector<int64_t> shape = {m, n};
         if (mrope_) shape.insert(shape.begin(), 3);
-        return Positions::Ids(std::move(ids), std::move(shape));
+        return Positions::Ids(ids, std::move(shape));
       }
     }
     return p;

@@ -6,7 +6,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev nlohmann-json3-dev prometheus-cpp-dev libpng-dev
-  openssl clang-format clang-tidy python3
+  openssl clang-format clang-tidy shellcheck python3
   clang libclang-rt-14-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf python3-numpy python3-pip python3-venv

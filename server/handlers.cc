@@ -586,10 +586,10 @@ grpc::Status RunWithCallTensors(absl::Status (*method)(const HandlerContext&, co
   return ToGrpcStatus(status);
 }
 
-#define POSENC_DEFINE_HANDLER_(Method)                                                   \
-  grpc::Status Handle##Method(const HandlerContext& ctx, const v1::Method##Request& req, \
-                              v1::Method##Response* resp) {                              \
-    return RunWithCallTensors(&Method, ctx, req, resp);                                  \
+#define POSENC_DEFINE_HANDLER_(Method)                                                           \
+  grpc::Status Handle##Method(const HandlerContext& ctx, const v1::Method##Request& req,         \
+                              v1::Method##Response* resp) {                                      \
+    return RunWithCallTensors(&Method, ctx, req, resp); /* NOLINT(bugprone-macro-parentheses) */ \
   }
 POSENC_FOR_EACH_RPC(POSENC_DEFINE_HANDLER_)
 #undef POSENC_DEFINE_HANDLER_

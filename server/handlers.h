@@ -71,7 +71,8 @@ struct HandlerContext {
 struct PlannedOutput {
   PlannedOutput(absl::string_view name, kernels::DType dtype, const kernels::Shape* shape)
       : name(name), dtype(dtype), shape(shape) {}
-  PlannedOutput(const kernels::OutputSpec& spec)  // NOLINT(google-explicit-constructor)
+  // NOLINTNEXTLINE(google-explicit-constructor): a plan's outputs are passed as they are
+  PlannedOutput(const kernels::OutputSpec& spec)
       : name(spec.name), dtype(spec.dtype), shape(&spec.shape) {}
   absl::string_view name;  // the response field, e.g. "bias"
   kernels::DType dtype;

@@ -376,8 +376,9 @@ bool ApplyEnvironment() {
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(row.name);
     std::string error;
     if (!flag->ParseFrom(v, &error)) {
-      const char* expected =
-          flag->IsOfType<absl::Duration>() ? "a duration like 10s or 500ms" : "an integer";
+      const char* expected = flag->IsOfType<absl::Duration>() ? "a duration like 10s or 500ms"
+                             : flag->IsOfType<bool>()         ? "true or false"
+                                                              : "an integer";
       std::fprintf(stderr, "%s: %s: expected %s, got \"%s\"\n", kProgram, env.c_str(), expected, v);
       return false;
     }

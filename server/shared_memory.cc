@@ -60,12 +60,14 @@ void OnSigbus(int sig, siginfo_t* info, void* context) {
     const uintptr_t begin = slot.begin.load(std::memory_order_acquire);
     if (begin == 0 || addr < begin || addr >= slot.end.load(std::memory_order_acquire)) continue;
     SharedMemoryRegion* region = slot.region.load(std::memory_order_acquire);
-    const uintptr_t page = addr & ~static_cast<uintptr_t>(g_page_size - 1);
+    // The page holding the address, by pointer arithmetic (no integer-to-pointer cast).
+    char* const page =
+        static_cast<char*>(info->si_addr) - (addr & static_cast<uintptr_t>(g_page_size - 1));
     // The caller shrank the object under the mapping: a private zero page takes the place of the
     // vanished one, so the faulting access completes; the call sees the region broken after its
     // compute and fails.
-    void* replaced = mmap(reinterpret_cast<void*>(page), static_cast<size_t>(g_page_size),
-                          PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    void* replaced = mmap(page, static_cast<size_t>(g_page_size), PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
     if (replaced != MAP_FAILED && region != nullptr) {
       MarkBrokenFromSignal(region);
       return;
@@ -157,15 +159,15 @@ SharedMemoryRegion::~SharedMemoryRegion() {
   if (fd_ >= 0) close(fd_);
 }
 
-SharedMemoryRegistry::SharedMemoryRegistry(SharedMemoryOptions options)
-    : options_(std::move(options)) {
+SharedMemoryRegistry::SharedMemoryRegistry(SharedMemoryOptions options) : options_(options) {
   if (options_.allowed) InstallSharedMemoryGuard();
 }
 
 SharedMemoryRegistry::~SharedMemoryRegistry() = default;
 
-absl::Status SharedMemoryRegistry::Register(const std::string& name, const std::string& key,
-                                            int64_t offset, int64_t byte_size) {
+absl::Status SharedMemoryRegistry::CheckRegistration(const std::string& name,
+                                                     const std::string& key, int64_t offset,
+                                                     int64_t byte_size) const {
   if (!options_.allowed) {
     return absl::FailedPreconditionError(
         "shared memory is off on this server (start it with --allow_shared_memory)");
@@ -197,7 +199,11 @@ absl::Status SharedMemoryRegistry::Register(const std::string& name, const std::
                        " registered would exceed --max_shared_memory_bytes=", options_.max_bytes));
     }
   }
+  return absl::OkStatus();
+}
 
+absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> SharedMemoryRegistry::MapRegion(
+    const std::string& name, const std::string& key, int64_t offset, int64_t byte_size) {
   auto region = std::shared_ptr<SharedMemoryRegion>(new SharedMemoryRegion());
   region->info_ = {name, key, offset, byte_size, false};
   region->fd_ = shm_open(key.c_str(), O_RDWR | O_CLOEXEC, 0);
@@ -233,7 +239,14 @@ absl::Status SharedMemoryRegistry::Register(const std::string& name, const std::
     return absl::ResourceExhaustedError(absl::StrCat("name: every one of the ", kGuardSlots,
                                                      " shared-memory guard slots is in use"));
   }
+  return region;
+}
 
+absl::Status SharedMemoryRegistry::Register(const std::string& name, const std::string& key,
+                                            int64_t offset, int64_t byte_size) {
+  POSENC_RETURN_IF_ERROR(CheckRegistration(name, key, offset, byte_size));
+  POSENC_ASSIGN_OR_RETURN(std::shared_ptr<SharedMemoryRegion> region,
+                          MapRegion(name, key, offset, byte_size));
   std::lock_guard<std::mutex> lock(mu_);
   // Checked again: another registration may have raced this one while it mapped.
   if (regions_.count(name) != 0) {

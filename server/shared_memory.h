@@ -119,6 +119,15 @@ class SharedMemoryRegistry {
   const SharedMemoryOptions& options() const { return options_; }
 
  private:
+  // Register's checks of its arguments and of the bounds (before anything is opened).
+  absl::Status CheckRegistration(const std::string& name, const std::string& key, int64_t offset,
+                                 int64_t byte_size) const;
+  // The object `key` opened and [offset, offset + byte_size) of it mapped and guarded.
+  static absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> MapRegion(const std::string& name,
+                                                                       const std::string& key,
+                                                                       int64_t offset,
+                                                                       int64_t byte_size);
+
   SharedMemoryOptions options_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<SharedMemoryRegion>> regions_;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every posenc test: installs what is missing, builds the release preset, checks the style
-# gates (tests/check_style.sh: clang-format, clang-tidy over kernels/) and the Python gates
-# (tests/check_python.sh: flake8, mypy), runs ctest (with POSENC_REQUIRE_PYTHON_TOOLS=1: the
+# gates (tests/check_style.sh: clang-format over C++ and CUDA, clang-tidy over kernels/, server/
+# and client/), the shell gate (tests/check_shell.sh: shellcheck over every script CI runs) and
+# the Python gates (tests/check_python.sh: flake8, mypy), runs ctest (with POSENC_REQUIRE_PYTHON_TOOLS=1: the
 # Python wheel test fails rather than skips when venv, pip, setuptools, wheel or mypy is missing).
 # With POSENC_SANITIZERS=1 (the default in CI) it also builds the asan-ubsan preset and runs the
 # whole suite under AddressSanitizer + UndefinedBehaviorSanitizer (the client tests run the
@@ -39,9 +40,12 @@ test_preset() {
 }
 
 build_preset release
-stage "style (clang-format, clang-tidy on kernels/)"
+stage "style (clang-format, clang-tidy)"
 bash tests/check_style.sh build/release
-done_stage "style (clang-format, clang-tidy on kernels/)"
+done_stage "style (clang-format, clang-tidy)"
+stage "shell (shellcheck)"
+bash tests/check_shell.sh
+done_stage "shell (shellcheck)"
 stage "python (flake8, mypy)"
 bash tests/check_python.sh build/release
 done_stage "python (flake8, mypy)"

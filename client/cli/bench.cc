@@ -1,5 +1,15 @@
-#include "client/cli/bench.h"
-
+// `posenc bench`: a closed-loop load generator built on the public client library.
+//
+// --concurrency N threads each make one synchronous call after another (the client library has
+// no asynchronous calls; the threads share its one channel) for --duration D or until --count N
+// calls are done, after an unmeasured --warmup. One op, or `mix`: round-robin over all eight, so
+// a long run touches every RPC (the soak test, tests/soak/soak.sh). The summary: calls, errors
+// by status code, QPS, latency percentiles of the successful calls, and MB/s of tensor payload
+// (request + response). Any error makes the exit code 1, after the summary; Ctrl-C stops the run
+// early and still prints it (exit code 130 when nothing failed).
+//
+// Thread-safety: RunBench is called once, from the CLI's main thread; it starts and joins its
+// own worker threads.
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,31 +38,38 @@
 #include "absl/time/time.h"
 #include "client/cli/commands.h"
 #include "client/cli/latency_histogram.h"
+#include "client/cli/rope_config.h"
+#include "client/cli/wire_names.h"
 #include "kernels/common/status.h"
 
 namespace posenc::cli {
+namespace {
 
-const FlagGroup kBenchFlags = {
-    {"op", FlagType::kChoice, "", "the RPC to call (default mix: round-robin over all)",
-     "sinusoidal|add_position_encoding|rope_cache|apply_rope|alibi_slopes|alibi_bias|"
-     "relative_bias|relative_embedding|mix"},
-    {"concurrency", FlagType::kInt, "N", "calls in flight: N threads (default 8, at most 1024)"},
-    {"duration", FlagType::kString, "D", "measure for D: 30s, 1m30s, 2h (default 10s)"},
-    {"count", FlagType::kInt, "N", "measure N calls instead of a duration"},
-    {"warmup", FlagType::kString, "D", "call for D first, unmeasured (default 0s)"},
-    {"interval", FlagType::kString, "D",
-     "also report calls, QPS and p50/p99 of every D of the measured run"},
-    {"json", FlagType::kSwitch, "", "print the summary as one JSON object (as --format json)"},
-    {"tokens", FlagType::kInt, "N", "positions / sequence length / keys (default 128)"},
-    {"q-len", FlagType::kInt, "N", "queries of the bias ops (default --tokens; 1: a decode step)"},
-    {"batch", FlagType::kInt, "B", "batch of add_position_encoding and apply_rope (default 1)"},
-    {"heads", FlagType::kInt, "N", "heads of q and of the biases (default 8)"},
-    {"kv-heads", FlagType::kInt, "N", "heads of k in apply_rope (default --heads; 0: no k)"},
-    {"max-relative", FlagType::kInt, "K", "relative_embedding clip distance (default 16)"},
-    FloatDTypeFlag("dtype of inputs and outputs (default float32)"),
-};
+const FlagGroup& BenchFlags() {
+  static const FlagGroup* const kFlags = new FlagGroup{
+      {"op", FlagType::kChoice, "", "the RPC to call (default mix: round-robin over all)",
+       "sinusoidal|add_position_encoding|rope_cache|apply_rope|alibi_slopes|alibi_bias|"
+       "relative_bias|relative_embedding|mix"},
+      {"concurrency", FlagType::kInt, "N", "calls in flight: N threads (default 8, at most 1024)"},
+      {"duration", FlagType::kString, "D", "measure for D: 30s, 1m30s, 2h (default 10s)"},
+      {"count", FlagType::kInt, "N", "measure N calls instead of a duration"},
+      {"warmup", FlagType::kString, "D", "call for D first, unmeasured (default 0s)"},
+      {"interval", FlagType::kString, "D",
+       "also report calls, QPS and p50/p99 of every D of the measured run"},
+      {"json", FlagType::kSwitch, "", "print the summary as one JSON object (as --format json)"},
+      {"tokens", FlagType::kInt, "N", "positions / sequence length / keys (default 128)"},
+      {"q-len", FlagType::kInt, "N",
+       "queries of the bias ops (default --tokens; 1: a decode step)"},
+      {"batch", FlagType::kInt, "B", "batch of add_position_encoding and apply_rope (default 1)"},
+      {"heads", FlagType::kInt, "N", "heads of q and of the biases (default 8)"},
+      {"kv-heads", FlagType::kInt, "N", "heads of k in apply_rope (default --heads; 0: no k)"},
+      {"max-relative", FlagType::kInt, "K", "relative_embedding clip distance (default 16)"},
+      FloatDTypeFlag("dtype of inputs and outputs (default float32)"),
+  };
+  return *kFlags;
+}
 
-const char kBenchDetails[] =
+constexpr char kBenchDetails[] =
     "example: posenc bench --op apply_rope --concurrency 16 --duration 30s --tokens 4096\n"
     "         posenc bench --op mix --count 10000 --warmup 2s --json\n"
     "N threads share one channel, each making one synchronous call after another (a closed\n"
@@ -62,8 +79,6 @@ const char kBenchDetails[] =
     "sinusoidal, add_position_encoding and relative_embedding tables; the RoPE flags apply to\n"
     "rope_cache and apply_rope. A live progress line goes to stderr when it is a terminal.\n"
     "Exit code 1 when any call failed (after the summary), 130 when interrupted by Ctrl-C.";
-
-namespace {
 
 using Clock = std::chrono::steady_clock;
 
@@ -270,7 +285,7 @@ absl::StatusOr<Workload> AlibiSlopesWorkload(const BenchShape& s) {
   client::AlibiSlopesOptions o;
   o.num_heads = s.heads;
   o.output_dtype = s.dtype;
-  return MakeWorkload(0, std::move(o), &client::Client::AlibiSlopes);
+  return MakeWorkload(0, o, &client::Client::AlibiSlopes);
 }
 
 // Options of the [q, k] ops: q_len queries against `tokens` keys, in the output dtype.
@@ -572,8 +587,6 @@ class LoadRun {
   int64_t intervals_omitted_ = 0;
 };
 
-}  // namespace
-
 absl::StatusOr<CommandOutput> RunBench(const ParsedFlags& flags, const client::Client& client) {
   POSENC_ASSIGN_OR_RETURN(const BenchConfig config, ConfigFromFlags(flags));
   POSENC_ASSIGN_OR_RETURN(const BenchShape shape, ShapeFromFlags(flags));
@@ -590,6 +603,16 @@ absl::StatusOr<CommandOutput> RunBench(const ParsedFlags& flags, const client::C
   out.extras = std::move(summary);
   if (config.json) out.format = OutputFormat::kJson;
   return out;
+}
+
+}  // namespace
+
+Command BenchCommand() {
+  return {"bench",
+          "load generator: calls in flight, QPS, latency percentiles, errors, MB/s",
+          kBenchDetails,
+          {&BenchFlags(), &RopeConfigFlags()},
+          &RunBench};
 }
 
 }  // namespace posenc::cli

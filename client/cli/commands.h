@@ -1,4 +1,8 @@
-// The subcommands of the posenc CLI: one per RPC, plus `info`, `health` and `bench` (bench.h).
+// The subcommands of the posenc CLI (posenc_cli), one per RPC plus `check`, `bench`, `info` and
+// `health`, each in the file of its family: absolute.cc (sinusoidal, add), rope.cc
+// (rope-cache, apply-rope, describe), bias.cc (alibi-slopes, alibi-bias, relative-bias,
+// relative-embedding), check.cc, bench.cc, info.cc (info, health); Commands() lists them in the
+// order of `posenc --help` (commands.cc). cli.h runs a command line.
 //
 // A command reads its (already type-checked) flags, builds the request with the public client
 // library, makes the call, writes any .npy files it was asked for and returns what to print.
@@ -21,7 +25,7 @@
 
 namespace posenc::cli {
 
-// The client library's names that the commands' sources (commands, check, bench, png) use.
+// The client library's names that the commands use.
 using client::DType;
 using client::Positions;
 using client::Tensor;
@@ -38,13 +42,24 @@ struct Command {
 // Every subcommand, in the order of `posenc --help`.
 const std::vector<Command>& Commands();
 
+// The commands, by family.
+Command SinusoidalCommand();  // absolute.cc
+Command AddCommand();
+Command RopeCacheCommand();  // rope.cc
+Command ApplyRopeCommand();
+Command DescribeCommand();
+Command AlibiSlopesCommand();  // bias.cc
+Command AlibiBiasCommand();
+Command RelativeBiasCommand();
+Command RelativeEmbeddingCommand();
+Command CheckCommand();  // check.cc
+Command BenchCommand();  // bench.cc
+Command InfoCommand();   // info.cc
+Command HealthCommand();
+
 // An INVALID_ARGUMENT status marked as a command-line usage error.
 absl::Status UsageError(std::string_view message);
 bool IsUsageError(const absl::Status& status);
-
-// Reads the RoPE configuration flags of rope-cache and apply-rope (which `bench` takes too) into
-// a RopeConfig.
-absl::StatusOr<client::RopeConfig> ReadRopeConfigFlags(const ParsedFlags& flags);
 
 }  // namespace posenc::cli
 

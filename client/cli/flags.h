@@ -47,11 +47,6 @@ using FlagGroup = std::vector<FlagSpec>;
 // `s` for the absl string functions (absl::string_view need not be std::string_view).
 inline absl::string_view AbslView(std::string_view s) { return {s.data(), s.size()}; }
 
-// The `--dtype` flag of the commands that take or make float tensors; `help` says which.
-constexpr FlagSpec FloatDTypeFlag(std::string_view help) {
-  return {"dtype", FlagType::kChoice, "", help, "float32|float16|bfloat16|float64"};
-}
-
 // The values of the flags present on a command line.
 class ParsedFlags {
  public:

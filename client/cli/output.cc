@@ -1,11 +1,18 @@
 #include "client/cli/output.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/cli/commands.h"
 
 namespace posenc::cli {
 namespace {
@@ -201,6 +208,37 @@ void PrintOutput(const CommandOutput& output, OutputFormat format, const TableOp
       }
       return;
   }
+}
+
+absl::Status CheckOutputFiles(const ParsedFlags& flags) {
+  namespace fs = std::filesystem;
+  for (std::string_view flag : {"npy", "png", "out-cos", "out-sin", "out-q", "out-k"}) {
+    const std::optional<std::string> path = flags.String(flag);
+    if (!path.has_value()) continue;
+    const std::string what = absl::StrCat("--", std::string(flag), ": cannot write '", *path, "'");
+    if (path->empty()) return UsageError(absl::StrCat("--", std::string(flag), " needs a path"));
+    if (*path == "-" && flag != "png") continue;  // standard output
+    std::error_code ec;
+    const fs::path file(*path);
+    fs::path dir = file.parent_path();
+    if (dir.empty()) dir = ".";
+    if (!fs::exists(dir, ec)) {
+      return UsageError(absl::StrCat(what, ": the directory '", dir.string(), "' does not exist"));
+    }
+    if (!fs::is_directory(dir, ec)) {
+      return UsageError(absl::StrCat(what, ": '", dir.string(), "' is not a directory"));
+    }
+    const bool exists = fs::exists(file, ec);
+    if (exists && fs::is_directory(file, ec)) {
+      return UsageError(absl::StrCat(what, ": it is a directory"));
+    }
+    const std::string probe = exists ? *path : dir.string();
+    if (::access(probe.c_str(), W_OK) != 0) {
+      return UsageError(absl::StrCat(what, ": ", exists ? "the file" : "its directory",
+                                     " is not writable (", std::strerror(errno), ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace posenc::cli

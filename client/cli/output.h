@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "client/cli/flags.h"
 #include "nlohmann/json.hpp"
 #include "posenc/tensor.h"
 
@@ -64,6 +66,11 @@ std::string FormatTable(const NamedTensor& tensor, const TableOptions& options);
 
 void PrintOutput(const CommandOutput& output, OutputFormat format, const TableOptions& options,
                  std::ostream& out);
+
+// Checks, before any call is made, that every output file the flags name (--npy, --png,
+// --out-cos, --out-sin, --out-q, --out-k) can be written: its directory exists and is writable,
+// and the path is not a directory. A usage error naming the flag and the path otherwise.
+absl::Status CheckOutputFiles(const ParsedFlags& flags);
 
 }  // namespace posenc::cli
 

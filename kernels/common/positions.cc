@@ -64,9 +64,134 @@ absl::StatusOr<Shape> IdsGrid(const ConstTensorView& ids, int64_t components) {
   return grid;
 }
 
+// The grid of a request that is not a table: [batch, seq] or [tokens].
+Shape DefaultShape(const TokenGrid& r) {
+  if (r.kind == GridKind::kBatchSeq) return Shape{r.batch, r.seq};
+  return Shape{r.tokens};
+}
+
+// Each kind of positions on the grid `r`: the grid shape, or why it does not fit.
+absl::StatusOr<Shape> PlanRange(const PositionSpec& spec, const TokenGrid& r) {
+  if (spec.start < 0 || spec.start > kMaxPosition) {
+    return Invalid("positions.range.start",
+                   absl::StrCat("expected 0 <= start < 2^31, got ", spec.start));
+  }
+  if (spec.count < 0) {
+    return Invalid("positions.range.count", absl::StrCat("expected >= 0, got ", spec.count));
+  }
+  int64_t want = r.kind == GridKind::kBatchSeq ? r.seq
+                 : r.kind == GridKind::kPacked ? r.tokens
+                                               : -1;
+  int64_t count = spec.count;
+  if (r.kind == GridKind::kTable) {
+    if (count == 0) {
+      return Invalid("positions.range.count", "expected >= 1 for a table, got 0");
+    }
+  } else {
+    if (count != 0 && count != want) {
+      return Invalid("positions.range.count",
+                     absl::StrCat("expected ", want, " (the sequence length) or 0, got ", count));
+    }
+    count = want;
+  }
+  if (spec.start + (count - 1) > kMaxPosition) {
+    return Invalid("positions.range",
+                   absl::StrCat("last position ", spec.start + count - 1,
+                                " is not below 2^31 (start ", spec.start, ", count ", count, ")"));
+  }
+  if (r.kind == GridKind::kTable) return Shape{count};
+  return DefaultShape(r);
+}
+
+absl::StatusOr<Shape> PlanOffsets(const PositionSpec& spec, const TokenGrid& r) {
+  const absl::string_view field = KindField(spec.kind);
+  if (r.kind != GridKind::kBatchSeq) {
+    return Invalid(field, absl::StrCat("per-sequence offsets need a [batch, seq] input; this "
+                                       "request has ",
+                                       GridName(r)));
+  }
+  if (static_cast<int64_t>(spec.offsets.size()) != r.batch) {
+    return Invalid(field, absl::StrCat("expected ", r.batch, " offsets (one per sequence), got ",
+                                       spec.offsets.size()));
+  }
+  return DefaultShape(r);
+}
+
+absl::StatusOr<Shape> PlanIds(const PositionSpec& spec, const TokenGrid& r) {
+  const absl::string_view field = KindField(spec.kind);
+  if (auto s = CheckIntTensor(spec.ids, field); !s.ok()) return s;
+  absl::StatusOr<Shape> grid = IdsGrid(spec.ids, r.components);
+  if (!grid.ok()) return grid.status();
+  if (r.kind == GridKind::kTable) return *grid;
+  const std::string expected = r.kind == GridKind::kBatchSeq
+                                   ? absl::StrCat("[", r.seq, "] or [", r.batch, ", ", r.seq, "]")
+                                   : absl::StrCat("[", r.tokens, "]");
+  bool ok = r.kind == GridKind::kBatchSeq
+                ? ((grid->size() == 1 && (*grid)[0] == r.seq) ||
+                   (grid->size() == 2 && (*grid)[0] == r.batch && (*grid)[1] == r.seq))
+                : (grid->size() == 1 && (*grid)[0] == r.tokens);
+  if (!ok) {
+    return Invalid(
+        field,
+        absl::StrCat("expected token shape ", expected,
+                     r.components > 1 ? absl::StrCat(" after the leading ", r.components) : "",
+                     ", got ", ShapeString(spec.ids.shape)));
+  }
+  return DefaultShape(r);
+}
+
+absl::StatusOr<Shape> PlanCuSeqlens(const PositionSpec& spec, const TokenGrid& r) {
+  const absl::string_view field = KindField(spec.kind);
+  if (r.kind == GridKind::kBatchSeq) {
+    return Invalid(field, "cu_seqlens needs the packed THD layout (layout = TENSOR_LAYOUT_THD)");
+  }
+  const auto& cu = spec.cu_seqlens;
+  if (cu.size() < 2) {
+    return Invalid(field, absl::StrCat("expected batch+1 >= 2 entries, got ", cu.size()));
+  }
+  if (cu[0] != 0) return Invalid(field, absl::StrCat("expected cu_seqlens[0] == 0, got ", cu[0]));
+  for (size_t i = 1; i < cu.size(); ++i) {
+    if (cu[i] < cu[i - 1]) {
+      return Invalid(field, absl::StrCat("must be non-decreasing: cu_seqlens[", i, "] = ", cu[i],
+                                         " < cu_seqlens[", i - 1, "] = ", cu[i - 1]));
+    }
+  }
+  if (!spec.offsets.empty() && spec.offsets.size() != cu.size() - 1) {
+    return Invalid("positions.cu_seqlens.offsets",
+                   absl::StrCat("expected ", cu.size() - 1, " offsets (one per sequence), got ",
+                                spec.offsets.size()));
+  }
+  if (r.kind == GridKind::kPacked && cu.back() != r.tokens) {
+    return Invalid(field, absl::StrCat("last entry must equal the token count ", r.tokens, ", got ",
+                                       cu.back()));
+  }
+  if (r.kind == GridKind::kTable) {
+    if (cu.back() == 0) return Invalid(field, "expected at least one token, got 0");
+    return Shape{cu.back()};
+  }
+  return DefaultShape(r);
+}
+
+absl::StatusOr<Shape> PlanMask(const PositionSpec& spec, const TokenGrid& r) {
+  const absl::string_view field = KindField(spec.kind);
+  if (auto s = CheckIntTensor(spec.mask, field); !s.ok()) return s;
+  if (r.kind == GridKind::kPacked) {
+    return Invalid(field, "an attention_mask needs a [batch, seq] input, not packed THD");
+  }
+  if (spec.mask.shape.size() != 2) {
+    return Invalid(field,
+                   absl::StrCat("expected shape [batch, seq], got ", ShapeString(spec.mask.shape)));
+  }
+  if (r.kind == GridKind::kTable) return spec.mask.shape;
+  if (spec.mask.shape[0] != r.batch || spec.mask.shape[1] != r.seq) {
+    return Invalid(field, absl::StrCat("expected shape [", r.batch, ", ", r.seq, "], got ",
+                                       ShapeString(spec.mask.shape)));
+  }
+  return DefaultShape(r);
+}
+
 // The grid shape of `spec` on `r`, or why it does not fit.
 absl::StatusOr<Shape> PlanGridShape(const PositionSpec& spec, const TokenGrid& r) {
-  const absl::string_view field = KindField(spec.kind);
   if (r.components < 1 || r.components > 4) {
     return absl::InternalError("positions: components must be 1 .. 4");
   }
@@ -75,124 +200,14 @@ absl::StatusOr<Shape> PlanGridShape(const PositionSpec& spec, const TokenGrid& r
       if (r.kind == GridKind::kTable) {
         return Invalid("positions", "required: a range, ids, cu_seqlens or an attention_mask");
       }
-      break;
-    case Kind::kRange: {
-      if (spec.start < 0 || spec.start > kMaxPosition) {
-        return Invalid("positions.range.start",
-                       absl::StrCat("expected 0 <= start < 2^31, got ", spec.start));
-      }
-      if (spec.count < 0) {
-        return Invalid("positions.range.count", absl::StrCat("expected >= 0, got ", spec.count));
-      }
-      int64_t want = r.kind == GridKind::kBatchSeq ? r.seq
-                     : r.kind == GridKind::kPacked ? r.tokens
-                                                   : -1;
-      int64_t count = spec.count;
-      if (r.kind == GridKind::kTable) {
-        if (count == 0) {
-          return Invalid("positions.range.count", "expected >= 1 for a table, got 0");
-        }
-      } else {
-        if (count != 0 && count != want) {
-          return Invalid(
-              "positions.range.count",
-              absl::StrCat("expected ", want, " (the sequence length) or 0, got ", count));
-        }
-        count = want;
-      }
-      if (spec.start + (count - 1) > kMaxPosition) {
-        return Invalid("positions.range", absl::StrCat("last position ", spec.start + count - 1,
-                                                       " is not below 2^31 (start ", spec.start,
-                                                       ", count ", count, ")"));
-      }
-      if (r.kind == GridKind::kTable) return Shape{count};
-      break;
-    }
-    case Kind::kOffsets:
-      if (r.kind != GridKind::kBatchSeq) {
-        return Invalid(field, absl::StrCat("per-sequence offsets need a [batch, seq] input; this "
-                                           "request has ",
-                                           GridName(r)));
-      }
-      if (static_cast<int64_t>(spec.offsets.size()) != r.batch) {
-        return Invalid(field,
-                       absl::StrCat("expected ", r.batch, " offsets (one per sequence), got ",
-                                    spec.offsets.size()));
-      }
-      break;
-    case Kind::kIds: {
-      if (auto s = CheckIntTensor(spec.ids, field); !s.ok()) return s;
-      absl::StatusOr<Shape> grid = IdsGrid(spec.ids, r.components);
-      if (!grid.ok()) return grid.status();
-      if (r.kind == GridKind::kTable) return *grid;
-      const std::string expected =
-          r.kind == GridKind::kBatchSeq
-              ? absl::StrCat("[", r.seq, "] or [", r.batch, ", ", r.seq, "]")
-              : absl::StrCat("[", r.tokens, "]");
-      bool ok = r.kind == GridKind::kBatchSeq
-                    ? ((grid->size() == 1 && (*grid)[0] == r.seq) ||
-                       (grid->size() == 2 && (*grid)[0] == r.batch && (*grid)[1] == r.seq))
-                    : (grid->size() == 1 && (*grid)[0] == r.tokens);
-      if (!ok) {
-        return Invalid(
-            field,
-            absl::StrCat("expected token shape ", expected,
-                         r.components > 1 ? absl::StrCat(" after the leading ", r.components) : "",
-                         ", got ", ShapeString(spec.ids.shape)));
-      }
-      break;
-    }
-    case Kind::kCuSeqlens: {
-      if (r.kind == GridKind::kBatchSeq) {
-        return Invalid(field,
-                       "cu_seqlens needs the packed THD layout (layout = TENSOR_LAYOUT_THD)");
-      }
-      const auto& cu = spec.cu_seqlens;
-      if (cu.size() < 2) {
-        return Invalid(field, absl::StrCat("expected batch+1 >= 2 entries, got ", cu.size()));
-      }
-      if (cu[0] != 0)
-        return Invalid(field, absl::StrCat("expected cu_seqlens[0] == 0, got ", cu[0]));
-      for (size_t i = 1; i < cu.size(); ++i) {
-        if (cu[i] < cu[i - 1]) {
-          return Invalid(field, absl::StrCat("must be non-decreasing: cu_seqlens[", i, "] = ",
-                                             cu[i], " < cu_seqlens[", i - 1, "] = ", cu[i - 1]));
-        }
-      }
-      if (!spec.offsets.empty() && spec.offsets.size() != cu.size() - 1) {
-        return Invalid("positions.cu_seqlens.offsets",
-                       absl::StrCat("expected ", cu.size() - 1, " offsets (one per sequence), got ",
-                                    spec.offsets.size()));
-      }
-      if (r.kind == GridKind::kPacked && cu.back() != r.tokens) {
-        return Invalid(field, absl::StrCat("last entry must equal the token count ", r.tokens,
-                                           ", got ", cu.back()));
-      }
-      if (r.kind == GridKind::kTable) {
-        if (cu.back() == 0) return Invalid(field, "expected at least one token, got 0");
-        return Shape{cu.back()};
-      }
-      break;
-    }
-    case Kind::kAttentionMask: {
-      if (auto s = CheckIntTensor(spec.mask, field); !s.ok()) return s;
-      if (r.kind == GridKind::kPacked) {
-        return Invalid(field, "an attention_mask needs a [batch, seq] input, not packed THD");
-      }
-      if (spec.mask.shape.size() != 2) {
-        return Invalid(
-            field, absl::StrCat("expected shape [batch, seq], got ", ShapeString(spec.mask.shape)));
-      }
-      if (r.kind == GridKind::kTable) return spec.mask.shape;
-      if (spec.mask.shape[0] != r.batch || spec.mask.shape[1] != r.seq) {
-        return Invalid(field, absl::StrCat("expected shape [", r.batch, ", ", r.seq, "], got ",
-                                           ShapeString(spec.mask.shape)));
-      }
-      break;
-    }
+      return DefaultShape(r);
+    case Kind::kRange: return PlanRange(spec, r);
+    case Kind::kOffsets: return PlanOffsets(spec, r);
+    case Kind::kIds: return PlanIds(spec, r);
+    case Kind::kCuSeqlens: return PlanCuSeqlens(spec, r);
+    case Kind::kAttentionMask: return PlanMask(spec, r);
   }
-  if (r.kind == GridKind::kBatchSeq) return Shape{r.batch, r.seq};
-  return Shape{r.tokens};
+  return DefaultShape(r);
 }
 
 }  // namespace
@@ -206,37 +221,51 @@ absl::StatusOr<PositionPlan> PlanPositions(PositionSpec spec, const TokenGrid& g
   return plan;
 }
 
-absl::StatusOr<ResolvedPositions> ResolvePositions(const PositionPlan& plan) {
-  const PositionSpec& spec = plan.spec;
-  const TokenGrid& r = plan.grid;
-  ResolvedPositions out;
-  out.grid = plan.shape;
-  out.components = r.components;
-  out.num_tokens = plan.num_tokens;
-  out.pos.assign(static_cast<size_t>(out.num_tokens * out.components), 0);
-  const int64_t seq = r.kind == GridKind::kBatchSeq ? r.seq : out.num_tokens;
+namespace {
 
-  // Fills component 0 (or all components for ids), then checks ranges.
+// An attention mask's positions: each real token counts the real tokens before it in its row.
+absl::Status FillFromMask(const PositionSpec& spec, ResolvedPositions* out) {
+  out->valid.assign(static_cast<size_t>(out->num_tokens), 0);
+  const int64_t cols = spec.mask.shape[1];
+  for (int64_t row = 0; row < spec.mask.shape[0]; ++row) {
+    int64_t real = 0;
+    for (int64_t col = 0; col < cols; ++col) {
+      const int64_t t = row * cols + col;
+      const int64_t m = LoadAsInt64(spec.mask.data, spec.mask.dtype, t);
+      if (m != 0 && m != 1) {
+        return Invalid("positions.attention_mask",
+                       absl::StrCat("expected 0 or 1, got ", m, " at [", row, ", ", col, "]"));
+      }
+      out->valid[t] = static_cast<uint8_t>(m);
+      out->pos[t] = m ? real : 0;
+      real += m;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Component 0 of every token's position (every component for ids), unchecked.
+absl::Status FillPositions(const PositionSpec& spec, int64_t seq, ResolvedPositions* out) {
   switch (spec.kind) {
     case Kind::kDefault:
-      for (int64_t t = 0; t < out.num_tokens; ++t) out.pos[t] = t % seq;
+      for (int64_t t = 0; t < out->num_tokens; ++t) out->pos[t] = t % seq;
       break;
     case Kind::kRange:
-      for (int64_t t = 0; t < out.num_tokens; ++t) out.pos[t] = spec.start + t % seq;
+      for (int64_t t = 0; t < out->num_tokens; ++t) out->pos[t] = spec.start + t % seq;
       break;
     case Kind::kOffsets:
-      for (int64_t t = 0; t < out.num_tokens; ++t) {
+      for (int64_t t = 0; t < out->num_tokens; ++t) {
         int64_t v;
         if (!CheckedAdd(spec.offsets[t / seq], t % seq, &v)) v = -1;
-        out.pos[t] = v;
+        out->pos[t] = v;
       }
       break;
     case Kind::kIds: {
       // ids [S] broadcast over the batch, or the full grid; M-RoPE ids carry a leading 3.
-      const int64_t per_component = spec.ids.NumElements() / out.components;
-      for (int64_t c = 0; c < out.components; ++c) {
-        for (int64_t t = 0; t < out.num_tokens; ++t) {
-          out.pos[c * out.num_tokens + t] =
+      const int64_t per_component = spec.ids.NumElements() / out->components;
+      for (int64_t c = 0; c < out->components; ++c) {
+        for (int64_t t = 0; t < out->num_tokens; ++t) {
+          out->pos[c * out->num_tokens + t] =
               LoadAsInt64(spec.ids.data, spec.ids.dtype, c * per_component + t % per_component);
         }
       }
@@ -249,31 +278,28 @@ absl::StatusOr<ResolvedPositions> ResolvePositions(const PositionPlan& plan) {
         for (int64_t t = cu[s]; t < cu[s + 1]; ++t) {
           int64_t v;
           if (!CheckedAdd(base, t - cu[s], &v)) v = -1;
-          out.pos[t] = v;
+          out->pos[t] = v;
         }
       }
       break;
     }
-    case Kind::kAttentionMask: {
-      out.valid.assign(static_cast<size_t>(out.num_tokens), 0);
-      const int64_t cols = spec.mask.shape[1];
-      for (int64_t row = 0; row < spec.mask.shape[0]; ++row) {
-        int64_t real = 0;
-        for (int64_t col = 0; col < cols; ++col) {
-          const int64_t t = row * cols + col;
-          const int64_t m = LoadAsInt64(spec.mask.data, spec.mask.dtype, t);
-          if (m != 0 && m != 1) {
-            return Invalid("positions.attention_mask",
-                           absl::StrCat("expected 0 or 1, got ", m, " at [", row, ", ", col, "]"));
-          }
-          out.valid[t] = static_cast<uint8_t>(m);
-          out.pos[t] = m ? real : 0;
-          real += m;
-        }
-      }
-      break;
-    }
+    case Kind::kAttentionMask: POSENC_RETURN_IF_ERROR(FillFromMask(spec, out)); break;
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ResolvedPositions> ResolvePositions(const PositionPlan& plan) {
+  const PositionSpec& spec = plan.spec;
+  const TokenGrid& r = plan.grid;
+  ResolvedPositions out;
+  out.grid = plan.shape;
+  out.components = r.components;
+  out.num_tokens = plan.num_tokens;
+  out.pos.assign(static_cast<size_t>(out.num_tokens * out.components), 0);
+  POSENC_RETURN_IF_ERROR(
+      FillPositions(spec, r.kind == GridKind::kBatchSeq ? r.seq : out.num_tokens, &out));
   if (spec.kind != Kind::kIds) {
     for (int64_t c = 1; c < out.components; ++c) {
       std::copy_n(out.pos.begin(), out.num_tokens, out.pos.begin() + c * out.num_tokens);

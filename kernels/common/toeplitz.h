@@ -1,6 +1,6 @@
-// The Toeplitz expander: full bias matrices from their compact generator (SPEC §2.3), the one
-// implementation behind the CPU backend's full-form ALiBi/T5 outputs and the client's local
-// expansion of the compact form.
+// The Toeplitz expander: full bias matrices from their compact generator (posenc.proto,
+// BiasForm), the one implementation behind the CPU backend's full-form ALiBi/T5 outputs and the
+// client's local expansion of the compact form.
 //
 // A Toeplitz matrix per head depends only on j - i, so head h is one generator row
 // gen[h, 0 .. q_len + k_len - 1) and

@@ -66,6 +66,7 @@ struct TensorView {
   void* data = nullptr;
 
   int64_t NumElements() const;
+  // NOLINTNEXTLINE(google-explicit-constructor): a mutable view converts to a const one
   operator ConstTensorView() const { return {dtype, shape, data}; }
 };
 

@@ -64,15 +64,15 @@ absl::StatusOr<TextModel> FindTextModel(const Json& root, ModelRope* out) {
 }
 
 // The model's RoPE dict: v5 rope_parameters before v4 rope_scaling, else the architecture's class
-// default; `dict` is null without one. Filled in place (`dict` may point at `class_default`).
+// default (parsed into `class_default`, which must outlive it); `dict` is null without one.
 struct RopeDict {
   const Json* dict = nullptr;
   std::string path;    // its name in messages
-  Json class_default;  // the architecture's default dict, parsed
   bool keyed = false;  // keyed by layer type: no type key of its own and every value an object
 };
 
-absl::Status FindRopeDict(const TextModel& m, const std::string& model_type, RopeDict* rope) {
+absl::Status FindRopeDict(const TextModel& m, const std::string& model_type, Json* class_default,
+                          RopeDict* rope) {
   for (absl::string_view key : {"rope_parameters", "rope_scaling"}) {
     rope->dict = Find(*m.text, key);
     if (rope->dict != nullptr) {
@@ -81,8 +81,8 @@ absl::Status FindRopeDict(const TextModel& m, const std::string& model_type, Rop
     }
   }
   if (rope->dict == nullptr && !m.family->default_rope.empty()) {
-    rope->class_default = Json::parse(m.family->default_rope);
-    rope->dict = &rope->class_default;
+    *class_default = Json::parse(m.family->default_rope);
+    rope->dict = class_default;
     rope->path = absl::StrCat("rope_scaling (", model_type, " class default)");
   }
   const Json* dict = rope->dict;
@@ -209,6 +209,7 @@ class Grouping {
 // "sliding_attention: layers 0-4, 6-10; full_attention: layers 5, 11", bounded.
 std::string DescribeGroups(const std::vector<Group>& groups) {
   std::vector<std::string> parts;
+  parts.reserve(groups.size());
   for (const Group& g : groups) {
     parts.push_back(absl::StrCat(
         g.rope.layer_type.empty() ? "(unnamed)" : g.rope.layer_type, g.nope ? " NoPE" : "", ": ",
@@ -365,8 +366,9 @@ absl::StatusOr<ModelRope> ParseModelRope(absl::string_view json_text, absl::stri
   if (layer_type == kVisionLayerType) return VisionModelRope(root);
   ModelRope out;
   POSENC_ASSIGN_OR_RETURN(TextModel m, FindTextModel(root, &out));
+  Json class_default;
   RopeDict rope;
-  POSENC_RETURN_IF_ERROR(FindRopeDict(m, out.model_type, &rope));
+  POSENC_RETURN_IF_ERROR(FindRopeDict(m, out.model_type, &class_default, &rope));
   POSENC_ASSIGN_OR_RETURN(const std::vector<LayerSpec> specs, LayerSpecs(m, rope));
   std::vector<std::string> types;
   std::vector<bool> nope;

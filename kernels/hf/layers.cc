@@ -57,20 +57,22 @@ absl::Status ReadTemperatureTuning(const TextModel& m, std::optional<Temperature
   return absl::OkStatus();
 }
 
-}  // namespace
+// What building one layer type's config reads and where it reports.
+struct LayerInputs {
+  const TextModel& m;
+  const LayerSpec& spec;
+  const Json& dict;  // the spec's RoPE dict, or an empty one
+  std::vector<std::string>* warnings;
+  std::vector<ValueSource>* sources;
+};
 
-absl::StatusOr<kernels::RopeConfig> BuildConfig(const TextModel& m, const LayerSpec& spec,
-                                                std::vector<std::string>* warnings,
-                                                std::vector<ValueSource>* sources,
-                                                std::optional<TemperatureTuning>* tuning) {
-  static const Json* const kEmpty = new Json(Json::object());
-  const Json& dict = spec.dict != nullptr ? *spec.dict : *kEmpty;
+// The base: the dict's rope_theta, a per-type key, the top level, the class default.
+absl::StatusOr<double> ReadBase(const LayerInputs& in) {
+  const TextModel& m = in.m;
+  const LayerSpec& spec = in.spec;
+  const Json& dict = in.dict;
+  std::vector<ValueSource>* sources = in.sources;
   const Family& f = *m.family;
-  kernels::RopeConfig config;
-  POSENC_RETURN_IF_ERROR(ParseScaling(dict, spec.path, f, &config.scaling, warnings, sources));
-  kernels::RopeScaling& sc = config.scaling;
-
-  // Base: the dict's rope_theta, a per-type key, the top level, the class default.
   POSENC_ASSIGN_OR_RETURN(std::optional<double> theta,
                           Get<double>(dict, "rope_theta", spec.path + ".rope_theta"));
   if (theta) {
@@ -88,16 +90,20 @@ absl::StatusOr<kernels::RopeConfig> BuildConfig(const TextModel& m, const LayerS
   } else {
     Defaulted(sources, f, "base", "rope_theta", ValueText(f.theta));
   }
-  config.base = theta.value_or(f.theta);
+  return theta.value_or(f.theta);
+}
 
-  const std::optional<int64_t> head_dim = spec.head_dim ? spec.head_dim : m.head_dim;
-  config.head_dim = head_dim.value_or(0);
-  if (spec.head_dim) {
-    ReadFrom(sources, f, "head_dim", KeyPath(m, "global_head_dim"), absl::StrCat(*spec.head_dim));
-  }
-
-  // Rotary dim: a fraction of the head (the dict's, else the top level's or the class default),
-  // int(head_dim * fraction) as Python; an absolute rotary_dim; ChatGLM's half head.
+// The rotary dim: a fraction of the head (the dict's, else the top level's or the class
+// default), int(head_dim * fraction) as Python; an absolute rotary_dim; ChatGLM's half head.
+// Proportional scaling keeps the fraction instead (a full-width table).
+absl::Status ReadRotary(const LayerInputs& in, std::optional<int64_t> head_dim,
+                        kernels::RopeConfig* config) {
+  const TextModel& m = in.m;
+  const LayerSpec& spec = in.spec;
+  const Json& dict = in.dict;
+  std::vector<ValueSource>* sources = in.sources;
+  const Family& f = *m.family;
+  kernels::RopeScaling& sc = config->scaling;
   POSENC_ASSIGN_OR_RETURN(
       std::optional<double> fraction,
       Get<double>(dict, "partial_rotary_factor", spec.path + ".partial_rotary_factor"));
@@ -137,15 +143,26 @@ absl::StatusOr<kernels::RopeConfig> BuildConfig(const TextModel& m, const LayerS
                                   "hidden_size / num_attention_heads), none given"));
     }
     const auto rotary = static_cast<int64_t>(static_cast<double>(*head_dim) * *fraction);
-    if (rotary != *head_dim) config.rotary_dim = rotary;
+    if (rotary != *head_dim) config->rotary_dim = rotary;
   } else if (m.family->chatglm && head_dim) {
-    config.rotary_dim = *head_dim / 2;
+    config->rotary_dim = *head_dim / 2;
   } else if (m.rotary_dim) {
-    config.rotary_dim = m.rotary_dim;
+    config->rotary_dim = m.rotary_dim;
   }
 
-  config.max_position_embeddings = m.max_position;
+  return absl::OkStatus();
+}
 
+// What transformers' standardization changes (a top-level original_max_position_embeddings,
+// YaRN's truncate in a keyed dict, llama3 with high <= low) and the warnings where transformers
+// differs from the file or from posenc.
+void Standardize(const LayerInputs& in, kernels::RopeConfig* config) {
+  const TextModel& m = in.m;
+  const LayerSpec& spec = in.spec;
+  std::vector<std::string>* warnings = in.warnings;
+  std::vector<ValueSource>* sources = in.sources;
+  const Family& f = *m.family;
+  kernels::RopeScaling& sc = config->scaling;
   // A top-level original_max_position_embeddings overrides the nested one (transformers'
   // standardize_rope_params), for the types that read it.
   if (m.original_max && (sc.type == RopeScalingType::kYarn || sc.type == RopeScalingType::kLlama3 ||
@@ -170,16 +187,16 @@ absl::StatusOr<kernels::RopeConfig> BuildConfig(const TextModel& m, const LayerS
         "original_max_position_embeddings / low_freq_factor divided by factor, the rest kept"));
     sc.high_freq_factor = sc.low_freq_factor;  // the same step, no smoothed band
   }
-  if (sc.type == RopeScalingType::kLongrope && !sc.factor && config.max_position_embeddings &&
+  if (sc.type == RopeScalingType::kLongrope && !sc.factor && config->max_position_embeddings &&
       sc.original_max_position_embeddings) {
     warnings->push_back(
         absl::StrCat(spec.path,
                      ": no factor; transformers derives it as max_position_embeddings / "
                      "original_max_position_embeddings = ",
-                     static_cast<double>(*config.max_position_embeddings) /
+                     static_cast<double>(*config->max_position_embeddings) /
                          static_cast<double>(*sc.original_max_position_embeddings)));
   }
-  if (sc.type == RopeScalingType::kDynamic && sc.alpha && config.max_position_embeddings) {
+  if (sc.type == RopeScalingType::kDynamic && sc.alpha && config->max_position_embeddings) {
     // modeling_hunyuan_v1_dense.py sets the alpha base at init, but its forward keeps
     // @dynamic_rope_update: past max_position_embeddings it recomputes inv_freq with the plain
     // dynamic-NTK formula from rope_theta (ROPE_INIT_FUNCTIONS["dynamic"]), alpha dropped.
@@ -187,9 +204,31 @@ absl::StatusOr<kernels::RopeConfig> BuildConfig(const TextModel& m, const LayerS
         "dynamic NTK with alpha: posenc (as vLLM) keeps b * alpha^(d/(d-2)) at every position; "
         "transformers switches to plain dynamic NTK from rope_theta, without alpha, once a "
         "sequence grows past max_position_embeddings (",
-        *config.max_position_embeddings, ")"));
+        *config->max_position_embeddings, ")"));
   }
+}
 
+}  // namespace
+
+absl::StatusOr<kernels::RopeConfig> BuildConfig(const TextModel& m, const LayerSpec& spec,
+                                                std::vector<std::string>* warnings,
+                                                std::vector<ValueSource>* sources,
+                                                std::optional<TemperatureTuning>* tuning) {
+  static const Json* const kEmpty = new Json(Json::object());
+  const Json& dict = spec.dict != nullptr ? *spec.dict : *kEmpty;
+  const LayerInputs in{m, spec, dict, warnings, sources};
+  const Family& f = *m.family;
+  kernels::RopeConfig config;
+  POSENC_RETURN_IF_ERROR(ParseScaling(dict, spec.path, f, &config.scaling, warnings, sources));
+  POSENC_ASSIGN_OR_RETURN(config.base, ReadBase(in));
+  const std::optional<int64_t> head_dim = spec.head_dim ? spec.head_dim : m.head_dim;
+  config.head_dim = head_dim.value_or(0);
+  if (spec.head_dim) {
+    ReadFrom(sources, f, "head_dim", KeyPath(m, "global_head_dim"), absl::StrCat(*spec.head_dim));
+  }
+  POSENC_RETURN_IF_ERROR(ReadRotary(in, head_dim, &config));
+  config.max_position_embeddings = m.max_position;
+  Standardize(in, &config);
   POSENC_ASSIGN_OR_RETURN(config.mrope_section,
                           GetIntArray(dict, "mrope_section", spec.path + ".mrope_section"));
   if (!config.mrope_section.empty()) {
@@ -225,6 +264,95 @@ absl::StatusOr<std::optional<kernels::MropeLayout>> MropeLayoutOf(const TextMode
   return m.family->mrope_layout;
 }
 
+namespace {
+
+// The layer types of an architecture's rule (the file has no layer_types), n layers.
+absl::Status TypesFromRule(const TextModel& m, int64_t n, std::vector<std::string>* types,
+                           std::vector<ValueSource>* sources) {
+  const Family& f = *m.family;
+  switch (f.layers) {
+    case LayerRule::kNone:
+    case LayerRule::kNoRopeLayers: break;
+    case LayerRule::kAlternating:
+      for (int64_t i = 0; i < n; ++i) {
+        types->push_back((i + 1) % 2 != 0 ? "sliding_attention" : "full_attention");
+      }
+      Defaulted(sources, f, "layer_types", "layer_types (alternating)",
+                "sliding, full, sliding, ...");
+      break;
+    case LayerRule::kSlidingPattern: {
+      std::string period_key;
+      POSENC_ASSIGN_OR_RETURN(
+          std::optional<int64_t> period,
+          GetFirst<int64_t>(m, {"sliding_window_pattern", "_sliding_window_pattern"}, &period_key));
+      const int64_t p = period.value_or(f.layer_period);
+      const std::string rule = absl::StrCat("every ", p, "th layer full_attention");
+      if (period) {
+        ReadFrom(sources, f, "layer_types", period_key, rule);
+      } else {
+        Defaulted(sources, f, "layer_types", "sliding_window_pattern", rule);
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        types->push_back(p > 0 && (i + 1) % p == 0 ? "full_attention" : "sliding_attention");
+      }
+      break;
+    }
+    case LayerRule::kGlobalEveryN: {
+      POSENC_ASSIGN_OR_RETURN(std::optional<int64_t> every,
+                              GetText<int64_t>(m, "global_attn_every_n_layers"));
+      const int64_t p = every.value_or(f.layer_period);
+      const std::string rule = absl::StrCat("layer i full_attention when i % ", p, " == 0");
+      if (every) {
+        ReadFrom(sources, f, "layer_types", KeyPath(m, "global_attn_every_n_layers"), rule);
+      } else {
+        Defaulted(sources, f, "layer_types", "global_attn_every_n_layers", rule);
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        types->push_back(p > 0 && i % p == 0 ? "full_attention" : "sliding_attention");
+      }
+      break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Llama 4 / SmolLM 3: no_rope_layers[i] is 1 where the layer HAS RoPE (transformers' naming);
+// empty or absent: every no_rope_layer_interval-th layer has none.
+absl::Status NoRopeLayers(const TextModel& m, int64_t n, std::vector<std::string>* types,
+                          std::vector<bool>* nope, std::vector<ValueSource>* sources) {
+  const Family& f = *m.family;
+  POSENC_ASSIGN_OR_RETURN(std::vector<int64_t> flags,
+                          GetIntArray(*m.text, "no_rope_layers", KeyPath(m, "no_rope_layers")));
+  POSENC_ASSIGN_OR_RETURN(std::optional<int64_t> interval,
+                          GetText<int64_t>(m, "no_rope_layer_interval"));
+  const int64_t p = interval.value_or(f.layer_period);
+  if (!flags.empty()) {
+    ReadFrom(sources, f, "nope", KeyPath(m, "no_rope_layers"),
+             absl::StrCat("[", flags.size(), " values]"));
+  } else if (interval) {
+    ReadFrom(sources, f, "nope", KeyPath(m, "no_rope_layer_interval"),
+             absl::StrCat("every ", p, "th layer"));
+  } else {
+    Defaulted(sources, f, "nope", "no_rope_layer_interval", absl::StrCat("every ", p, "th layer"));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const bool rope = flags.empty() ? (p <= 0 || (i + 1) % p != 0)
+                                    : (static_cast<size_t>(i) < flags.size() && flags[i] != 0);
+    (*nope)[i] = !rope;
+  }
+  if (types->empty() && m.family->model_types.front() == "llama4_text") {
+    // Llama4TextConfig's layer_types: chunked attention where RoPE, full where NoPE.
+    for (int64_t i = 0; i < n; ++i) {
+      types->push_back((*nope)[i] ? "full_attention" : "chunked_attention");
+    }
+    Defaulted(sources, f, "layer_types", "layer_types (from the NoPE layers)",
+              "chunked_attention with RoPE, full_attention without");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status LayerTypes(const TextModel& m, std::vector<std::string>* types,
                         std::vector<bool>* nope, std::vector<ValueSource>* sources) {
   const Family& f = *m.family;
@@ -253,88 +381,14 @@ absl::Status LayerTypes(const TextModel& m, std::vector<std::string>* types,
              absl::StrCat("[", list->size(), " values]"));
   }
   const int64_t n = types->empty() ? num_layers.value_or(0) : static_cast<int64_t>(types->size());
-  if (types->empty() && n > 0) {
-    switch (f.layers) {
-      case LayerRule::kNone:
-      case LayerRule::kNoRopeLayers: break;
-      case LayerRule::kAlternating:
-        for (int64_t i = 0; i < n; ++i) {
-          types->push_back((i + 1) % 2 != 0 ? "sliding_attention" : "full_attention");
-        }
-        Defaulted(sources, f, "layer_types", "layer_types (alternating)",
-                  "sliding, full, sliding, ...");
-        break;
-      case LayerRule::kSlidingPattern: {
-        std::string period_key;
-        POSENC_ASSIGN_OR_RETURN(
-            std::optional<int64_t> period,
-            GetFirst<int64_t>(m, {"sliding_window_pattern", "_sliding_window_pattern"},
-                              &period_key));
-        const int64_t p = period.value_or(f.layer_period);
-        const std::string rule = absl::StrCat("every ", p, "th layer full_attention");
-        if (period) {
-          ReadFrom(sources, f, "layer_types", period_key, rule);
-        } else {
-          Defaulted(sources, f, "layer_types", "sliding_window_pattern", rule);
-        }
-        for (int64_t i = 0; i < n; ++i) {
-          types->push_back(p > 0 && (i + 1) % p == 0 ? "full_attention" : "sliding_attention");
-        }
-        break;
-      }
-      case LayerRule::kGlobalEveryN: {
-        POSENC_ASSIGN_OR_RETURN(std::optional<int64_t> every,
-                                GetText<int64_t>(m, "global_attn_every_n_layers"));
-        const int64_t p = every.value_or(f.layer_period);
-        const std::string rule = absl::StrCat("layer i full_attention when i % ", p, " == 0");
-        if (every) {
-          ReadFrom(sources, f, "layer_types", KeyPath(m, "global_attn_every_n_layers"), rule);
-        } else {
-          Defaulted(sources, f, "layer_types", "global_attn_every_n_layers", rule);
-        }
-        for (int64_t i = 0; i < n; ++i) {
-          types->push_back(p > 0 && i % p == 0 ? "full_attention" : "sliding_attention");
-        }
-        break;
-      }
-    }
-  }
+  if (types->empty() && n > 0) POSENC_RETURN_IF_ERROR(TypesFromRule(m, n, types, sources));
   nope->assign(static_cast<size_t>(n), false);
   if (f.nope_full_attention) {
     for (size_t i = 0; i < types->size(); ++i) (*nope)[i] = (*types)[i] == "full_attention";
     Defaulted(sources, f, "nope", "full_attention layers have no RoPE", "full_attention");
   }
   if (f.layers == LayerRule::kNoRopeLayers && n > 0) {
-    // no_rope_layers[i] is 1 where the layer HAS RoPE (transformers' naming); empty or absent:
-    // every no_rope_layer_interval-th layer has none.
-    POSENC_ASSIGN_OR_RETURN(std::vector<int64_t> flags,
-                            GetIntArray(*m.text, "no_rope_layers", KeyPath(m, "no_rope_layers")));
-    POSENC_ASSIGN_OR_RETURN(std::optional<int64_t> interval,
-                            GetText<int64_t>(m, "no_rope_layer_interval"));
-    const int64_t p = interval.value_or(f.layer_period);
-    if (!flags.empty()) {
-      ReadFrom(sources, f, "nope", KeyPath(m, "no_rope_layers"),
-               absl::StrCat("[", flags.size(), " values]"));
-    } else if (interval) {
-      ReadFrom(sources, f, "nope", KeyPath(m, "no_rope_layer_interval"),
-               absl::StrCat("every ", p, "th layer"));
-    } else {
-      Defaulted(sources, f, "nope", "no_rope_layer_interval",
-                absl::StrCat("every ", p, "th layer"));
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      const bool rope = flags.empty() ? (p <= 0 || (i + 1) % p != 0)
-                                      : (static_cast<size_t>(i) < flags.size() && flags[i] != 0);
-      (*nope)[i] = !rope;
-    }
-    if (types->empty() && m.family->model_types.front() == "llama4_text") {
-      // Llama4TextConfig's layer_types: chunked attention where RoPE, full where NoPE.
-      for (int64_t i = 0; i < n; ++i) {
-        types->push_back((*nope)[i] ? "full_attention" : "chunked_attention");
-      }
-      Defaulted(sources, f, "layer_types", "layer_types (from the NoPE layers)",
-                "chunked_attention with RoPE, full_attention without");
-    }
+    POSENC_RETURN_IF_ERROR(NoRopeLayers(m, n, types, nope, sources));
   }
   return absl::OkStatus();
 }

@@ -1,6 +1,7 @@
 // The rope types of transformers and the keys each reads (scaling.h).
 #include "kernels/hf/scaling.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -75,81 +76,91 @@ absl::StatusOr<const TypeInfo*> LookUpType(absl::string_view name, absl::string_
                               absl::StrJoin(known, ", "), ")"));
 }
 
-}  // namespace
+// Whether `info`'s type reads `key` (beyond the common keys).
+bool Reads(const TypeInfo& info, absl::string_view key) {
+  return std::find(info.keys.begin(), info.keys.end(), key) != info.keys.end();
+}
 
-// Fills `scaling` from the RoPE dict `dict` (named `path` in messages): the keys its type reads;
-// keys it does not read become warnings. `sources` gets the rope type and every key read.
-absl::Status ParseScaling(const Json& dict, const std::string& path, const Family& family,
-                          kernels::RopeScaling* scaling, std::vector<std::string>* warnings,
-                          std::vector<ValueSource>* sources) {
+// Whether the type reads original_max_position_embeddings.
+bool ReadsOriginalMax(RopeScalingType type) {
+  return type == RopeScalingType::kYarn || type == RopeScalingType::kLlama3 ||
+         type == RopeScalingType::kLongrope;
+}
+
+// The rope type of `dict` (rope_type, or the legacy `type`; "default" when neither); `sources`
+// gets where it came from. `type_name` gets the name as given.
+absl::StatusOr<const TypeInfo*> ReadType(const Json& dict, const std::string& path,
+                                         const Family& family, std::string* type_name,
+                                         std::vector<ValueSource>* sources) {
   const Json* type_value = Find(dict, "rope_type");
   std::string type_key = "rope_type";
   if (type_value == nullptr) {
     type_value = Find(dict, "type");
     type_key = "type";
   }
-  std::string type_name = "default";
+  *type_name = "default";
   if (type_value != nullptr) {
     if (!type_value->is_string()) {
       return Invalid(
           absl::StrCat(path, ".", type_key, " must be a string, got ", TypeName(*type_value)));
     }
-    type_name = type_value->get<std::string>();
+    *type_name = type_value->get<std::string>();
   }
   POSENC_ASSIGN_OR_RETURN(const TypeInfo* info,
-                          LookUpType(type_name, absl::StrCat(path, ".", type_key)));
-  scaling->type = info->type;
+                          LookUpType(*type_name, absl::StrCat(path, ".", type_key)));
   if (type_value != nullptr) {
-    ReadFrom(sources, family, "rope_type", absl::StrCat(path, ".", type_key), type_name);
+    ReadFrom(sources, family, "rope_type", absl::StrCat(path, ".", type_key), *type_name);
   } else {
     Defaulted(sources, family, "rope_type",
               dict.empty() ? "no rope_scaling / rope_parameters" : absl::StrCat(path, " (no type)"),
               "default");
   }
-  for (absl::string_view key : info->keys) {
+  return info;
+}
+
+// `sources` gets every key the type reads that `dict` gives; `warnings` every key it does not.
+void NoteKeys(const Json& dict, const std::string& path, const Family& family, const TypeInfo& info,
+              const std::string& type_name, std::vector<std::string>* warnings,
+              std::vector<ValueSource>* sources) {
+  for (absl::string_view key : info.keys) {
     if (const Json* v = Find(dict, key); v != nullptr) {
       ReadFrom(sources, family, absl::StrCat("scaling.", key), absl::StrCat(path, ".", key),
                JsonText(*v));
     }
   }
-  if (info->type == RopeScalingType::kYarn || info->type == RopeScalingType::kLlama3 ||
-      info->type == RopeScalingType::kLongrope) {
+  if (ReadsOriginalMax(info.type)) {
     if (const Json* v = Find(dict, "original_max_position_embeddings"); v != nullptr) {
       ReadFrom(sources, family, "scaling.original_max_position_embeddings",
                absl::StrCat(path, ".original_max_position_embeddings"), JsonText(*v));
     }
   }
-
-  auto reads = [info](absl::string_view key) {
-    for (absl::string_view k : info->keys) {
-      if (k == key) return true;
-    }
-    return false;
-  };
   for (auto it = dict.begin(); it != dict.end(); ++it) {
     const std::string& key = it.key();
-    if (IsCommonKey(key) || reads(key)) continue;
+    if (IsCommonKey(key) || Reads(info, key)) continue;
     warnings->push_back(absl::StrCat(path, ".", kernels::Abbreviate(key),
                                      ": not read for rope_type '", type_name,
-                                     "' (ignored, as "
-                                     "transformers does)"));
+                                     "' (ignored, as transformers does)"));
   }
+}
+
+// The values of the keys the type reads into `scaling`.
+absl::Status ReadValues(const Json& dict, const std::string& path, const TypeInfo& info,
+                        kernels::RopeScaling* scaling) {
   auto key_path = [&path](absl::string_view key) { return absl::StrCat(path, ".", key); };
   auto get_double = [&](absl::string_view key, std::optional<double>* out) -> absl::Status {
-    if (!reads(key)) return absl::OkStatus();
+    if (!Reads(info, key)) return absl::OkStatus();
     POSENC_ASSIGN_OR_RETURN(*out, Get<double>(dict, key, key_path(key)));
     return absl::OkStatus();
   };
   POSENC_RETURN_IF_ERROR(get_double("factor", &scaling->factor));
-  if (info->type == RopeScalingType::kYarn || info->type == RopeScalingType::kLlama3 ||
-      info->type == RopeScalingType::kLongrope) {
+  if (ReadsOriginalMax(info.type)) {
     POSENC_ASSIGN_OR_RETURN(scaling->original_max_position_embeddings,
                             Get<int64_t>(dict, "original_max_position_embeddings",
                                          key_path("original_max_position_embeddings")));
   }
   POSENC_RETURN_IF_ERROR(get_double("beta_fast", &scaling->beta_fast));
   POSENC_RETURN_IF_ERROR(get_double("beta_slow", &scaling->beta_slow));
-  if (reads("truncate")) {
+  if (Reads(info, "truncate")) {
     POSENC_ASSIGN_OR_RETURN(scaling->truncate, Get<bool>(dict, "truncate", key_path("truncate")));
   }
   POSENC_RETURN_IF_ERROR(get_double("mscale", &scaling->mscale));
@@ -158,7 +169,7 @@ absl::Status ParseScaling(const Json& dict, const std::string& path, const Famil
   POSENC_RETURN_IF_ERROR(get_double("low_freq_factor", &scaling->low_freq_factor));
   POSENC_RETURN_IF_ERROR(get_double("high_freq_factor", &scaling->high_freq_factor));
   POSENC_RETURN_IF_ERROR(get_double("alpha", &scaling->alpha));
-  if (reads("long_factor")) {
+  if (Reads(info, "long_factor")) {
     POSENC_ASSIGN_OR_RETURN(scaling->long_factor,
                             GetDoubleArray(dict, "long_factor", key_path("long_factor")));
     POSENC_ASSIGN_OR_RETURN(scaling->short_factor,
@@ -169,6 +180,18 @@ absl::Status ParseScaling(const Json& dict, const std::string& path, const Famil
   if (scaling->beta_slow == 0.0) scaling->beta_slow.reset();
   if (scaling->alpha == 0.0) scaling->alpha.reset();  // Hunyuan: `if rope_scaling["alpha"]`
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParseScaling(const Json& dict, const std::string& path, const Family& family,
+                          kernels::RopeScaling* scaling, std::vector<std::string>* warnings,
+                          std::vector<ValueSource>* sources) {
+  std::string type_name;
+  POSENC_ASSIGN_OR_RETURN(const TypeInfo* info, ReadType(dict, path, family, &type_name, sources));
+  scaling->type = info->type;
+  NoteKeys(dict, path, family, *info, type_name, warnings, sources);
+  return ReadValues(dict, path, *info, scaling);
 }
 
 }  // namespace posenc::hf

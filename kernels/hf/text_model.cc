@@ -13,10 +13,12 @@ std::string KeyPath(const TextModel& m, absl::string_view key) {
   return absl::StrCat(m.path_prefix, key);
 }
 
-absl::Status ReadTextModel(TextModel* m) {
+namespace {
+
+// The head dim: the rotary part of MLA heads, else head_dim (or the class default), else
+// hidden_size / num_attention_heads (GPT-J: n_embd / n_head), floor division as Python.
+absl::Status ReadHeadDim(TextModel* m) {
   const Family& f = *m->family;
-  // Head dim: the rotary part of MLA heads, else head_dim (or the class default), else
-  // hidden_size / num_attention_heads (GPT-J: n_embd / n_head), floor division as Python.
   std::string head_key;  // where head_dim came from ("" : the class default)
   if (f.rope_head_dim) {
     POSENC_ASSIGN_OR_RETURN(m->head_dim, GetText<int64_t>(*m, "qk_rope_head_dim"));
@@ -58,7 +60,12 @@ absl::Status ReadTextModel(TextModel* m) {
   if (m->head_dim && *m->head_dim <= 0) {
     return Invalid(absl::StrCat("head dim must be > 0, got ", *m->head_dim));
   }
+  return absl::OkStatus();
+}
 
+// max_position_embeddings (or its older names), else the class default.
+absl::Status ReadMaxPosition(TextModel* m) {
+  const Family& f = *m->family;
   std::string max_key;
   POSENC_ASSIGN_OR_RETURN(
       m->max_position,
@@ -70,7 +77,13 @@ absl::Status ReadTextModel(TextModel* m) {
     Defaulted(&m->sources, f, "max_position_embeddings", "max_position_embeddings",
               absl::StrCat(*f.max_position));
   }
+  return absl::OkStatus();
+}
 
+// The base (rope_theta and its older names; ChatGLM's rope_ratio), the partial rotary fraction or
+// absolute rotary_dim (or the class default), and a top-level original_max_position_embeddings.
+absl::Status ReadBaseAndRotary(TextModel* m) {
+  const Family& f = *m->family;
   POSENC_ASSIGN_OR_RETURN(m->theta,
                           GetFirst<double>(*m, {"rope_theta", "rotary_emb_base"}, &m->theta_key));
   if (!f.global_theta_key.empty() && !m->theta) {
@@ -97,7 +110,12 @@ absl::Status ReadTextModel(TextModel* m) {
   }
   POSENC_ASSIGN_OR_RETURN(m->original_max,
                           GetText<int64_t>(*m, "original_max_position_embeddings"));
+  return absl::OkStatus();
+}
 
+// The pairing: the architecture's, or rope_interleave (DeepSeek V3's key, default per family).
+absl::Status ReadPairing(TextModel* m) {
+  const Family& f = *m->family;
   switch (f.pairing) {
     case Pairing::kNeox: m->style = kernels::RopeStyle::kNeox; break;
     case Pairing::kGptj: m->style = kernels::RopeStyle::kGptj; break;
@@ -124,6 +142,15 @@ absl::Status ReadTextModel(TextModel* m) {
               std::string(kernels::RopeStyleName(m->style)));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ReadTextModel(TextModel* m) {
+  POSENC_RETURN_IF_ERROR(ReadHeadDim(m));
+  POSENC_RETURN_IF_ERROR(ReadMaxPosition(m));
+  POSENC_RETURN_IF_ERROR(ReadBaseAndRotary(m));
+  return ReadPairing(m);
 }
 
 }  // namespace posenc::hf

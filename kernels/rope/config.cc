@@ -212,7 +212,8 @@ absl::Status ValidatePositionAxes(const RopeConfig& c, int64_t d) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateFields(const RopeConfig& c) {
+// head_dim, rotary_dim, base, max_position_embeddings and seq_len.
+absl::Status CheckShape(const RopeConfig& c) {
   if (c.head_dim <= 0 || c.head_dim > kMaxRopeHeadDim) {
     return Invalid("config.head_dim",
                    absl::StrCat("expected 1 .. ", kMaxRopeHeadDim, ", got ", c.head_dim));
@@ -237,8 +238,11 @@ absl::Status ValidateFields(const RopeConfig& c) {
   if (c.seq_len && (*c.seq_len <= 0 || *c.seq_len > kMaxPosition + 1)) {
     return Invalid("config.seq_len", absl::StrCat("expected 1 .. 2^31, got ", *c.seq_len));
   }
+  return absl::OkStatus();
+}
 
-  const RopeScaling& sc = c.scaling;
+// No scaling field that the scaling type does not read.
+absl::Status CheckFieldsOfType(const RopeScaling& sc) {
   const std::string type_name(RopeScalingTypeName(sc.type));
   const Allowed allowed = AllowedFields(sc.type);
   auto not_for_type = [&](absl::string_view key) {
@@ -270,6 +274,11 @@ absl::Status ValidateFields(const RopeConfig& c) {
   }
   if (sc.alpha && !allowed.alpha) return not_for_type("alpha");
 
+  return absl::OkStatus();
+}
+
+// The scaling values given: finite, positive where they must be.
+absl::Status CheckScalingValues(const RopeScaling& sc) {
   if (sc.factor) {
     POSENC_RETURN_IF_ERROR(CheckPositive("config.scaling.factor", *sc.factor));
   }
@@ -294,6 +303,60 @@ absl::Status ValidateFields(const RopeConfig& c) {
   }
   if (sc.alpha) POSENC_RETURN_IF_ERROR(CheckPositive("config.scaling.alpha", *sc.alpha));
 
+  return absl::OkStatus();
+}
+
+absl::Status CheckLlama3(const RopeScaling& sc) {
+  if (!sc.factor) return Invalid("config.scaling.factor", "required for rope type 'llama3'");
+  if (!sc.low_freq_factor) {
+    return Invalid("config.scaling.low_freq_factor", "required for rope type 'llama3'");
+  }
+  if (!sc.high_freq_factor) {
+    return Invalid("config.scaling.high_freq_factor", "required for rope type 'llama3'");
+  }
+  if (!sc.original_max_position_embeddings) {
+    return Invalid("config.scaling.original_max_position_embeddings",
+                   "required for rope type 'llama3'");
+  }
+  POSENC_RETURN_IF_ERROR(CheckPositive("config.scaling.low_freq_factor", *sc.low_freq_factor));
+  POSENC_RETURN_IF_ERROR(CheckFinite("config.scaling.high_freq_factor", *sc.high_freq_factor));
+  // Equal factors are Llama 4 Scout's: a step at L0/low, no smoothed band.
+  if (!(*sc.high_freq_factor >= *sc.low_freq_factor)) {
+    return Invalid("config.scaling.high_freq_factor",
+                   absl::StrCat("expected >= low_freq_factor = ", *sc.low_freq_factor, ", got ",
+                                *sc.high_freq_factor));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLongrope(const RopeConfig& c, int64_t d) {
+  const RopeScaling& sc = c.scaling;
+  if (!sc.original_max_position_embeddings && !c.max_position_embeddings) {
+    return Invalid("config.scaling.original_max_position_embeddings",
+                   "rope type 'longrope' needs it or config.max_position_embeddings");
+  }
+  const size_t half = static_cast<size_t>(d / 2);
+  for (auto [name, v] :
+       {std::pair<absl::string_view, const std::vector<double>*>{"long_factor", &sc.long_factor},
+        {"short_factor", &sc.short_factor}}) {
+    if (v->size() != half) {
+      return Invalid(absl::StrCat("config.scaling.", name),
+                     absl::StrCat("expected rotary_dim/2 = ", half, " entries, got ", v->size()));
+    }
+    for (size_t j = 0; j < v->size(); ++j) {
+      if (!std::isfinite((*v)[j]) || !((*v)[j] > 0)) {
+        return Invalid(absl::StrCat("config.scaling.", name, "[", j, "]"),
+                       absl::StrCat("expected a finite number > 0, got ", (*v)[j]));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// What the scaling type requires (rotary dim d).
+absl::Status CheckRequired(const RopeConfig& c, int64_t d) {
+  const RopeScaling& sc = c.scaling;
+  const std::string type_name(RopeScalingTypeName(sc.type));
   switch (sc.type) {
     case RopeScalingType::kDefault: break;
     case RopeScalingType::kLinear:
@@ -327,50 +390,8 @@ absl::Status ValidateFields(const RopeConfig& c) {
                        "original_max_position_embeddings are given");
       }
       break;
-    case RopeScalingType::kLlama3:
-      if (!sc.factor) return Invalid("config.scaling.factor", "required for rope type 'llama3'");
-      if (!sc.low_freq_factor) {
-        return Invalid("config.scaling.low_freq_factor", "required for rope type 'llama3'");
-      }
-      if (!sc.high_freq_factor) {
-        return Invalid("config.scaling.high_freq_factor", "required for rope type 'llama3'");
-      }
-      if (!sc.original_max_position_embeddings) {
-        return Invalid("config.scaling.original_max_position_embeddings",
-                       "required for rope type 'llama3'");
-      }
-      POSENC_RETURN_IF_ERROR(CheckPositive("config.scaling.low_freq_factor", *sc.low_freq_factor));
-      POSENC_RETURN_IF_ERROR(CheckFinite("config.scaling.high_freq_factor", *sc.high_freq_factor));
-      // Equal factors are Llama 4 Scout's: a step at L0/low, no smoothed band.
-      if (!(*sc.high_freq_factor >= *sc.low_freq_factor)) {
-        return Invalid("config.scaling.high_freq_factor",
-                       absl::StrCat("expected >= low_freq_factor = ", *sc.low_freq_factor, ", got ",
-                                    *sc.high_freq_factor));
-      }
-      break;
-    case RopeScalingType::kLongrope: {
-      if (!sc.original_max_position_embeddings && !c.max_position_embeddings) {
-        return Invalid("config.scaling.original_max_position_embeddings",
-                       "rope type 'longrope' needs it or config.max_position_embeddings");
-      }
-      const size_t half = static_cast<size_t>(d / 2);
-      for (auto [name, v] : {std::pair<absl::string_view, const std::vector<double>*>{
-                                 "long_factor", &sc.long_factor},
-                             {"short_factor", &sc.short_factor}}) {
-        if (v->size() != half) {
-          return Invalid(
-              absl::StrCat("config.scaling.", name),
-              absl::StrCat("expected rotary_dim/2 = ", half, " entries, got ", v->size()));
-        }
-        for (size_t j = 0; j < v->size(); ++j) {
-          if (!std::isfinite((*v)[j]) || !((*v)[j] > 0)) {
-            return Invalid(absl::StrCat("config.scaling.", name, "[", j, "]"),
-                           absl::StrCat("expected a finite number > 0, got ", (*v)[j]));
-          }
-        }
-      }
-      break;
-    }
+    case RopeScalingType::kLlama3: POSENC_RETURN_IF_ERROR(CheckLlama3(sc)); break;
+    case RopeScalingType::kLongrope: POSENC_RETURN_IF_ERROR(CheckLongrope(c, d)); break;
     case RopeScalingType::kProportional:
       if (sc.partial_rotary_factor &&
           (!std::isfinite(*sc.partial_rotary_factor) || *sc.partial_rotary_factor < 0 ||
@@ -381,7 +402,15 @@ absl::Status ValidateFields(const RopeConfig& c) {
       }
       break;
   }
+  return absl::OkStatus();
+}
 
+absl::Status ValidateFields(const RopeConfig& c) {
+  POSENC_RETURN_IF_ERROR(CheckShape(c));
+  POSENC_RETURN_IF_ERROR(CheckFieldsOfType(c.scaling));
+  POSENC_RETURN_IF_ERROR(CheckScalingValues(c.scaling));
+  const int64_t d = c.rotary_dim.value_or(c.head_dim);
+  POSENC_RETURN_IF_ERROR(CheckRequired(c, d));
   return ValidatePositionAxes(c, d);
 }
 
@@ -406,6 +435,151 @@ std::optional<double> RopeSoftmaxScaleMultiplier(const RopeConfig& config) {
   return m * m;
 }
 
+namespace {
+
+// What every scaling type's frequencies start from (ComputeValidRopeFrequencies).
+struct FrequencyInputs {
+  const RopeConfig& c;
+  int64_t d = 0;        // the rotary dim
+  int64_t seq_len = 0;  // dynamic / longrope
+  long double log_b = 0;
+  std::pair<int64_t, double> extension;  // YaRN's and LongRoPE's original context and factor
+};
+
+// NTK-aware and dynamic NTK (and Hunyuan's alpha): a larger base b'.
+void NtkFrequencies(const FrequencyInputs& in, RopeFrequencies* f) {
+  const RopeConfig& c = in.c;
+  const RopeScaling& sc = c.scaling;
+  const int64_t d = in.d;
+  const int64_t half = d / 2;
+  const int64_t seq_len = in.seq_len;
+  const long double b = c.base;
+  const long double d_ld = static_cast<long double>(d);
+  // Hunyuan's alpha: a fixed b' = b * alpha^(d/(d-2)); factor is not read.
+  const long double s = sc.alpha ? 1.0L : *sc.factor;
+  f->factor = sc.alpha ? 1.0 : *sc.factor;
+  long double scale = sc.alpha ? static_cast<long double>(*sc.alpha) : s;
+  if (sc.type == RopeScalingType::kDynamic && !sc.alpha) {
+    const long double lmax = static_cast<long double>(*c.max_position_embeddings);
+    const long double len = std::max<long double>(seq_len, lmax);
+    scale = s * len / lmax - (s - 1);
+    f->seq_len = seq_len;
+  }
+  const long double b2 = b * std::pow(scale, d_ld / (d_ld - 2));
+  f->effective_base = static_cast<double>(b2);
+  const long double log_b2 = std::log(b2);
+  for (int64_t j = 0; j < half; ++j) f->inv_freq[j] = DefaultOmega(log_b2, j, d);
+}
+
+// YaRN: the ramp between extrapolated and interpolated frequencies, and its attention factor.
+void YarnFrequencies(const FrequencyInputs& in, RopeFrequencies* f) {
+  const RopeConfig& c = in.c;
+  const RopeScaling& sc = c.scaling;
+  const int64_t d = in.d;
+  const int64_t half = d / 2;
+  const std::pair<int64_t, double>& extension = in.extension;
+  const int64_t l0 = extension.first;
+  const double s = extension.second;
+  f->factor = s;
+  const double beta_fast = sc.beta_fast.value_or(32.0);
+  const double beta_slow = sc.beta_slow.value_or(1.0);
+  const bool truncate = sc.truncate.value_or(true);
+  auto correction_dim = [&](double r) {
+    return static_cast<double>(d) * std::log(static_cast<double>(l0) / (2 * std::numbers::pi * r)) /
+           (2 * std::log(c.base));
+  };
+  double low = correction_dim(beta_fast);
+  double high = correction_dim(beta_slow);
+  if (truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(d - 1));
+  f->yarn_low = low;
+  f->yarn_high = high;
+  const long double hi = high == low ? high + 0.001 : high;
+  for (int64_t j = 0; j < half; ++j) {
+    long double ramp = (static_cast<long double>(j) - low) / (hi - low);
+    ramp = std::clamp<long double>(ramp, 0, 1);
+    const long double gamma = 1 - ramp;  // extrapolation weight
+    const long double w = f->inv_freq[j];
+    f->inv_freq[j] = w * gamma + (w / static_cast<long double>(s)) * (1 - gamma);
+  }
+  if (sc.attention_factor) {
+    f->attention_factor = *sc.attention_factor;
+  } else if (sc.mscale.value_or(0) != 0 && sc.mscale_all_dim.value_or(0) != 0) {
+    f->attention_factor = YarnMscale(s, *sc.mscale) / YarnMscale(s, *sc.mscale_all_dim);
+  } else {
+    f->attention_factor = YarnMscale(s, 1.0);
+  }
+}
+
+// Llama 3: long wavelengths divided by the factor, the band between smoothed.
+void Llama3Frequencies(const FrequencyInputs& in, RopeFrequencies* f) {
+  const RopeConfig& c = in.c;
+  const RopeScaling& sc = c.scaling;
+  const long double s = *sc.factor;
+  f->factor = *sc.factor;
+  const long double l0 = static_cast<long double>(*sc.original_max_position_embeddings);
+  const long double low = *sc.low_freq_factor, high = *sc.high_freq_factor;
+  const long double low_wavelen = l0 / low, high_wavelen = l0 / high;
+  // Hugging Face's order: long wavelengths divided first, then the band between smoothed.
+  // With low == high the band is the single wavelength L0/low (kept: g taken as 1).
+  for (auto& w : f->inv_freq) {
+    const long double wavelen = 2 * std::numbers::pi_v<long double> / w;
+    if (wavelen > low_wavelen) {
+      w /= s;
+    } else if (wavelen >= high_wavelen && high > low) {
+      const long double g = (l0 / wavelen - low) / (high - low);
+      w = (1 - g) * w / s + g * w;
+    }
+  }
+}
+
+// LongRoPE: the long or short per-frequency factors, and its attention factor.
+void LongropeFrequencies(const FrequencyInputs& in, RopeFrequencies* f) {
+  const RopeConfig& c = in.c;
+  const RopeScaling& sc = c.scaling;
+  const int64_t d = in.d;
+  const int64_t half = d / 2;
+  const int64_t seq_len = in.seq_len;
+  const std::pair<int64_t, double>& extension = in.extension;
+  const long double log_b = in.log_b;
+  const int64_t l0 = extension.first;
+  f->factor = extension.second;
+  f->seq_len = seq_len;
+  f->longrope_long_factors = seq_len > l0;
+  const std::vector<double>& ext = f->longrope_long_factors ? sc.long_factor : sc.short_factor;
+  for (int64_t j = 0; j < half; ++j) {
+    f->inv_freq[j] = DefaultOmega(log_b, j, d) / static_cast<long double>(ext[j]);
+  }
+  if (sc.attention_factor) {
+    f->attention_factor = *sc.attention_factor;
+  } else if (f->factor > 1) {
+    f->attention_factor = std::sqrt(1 + std::log(f->factor) / std::log(static_cast<double>(l0)));
+  }
+}
+
+// Proportional (Gemma 4): the first fraction of the frequencies rotate, divided by the factor.
+void ProportionalFrequencies(const FrequencyInputs& in, RopeFrequencies* f) {
+  const RopeConfig& c = in.c;
+  const RopeScaling& sc = c.scaling;
+  const int64_t d = in.d;
+  const int64_t half = d / 2;
+  const long double s = sc.factor.value_or(1.0);
+  f->factor = sc.factor.value_or(1.0);
+  // int(p * d // 2) in Hugging Face's float arithmetic.
+  const double p = sc.partial_rotary_factor.value_or(1.0);
+  const auto rotating =
+      std::min<int64_t>(static_cast<int64_t>(std::floor(p * static_cast<double>(d) / 2)), half);
+  for (int64_t j = 0; j < half; ++j) {
+    f->inv_freq[j] = j < rotating ? f->inv_freq[j] / s : 0.0L;
+  }
+}
+
+}  // namespace
+
 RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& c, int64_t max_position) {
   RopeFrequencies f;
   f.head_dim = c.head_dim;
@@ -414,128 +588,23 @@ RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& c, int64_t max_pos
   f.effective_base = c.base;
   const int64_t d = f.rotary_dim;
   const int64_t half = d / 2;
-  const long double b = c.base;
-  const RopeScaling& sc = c.scaling;
-  const int64_t seq_len = c.seq_len.value_or(std::max<int64_t>(max_position + 1, 1));
-  const long double d_ld = static_cast<long double>(d);
-
-  // YaRN's and LongRoPE's original context and extension factor.
-  const std::pair<int64_t, double> extension = OriginalContextAndFactor(c);
-
-  const long double log_b = std::log(b);
+  const FrequencyInputs in{c, d, c.seq_len.value_or(std::max<int64_t>(max_position + 1, 1)),
+                           std::log(static_cast<long double>(c.base)), OriginalContextAndFactor(c)};
   f.inv_freq.resize(static_cast<size_t>(half));
-  for (int64_t j = 0; j < half; ++j) f.inv_freq[j] = DefaultOmega(log_b, j, d);
+  for (int64_t j = 0; j < half; ++j) f.inv_freq[j] = DefaultOmega(in.log_b, j, d);
 
-  switch (sc.type) {
+  switch (c.scaling.type) {
     case RopeScalingType::kDefault: break;
     case RopeScalingType::kLinear:
-      f.factor = *sc.factor;
-      for (auto& w : f.inv_freq) w /= static_cast<long double>(*sc.factor);
+      f.factor = *c.scaling.factor;
+      for (auto& w : f.inv_freq) w /= static_cast<long double>(*c.scaling.factor);
       break;
     case RopeScalingType::kNtk:
-    case RopeScalingType::kDynamic: {
-      // Hunyuan's alpha: a fixed b' = b * alpha^(d/(d-2)); factor is not read.
-      const long double s = sc.alpha ? 1.0L : *sc.factor;
-      f.factor = sc.alpha ? 1.0 : *sc.factor;
-      long double scale = sc.alpha ? static_cast<long double>(*sc.alpha) : s;
-      if (sc.type == RopeScalingType::kDynamic && !sc.alpha) {
-        const long double lmax = static_cast<long double>(*c.max_position_embeddings);
-        const long double len = std::max<long double>(seq_len, lmax);
-        scale = s * len / lmax - (s - 1);
-        f.seq_len = seq_len;
-      }
-      const long double b2 = b * std::pow(scale, d_ld / (d_ld - 2));
-      f.effective_base = static_cast<double>(b2);
-      const long double log_b2 = std::log(b2);
-      for (int64_t j = 0; j < half; ++j) f.inv_freq[j] = DefaultOmega(log_b2, j, d);
-      break;
-    }
-    case RopeScalingType::kYarn: {
-      const int64_t l0 = extension.first;
-      const double s = extension.second;
-      f.factor = s;
-      const double beta_fast = sc.beta_fast.value_or(32.0);
-      const double beta_slow = sc.beta_slow.value_or(1.0);
-      const bool truncate = sc.truncate.value_or(true);
-      auto correction_dim = [&](double r) {
-        return static_cast<double>(d) *
-               std::log(static_cast<double>(l0) / (2 * std::numbers::pi * r)) /
-               (2 * std::log(c.base));
-      };
-      double low = correction_dim(beta_fast);
-      double high = correction_dim(beta_slow);
-      if (truncate) {
-        low = std::floor(low);
-        high = std::ceil(high);
-      }
-      low = std::max(low, 0.0);
-      high = std::min(high, static_cast<double>(d - 1));
-      f.yarn_low = low;
-      f.yarn_high = high;
-      const long double hi = high == low ? high + 0.001 : high;
-      for (int64_t j = 0; j < half; ++j) {
-        long double ramp = (static_cast<long double>(j) - low) / (hi - low);
-        ramp = std::clamp<long double>(ramp, 0, 1);
-        const long double gamma = 1 - ramp;  // extrapolation weight
-        const long double w = f.inv_freq[j];
-        f.inv_freq[j] = w * gamma + (w / static_cast<long double>(s)) * (1 - gamma);
-      }
-      if (sc.attention_factor) {
-        f.attention_factor = *sc.attention_factor;
-      } else if (sc.mscale.value_or(0) != 0 && sc.mscale_all_dim.value_or(0) != 0) {
-        f.attention_factor = YarnMscale(s, *sc.mscale) / YarnMscale(s, *sc.mscale_all_dim);
-      } else {
-        f.attention_factor = YarnMscale(s, 1.0);
-      }
-      break;
-    }
-    case RopeScalingType::kLlama3: {
-      const long double s = *sc.factor;
-      f.factor = *sc.factor;
-      const long double l0 = static_cast<long double>(*sc.original_max_position_embeddings);
-      const long double low = *sc.low_freq_factor, high = *sc.high_freq_factor;
-      const long double low_wavelen = l0 / low, high_wavelen = l0 / high;
-      // Hugging Face's order: long wavelengths divided first, then the band between smoothed.
-      // With low == high the band is the single wavelength L0/low (kept: g taken as 1).
-      for (auto& w : f.inv_freq) {
-        const long double wavelen = 2 * std::numbers::pi_v<long double> / w;
-        if (wavelen > low_wavelen) {
-          w /= s;
-        } else if (wavelen >= high_wavelen && high > low) {
-          const long double g = (l0 / wavelen - low) / (high - low);
-          w = (1 - g) * w / s + g * w;
-        }
-      }
-      break;
-    }
-    case RopeScalingType::kLongrope: {
-      const int64_t l0 = extension.first;
-      f.factor = extension.second;
-      f.seq_len = seq_len;
-      f.longrope_long_factors = seq_len > l0;
-      const std::vector<double>& ext = f.longrope_long_factors ? sc.long_factor : sc.short_factor;
-      for (int64_t j = 0; j < half; ++j) {
-        f.inv_freq[j] = DefaultOmega(log_b, j, d) / static_cast<long double>(ext[j]);
-      }
-      if (sc.attention_factor) {
-        f.attention_factor = *sc.attention_factor;
-      } else if (f.factor > 1) {
-        f.attention_factor = std::sqrt(1 + std::log(f.factor) / std::log(static_cast<double>(l0)));
-      }
-      break;
-    }
-    case RopeScalingType::kProportional: {
-      const long double s = sc.factor.value_or(1.0);
-      f.factor = sc.factor.value_or(1.0);
-      // int(p * d // 2) in Hugging Face's float arithmetic.
-      const double p = sc.partial_rotary_factor.value_or(1.0);
-      const auto rotating =
-          std::min<int64_t>(static_cast<int64_t>(std::floor(p * static_cast<double>(d) / 2)), half);
-      for (int64_t j = 0; j < half; ++j) {
-        f.inv_freq[j] = j < rotating ? f.inv_freq[j] / s : 0.0L;
-      }
-      break;
-    }
+    case RopeScalingType::kDynamic: NtkFrequencies(in, &f); break;
+    case RopeScalingType::kYarn: YarnFrequencies(in, &f); break;
+    case RopeScalingType::kLlama3: Llama3Frequencies(in, &f); break;
+    case RopeScalingType::kLongrope: LongropeFrequencies(in, &f); break;
+    case RopeScalingType::kProportional: ProportionalFrequencies(in, &f); break;
   }
   // Explicit per-frequency divisors, after the scaling type's frequencies.
   for (size_t j = 0; j < c.freq_factors.size(); ++j) {

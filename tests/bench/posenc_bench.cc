@@ -1,7 +1,7 @@
 // Kernel benchmarks (Google Benchmark): the machine's limit (STREAM-style copy, triad and fill)
 // and posenc's CPU backend at the shapes of issue #3, side by side in one process.
 //
-// Conventions (SPEC §8): RoPE apply counts 8 bytes per FLOAT32 element of q and k (read +
+// Conventions (BENCHMARKS.md): RoPE apply counts 8 bytes per FLOAT32 element of q and k (read +
 // write), 4 per FLOAT16/BFLOAT16 element, rotated in place on buffers touched before timing;
 // bias matrices count the bytes written into pre-faulted buffers; RopeCache/Sinusoidal count the
 // elements of the full-width cos and sin tables. Every benchmark takes the thread count as its

@@ -141,7 +141,7 @@ def bench_t5(h, q, k, threads):
 
 
 def accuracy():
-    """PyTorch's fp32 tables against float64 truth at large positions (the point of SPEC §2.2)."""
+    """PyTorch's fp32 tables against float64 truth at large positions (README "Accuracy")."""
     out = {}
     for p in (4096, 65536, 1000000, 2 ** 31 - 1):
         d = 128

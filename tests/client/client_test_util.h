@@ -57,7 +57,7 @@ inline kernels::ConstTensorView View(const Tensor& t) {
 }
 
 // The largest error a value of `dtype` may show against the float64 truth `expected`: the
-// rounding of the output (1 ulp for FLOAT16/BFLOAT16, as SPEC §8) plus the backend's 1e-6
+// rounding of the output (1 ulp for FLOAT16/BFLOAT16, README "Accuracy") plus the backend's 1e-6
 // promise for FLOAT32/FLOAT64.
 inline double Tolerance(DType dtype, double expected) {
   const double magnitude = std::max(1.0, std::fabs(expected));

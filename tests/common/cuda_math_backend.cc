@@ -16,7 +16,7 @@
 namespace posenc::testing {
 namespace {
 
-using namespace ::posenc::kernels;  // NOLINT(google-build-using-namespace): test-only file
+using namespace ::posenc::kernels;  // a test-only file
 namespace hd = ::posenc::kernels::hd;
 
 // device_elements.cuh's loads and stores, with the same codec.

@@ -1,7 +1,7 @@
 // libFuzzer target: the posenc CLI's argument parser (client/cli/flags.h) on the flag tables of
-// every subcommand (client/cli/commands.h), as client/cli/main.cc drives it: the global flags up
-// to the first positional argument, the subcommand's name, then its flags. No command runs (that
-// would make a call).
+// every subcommand (client/cli/commands.h; linked from posenc_cli), as client/cli/cli.cc drives it:
+// the global flags up to the first positional argument, the subcommand's name, then its flags. No
+// command runs (that would make a call).
 //
 // Input: NUL-separated arguments (at most 64). Errors must be INVALID_ARGUMENT with a message;
 // a value that parsed must read back with its flag's type.
@@ -14,24 +14,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "client/cli/cli.h"
 #include "client/cli/commands.h"
 #include "client/cli/flags.h"
 
 namespace posenc::cli {
 namespace {
-
-// The global flags of client/cli/main.cc (not exported from there), one of each flag type.
-const FlagGroup kGlobalFlags = {
-    {"server", FlagType::kString, "HOST:PORT", ""},
-    {"format", FlagType::kChoice, "", "", "table|json|none"},
-    {"timeout", FlagType::kString, "DURATION", ""},
-    {"full", FlagType::kSwitch, "", ""},
-    {"tls", FlagType::kSwitch, "", ""},
-    {"tls-ca", FlagType::kString, "FILE", ""},
-    {"tls-cert", FlagType::kString, "FILE", ""},
-    {"tls-key", FlagType::kString, "FILE", ""},
-    {"help", FlagType::kSwitch, "", ""},
-};
 
 void CheckError(const absl::Status& status) {
   if (status.code() != absl::StatusCode::kInvalidArgument || status.message().empty()) {
@@ -64,7 +52,7 @@ void ReadBack(const ParsedFlags& flags, const std::vector<const FlagGroup*>& gro
 }  // namespace posenc::cli
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace posenc::cli;  // NOLINT(google-build-using-namespace)
+  using namespace posenc::cli;
   constexpr size_t kMaxArgs = 64;
   const absl::string_view input(reinterpret_cast<const char*>(data), size);
   std::vector<std::string> args;
@@ -77,7 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   ParsedFlags flags;
   size_t next = 0;
-  std::vector<const FlagGroup*> groups = {&kGlobalFlags};
+  std::vector<const FlagGroup*> groups = {&GlobalFlags()};
   if (absl::Status s = ParseFlags(args, 0, groups, /*stop_at_positional=*/true, &flags, &next);
       !s.ok()) {
     CheckError(s);

@@ -124,7 +124,7 @@ void Run(grpc::Status (*handle)(const HandlerContext&, const Request&, Response*
 }  // namespace posenc::server
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace posenc::server;  // NOLINT(google-build-using-namespace)
+  using namespace posenc::server;
   static Fixture* fixture = new Fixture();
   if (size == 0) return 0;
   const HandlerContext& ctx = fixture->ctx;

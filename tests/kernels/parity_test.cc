@@ -2,7 +2,7 @@
 // against the reference backend (ggml's test-backend-ops is the model), plus the golden cases
 // through each backend. ISA levels this processor lacks are reported as skipped.
 //
-// Tolerances (SPEC §2.2 accuracy, §8; relative to the largest input magnitude times the
+// Tolerances (README "Accuracy"; relative to the largest input magnitude times the
 // attention factor where inputs are rotated):
 //   FLOAT64 1e-12, FLOAT32 apply 2e-6, FLOAT32 tables 1e-6, FLOAT16/BFLOAT16 1 output ulp of the
 //   reference value; biases, buckets and table lookups exactly equal.

@@ -181,6 +181,8 @@ TEST(ServerFlagsTest, UsageErrorsExitTwoNamingTheCulprit) {
       {"", "--drain_grace=2h", "--drain_grace: expected 0s .. 1h, got 2h"},
       {"POSENC_CACHE_BYTES=-1", "", "--cache_bytes: expected 0 .. 2^40, got -1"},
       {"POSENC_CUDA_DEVICE=x", "", "POSENC_CUDA_DEVICE: expected an integer"},
+      {"POSENC_ALLOW_SHARED_MEMORY=maybe", "",
+       "POSENC_ALLOW_SHARED_MEMORY: expected true or false"},
       {"", "--log_level=loud", "log_level"},
       {"POSENC_DRAIN_TIMEOUT=forever", "", "POSENC_DRAIN_TIMEOUT"},
       {"POSENC_THREADS=many", "--threads=2", "POSENC_THREADS"},

@@ -1,7 +1,8 @@
 // posenc::client::Client: the C++ client of the posenc position-encoding service.
 //
 // One method per RPC of `posenc.v1.PositionEncoding` (proto/posenc/v1/posenc.proto is the
-// reference for every field; SPEC.md §2 for every formula), plus the standard gRPC health check.
+// reference for every field; the kernels' op headers state every formula), plus the standard
+// gRPC health check.
 // The types here mirror the wire messages in plain C++ (no generated protobuf types): an
 // `std::optional` field is a proto3 `optional` field (nullopt = the documented default), and
 // enum value kUnspecified selects the documented default as on the wire.
@@ -74,7 +75,7 @@ struct Positions {
   static Positions Offsets(std::vector<int64_t> offsets);
   // Explicit INT64 ids of the given shape ([S], [B,S], [T], any shape for tables, [3, ...] for
   // M-RoPE). An empty shape means [ids.size()].
-  static Positions Ids(std::vector<int64_t> ids, std::vector<int64_t> shape = {});
+  static Positions Ids(const std::vector<int64_t>& ids, std::vector<int64_t> shape = {});
   // Explicit ids already in a Tensor (INT32 or INT64).
   static Positions Ids(Tensor ids);
   // Packed sequences: sequence i holds tokens cu_seqlens[i] .. cu_seqlens[i+1]-1 and its
@@ -82,7 +83,7 @@ struct Positions {
   static Positions CuSeqlens(std::vector<int64_t> cu_seqlens, std::vector<int64_t> offsets = {});
   // INT64 [B,S] mask, 1 = real token, 0 = padding; a real token's position is the number of real
   // tokens before it in its row. An empty shape means [1, mask.size()].
-  static Positions AttentionMask(std::vector<int64_t> mask, std::vector<int64_t> shape = {});
+  static Positions AttentionMask(const std::vector<int64_t>& mask, std::vector<int64_t> shape = {});
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -143,7 +144,7 @@ enum class RopeScalingType {
   kProportional,
 };
 
-// Scaling parameters; each type reads only its own fields (SPEC §2.2).
+// Scaling parameters; each type reads only its own fields (posenc.proto, RopeScaling).
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::kUnspecified;
   std::optional<double> factor;

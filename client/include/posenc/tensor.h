@@ -6,9 +6,9 @@
 // number types and every wire dtype, rounding to nearest even (FLOAT16/BFLOAT16 are rounded
 // correctly from double, never through float).
 //
-// This header also holds the local expansion of the compact bias forms (SPEC §2.3): the server
-// may send a Toeplitz generator instead of a q_len x k_len matrix per head, and the client
-// rebuilds the full matrix at memory speed (one memcpy per row).
+// This header also holds the local expansion of the compact bias forms (posenc.proto, BiasForm):
+// the server may send a Toeplitz generator instead of a q_len x k_len matrix per head, and the
+// client rebuilds the full matrix at memory speed (one memcpy per row).
 //
 // Thread-safety: Tensor is a plain value type (no internal synchronization: concurrent reads are
 // safe, a write needs exclusive access). The free functions are pure and thread-safe.

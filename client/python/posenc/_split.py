@@ -141,6 +141,7 @@ class _Positions:
         self.row_axis: Optional[int] = None  # the ids' batch axis, if any
         self.mask_positions: Optional[np.ndarray] = None  # [B, S] positions of a mask
         self.padding: Optional[np.ndarray] = None  # [B, S] True at padding tokens
+        self.mrope = mrope  # a mask's positions then go as ids [3, B, S]: one per axis
         self.valid = self._check(mrope)
 
     def _check(self, mrope: bool) -> bool:
@@ -239,8 +240,9 @@ class _Positions:
             p.cu_seqlens.offsets.extend(o + max(0, t0 - c) for o, c in zip(offsets, cu))
         elif self.kind == "attention_mask":
             assert self.mask_positions is not None
+            ids = self.mask_positions[rows.start:rows.stop, tokens.start:tokens.stop]
             fill_tensor(p.ids, DType.INT64,
-                        self.mask_positions[rows.start:rows.stop, tokens.start:tokens.stop])
+                        np.broadcast_to(ids, (3,) + ids.shape) if self.mrope else ids)
         else:
             assert self.ids is not None
             index: Tuple[slice, ...] = (slice(None),) * (self.ids.ndim - 1)
@@ -319,6 +321,7 @@ def plan_apply_rope(request: pb.ApplyRopeRequest, limits: LimitsFn) -> Optional[
         return None
     tokens = q.shape[token_axis]
     rows = q.shape[batch_axis] if batch_axis is not None else 1
+    # M-RoPE as the C++ client decides it (IsMrope in client/split.cc).
     positions = _Positions(request, rows, tokens, batch_axis is None,
                            _reads_axes(request.config))
     if not positions.valid:
