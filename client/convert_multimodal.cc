@@ -8,18 +8,22 @@
 namespace posenc::client::internal {
 namespace {
 
-// An optional tensor field: set when given.
+// An optional tensor field: set when given (`mutable_field` is called only then: a message
+// field once touched is present on the wire).
+template <typename Message>
 absl::Status SetTensor(const std::optional<Tensor>& tensor, absl::string_view field,
-                       v1::Tensor* out) {
+                       Message* request, v1::Tensor* (Message::*mutable_field)()) {
   if (!tensor.has_value()) return absl::OkStatus();
-  return ToProto(*tensor, field, out);
+  return ToProto(*tensor, field, (request->*mutable_field)());
 }
 
 // An optional response tensor: moved out when present.
-absl::Status TakeTensor(bool has, v1::Tensor* tensor, absl::string_view field,
+template <typename Message>
+absl::Status TakeTensor(Message* response, bool (Message::*has_field)() const,
+                        v1::Tensor* (Message::*mutable_field)(), absl::string_view field,
                         std::optional<Tensor>* out) {
-  if (!has) return absl::OkStatus();
-  POSENC_ASSIGN_OR_RETURN(*out, FromProto(std::move(*tensor), field));
+  if (!(response->*has_field)()) return absl::OkStatus();
+  POSENC_ASSIGN_OR_RETURN(*out, FromProto(std::move(*(response->*mutable_field)()), field));
   return absl::OkStatus();
 }
 
@@ -45,15 +49,16 @@ void SetSpan(const MultimodalSpan& span, v1::MultimodalSpan* out) {
 }
 
 absl::Status ToPrompt(const MultimodalPositionsOptions& o, v1::MultimodalPositionsRequest* r) {
-  POSENC_RETURN_IF_ERROR(SetTensor(o.input_ids, "input_ids", r->mutable_input_ids()));
+  using Request = v1::MultimodalPositionsRequest;
+  POSENC_RETURN_IF_ERROR(SetTensor(o.input_ids, "input_ids", r, &Request::mutable_input_ids));
   POSENC_RETURN_IF_ERROR(
-      SetTensor(o.attention_mask, "attention_mask", r->mutable_attention_mask()));
+      SetTensor(o.attention_mask, "attention_mask", r, &Request::mutable_attention_mask));
   POSENC_RETURN_IF_ERROR(
-      SetTensor(o.image_grid_thw, "image_grid_thw", r->mutable_image_grid_thw()));
+      SetTensor(o.image_grid_thw, "image_grid_thw", r, &Request::mutable_image_grid_thw));
   POSENC_RETURN_IF_ERROR(
-      SetTensor(o.video_grid_thw, "video_grid_thw", r->mutable_video_grid_thw()));
-  POSENC_RETURN_IF_ERROR(
-      SetTensor(o.second_per_grid_ts, "second_per_grid_ts", r->mutable_second_per_grid_ts()));
+      SetTensor(o.video_grid_thw, "video_grid_thw", r, &Request::mutable_video_grid_thw));
+  POSENC_RETURN_IF_ERROR(SetTensor(o.second_per_grid_ts, "second_per_grid_ts", r,
+                                   &Request::mutable_second_per_grid_ts));
   for (const std::vector<MultimodalSpan>& spans : o.sequences) {
     v1::MultimodalSequence* seq = r->add_sequences();
     for (const MultimodalSpan& span : spans) SetSpan(span, seq->add_spans());
@@ -95,7 +100,8 @@ absl::StatusOr<v1::VisionPositionsRequest> ToRequest(const VisionPositionsOption
   v1::VisionPositionsRequest request;
   request.set_hf_config_json(options.hf_config_json);
   request.set_tower(static_cast<v1::VisionTower>(options.tower));
-  POSENC_RETURN_IF_ERROR(SetTensor(options.grid, "grid", request.mutable_grid()));
+  POSENC_RETURN_IF_ERROR(SetTensor(options.grid, "grid", &request,
+                                   &v1::VisionPositionsRequest::mutable_grid));
   if (options.spatial_merge_size) request.set_spatial_merge_size(*options.spatial_merge_size);
   if (options.window_size) request.set_window_size(*options.window_size);
   if (options.patch_size) request.set_patch_size(*options.patch_size);
@@ -114,8 +120,9 @@ absl::StatusOr<MultimodalPositionsResult> FromProto(v1::MultimodalPositionsRespo
                                    .source = response.source()};
   POSENC_ASSIGN_OR_RETURN(result.position_ids,
                           FromProto(std::move(*response.mutable_position_ids()), "position_ids"));
-  POSENC_RETURN_IF_ERROR(TakeTensor(response.has_mrope_position_deltas(),
-                                    response.mutable_mrope_position_deltas(),
+  using Response = v1::MultimodalPositionsResponse;
+  POSENC_RETURN_IF_ERROR(TakeTensor(&response, &Response::has_mrope_position_deltas,
+                                    &Response::mutable_mrope_position_deltas,
                                     "mrope_position_deltas", &result.mrope_position_deltas));
   return result;
 }
@@ -124,12 +131,14 @@ absl::StatusOr<VisionPositionsResult> FromProto(v1::VisionPositionsResponse&& re
   VisionPositionsResult result{.tower = static_cast<VisionTower>(response.tower())};
   POSENC_ASSIGN_OR_RETURN(result.position_ids,
                           FromProto(std::move(*response.mutable_position_ids()), "position_ids"));
-  POSENC_RETURN_IF_ERROR(TakeTensor(response.has_flat_ids(), response.mutable_flat_ids(),
-                                    "flat_ids", &result.flat_ids));
-  POSENC_RETURN_IF_ERROR(TakeTensor(response.has_window_index(), response.mutable_window_index(),
-                                    "window_index", &result.window_index));
-  POSENC_RETURN_IF_ERROR(TakeTensor(response.has_cu_window_seqlens(),
-                                    response.mutable_cu_window_seqlens(), "cu_window_seqlens",
+  using Response = v1::VisionPositionsResponse;
+  POSENC_RETURN_IF_ERROR(TakeTensor(&response, &Response::has_flat_ids,
+                                    &Response::mutable_flat_ids, "flat_ids", &result.flat_ids));
+  POSENC_RETURN_IF_ERROR(TakeTensor(&response, &Response::has_window_index,
+                                    &Response::mutable_window_index, "window_index",
+                                    &result.window_index));
+  POSENC_RETURN_IF_ERROR(TakeTensor(&response, &Response::has_cu_window_seqlens,
+                                    &Response::mutable_cu_window_seqlens, "cu_window_seqlens",
                                     &result.cu_window_seqlens));
   return result;
 }
