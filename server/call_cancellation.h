@@ -1,6 +1,6 @@
 // CallCancellation: the kernels::Cancellation of one gRPC call (its deadline, client cancel).
 //
-// service.cc installs one around every handler (kernels::ScopedCancellation), so the optimized
+// call_runner.cc installs one around every handler (kernels::ScopedCancellation), so the optimized
 // backends stop between chunks of work once the client's deadline has passed or the call was
 // cancelled (by the client, or by the server when a drain runs past its deadline), and the call
 // ends with DEADLINE_EXCEEDED or CANCELLED instead of finishing work nobody will read.

@@ -40,6 +40,7 @@ size_t PathLength(std::string_view s) {
 
 std::string_view ReasonFor(const grpc::Status& status, const ErrorCause& cause,
                            std::string_view field) {
+  if (!cause.reason.empty()) return cause.reason;
   switch (status.error_code()) {
     case grpc::StatusCode::INVALID_ARGUMENT:
       if (cause.unparseable) return "UNPARSEABLE_REQUEST";
@@ -47,7 +48,8 @@ std::string_view ReasonFor(const grpc::Status& status, const ErrorCause& cause,
     case grpc::StatusCode::OUT_OF_RANGE: return "POSITION_OUT_OF_RANGE";
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
       return cause.overloaded ? "OVERLOADED" : "LIMIT_EXCEEDED";
-    // Only shared memory answers these (server/shared_memory.h).
+    // Only shared memory answers these (server/shared_memory.h), but the inference protocol's
+    // unknown models (MODEL_NOT_FOUND, given as the cause's reason).
     case grpc::StatusCode::NOT_FOUND: return "SHARED_MEMORY_NOT_FOUND";
     case grpc::StatusCode::ALREADY_EXISTS: return "SHARED_MEMORY_EXISTS";
     case grpc::StatusCode::FAILED_PRECONDITION: return "SHARED_MEMORY_UNAVAILABLE";
@@ -77,6 +79,7 @@ std::string_view LimitOfMessage(std::string_view message) {
 }
 
 grpc::Status WithErrorDetails(const grpc::Status& status, const ErrorCause& cause) {
+  if (!status.error_details().empty()) return status;
   const std::string& message = status.error_message();
   const std::string_view field = cause.unparseable ? std::string_view() : FieldOfMessage(message);
   const std::string_view reason = ReasonFor(status, cause, field);

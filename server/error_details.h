@@ -26,12 +26,14 @@ struct ErrorCause {
   bool overloaded = false;   // refused by admission: OVERLOADED, RetryInfo{retry_after}
   bool unparseable = false;  // the request bytes did not parse: UNPARSEABLE_REQUEST
   std::chrono::milliseconds retry_after{0};
+  // The ErrorInfo reason when the code alone does not say it (NOT_FOUND of a model:
+  // MODEL_NOT_FOUND); empty: the reason of the code.
+  std::string_view reason;
 };
 
 // `status` with its google.rpc.Status details, for the codes the contract covers
 // (INVALID_ARGUMENT, OUT_OF_RANGE, RESOURCE_EXHAUSTED, NOT_FOUND, ALREADY_EXISTS,
-// FAILED_PRECONDITION); any
-// other status unchanged.
+// FAILED_PRECONDITION); any other status, and one that carries details already, unchanged.
 grpc::Status WithErrorDetails(const grpc::Status& status, const ErrorCause& cause);
 
 // The request field a message names: its leading path up to ": " ("config.scaling.factor",

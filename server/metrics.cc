@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "inference/grpc_service.pb.h"
 #include "posenc/v1/posenc.pb.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
@@ -84,9 +85,12 @@ Metrics::Metrics(const std::string& backend)
       .Add({{"version", POSENC_VERSION}, {"build", POSENC_BUILD_INFO}, {"backend", backend}})
       .Set(1);
 
-  const google::protobuf::ServiceDescriptor* service =
-      v1::SinusoidalRequest::descriptor()->file()->FindServiceByName("PositionEncoding");
-  if (service != nullptr) {
+  // posenc.v1's methods and the Open Inference Protocol's (server/inference_service.h).
+  for (const google::protobuf::ServiceDescriptor* service :
+       {v1::SinusoidalRequest::descriptor()->file()->FindServiceByName("PositionEncoding"),
+        inference::ModelInferRequest::descriptor()->file()->FindServiceByName(
+            "GRPCInferenceService")}) {
+    if (service == nullptr) continue;
     for (int i = 0; i < service->method_count(); ++i) AddMethod(service->method(i)->name());
   }
   other_ = AddMethod("other");

@@ -47,7 +47,8 @@ namespace posenc::server {
 
 class Metrics {
  public:
-  // Registers every metric (one series per method of posenc.v1.PositionEncoding) and serves
+  // Registers every metric (one series per method of posenc.v1.PositionEncoding and of
+  // inference.GRPCInferenceService) and serves
   // nothing yet. `backend` labels posenc_build_info ("cpu (avx512, 2 threads)").
   explicit Metrics(const std::string& backend = "");
   ~Metrics();

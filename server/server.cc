@@ -15,7 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"
 #include "kernels/common/status.h"
+#include "server/call_runner.h"
 #include "server/handlers.h"
+#include "server/inference_service.h"
 #include "server/metrics.h"
 #include "server/service.h"
 #include "server/table_loader.h"
@@ -82,13 +84,15 @@ class PosencServerImpl final : public PosencServer {
         shared_memory_(SharedMemoryOptions{options.allow_shared_memory,
                                            options.max_shared_memory_regions,
                                            options.max_shared_memory_bytes}),
-        service_(HandlerContext{
+        runner_(HandlerContext{
             backend_.get(),
             Limits{options.max_output_elements, options.max_message_bytes,
                    admission_.options().max_inflight_bytes, admission_.options().max_heavy_calls},
             &tables_, false, &rope_cache_, &metrics_, kernels::ListCudaDevices(),
             backend_->name() == "cuda" ? options.cuda_device : -1,
-            [this](const absl::Status& why) { OnBackendUnusable(why); }, &shared_memory_}) {}
+            [this](const absl::Status& why) { OnBackendUnusable(why); }, &shared_memory_}),
+        service_(&runner_),
+        inference_(&runner_) {}
 
   ~PosencServerImpl() override {
     Shutdown(std::chrono::system_clock::now());
@@ -108,8 +112,8 @@ class PosencServerImpl final : public PosencServer {
     if (!options_.metrics_address.empty()) {
       POSENC_RETURN_IF_ERROR(metrics_.Serve(options_.metrics_address));
     }
-    service_.set_metrics(&metrics_);
-    service_.set_admission(&admission_);
+    runner_.set_metrics(&metrics_);
+    runner_.set_admission(&admission_);
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     grpc::ServerBuilder builder;
@@ -128,6 +132,7 @@ class PosencServerImpl final : public PosencServer {
       builder.SetResourceQuota(quota);
     }
     builder.RegisterService(&service_);
+    builder.RegisterService(&inference_);
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port_ == 0) {
       return absl::UnavailableError(absl::StrCat("listen: could not listen on \"",
@@ -137,6 +142,8 @@ class PosencServerImpl final : public PosencServer {
     if (auto* health = server_->GetHealthCheckService(); health != nullptr) {
       // Probes may ask for the whole server ("") or for the service by its full name.
       health->SetServingStatus(std::string(v1::PositionEncoding::service_full_name()), true);
+      health->SetServingStatus(std::string(inference::GRPCInferenceService::service_full_name()),
+                               true);
       health->SetServingStatus(true);
     }
     return absl::OkStatus();
@@ -155,7 +162,7 @@ class PosencServerImpl final : public PosencServer {
     if (auto* health = server_->GetHealthCheckService(); health != nullptr) {
       health->SetServingStatus(false);
     }
-    service_.StartDraining(deadline);
+    runner_.StartDraining(deadline);
     // The grace period: health checks still answer (NOT_SERVING) so load balancers notice.
     if (options_.drain_grace.count() > 0) {
       std::this_thread::sleep_until(
@@ -168,7 +175,7 @@ class PosencServerImpl final : public PosencServer {
     // grpc.health.v1 Watch streams (client-side health checking), which would otherwise hold the
     // shutdown until the deadline: they get a moment (calls refused just now finish sending
     // UNAVAILABLE), then are cancelled.
-    const bool idle = service_.WaitUntilIdle(deadline);
+    const bool idle = runner_.WaitUntilIdle(deadline);
     server_->Shutdown(
         idle ? std::min(deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(250))
              : deadline);
@@ -208,7 +215,9 @@ class PosencServerImpl final : public PosencServer {
   kernels::RopeFrequencyCache rope_cache_;  // shared by every call
   AdmissionControl admission_;              // outlives service_ and server_
   SharedMemoryRegistry shared_memory_;      // outlives service_ and server_
+  CallRunner runner_;                       // both services' calls run on it
   PositionEncodingService service_;
+  InferenceService inference_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::mutex mu_;

@@ -1,4 +1,6 @@
-// PosencServer: the gRPC server of posenc (PositionEncoding service, health, reflection).
+// PosencServer: the gRPC server of posenc: posenc.v1.PositionEncoding and, on the same port, the
+// Open Inference Protocol (inference.GRPCInferenceService, server/inference_service.h); health
+// (both services by name, and the whole server) and reflection.
 //
 // Used by posenc-server's main() and, in process, by the tests. Start() returns a running
 // server; Shutdown() stops accepting calls and waits (up to the deadline) for in-flight ones.

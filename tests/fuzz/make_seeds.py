@@ -4,7 +4,8 @@
     tests/fuzz/make_seeds.py [HF_CONFIG_DIR]
 
 rpc_fuzz: one byte naming the RPC (the order of the service in posenc.proto) followed by a
-request encoded by `protoc --encode` from the text below. hf_config_fuzz: the config objects
+request encoded by `protoc --encode` from the text below. inference_fuzz: ModelInferRequests of
+proto/inference/grpc_service.proto, encoded the same way. hf_config_fuzz: the config objects
 of HF_CONFIG_DIR/*.json (the shared copies of published config.json files: {"config": {...}}),
 plus a few hand-written ones; "\\0LAYER" after the JSON selects a layer type. table_fuzz: small
 .npy and .safetensors files. cli_flags_fuzz: NUL-separated command lines. The output is
@@ -205,6 +206,71 @@ CLI_SEEDS = [
 ]
 
 
+def raw(content):
+    return '"%s"' % "".join("\\%03o" % b for b in content)
+
+
+def infer_input(name, datatype, shape, content=None, contents=None):
+    """An InferInputTensor: raw bytes go to raw_input_contents (returned beside it)."""
+    dims = " ".join("shape: %d" % d for d in shape)
+    text = 'inputs { name: "%s" datatype: "%s" %s %s}' % (
+        name, datatype, dims, "contents { %s } " % contents if contents else "")
+    return text + (" raw_input_contents: %s" % raw(content) if content is not None else "")
+
+
+def param(name, kind, value):
+    return 'parameters { key: "%s" value { %s: %s } }' % (name, kind, value)
+
+
+INFERENCE_SEEDS = {
+    "apply_rope_raw": " ".join([
+        'model_name: "apply_rope"',
+        param("base", "double_param", "500000"), param("positions.range.start", "int64_param", 7),
+        param("scaling.type", "string_param", '"yarn"'),
+        param("scaling.factor", "string_param", '"4"'),
+        param("max_position_embeddings", "int64_param", 64),
+        infer_input("q", "FP32", [1, 3, 2, 8], f32([0.1 * i for i in range(48)])),
+        infer_input("k", "FP32", [1, 3, 1, 8], f32([0.2 * i for i in range(24)])),
+        'outputs { name: "k" }']),
+    "apply_rope_thd_ids": " ".join([
+        'model_name: "apply_rope"', param("layout", "string_param", '"thd"'),
+        param("positions.cu_seqlens.cu_seqlens", "string_param", '"[0, 2, 3]"'),
+        infer_input("q", "FP16", [3, 1, 4], bytes(24))]),
+    "rope_cache_hf": " ".join([
+        'model_name: "rope_cache" model_version: "1" id: "seed"',
+        param("hf_config_json", "string_param", json.dumps(LLAMA3)),
+        param("output_dtype", "string_param", '"BF16"'),
+        infer_input("positions.ids", "INT64", [4], contents="int64_contents: [0, 1, 63, 64]")]),
+    "sinusoidal_params": " ".join([
+        'model_name: "sinusoidal"', param("dim", "int64_param", 9),
+        param("positions.range.count", "int64_param", 5),
+        param("layout", "int64_param", 2), param("freq_scheme", "string_param", '"T2T"')]),
+    "add_position_encoding_mask": " ".join([
+        'model_name: "add_position_encoding"', param("sinusoidal.dim", "int64_param", 0),
+        infer_input("x", "FP64", [2, 2, 4], bytes(128)),
+        infer_input("positions.attention_mask", "INT32", [2, 2],
+                    contents="int_contents: [0, 1, 1, 1]")]),
+    "alibi_bias_compact": " ".join([
+        'model_name: "alibi_bias"', param("num_heads", "int64_param", 6),
+        param("q_len", "int64_param", 3), param("k_len", "int64_param", 5),
+        param("form", "string_param", '"compact"'), param("mode", "string_param", '"symmetric"')]),
+    "relative_bias_table": " ".join([
+        'model_name: "relative_bias"', param("q_len", "int64_param", 2),
+        param("k_len", "int64_param", 3), param("bidirectional", "bool_param", "false"),
+        infer_input("table_inline", "FP32", [32, 2], f32([0.01 * i for i in range(64)]))]),
+    "relative_embedding_shm_refused": " ".join([
+        'model_name: "relative_embedding"', param("q_len", "int64_param", 2),
+        param("k_len", "int64_param", 2), param("max_relative", "int64_param", 1),
+        infer_input("table_inline", "FP32", [3, 2], f32(range(6))),
+        'outputs { name: "embeddings" parameters { key: "shared_memory_region" value { '
+        'string_param: "r" } } parameters { key: "shared_memory_byte_size" value { '
+        'int64_param: 32 } } }']),
+    "alibi_slopes": " ".join([
+        'model_name: "alibi_slopes"', param("num_heads", "int64_param", 12),
+        param("max_bias", "double_param", 8)]),
+}
+
+
 def write(target, name, content):
     path = CORPUS / target / name
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -220,6 +286,13 @@ def main():
              str(proto_dir / "posenc/v1/posenc.proto")],
             input=text.encode(), capture_output=True, check=True).stdout
         write("rpc_fuzz", name, bytes([RPCS.index(rpc)]) + encoded)
+    for name, text in INFERENCE_SEEDS.items():
+        encoded = subprocess.run(
+            ["protoc", "--proto_path=%s" % proto_dir,
+             "--encode=inference.ModelInferRequest",
+             str(proto_dir / "inference/grpc_service.proto")],
+            input=text.encode(), capture_output=True, check=True).stdout
+        write("inference_fuzz", name, encoded)
     for path in sorted(hf_dir.glob("*.json")):
         doc = json.loads(path.read_text())
         config = dict(doc["config"])

@@ -108,6 +108,7 @@ TEST(PosencServerTest, ReflectionListsTheServices) {
   grpc::Status status = reactor.Await();
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_NE(reactor.text().find("posenc.v1.PositionEncoding"), std::string::npos);
+  EXPECT_NE(reactor.text().find("inference.GRPCInferenceService"), std::string::npos);
   EXPECT_NE(reactor.text().find("grpc.health.v1.Health"), std::string::npos);
 }
 

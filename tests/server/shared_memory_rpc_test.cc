@@ -1,10 +1,7 @@
 // Shared memory through a real server: registration RPCs, inputs and outputs as references
 // (ApplyRope in place, outputs written into the caller's range), results equal to the inline
 // calls', and every malformed reference a row naming its field.
-#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -20,6 +17,7 @@
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "server/server.h"
 #include "tests/server/server_test_util.h"
+#include "tests/server/shm_object.h"
 
 namespace posenc::server {
 namespace {
@@ -28,30 +26,7 @@ using testing::FloatTensor;
 
 constexpr int64_t kObjectBytes = 1 << 20;
 
-// A POSIX shared-memory object mapped here, as a client would hold it.
-class Object {
- public:
-  Object() : key_(absl::StrCat("/posenc_rpc_test_", getpid())) {
-    shm_unlink(key_.c_str());
-    fd_ = shm_open(key_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    EXPECT_GE(fd_, 0);
-    EXPECT_EQ(ftruncate(fd_, kObjectBytes), 0);
-    base_ =
-        static_cast<char*>(mmap(nullptr, kObjectBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0));
-  }
-  ~Object() {
-    munmap(base_, kObjectBytes);
-    close(fd_);
-    shm_unlink(key_.c_str());
-  }
-  const std::string& key() const { return key_; }
-  char* at(int64_t offset) const { return base_ + offset; }
-
- private:
-  std::string key_;
-  int fd_ = -1;
-  char* base_ = nullptr;
-};
+using Object = testing::ShmObject;
 
 v1::SharedMemoryRef Ref(const std::string& region, int64_t offset, int64_t bytes) {
   v1::SharedMemoryRef ref;
@@ -101,7 +76,7 @@ class SharedMemoryRpcTest : public ::testing::Test {
     return (stub_.get()->*method)(&context, request, response);
   }
 
-  Object object_;
+  Object object_{kObjectBytes};
   std::unique_ptr<PosencServer> server_;
   std::unique_ptr<v1::PositionEncoding::Stub> stub_;
 };

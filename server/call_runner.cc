@@ -1,0 +1,225 @@
+#include "server/call_runner.h"
+
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <new>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
+#include "kernels/common/cancellation.h"
+#include "server/call_cancellation.h"
+#include "server/error_details.h"
+#include "server/logging.h"
+#include "server/status.h"
+#include "server/tsan.h"
+
+namespace posenc::server {
+
+// A call's reactor: finishes the call and, when gRPC is done with it (the response sent or the
+// call abandoned), releases what the call's admission holds and leaves the in-flight count.
+class CallRunner::Reactor final : public grpc::ServerUnaryReactor {
+ public:
+  Reactor(AdmissionControl* control, int64_t request_bytes, std::atomic<int64_t>* in_flight)
+      : admission_(control, request_bytes), in_flight_(in_flight) {
+    in_flight_->fetch_add(1, std::memory_order_acq_rel);
+  }
+  CallAdmission& admission() { return admission_; }
+  // gRPC runs OnDone on another thread than FinishCall's (server/tsan.h: no-ops outside TSan).
+  void FinishCall(const grpc::Status& status) {
+    TsanRelease(this);
+    Finish(status);
+  }
+  // A call refused at once (draining) does not count as in flight.
+  void LeaveInFlight() {
+    if (in_flight_ != nullptr) in_flight_->fetch_sub(1, std::memory_order_acq_rel);
+    in_flight_ = nullptr;
+  }
+  void OnDone() override {
+    TsanAcquire(this);
+    std::atomic<int64_t>* in_flight = in_flight_;
+    delete this;  // the admission's bytes go back first
+    if (in_flight != nullptr) in_flight->fetch_sub(1, std::memory_order_acq_rel);
+  }
+
+ private:
+  CallAdmission admission_;
+  std::atomic<int64_t>* in_flight_;
+};
+
+namespace {
+
+std::string RequestId(const grpc::CallbackServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("x-request-id");
+  if (it == metadata.end()) return "-";
+  return std::string(it->second.data(), it->second.size());
+}
+
+// Parses gRPC's request bytes without copying them first, then frees them (the parsed message
+// holds the payload from here on, as with gRPC's own parsing). ProtoBufferReader takes a
+// non-const buffer but only reads it; Clear() leaves gRPC an empty buffer to destroy.
+bool ParseRequest(const grpc::ByteBuffer* bytes, google::protobuf::Message* request) {
+  auto* buffer = const_cast<grpc::ByteBuffer*>(bytes);
+  bool parsed = false;
+  {
+    grpc::ProtoBufferReader reader(buffer);
+    parsed = reader.status().ok() && request->ParseFromZeroCopyStream(&reader);
+  }
+  buffer->Clear();
+  return parsed;
+}
+
+// Serializes `response` into gRPC's buffer, then frees the message's payload (it lives on in
+// `bytes` only): a fresh message swapped in, the old one destroyed.
+grpc::Status SerializeAndFree(google::protobuf::Message* response, grpc::ByteBuffer* bytes) {
+  bool own_buffer = false;
+  grpc::Status status = grpc::SerializationTraits<google::protobuf::Message>::Serialize(
+      *response, bytes, &own_buffer);
+  const std::unique_ptr<google::protobuf::Message> freed(response->New());
+  response->GetReflection()->Swap(response, freed.get());
+  return status;
+}
+
+grpc::Status Unparseable(size_t request_size, const google::protobuf::Message& request) {
+  return WithErrorDetails(
+      grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                   absl::StrCat("request: ", request_size, " bytes that do not parse as ",
+                                request.GetDescriptor()->full_name(),
+                                " (not protobuf, or another message)")),
+      ErrorCause{.unparseable = true});
+}
+
+}  // namespace
+
+CallRunner::CallRunner(HandlerContext ctx)
+    : ctx_([&ctx] {
+        ctx.consume_requests = true;  // each request is parsed by Serve and read once
+        return ctx;
+      }()) {}
+
+grpc::Status CallRunner::RunHandler(const Method& method, const Call& call,
+                                    CallAdmission* admission,
+                                    absl::FunctionRef<grpc::Status()> handle) const {
+  const CallCancellation cancellation(*call.context, &abort_at_ns_);
+  const kernels::ScopedCancellation scoped(&cancellation);
+  const ScopedCallAdmission admitted(admission);
+  grpc::Status status;
+  try {
+    status = handle();
+    // Work that finished past the deadline (or after a cancel) is not sent either.
+    if (status.ok()) status = ToGrpcStatus(cancellation.Check());
+  } catch (const std::bad_alloc&) {
+    status = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrCat(method.name, ": out of memory"));
+  } catch (const std::exception& e) {
+    status = grpc::Status(grpc::StatusCode::INTERNAL,
+                          absl::StrCat(method.name, ": internal error: ", e.what()));
+  } catch (...) {
+    status =
+        grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat(method.name, ": internal error"));
+  }
+  admission->EndCompute();
+  return status;
+}
+
+grpc::Status CallRunner::Handle(const Method& method, const Call& call, Reactor* reactor,
+                                std::string* input, absl::FunctionRef<grpc::Status()> handle) {
+  if (draining() && !method.serve_while_draining) {
+    reactor->LeaveInFlight();
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "the server is draining (shutting down); retry on another replica");
+  }
+  const size_t request_size = call.request_bytes->Length();  // ParseRequest frees the bytes
+  if (!ParseRequest(call.request_bytes, call.request)) {
+    if (metrics_ != nullptr) metrics_->OnUnparseable(method.name);
+    return Unparseable(request_size, *call.request);
+  }
+  if (call.context->deadline() < std::chrono::system_clock::now()) {
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline passed before the call ran");
+  }
+  // Before the handler: it may move tensor bytes out of the request (consume_requests).
+  if (AccessLogEnabled(grpc::StatusCode::INTERNAL))
+    *input = method.summarize_request(*call.request);
+  return RunHandler(method, call, &reactor->admission(), handle);
+}
+
+grpc::ServerUnaryReactor* CallRunner::Serve(const Method& method, const Call& call,
+                                            absl::FunctionRef<grpc::Status()> handle) {
+  const auto start = std::chrono::steady_clock::now();
+  if (metrics_ != nullptr) metrics_->OnStart();
+  const size_t request_size = call.request_bytes->Length();
+  auto* reactor = new Reactor(admission_, static_cast<int64_t>(request_size), &calls_in_flight_);
+  std::string input;
+  grpc::Status status = Handle(method, call, reactor, &input, handle);
+  if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    // gRPC retry policies (A6) honour this: a busy server (admission refused the call) asks for a
+    // retry after the heavy-call wait; a request over a hard limit must not be retried at all.
+    call.context->AddTrailingMetadata(
+        "grpc-retry-pushback-ms",
+        reactor->admission().refused() ? absl::StrCat(kHeavyCallWait.count()) : "-1");
+  }
+  if (!status.ok()) {
+    status = WithErrorDetails(status, ErrorCause{.overloaded = reactor->admission().refused(),
+                                                 .retry_after = kHeavyCallWait});
+  }
+  std::string output;
+  if (status.ok() && AccessLogEnabled(grpc::StatusCode::OK)) {
+    output = method.summarize_response(*call.response);
+  }
+  if (status.ok()) status = SerializeAndFree(call.response, call.response_bytes);
+  const size_t response_size = status.ok() ? call.response_bytes->Length() : 0;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (metrics_ != nullptr) {
+    metrics_->OnFinish(method.name, status.error_code(), seconds, request_size, response_size);
+  }
+  if (AccessLogEnabled(status.error_code())) {
+    LogAccess(AccessRecord{method.name, RequestId(*call.context), status.error_code(),
+                           seconds * 1e3,
+                           reactor->admission().backend().empty() ? ctx_.backend->name()
+                                                                  : reactor->admission().backend(),
+                           input, output, request_size, response_size, status.error_message()});
+  }
+  reactor->FinishCall(status);
+  return reactor;
+}
+
+void CallRunner::StartDraining(std::chrono::system_clock::time_point abort_at) {
+  abort_at_ns_.store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(abort_at.time_since_epoch()).count(),
+      std::memory_order_relaxed);
+  draining_.store(true, std::memory_order_release);
+}
+
+bool CallRunner::WaitUntilIdle(std::chrono::system_clock::time_point deadline) const {
+  // Polled: calls end on gRPC's threads, and a few milliseconds do not matter at shutdown.
+  while (calls_in_flight() > 0) {
+    if (std::chrono::system_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+void CheckMethodIndex(const char* service_full_name, int index, const char* method,
+                      const google::protobuf::Descriptor* request) {
+  const google::protobuf::ServiceDescriptor* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(service_full_name);
+  const google::protobuf::MethodDescriptor* descriptor =
+      service != nullptr && index < service->method_count() ? service->method(index) : nullptr;
+  if (descriptor == nullptr || descriptor->input_type() != request ||
+      descriptor->name() != method) {
+    std::fprintf(stderr, "posenc: the method list of %s does not match its .proto at %s\n",
+                 service_full_name, method);
+    std::abort();
+  }
+}
+
+}  // namespace posenc::server
