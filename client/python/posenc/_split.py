@@ -118,6 +118,8 @@ def _placed(out: np.ndarray, index: Tuple[Any, ...], tensor: Any, field: str, pi
 
 # ---------------------------------------------------------------------------------------------
 # Positions of a piece (docs/splitting.md's table).
+# ---------------------------------------------------------------------------------------------
+
 
 def _reads_axes(config: Any) -> bool:
     """Positions carry a leading axis of position axes (M-RoPE, 2-D and explicit axis maps):
@@ -126,7 +128,7 @@ def _reads_axes(config: Any) -> bool:
             or config.mrope_layout in (MropeLayout.VISION_2D, MropeLayout.VISION_2D_EVEN_ODD)
             or '"mrope_section"' in config.hf_config_json)
 
-# ---------------------------------------------------------------------------------------------
+
 class _Positions:
     """A request's positions on its token grid (``rows`` x ``tokens``; packed THD: one row),
     cut to a piece. ``valid`` is False for positions the server would refuse (they are not

@@ -309,7 +309,7 @@ class RopeCacheResult(NamedTuple):
     FUSED_COS_SIN (``[..., d]`` = cat(cos, sin), vLLM's cos_sin_cache) and COMPLEX
     (``[..., d/2, 2]``, the real view of freqs_cis): ``cos`` is that one table, ``sin`` None."""
     cos: np.ndarray
-    sin: np.ndarray
+    sin: Optional[np.ndarray]  # None for FUSED_COS_SIN and COMPLEX
     derived: RopeDerived
 
 
