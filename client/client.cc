@@ -522,8 +522,8 @@ absl::StatusOr<MultimodalPositionsResult> Client::MultimodalPositions(
   return impl_->Unary(&Stub::MultimodalPositions, options, call, kWhole);
 }
 
-absl::StatusOr<VisionPositionsResult> Client::VisionPositions(
-    const VisionPositionsOptions& options, const CallOptions& call) const {
+absl::StatusOr<VisionPositionsResult> Client::VisionPositions(const VisionPositionsOptions& options,
+                                                              const CallOptions& call) const {
   return impl_->Unary(&Stub::VisionPositions, options, call, kWhole);
 }
 

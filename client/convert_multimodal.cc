@@ -100,8 +100,8 @@ absl::StatusOr<v1::VisionPositionsRequest> ToRequest(const VisionPositionsOption
   v1::VisionPositionsRequest request;
   request.set_hf_config_json(options.hf_config_json);
   request.set_tower(static_cast<v1::VisionTower>(options.tower));
-  POSENC_RETURN_IF_ERROR(SetTensor(options.grid, "grid", &request,
-                                   &v1::VisionPositionsRequest::mutable_grid));
+  POSENC_RETURN_IF_ERROR(
+      SetTensor(options.grid, "grid", &request, &v1::VisionPositionsRequest::mutable_grid));
   if (options.spatial_merge_size) request.set_spatial_merge_size(*options.spatial_merge_size);
   if (options.window_size) request.set_window_size(*options.window_size);
   if (options.patch_size) request.set_patch_size(*options.patch_size);
@@ -132,8 +132,8 @@ absl::StatusOr<VisionPositionsResult> FromProto(v1::VisionPositionsResponse&& re
   POSENC_ASSIGN_OR_RETURN(result.position_ids,
                           FromProto(std::move(*response.mutable_position_ids()), "position_ids"));
   using Response = v1::VisionPositionsResponse;
-  POSENC_RETURN_IF_ERROR(TakeTensor(&response, &Response::has_flat_ids,
-                                    &Response::mutable_flat_ids, "flat_ids", &result.flat_ids));
+  POSENC_RETURN_IF_ERROR(TakeTensor(&response, &Response::has_flat_ids, &Response::mutable_flat_ids,
+                                    "flat_ids", &result.flat_ids));
   POSENC_RETURN_IF_ERROR(TakeTensor(&response, &Response::has_window_index,
                                     &Response::mutable_window_index, "window_index",
                                     &result.window_index));

@@ -53,9 +53,7 @@ absl::StatusOr<kernels::MultimodalSpan> ToSpan(const v1::MultimodalSpan& span,
   using Kind = kernels::MultimodalSpan::Kind;
   kernels::MultimodalSpan out;
   switch (span.kind_case()) {
-    case v1::MultimodalSpan::kTextTokens:
-      out.text_tokens = span.text_tokens();
-      return out;
+    case v1::MultimodalSpan::kTextTokens: out.text_tokens = span.text_tokens(); return out;
     case v1::MultimodalSpan::kImage:
     case v1::MultimodalSpan::kVideo: {
       const bool video = span.kind_case() == v1::MultimodalSpan::kVideo;
@@ -65,9 +63,9 @@ absl::StatusOr<kernels::MultimodalSpan> ToSpan(const v1::MultimodalSpan& span,
       out.h = v.h();
       out.w = v.w();
       if (v.has_second_per_grid()) {
-        POSENC_RETURN_IF_ERROR(CheckFinite(
-            v.second_per_grid(), absl::StrCat(field, video ? ".video" : ".image",
-                                              ".second_per_grid")));
+        POSENC_RETURN_IF_ERROR(
+            CheckFinite(v.second_per_grid(),
+                        absl::StrCat(field, video ? ".video" : ".image", ".second_per_grid")));
         out.second_per_grid = v.second_per_grid();
       }
       return out;
@@ -96,8 +94,8 @@ absl::Status ToSequences(const v1::MultimodalPositionsRequest& req,
 absl::Status ToPromptTensors(const v1::MultimodalPositionsRequest& req,
                              kernels::MultimodalPositionsArgs* args) {
   if (!req.has_input_ids()) return ToSequences(req, args);
-  POSENC_ASSIGN_OR_RETURN(args->input_ids, ToConstView(req.input_ids(), DTypeClass::kInt,
-                                                       "input_ids"));
+  POSENC_ASSIGN_OR_RETURN(args->input_ids,
+                          ToConstView(req.input_ids(), DTypeClass::kInt, "input_ids"));
   const std::pair<const v1::Tensor*, kernels::ConstTensorView*> ints[] = {
       {req.has_attention_mask() ? &req.attention_mask() : nullptr, &args->attention_mask},
       {req.has_image_grid_thw() ? &req.image_grid_thw() : nullptr, &args->image_grid_thw},
@@ -109,9 +107,9 @@ absl::Status ToPromptTensors(const v1::MultimodalPositionsRequest& req,
                             ToConstView(*ints[i].first, DTypeClass::kInt, names[i]));
   }
   if (req.has_second_per_grid_ts()) {
-    POSENC_ASSIGN_OR_RETURN(args->second_per_grid_ts,
-                            ToConstView(req.second_per_grid_ts(), DTypeClass::kFloat,
-                                        "second_per_grid_ts"));
+    POSENC_ASSIGN_OR_RETURN(
+        args->second_per_grid_ts,
+        ToConstView(req.second_per_grid_ts(), DTypeClass::kFloat, "second_per_grid_ts"));
   }
   return ToSequences(req, args);
 }
@@ -158,7 +156,8 @@ absl::StatusOr<kernels::MultimodalDecodeArgs> ToMultimodalDecodeArgs(
     const v1::MultimodalDecode& d) {
   kernels::MultimodalDecodeArgs args;
   if (d.has_deltas()) {
-    POSENC_ASSIGN_OR_RETURN(args.deltas, ToConstView(d.deltas(), DTypeClass::kInt, "decode.deltas"));
+    POSENC_ASSIGN_OR_RETURN(args.deltas,
+                            ToConstView(d.deltas(), DTypeClass::kInt, "decode.deltas"));
   }
   args.prompt_length = d.prompt_length();
   args.num_steps = d.num_steps();

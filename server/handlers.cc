@@ -185,11 +185,10 @@ absl::Status RopeCache(const HandlerContext& ctx, const v1::RopeCacheRequest& re
   POSENC_ASSIGN_OR_RETURN(const kernels::Backend* backend,
                           plan.fused() ? AdmitOutputs(ctx, {plan.cos, plan.inv_freq})
                                        : AdmitOutputs(ctx, {plan.cos, plan.sin, plan.inv_freq}));
-  v1::Tensor* cos_out = plan.layout == kernels::RopeCacheLayout::kFusedCosSin
-                            ? resp->mutable_cos_sin()
-                        : plan.layout == kernels::RopeCacheLayout::kComplex
-                            ? resp->mutable_freqs_cis()
-                            : resp->mutable_cos();
+  v1::Tensor* cos_out =
+      plan.layout == kernels::RopeCacheLayout::kFusedCosSin ? resp->mutable_cos_sin()
+      : plan.layout == kernels::RopeCacheLayout::kComplex   ? resp->mutable_freqs_cis()
+                                                            : resp->mutable_cos();
   POSENC_ASSIGN_OR_RETURN(const kernels::TensorView cos, AllocateOutput(plan.cos, cos_out));
   kernels::TensorView sin;
   if (!plan.fused()) {

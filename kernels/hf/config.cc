@@ -282,10 +282,10 @@ const Group* OnlyRope(const std::vector<Group>& groups, std::vector<std::string>
   }
   if (rope == nullptr) return nullptr;
   std::sort(nope_layers.begin(), nope_layers.end());
-  warnings->push_back(absl::StrCat(
-      "no layer_type given: the RoPE of every rotary layer; layers ",
-      kernels::Abbreviate(kernels::IndexRuns(nope_layers), 200),
-      " have no RoPE (NoPE: q and k pass through; layer_type selects one of them)"));
+  warnings->push_back(
+      absl::StrCat("no layer_type given: the RoPE of every rotary layer; layers ",
+                   kernels::Abbreviate(kernels::IndexRuns(nope_layers), 200),
+                   " have no RoPE (NoPE: q and k pass through; layer_type selects one of them)"));
   return rope;
 }
 
@@ -377,10 +377,9 @@ absl::StatusOr<ModelRope> ParseModelRope(absl::string_view json_text, absl::stri
                           Grouping(m, specs, rope.path).Run(types, nope));
   bool all_alike = true;  // every layer has the same RoPE
   for (const Group& g : groups) all_alike = all_alike && g.key == groups.front().key;
-  POSENC_ASSIGN_OR_RETURN(
-      const Group* selected,
-      SelectLayer(groups, layer_type, all_layers, all_alike, static_cast<int64_t>(nope.size()),
-                  &out.warnings));
+  POSENC_ASSIGN_OR_RETURN(const Group* selected,
+                          SelectLayer(groups, layer_type, all_layers, all_alike,
+                                      static_cast<int64_t>(nope.size()), &out.warnings));
   const auto index = static_cast<size_t>(selected - groups.data());
   POSENC_RETURN_IF_ERROR(Fill(m, std::move(groups), index, all_alike, layer_type, &out));
   if (all_layers && Find(root, "vision_config") != nullptr) {  // DescribeRope: both towers

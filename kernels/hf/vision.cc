@@ -182,9 +182,9 @@ absl::StatusOr<std::optional<VisionTowerConfig>> VisionTowerOf(const Json& root)
   out.tower = row->tower;
   out.model_type = std::string(row->model_types.front());
   std::vector<ValueSource> geometry;  // not RoPE values: kept out of the group's sources
-  POSENC_ASSIGN_OR_RETURN(out.spatial_merge_size,
-                          VisionInt(*vision, "spatial_merge_size", 2, row->family, &geometry,
-                                    "spatial_merge_size"));
+  POSENC_ASSIGN_OR_RETURN(
+      out.spatial_merge_size,
+      VisionInt(*vision, "spatial_merge_size", 2, row->family, &geometry, "spatial_merge_size"));
   POSENC_ASSIGN_OR_RETURN(out.window_size, VisionInt(*vision, "window_size", row->window_size,
                                                      row->family, &geometry, "window_size"));
   if (row->window_size == 0) out.window_size = 0;  // only Qwen2.5-VL's tower reads it
@@ -226,12 +226,11 @@ absl::StatusOr<MultimodalConfig> ParseMultimodalConfig(absl::string_view json_te
   POSENC_RETURN_IF_ERROR(token("video_start_token_id", &id.video_start));
   POSENC_RETURN_IF_ERROR(token("video_end_token_id", &id.video_end));
   if (const Json* vision = Find(root, "vision_config"); vision != nullptr && vision->is_object()) {
-    POSENC_ASSIGN_OR_RETURN(out.spatial_merge_size,
-                            Get<int64_t>(*vision, "spatial_merge_size",
-                                         "vision_config.spatial_merge_size"));
-    POSENC_ASSIGN_OR_RETURN(out.tokens_per_second,
-                            Get<double>(*vision, "tokens_per_second",
-                                        "vision_config.tokens_per_second"));
+    POSENC_ASSIGN_OR_RETURN(
+        out.spatial_merge_size,
+        Get<int64_t>(*vision, "spatial_merge_size", "vision_config.spatial_merge_size"));
+    POSENC_ASSIGN_OR_RETURN(out.tokens_per_second, Get<double>(*vision, "tokens_per_second",
+                                                               "vision_config.tokens_per_second"));
   }
   return out;
 }

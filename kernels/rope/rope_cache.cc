@@ -3,8 +3,8 @@
 
 #include <cstring>
 #include <memory>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/backend.h"

@@ -69,7 +69,8 @@ MultimodalPositionsOptions RopeIndexOptions(const GoldenCase& c) {
   const auto& p = c.params;
   MultimodalPositionsOptions o{.family = FamilyOf(p.at("model").get<std::string>()),
                                .spatial_merge_size = p.at("spatial_merge_size").get<int64_t>()};
-  if (p.contains("tokens_per_second")) o.tokens_per_second = p.at("tokens_per_second").get<double>();
+  if (p.contains("tokens_per_second"))
+    o.tokens_per_second = p.at("tokens_per_second").get<double>();
   auto id = [&](const char* key) -> std::optional<int64_t> {
     if (!p.contains(key)) return std::nullopt;
     return p.at(key).get<int64_t>();

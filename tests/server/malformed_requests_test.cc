@@ -417,8 +417,8 @@ std::vector<BadCase> AllCases() {
              "table_inline.dtype"),
       RelEmb("q_len_zero", "q_len: 0", "q_len"),
       // ----- RopeCache's one-table layouts -----
-      Cache("fused_output_int64", "layout: ROPE_CACHE_LAYOUT_FUSED_COS_SIN output_dtype: DTYPE_INT64",
-            "output_dtype"),
+      Cache("fused_output_int64",
+            "layout: ROPE_CACHE_LAYOUT_FUSED_COS_SIN output_dtype: DTYPE_INT64", "output_dtype"),
       Cache("complex_odd_rotary_dim", "layout: ROPE_CACHE_LAYOUT_COMPLEX config { rotary_dim: 7 }",
             "config.rotary_dim"),
       // ----- KV re-rotation -----
@@ -444,8 +444,8 @@ std::vector<BadCase> AllCases() {
       Mm("grid_tokens_disagree", Put("image_grid_thw", Int64Tensor({1, 3}, {1, 4, 8})),
          "input_ids[0]: image span at token 2"),
       Mm(
-          "grid_missing",
-          [](v1::MultimodalPositionsRequest& r) { r.clear_image_grid_thw(); }, "input_ids[0]"),
+          "grid_missing", [](v1::MultimodalPositionsRequest& r) { r.clear_image_grid_thw(); },
+          "input_ids[0]"),
       Mm("grid_not_merge_multiple", Put("image_grid_thw", Int64Tensor({1, 3}, {1, 3, 4})),
          "image_grid_thw"),
       Mm("grid_shape", Put("image_grid_thw", Int64Tensor({1, 2}, {4, 4})), "image_grid_thw"),

@@ -356,17 +356,17 @@ struct MultimodalPositionsOptions {
   MultimodalTokenIds token_ids;
   std::optional<int64_t> spatial_merge_size;
   std::optional<double> tokens_per_second;
-  std::optional<Tensor> input_ids;           // INT32/INT64 [B, S]
-  std::optional<Tensor> attention_mask;      // [B, S]
-  std::optional<Tensor> image_grid_thw;      // [N, 3]
-  std::optional<Tensor> video_grid_thw;      // [M, 3]
-  std::optional<Tensor> second_per_grid_ts;  // FLOAT32/FLOAT64 [M] (Qwen2.5-VL)
+  std::optional<Tensor> input_ids;                     // INT32/INT64 [B, S]
+  std::optional<Tensor> attention_mask;                // [B, S]
+  std::optional<Tensor> image_grid_thw;                // [N, 3]
+  std::optional<Tensor> video_grid_thw;                // [M, 3]
+  std::optional<Tensor> second_per_grid_ts;            // FLOAT32/FLOAT64 [M] (Qwen2.5-VL)
   std::vector<std::vector<MultimodalSpan>> sequences;  // instead of input_ids
   std::optional<MultimodalDecode> decode;              // instead of a prompt
 };
 
 struct MultimodalPositionsResult {
-  Tensor position_ids;                         // INT64 [3, B, S] (decode: [3, B, K])
+  Tensor position_ids;                          // INT64 [3, B, S] (decode: [3, B, K])
   std::optional<Tensor> mrope_position_deltas;  // INT64 [B, 1]; absent for decode
   MultimodalFamily family = MultimodalFamily::kUnspecified;
   std::string source;  // the transformers function the rule repeats
