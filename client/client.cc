@@ -590,6 +590,21 @@ absl::StatusOr<ServerInfo> Client::GetServerInfo(const CallOptions& call) const 
   return internal::FromProto(response);
 }
 
+absl::StatusOr<RerotateKeysResult> Client::RerotateKeys(const RerotateKeysOptions& options,
+                                                        const CallOptions& call) const {
+  return impl_->Unary(&Stub::RerotateKeys, options, call, kWhole);
+}
+
+absl::StatusOr<MultimodalPositionsResult> Client::MultimodalPositions(
+    const MultimodalPositionsOptions& options, const CallOptions& call) const {
+  return impl_->Unary(&Stub::MultimodalPositions, options, call, kWhole);
+}
+
+absl::StatusOr<VisionPositionsResult> Client::VisionPositions(const VisionPositionsOptions& options,
+                                                              const CallOptions& call) const {
+  return impl_->Unary(&Stub::VisionPositions, options, call, kWhole);
+}
+
 absl::StatusOr<DescribeRopeResult> Client::DescribeRope(const RopeConfig& config,
                                                         const CallOptions& call) const {
   v1::DescribeRopeRequest request;

@@ -21,8 +21,10 @@ static_assert(static_cast<int>(FreqScheme::kT2t) == v1::FreqScheme_MAX);
 static_assert(static_cast<int>(Combine::kConcat) == v1::Combine_MAX);
 static_assert(static_cast<int>(RopeStyle::kDeepseek) == v1::RopeStyle_MAX);
 static_assert(static_cast<int>(RopeScalingType::kProportional) == v1::RopeScalingType_MAX);
-static_assert(static_cast<int>(MropeLayout::kInterleaved) == v1::MropeLayout_MAX);
-static_assert(static_cast<int>(RopeCacheLayout::kGptj) == v1::RopeCacheLayout_MAX);
+static_assert(static_cast<int>(MropeLayout::kVision2dEvenOdd) == v1::MropeLayout_MAX);
+static_assert(static_cast<int>(RopeCacheLayout::kComplex) == v1::RopeCacheLayout_MAX);
+static_assert(static_cast<int>(MultimodalFamily::kGlm4v) == v1::MultimodalFamily_MAX);
+static_assert(static_cast<int>(VisionTower::kLlama4) == v1::VisionTower_MAX);
 static_assert(static_cast<int>(TensorLayout::kTHD) == v1::TensorLayout_MAX);
 static_assert(static_cast<int>(AlibiMode::kBloom) == v1::AlibiMode_MAX);
 static_assert(static_cast<int>(FutureMode::kLinear) == v1::FutureMode_MAX);
@@ -197,6 +199,7 @@ void ToProto(const RopeConfig& config, v1::RopeConfig* out) {
   SetIf(out, &v1::RopeConfig::set_apply_attention_factor, config.apply_attention_factor);
   SetIf(out, &v1::RopeConfig::set_seq_len, config.seq_len);
   out->mutable_freq_factors()->Assign(config.freq_factors.begin(), config.freq_factors.end());
+  out->mutable_frequency_axes()->Assign(config.frequency_axes.begin(), config.frequency_axes.end());
   out->set_hf_config_json(config.hf_config_json);
   out->set_layer_type(config.layer_type);
 }
@@ -337,6 +340,16 @@ absl::StatusOr<v1::RelativeEmbeddingRequest> ToRequest(const RelativeEmbeddingOp
 
 absl::StatusOr<RopeCacheResult> FromProto(v1::RopeCacheResponse&& response) {
   RopeCacheResult result{.derived = FromProto(response.derived())};
+  if (response.has_cos_sin()) {
+    POSENC_ASSIGN_OR_RETURN(result.cos_sin,
+                            FromProto(std::move(*response.mutable_cos_sin()), "cos_sin"));
+    return result;
+  }
+  if (response.has_freqs_cis()) {
+    POSENC_ASSIGN_OR_RETURN(result.freqs_cis,
+                            FromProto(std::move(*response.mutable_freqs_cis()), "freqs_cis"));
+    return result;
+  }
   POSENC_ASSIGN_OR_RETURN(result.cos, FromProto(std::move(*response.mutable_cos()), "cos"));
   POSENC_ASSIGN_OR_RETURN(result.sin, FromProto(std::move(*response.mutable_sin()), "sin"));
   return result;

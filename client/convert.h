@@ -44,6 +44,10 @@ absl::StatusOr<v1::AlibiBiasRequest> ToRequest(const AlibiBiasOptions& options);
 absl::StatusOr<v1::RelativeBiasRequest> ToRequest(const RelativeBiasOptions& options);
 absl::StatusOr<v1::RelativeEmbeddingRequest> ToRequest(const RelativeEmbeddingOptions& options);
 absl::StatusOr<v1::RegisterSharedMemoryRequest> ToRequest(const SharedMemoryRegistration& region);
+// convert_multimodal.cc
+absl::StatusOr<v1::RerotateKeysRequest> ToRequest(const RerotateKeysOptions& options);
+absl::StatusOr<v1::MultimodalPositionsRequest> ToRequest(const MultimodalPositionsOptions& options);
+absl::StatusOr<v1::VisionPositionsRequest> ToRequest(const VisionPositionsOptions& options);
 // Requests the client builds itself (GetServerInfo, Unregister, SharedMemoryStatus): as they are.
 template <typename Request>
 requires std::derived_from<Request, google::protobuf::Message> absl::StatusOr<Request> ToRequest(
@@ -58,6 +62,9 @@ absl::StatusOr<AlibiBiasResult> FromProto(v1::AlibiBiasResponse&& response);
 absl::StatusOr<ServerInfo> FromProto(const v1::GetServerInfoResponse& response);
 DescribeRopeResult FromProto(const v1::DescribeRopeResponse& response);
 std::vector<SharedMemoryRegionStatus> FromProto(const v1::SharedMemoryStatusResponse& response);
+absl::StatusOr<RerotateKeysResult> FromProto(v1::RerotateKeysResponse&& response);
+absl::StatusOr<MultimodalPositionsResult> FromProto(v1::MultimodalPositionsResponse&& response);
+absl::StatusOr<VisionPositionsResult> FromProto(v1::VisionPositionsResponse&& response);
 
 }  // namespace posenc::client::internal
 

@@ -108,10 +108,14 @@ struct Grid {
   int64_t seq = 1;
 };
 
-// M-RoPE (ids [3, ...]): an explicit mrope_section, or a config.json that names one (the
-// client does not normalize config.json; a wrong guess is the server's INVALID_ARGUMENT).
+// Positions with a leading axis of position axes (ids [A, ...]: M-RoPE, 2-D RoPE, an explicit
+// axis map): sections, frequency_axes or a VISION layout, or a config.json that names sections
+// (the client does not normalize config.json; a wrong guess is the server's INVALID_ARGUMENT).
+// Only [3, ...] ids are cut; others go whole.
 bool IsMrope(const RopeConfig& config) {
-  return !config.mrope_section.empty() ||
+  return !config.mrope_section.empty() || !config.frequency_axes.empty() ||
+         config.mrope_layout == MropeLayout::kVision2d ||
+         config.mrope_layout == MropeLayout::kVision2dEvenOdd ||
          config.hf_config_json.find("\"mrope_section\"") != std::string::npos;
 }
 

@@ -5,6 +5,9 @@
 //   rope/config.h                     RoPE config, scaling types, frequencies
 //   rope/rope_cache.h                 RopeCache
 //   rope/apply_rope.h                 ApplyRope
+//   rope/rerotate_keys.h              RerotateKeys
+//   multimodal/vision_positions.h     VisionPositions
+//   multimodal/multimodal_positions.h MultimodalPositions (and its decode steps)
 //   bias/alibi.h                      AlibiSlopes, AlibiBias
 //   bias/relative.h                   RelativeBias (T5), RelativeEmbedding (Shaw)
 //
@@ -21,8 +24,11 @@
 #include "kernels/absolute/sinusoidal.h"
 #include "kernels/bias/alibi.h"
 #include "kernels/bias/relative.h"
+#include "kernels/multimodal/multimodal_positions.h"
+#include "kernels/multimodal/vision_positions.h"
 #include "kernels/rope/apply_rope.h"
 #include "kernels/rope/config.h"
+#include "kernels/rope/rerotate_keys.h"
 #include "kernels/rope/rope_cache.h"
 
 #endif  // POSENC_KERNELS_OPS_H_

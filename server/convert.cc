@@ -31,13 +31,17 @@ static_assert(static_cast<int>(kernels::Combine::kConcat) + 1 == v1::COMBINE_CON
 static_assert(static_cast<int>(kernels::RopeStyle::kDeepseek) + 1 == v1::ROPE_STYLE_DEEPSEEK);
 static_assert(static_cast<int>(kernels::RopeScalingType::kProportional) + 1 ==
               v1::ROPE_SCALING_PROPORTIONAL);
-static_assert(static_cast<int>(kernels::MropeLayout::kInterleaved) + 1 ==
-              v1::MROPE_LAYOUT_INTERLEAVED);
-static_assert(static_cast<int>(kernels::RopeCacheLayout::kGptj) + 1 == v1::ROPE_CACHE_LAYOUT_GPTJ);
+static_assert(static_cast<int>(kernels::MropeLayout::kVision2dEvenOdd) + 1 ==
+              v1::MROPE_LAYOUT_VISION_2D_EVEN_ODD);
+static_assert(static_cast<int>(kernels::RopeCacheLayout::kComplex) + 1 ==
+              v1::ROPE_CACHE_LAYOUT_COMPLEX);
 static_assert(static_cast<int>(kernels::TensorLayout::kTHD) + 1 == v1::TENSOR_LAYOUT_THD);
 static_assert(static_cast<int>(kernels::AlibiMode::kBloom) + 1 == v1::ALIBI_MODE_BLOOM);
 static_assert(static_cast<int>(kernels::FutureMode::kLinear) + 1 == v1::FUTURE_MODE_LINEAR);
 static_assert(static_cast<int>(kernels::BiasForm::kBuckets) + 1 == v1::BIAS_FORM_BUCKETS);
+static_assert(static_cast<int>(kernels::MultimodalFamily::kGlm4v) + 1 ==
+              v1::MULTIMODAL_FAMILY_GLM4V);
+static_assert(static_cast<int>(kernels::VisionTower::kLlama4) + 1 == v1::VISION_TOWER_LLAMA4);
 
 absl::string_view AllowedNames(DTypeClass allowed) {
   switch (allowed) {
@@ -328,6 +332,11 @@ void SetRequestRopeFields(const v1::RopeConfig& config, kernels::RopeConfig* out
   if (config.has_seq_len()) out->seq_len = config.seq_len();
   // Checked by the plan (d/2 finite entries > 0); bounded by the request's size.
   out->freq_factors.assign(config.freq_factors().begin(), config.freq_factors().end());
+  // An explicit axis map overrides the sections (a config.json's too).
+  if (config.frequency_axes_size() > 0) {
+    out->frequency_axes.assign(config.frequency_axes().begin(), config.frequency_axes().end());
+    out->mrope_section.clear();
+  }
   // The op's plan validates the config once; a config the JSON made invalid (a missing llama3
   // key, say) is reported against the JSON.
   out->from_hf_config_json = !config.hf_config_json().empty() && out->head_dim > 0;

@@ -114,6 +114,10 @@ inline constexpr auto& ToTensorLayout = FromWireEnum<kernels::TensorLayout, v1::
 inline constexpr auto& ToAlibiMode = FromWireEnum<kernels::AlibiMode, v1::AlibiMode>;
 inline constexpr auto& ToFutureMode = FromWireEnum<kernels::FutureMode, v1::FutureMode>;
 inline constexpr auto& ToBiasForm = FromWireEnum<kernels::BiasForm, v1::BiasForm>;
+// UNSPECIFIED: from the request's hf_config_json (nullopt).
+inline constexpr auto& ToMultimodalFamily =
+    OptionalFromWireEnum<kernels::MultimodalFamily, v1::MultimodalFamily>;
+inline constexpr auto& ToVisionTower = OptionalFromWireEnum<kernels::VisionTower, v1::VisionTower>;
 
 // --- messages -------------------------------------------------------------------------------
 
@@ -157,6 +161,23 @@ absl::StatusOr<std::vector<hf::LayerRope>> ToLayerRopeConfigs(const v1::RopeConf
 // config's base, context, LongRoPE switch and softmax-scale multiplier (kernels/rope/config.h).
 void FillRopeLayerGroup(const hf::LayerRope& group, const kernels::RopeFrequencies& freqs,
                         v1::RopeLayerGroup* out);
+
+// --- multimodal and vision positions (convert_multimodal.cc) --------------------------------
+
+// MultimodalPositions' prompt: the family (the request's, else hf_config_json's model_type), the
+// token ids, spatial_merge_size and tokens_per_second (the request's, else the config.json's,
+// else the family's), and the prompt's tensors or spans. The views borrow `req`.
+absl::StatusOr<kernels::MultimodalPositionsArgs> ToMultimodalPositionsArgs(
+    const v1::MultimodalPositionsRequest& req);
+// The family MultimodalPositions' decode reports (the request's or the config's; may be absent).
+absl::StatusOr<std::optional<kernels::MultimodalFamily>> ToDecodeFamily(
+    const v1::MultimodalPositionsRequest& req);
+absl::StatusOr<kernels::MultimodalDecodeArgs> ToMultimodalDecodeArgs(const v1::MultimodalDecode& d);
+
+// VisionPositions: the tower and its geometry (the request's, else hf_config_json's
+// vision_config, else the tower's defaults).
+absl::StatusOr<kernels::VisionPositionsArgs> ToVisionPositionsArgs(
+    const v1::VisionPositionsRequest& req);
 
 }  // namespace posenc::server
 

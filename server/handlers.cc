@@ -181,12 +181,19 @@ absl::Status RopeCache(const HandlerContext& ctx, const v1::RopeCacheRequest& re
   POSENC_RETURN_IF_ERROR(ToPositionSpec(PositionsOrNull(req.has_positions(), req.positions()),
                                         "positions", &args.positions));
   POSENC_ASSIGN_OR_RETURN(kernels::RopeCachePlan plan, kernels::PlanRopeCache(std::move(args)));
+  // The fused layouts' one table (computed from COMPACT tables of the same total size).
   POSENC_ASSIGN_OR_RETURN(const kernels::Backend* backend,
-                          AdmitOutputs(ctx, {plan.cos, plan.sin, plan.inv_freq}));
-  POSENC_ASSIGN_OR_RETURN(const kernels::TensorView cos,
-                          AllocateOutput(plan.cos, resp->mutable_cos()));
-  POSENC_ASSIGN_OR_RETURN(const kernels::TensorView sin,
-                          AllocateOutput(plan.sin, resp->mutable_sin()));
+                          plan.fused() ? AdmitOutputs(ctx, {plan.cos, plan.inv_freq})
+                                       : AdmitOutputs(ctx, {plan.cos, plan.sin, plan.inv_freq}));
+  v1::Tensor* cos_out =
+      plan.layout == kernels::RopeCacheLayout::kFusedCosSin ? resp->mutable_cos_sin()
+      : plan.layout == kernels::RopeCacheLayout::kComplex   ? resp->mutable_freqs_cis()
+                                                            : resp->mutable_cos();
+  POSENC_ASSIGN_OR_RETURN(const kernels::TensorView cos, AllocateOutput(plan.cos, cos_out));
+  kernels::TensorView sin;
+  if (!plan.fused()) {
+    POSENC_ASSIGN_OR_RETURN(sin, AllocateOutput(plan.sin, resp->mutable_sin()));
+  }
   POSENC_ASSIGN_OR_RETURN(kernels::RopeRunInfo info,
                           kernels::RunRopeCache(*backend, plan, ctx.rope_cache, cos, sin));
   CountCacheLookup(ctx, info);
@@ -221,6 +228,97 @@ absl::Status ApplyRope(const HandlerContext& ctx, const v1::ApplyRopeRequest& re
   CountCacheLookup(ctx, info);
   FillRopeDerived(plan.config, *info.frequencies, resp->mutable_derived(), &notes);
   return absl::OkStatus();
+}
+
+absl::Status RerotateKeys(const HandlerContext& ctx, const v1::RerotateKeysRequest& req,
+                          v1::RerotateKeysResponse* resp) {
+  kernels::RerotateKeysArgs args;
+  POSENC_ASSIGN_OR_RETURN(args.k, ToConstView(req.k(), DTypeClass::kFloat, "k"));
+  if (req.has_delta()) {
+    POSENC_ASSIGN_OR_RETURN(args.delta, ToConstView(req.delta(), DTypeClass::kInt, "delta"));
+  }
+  RopeConfigNotes notes;
+  POSENC_ASSIGN_OR_RETURN(args.config, ToRopeConfig(req.config(), &notes));
+  POSENC_ASSIGN_OR_RETURN(args.layout, ToTensorLayout(req.layout(), "layout"));
+  POSENC_RETURN_IF_ERROR(ToPositionSpec(PositionsOrNull(req.has_positions(), req.positions()),
+                                        "positions", &args.positions));
+  POSENC_ASSIGN_OR_RETURN(kernels::RerotateKeysPlan plan,
+                          kernels::PlanRerotateKeys(std::move(args)));
+  POSENC_ASSIGN_OR_RETURN(const kernels::Backend* backend,
+                          AdmitOutputs(ctx, {plan.k, plan.rope.inv_freq}));
+  POSENC_ASSIGN_OR_RETURN(kernels::TensorView k,
+                          MoveToResponse(ctx, req.k(), plan.k, resp->mutable_k()));
+  POSENC_ASSIGN_OR_RETURN(kernels::RopeRunInfo info,
+                          kernels::RunRerotateKeys(*backend, plan, ctx.rope_cache, k));
+  CountCacheLookup(ctx, info);
+  FillRopeDerived(plan.rope.config, *info.frequencies, resp->mutable_derived(), &notes);
+  return absl::OkStatus();
+}
+
+absl::Status MultimodalDecode(const HandlerContext& ctx, const v1::MultimodalPositionsRequest& req,
+                              v1::MultimodalPositionsResponse* resp) {
+  POSENC_ASSIGN_OR_RETURN(const std::optional<kernels::MultimodalFamily> family,
+                          ToDecodeFamily(req));
+  POSENC_ASSIGN_OR_RETURN(const kernels::MultimodalDecodeArgs args,
+                          ToMultimodalDecodeArgs(req.decode()));
+  POSENC_ASSIGN_OR_RETURN(const kernels::MultimodalDecodePlan plan,
+                          kernels::PlanMultimodalDecode(args));
+  POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {plan.position_ids}));
+  POSENC_ASSIGN_OR_RETURN(const kernels::TensorView ids,
+                          AllocateOutput(plan.position_ids, resp->mutable_position_ids()));
+  if (family) {
+    resp->set_family(v1::WireFromKernel<v1::MultimodalFamily>(*family));
+    resp->set_source(std::string(kernels::MultimodalRuleOf(*family).source));
+  }
+  return kernels::RunMultimodalDecode(plan, ids);
+}
+
+absl::Status MultimodalPositions(const HandlerContext& ctx,
+                                 const v1::MultimodalPositionsRequest& req,
+                                 v1::MultimodalPositionsResponse* resp) {
+  if (req.has_decode()) {
+    if (req.has_input_ids() || req.sequences_size() > 0) {
+      return absl::InvalidArgumentError(
+          "decode: a request holds a prompt (input_ids or sequences) or decode steps, not both");
+    }
+    return MultimodalDecode(ctx, req, resp);
+  }
+  POSENC_ASSIGN_OR_RETURN(kernels::MultimodalPositionsArgs args, ToMultimodalPositionsArgs(req));
+  POSENC_ASSIGN_OR_RETURN(const kernels::MultimodalPositionsPlan plan,
+                          kernels::PlanMultimodalPositions(std::move(args)));
+  POSENC_RETURN_IF_ERROR(
+      CheckOutputLimits(ctx.limits, {plan.position_ids, plan.mrope_position_deltas}));
+  POSENC_ASSIGN_OR_RETURN(const kernels::TensorView ids,
+                          AllocateOutput(plan.position_ids, resp->mutable_position_ids()));
+  POSENC_ASSIGN_OR_RETURN(
+      const kernels::TensorView deltas,
+      AllocateOutput(plan.mrope_position_deltas, resp->mutable_mrope_position_deltas()));
+  resp->set_family(v1::WireFromKernel<v1::MultimodalFamily>(plan.rule->family));
+  resp->set_source(std::string(plan.rule->source));
+  return kernels::RunMultimodalPositions(plan, ids, deltas);
+}
+
+absl::Status VisionPositions(const HandlerContext& ctx, const v1::VisionPositionsRequest& req,
+                             v1::VisionPositionsResponse* resp) {
+  POSENC_ASSIGN_OR_RETURN(const kernels::VisionPositionsArgs args, ToVisionPositionsArgs(req));
+  POSENC_ASSIGN_OR_RETURN(const kernels::VisionPositionsPlan plan,
+                          kernels::PlanVisionPositions(args));
+  POSENC_RETURN_IF_ERROR(CheckOutputLimits(
+      ctx.limits, {plan.position_ids, plan.flat_ids, plan.window_index, plan.cu_window_seqlens}));
+  POSENC_ASSIGN_OR_RETURN(const kernels::TensorView ids,
+                          AllocateOutput(plan.position_ids, resp->mutable_position_ids()));
+  kernels::TensorView flat, window, cu;
+  if (plan.has_flat_ids()) {
+    POSENC_ASSIGN_OR_RETURN(flat, AllocateOutput(plan.flat_ids, resp->mutable_flat_ids()));
+  }
+  if (plan.has_windows()) {
+    POSENC_ASSIGN_OR_RETURN(window,
+                            AllocateOutput(plan.window_index, resp->mutable_window_index()));
+    POSENC_ASSIGN_OR_RETURN(
+        cu, AllocateOutput(plan.cu_window_seqlens, resp->mutable_cu_window_seqlens()));
+  }
+  resp->set_tower(v1::WireFromKernel<v1::VisionTower>(plan.tower));
+  return kernels::RunVisionPositions(plan, ids, flat, window, cu);
 }
 
 // max_bias, default 8; the plans check its range.

@@ -111,7 +111,10 @@ absl::StatusOr<const kernels::Backend*> AdmitOutputs(const HandlerContext& ctx,
   X(DescribeRope)              \
   X(RegisterSharedMemory)      \
   X(UnregisterSharedMemory)    \
-  X(SharedMemoryStatus)
+  X(SharedMemoryStatus)        \
+  X(RerotateKeys)              \
+  X(MultimodalPositions)       \
+  X(VisionPositions)
 // clang-format on
 
 // One handler per RPC:

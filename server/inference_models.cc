@@ -61,7 +61,11 @@ void AddRopeModels(std::vector<InferenceModel>* models) {
                      "RopeCache",
                      "config",
                      {PositionIds({-1}), PositionMask()},
-                     {{"cos", "FP32", {-1, -1}}, {"sin", "FP32", {-1, -1}}},
+                     // FUSED_COS_SIN / COMPLEX layouts: one table instead of cos and sin.
+                     {{"cos", "FP32", {-1, -1}},
+                      {"sin", "FP32", {-1, -1}},
+                      {"cos_sin", "FP32", {-1, -1}},
+                      {"freqs_cis", "FP32", {-1, -1, -1}}},
                      POSENC_INFER_(RopeCache)});
   models->push_back(
       {"apply_rope",

@@ -40,6 +40,8 @@ const FlagGroup& RopeConfigFlags() {
       {"freq-factors", FlagType::kDoubleList, "LIST",
        "per-frequency divisors of omega (d/2 values, GGUF rope_freqs)"},
       {"mrope-section", FlagType::kIntList, "T,H,W", "M-RoPE sections (sum d/2)"},
+      {"frequency-axes", FlagType::kIntList, "LIST",
+       "the position axis each frequency reads (d/2 values; replaces the layout's map)"},
       EnumFlagSpec<client::MropeLayout>("mrope-layout", "M-RoPE layout (default contiguous)"),
       {"seq-len", FlagType::kInt, "N", "seq_len for dynamic/longrope (default max position + 1)"},
       {"inverse", FlagType::kSwitch, "", "rotate by -theta and divide by m (undo)"},
@@ -78,6 +80,7 @@ absl::StatusOr<client::RopeConfig> ReadRopeConfigFlags(const ParsedFlags& flags)
   config.freq_factors = flags.DoubleList("freq-factors");
   config.max_position_embeddings = flags.Int("max-pos");
   config.mrope_section = flags.IntList("mrope-section");
+  config.frequency_axes = flags.IntList("frequency-axes");
   config.mrope_layout = EnumFlag<client::MropeLayout>(flags, "mrope-layout");
   config.inverse = flags.Switch("inverse");
   if (flags.Switch("no-attention-factor")) config.apply_attention_factor = false;

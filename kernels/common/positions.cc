@@ -42,14 +42,18 @@ absl::Status CheckIntTensor(const ConstTensorView& t, absl::string_view field) {
   return absl::OkStatus();
 }
 
-// Splits ids' shape into the token grid (dropping the leading M-RoPE axis of 3).
+// Splits ids' shape into the token grid (dropping the leading axis of the position axes).
 absl::StatusOr<Shape> IdsGrid(const ConstTensorView& ids, int64_t components) {
   Shape grid = ids.shape;
-  if (components == 3) {
-    if (grid.empty() || grid[0] != 3) {
-      return Invalid("positions.ids",
-                     absl::StrCat("M-RoPE expects ids of shape [3, ...] (t, h, w), got ",
-                                  ShapeString(ids.shape)));
+  if (components > 1) {
+    if (grid.empty() || grid[0] != components) {
+      return Invalid(
+          "positions.ids",
+          absl::StrCat(components == 3 ? "M-RoPE expects ids of shape [3, ...] (t, h, w)"
+                                       : absl::StrCat("the config reads ", components,
+                                                      " position axes: expected ids of shape [",
+                                                      components, ", ...]"),
+                       ", got ", ShapeString(ids.shape)));
     }
     grid.erase(grid.begin());
   }
@@ -127,9 +131,11 @@ absl::StatusOr<Shape> PlanIds(const PositionSpec& spec, const TokenGrid& r) {
                    (grid->size() == 2 && (*grid)[0] == r.batch && (*grid)[1] == r.seq))
                 : (grid->size() == 1 && (*grid)[0] == r.tokens);
   if (!ok) {
-    return Invalid(field, absl::StrCat("expected token shape ", expected,
-                                       r.components == 3 ? " after the leading 3" : "", ", got ",
-                                       ShapeString(spec.ids.shape)));
+    return Invalid(
+        field,
+        absl::StrCat("expected token shape ", expected,
+                     r.components > 1 ? absl::StrCat(" after the leading ", r.components) : "",
+                     ", got ", ShapeString(spec.ids.shape)));
   }
   return DefaultShape(r);
 }
@@ -186,8 +192,8 @@ absl::StatusOr<Shape> PlanMask(const PositionSpec& spec, const TokenGrid& r) {
 
 // The grid shape of `spec` on `r`, or why it does not fit.
 absl::StatusOr<Shape> PlanGridShape(const PositionSpec& spec, const TokenGrid& r) {
-  if (r.components != 1 && r.components != 3) {
-    return absl::InternalError("positions: components must be 1 or 3");
+  if (r.components < 1 || r.components > 4) {
+    return absl::InternalError("positions: components must be 1 .. 4");
   }
   switch (spec.kind) {
     case Kind::kDefault:

@@ -57,15 +57,15 @@ struct TokenGrid {
   int64_t batch = 1;   // kBatchSeq
   int64_t seq = 1;     // kBatchSeq
   int64_t tokens = 1;  // kPacked
-  // 3 for M-RoPE: ids carry a leading axis of 3 (t, h, w); every other kind repeats the one
-  // position in all three components.
+  // The position axes (RopePositionAxes: 3 for M-RoPE's t, h, w; 2 for 2-D RoPE; up to 4): ids
+  // carry a leading axis of that size; every other kind repeats the one position on all axes.
   int64_t components = 1;
 };
 
 struct ResolvedPositions {
   Shape grid;              // token grid, e.g. [B,S], [T], or ids.shape.
   int64_t num_tokens = 0;  // prod(grid)
-  int64_t components = 1;  // 1, or 3 for M-RoPE
+  int64_t components = 1;  // the position axes: 1, or 2 .. 4
   // Component-major: pos[c * num_tokens + t].
   std::vector<int64_t> pos;
   // Empty when every token is real; else one entry per token, 0 for padding (attention_mask).

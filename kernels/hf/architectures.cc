@@ -48,10 +48,26 @@ const std::vector<Family>& Families() {
        .theta = 1e6,
        .max_position = 32768},
       {.model_types = {"qwen3_vl_text", "qwen3_vl", "qwen3_vl_moe_text", "qwen3_vl_moe"},
-       .source = "models/qwen3_vl/configuration_qwen3_vl.py",
+       .source = "models/qwen3_vl/configuration_qwen3_vl.py (modeling_qwen3_vl.py: "
+                 "apply_interleaved_mrope)",
        .theta = 5e6,
        .head_dim = 128,
-       .max_position = 128000},
+       .max_position = 128000,
+       .mrope_layout = kernels::MropeLayout::kInterleaved},
+      // GLM-4.1V: partial_rotary_factor 0.5 in the published files (no class default), GPT-J
+      // pairs (rotate_half_llm), sections over the rotary half's frequencies.
+      {.model_types = {"glm4v_text", "glm4v"},
+       .source = "models/glm4v/configuration_glm4v.py (modeling_glm4v.py: rotate_half_llm)",
+       .max_position = 32768,
+       .pairing = Pairing::kGptj},
+      // ERNIE-4.5-VL: mrope_section [s_h, s_w, s_t], h and w alternating, t last
+      // (Ernie4_5_VLMoeTextRotaryEmbedding.recomposition_to_3d), GPT-J pairs (rotate_half_text).
+      {.model_types = {"ernie4_5_vl_moe_text", "ernie4_5_vl_moe"},
+       .source = "models/ernie4_5_vl_moe/configuration_ernie4_5_vl_moe.py",
+       .theta = 500000.0,
+       .max_position = 131072,
+       .pairing = Pairing::kGptj,
+       .mrope_layout = kernels::MropeLayout::kAlternating},
       {.model_types = {"deepseek_v2"},
        .source = "models/deepseek_v2/configuration_deepseek_v2.py",
        .max_position = 2048,

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "kernels/rope/config.h"
 
 namespace posenc::hf {
 
@@ -57,6 +58,9 @@ struct Family {
   // Llama 4: attn_temperature_tuning (default true), floor_scale (8192), attn_scale (0.1) scale
   // q on the layers without RoPE.
   bool temperature_tuning = false;
+  // The M-RoPE layout the modeling code applies to mrope_section when the file has no
+  // mrope_interleaved (Qwen3-VL: interleaved; ERNIE-4.5-VL: alternating).
+  std::optional<kernels::MropeLayout> mrope_layout;
 };
 
 // The row whose model_types include `model_type`, or null.

@@ -18,6 +18,7 @@
 #include "kernels/hf/json.h"
 #include "kernels/hf/layers.h"
 #include "kernels/hf/text_model.h"
+#include "kernels/hf/vision.h"
 #include "kernels/rope/frequency_cache.h"
 
 namespace posenc::hf {
@@ -266,13 +267,37 @@ absl::StatusOr<const Group*> SelectByType(const std::vector<Group>& groups,
                    "; a layer index also works)"));
 }
 
+// The one RoPE of a model whose other layers are NoPE (Llama 4, SmolLM 3): its group, and a
+// warning naming the NoPE layers; null when the RoPE layers differ or there are none.
+const Group* OnlyRope(const std::vector<Group>& groups, std::vector<std::string>* warnings) {
+  const Group* rope = nullptr;
+  std::vector<int64_t> nope_layers;
+  for (const Group& g : groups) {
+    if (g.nope) {
+      nope_layers.insert(nope_layers.end(), g.rope.layers.begin(), g.rope.layers.end());
+      continue;
+    }
+    if (rope != nullptr && rope->key != g.key) return nullptr;
+    if (rope == nullptr) rope = &g;
+  }
+  if (rope == nullptr) return nullptr;
+  std::sort(nope_layers.begin(), nope_layers.end());
+  warnings->push_back(
+      absl::StrCat("no layer_type given: the RoPE of every rotary layer; layers ",
+                   kernels::Abbreviate(kernels::IndexRuns(nope_layers), 200),
+                   " have no RoPE (NoPE: q and k pass through; layer_type selects one of them)"));
+  return rope;
+}
+
 // The group `layer_type` selects: by type name or decimal index; empty where every layer is
-// alike (or with `all_layers`: the first).
+// alike, or every rotary layer (the others NoPE), or with `all_layers` the first.
 absl::StatusOr<const Group*> SelectLayer(const std::vector<Group>& groups,
                                          absl::string_view layer_type, bool all_layers,
-                                         bool all_alike, int64_t num_layers) {
+                                         bool all_alike, int64_t num_layers,
+                                         std::vector<std::string>* warnings) {
   if (layer_type.empty()) {
     if (!all_alike && !all_layers) {
+      if (const Group* rope = OnlyRope(groups, warnings); rope != nullptr) return rope;
       return absl::InvalidArgumentError(
           absl::StrCat("config.layer_type: required: the layers of this model differ (",
                        DescribeGroups(groups), "); give a layer type or a layer index"));
@@ -289,19 +314,11 @@ absl::StatusOr<const Group*> SelectLayer(const std::vector<Group>& groups,
 }
 
 // `out` from groups[selected] and every group.
-absl::Status Fill(std::vector<Group> groups, size_t selected_index, bool all_alike,
-                  absl::string_view layer_type, ModelRope* out) {
+absl::Status Fill(const TextModel& m, std::vector<Group> groups, size_t selected_index,
+                  bool all_alike, absl::string_view layer_type, ModelRope* out) {
   const Group& selected = groups[selected_index];
   out->config = selected.rope.config;
-  if (const LayerSpec* spec = selected.spec; spec->dict != nullptr) {
-    POSENC_ASSIGN_OR_RETURN(
-        std::optional<bool> mrope_interleaved,
-        Get<bool>(*spec->dict, "mrope_interleaved", spec->path + ".mrope_interleaved"));
-    if (mrope_interleaved.has_value()) {
-      out->mrope_layout = *mrope_interleaved ? kernels::MropeLayout::kInterleaved
-                                             : kernels::MropeLayout::kContiguous;
-    }
-  }
+  POSENC_ASSIGN_OR_RETURN(out->mrope_layout, MropeLayoutOf(m, *selected.spec));
   out->style = out->config.style;
   // The layer type is reported only where layers differ or the caller named one.
   if (!all_alike || !layer_type.empty()) out->layer_type = selected.rope.layer_type;
@@ -319,9 +336,34 @@ absl::Status Fill(std::vector<Group> groups, size_t selected_index, bool all_ali
 
 }  // namespace
 
+namespace {
+
+// layer_type "vision": the vision tower's RoPE.
+absl::StatusOr<ModelRope> VisionModelRope(const Json& root) {
+  POSENC_ASSIGN_OR_RETURN(std::optional<VisionTowerConfig> tower, VisionTowerOf(root));
+  if (!tower) {
+    const Json* mt = Find(root, "model_type");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.layer_type: \"vision\" selects a vision tower, and model_type ",
+        mt != nullptr && mt->is_string() ? absl::StrCat("'", kernels::Abbreviate(mt->dump()), "'")
+                                         : std::string("(none)"),
+        " has none posenc knows (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4V, Pixtral, Llama 4)"));
+  }
+  ModelRope out;
+  out.config = tower->rope.config;
+  out.style = out.config.style;
+  out.model_type = tower->model_type;
+  out.layer_type = std::string(kVisionLayerType);
+  out.layer_ropes.push_back(std::move(tower->rope));
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<ModelRope> ParseModelRope(absl::string_view json_text, absl::string_view layer_type,
                                          bool all_layers) {
   POSENC_ASSIGN_OR_RETURN(const Json root, ParseObject(json_text));
+  if (layer_type == kVisionLayerType) return VisionModelRope(root);
   ModelRope out;
   POSENC_ASSIGN_OR_RETURN(TextModel m, FindTextModel(root, &out));
   Json class_default;
@@ -335,11 +377,15 @@ absl::StatusOr<ModelRope> ParseModelRope(absl::string_view json_text, absl::stri
                           Grouping(m, specs, rope.path).Run(types, nope));
   bool all_alike = true;  // every layer has the same RoPE
   for (const Group& g : groups) all_alike = all_alike && g.key == groups.front().key;
-  POSENC_ASSIGN_OR_RETURN(
-      const Group* selected,
-      SelectLayer(groups, layer_type, all_layers, all_alike, static_cast<int64_t>(nope.size())));
+  POSENC_ASSIGN_OR_RETURN(const Group* selected,
+                          SelectLayer(groups, layer_type, all_layers, all_alike,
+                                      static_cast<int64_t>(nope.size()), &out.warnings));
   const auto index = static_cast<size_t>(selected - groups.data());
-  POSENC_RETURN_IF_ERROR(Fill(std::move(groups), index, all_alike, layer_type, &out));
+  POSENC_RETURN_IF_ERROR(Fill(m, std::move(groups), index, all_alike, layer_type, &out));
+  if (all_layers && Find(root, "vision_config") != nullptr) {  // DescribeRope: both towers
+    POSENC_ASSIGN_OR_RETURN(std::optional<VisionTowerConfig> tower, VisionTowerOf(root));
+    if (tower) out.layer_ropes.push_back(std::move(tower->rope));
+  }
   return out;
 }
 

@@ -94,9 +94,12 @@ struct ModelRope {
 inline constexpr size_t kMaxConfigBytes = size_t{1} << 20;
 inline constexpr int kMaxConfigDepth = 64;
 
-// `layer_type` selects a layer by type name or decimal index; it may be empty when every layer
-// has the same RoPE, or with `all_layers` (DescribeRope: every layer's RoPE is in layer_ropes;
-// an empty layer_type then selects the first layer's instead of failing where layers differ).
+// `layer_type` selects a layer by type name or decimal index, or "vision" the vision tower of a
+// vision-language config (vision.h); it may be empty when every layer has the same RoPE, or when
+// every rotary layer has the same one and the others are NoPE (a warning names them), or with
+// `all_layers` (DescribeRope: every layer's RoPE is in layer_ropes, the vision tower's last as
+// layer_type "vision"; an empty layer_type then selects the first layer's instead of failing
+// where layers differ).
 absl::StatusOr<ModelRope> ParseModelRope(absl::string_view json_text, absl::string_view layer_type,
                                          bool all_layers = false);
 

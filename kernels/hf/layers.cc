@@ -234,6 +234,14 @@ absl::StatusOr<kernels::RopeConfig> BuildConfig(const TextModel& m, const LayerS
   if (!config.mrope_section.empty()) {
     ReadFrom(sources, f, "mrope_section", spec.path + ".mrope_section",
              absl::StrCat("[", absl::StrJoin(config.mrope_section, ", "), "]"));
+    POSENC_ASSIGN_OR_RETURN(std::optional<kernels::MropeLayout> layout, MropeLayoutOf(m, spec));
+    if (layout) config.mrope_layout = *layout;
+    const std::string name(kernels::MropeLayoutName(config.mrope_layout));
+    if (spec.dict != nullptr && Find(*spec.dict, "mrope_interleaved") != nullptr) {
+      ReadFrom(sources, f, "mrope_layout", spec.path + ".mrope_interleaved", name);
+    } else if (f.mrope_layout) {
+      Defaulted(sources, f, "mrope_layout", "the modeling code's layout", name);
+    }
   }
   config.style = m.style;
   config.nope = spec.nope;
@@ -241,6 +249,19 @@ absl::StatusOr<kernels::RopeConfig> BuildConfig(const TextModel& m, const LayerS
     POSENC_RETURN_IF_ERROR(ReadTemperatureTuning(m, tuning, sources));
   }
   return config;
+}
+
+absl::StatusOr<std::optional<kernels::MropeLayout>> MropeLayoutOf(const TextModel& m,
+                                                                  const LayerSpec& spec) {
+  if (spec.dict != nullptr) {
+    POSENC_ASSIGN_OR_RETURN(
+        std::optional<bool> interleaved,
+        Get<bool>(*spec.dict, "mrope_interleaved", spec.path + ".mrope_interleaved"));
+    if (interleaved) {
+      return *interleaved ? kernels::MropeLayout::kInterleaved : kernels::MropeLayout::kContiguous;
+    }
+  }
+  return m.family->mrope_layout;
 }
 
 namespace {

@@ -37,6 +37,11 @@ absl::StatusOr<kernels::RopeConfig> BuildConfig(const TextModel& m, const LayerS
                                                 std::vector<ValueSource>* sources,
                                                 std::optional<TemperatureTuning>* tuning);
 
+// The M-RoPE layout that decides a layer's mrope_section: the file's mrope_interleaved, else the
+// architecture's (nullopt: neither says).
+absl::StatusOr<std::optional<kernels::MropeLayout>> MropeLayoutOf(const TextModel& m,
+                                                                  const LayerSpec& spec);
+
 // The model's layer types, one per layer (empty when neither the file nor the architecture
 // names them), and which layers have no RoPE; `sources` gets the keys (or rules) that said so.
 absl::Status LayerTypes(const TextModel& m, std::vector<std::string>* types,

@@ -71,7 +71,7 @@ TensorDims Dims(const Shape& s, TensorLayout layout) {
 }  // namespace
 
 absl::StatusOr<ApplyRopePlan> PlanApplyRope(ApplyRopeArgs args) {
-  POSENC_RETURN_IF_ERROR(CheckTensor("q", args.q, args.layout));
+  POSENC_RETURN_IF_ERROR(CheckTensor(args.q_field, args.q, args.layout));
   ApplyRopePlan plan;
   const TensorDims qd = Dims(args.q.shape, args.layout);
   plan.dtype = args.q.dtype;
@@ -80,10 +80,12 @@ absl::StatusOr<ApplyRopePlan> PlanApplyRope(ApplyRopeArgs args) {
   plan.head_dim = qd.batch_seq_dim[2];
   plan.q_heads = qd.heads;
   plan.q_strides = qd.strides;
-  plan.q = {"q", args.q.dtype, args.q.shape};
+  plan.q = {args.q_field, args.q.dtype, args.q.shape};
   // Validated shapes fit a message, so these products do not overflow; the element count of q
   // is what NumElements checked on the wire.
-  if (!CheckedMul(plan.batch, plan.seq, &plan.tokens)) return Invalid("q", "batch * seq overflows");
+  if (!CheckedMul(plan.batch, plan.seq, &plan.tokens)) {
+    return Invalid(args.q_field, "batch * seq overflows");
+  }
   if (args.k.data != nullptr) {
     POSENC_RETURN_IF_ERROR(CheckTensor("k", args.k, args.layout));
     if (args.k.dtype != args.q.dtype) {
@@ -104,14 +106,14 @@ absl::StatusOr<ApplyRopePlan> PlanApplyRope(ApplyRopeArgs args) {
   if (config.head_dim == 0) {
     config.head_dim = plan.head_dim;
   } else if (config.head_dim != plan.head_dim) {
-    return Invalid("config.head_dim", absl::StrCat("expected q's last dimension ", plan.head_dim,
-                                                   ", got ", config.head_dim));
+    return Invalid("config.head_dim", absl::StrCat("expected ", args.q_field, "'s last dimension ",
+                                                   plan.head_dim, ", got ", config.head_dim));
   }
   POSENC_RETURN_IF_ERROR(ValidateRopeConfig(config));
   plan.rotary_dim = config.rotary_dim.value_or(config.head_dim);
   plan.inv_freq = {"derived.inv_freq", DType::kFloat64, {plan.rotary_dim / 2}};
   TokenGrid grid;
-  grid.components = config.mrope_section.empty() ? 1 : 3;
+  grid.components = RopePositionAxes(config);
   if (args.layout == TensorLayout::kTHD) {
     grid.kind = TokenGrid::Kind::kPacked;
     grid.tokens = plan.seq;
@@ -121,6 +123,7 @@ absl::StatusOr<ApplyRopePlan> PlanApplyRope(ApplyRopeArgs args) {
     grid.seq = plan.seq;
   }
   POSENC_ASSIGN_OR_RETURN(plan.positions, PlanPositions(std::move(args.positions), grid));
+  NormalizePositionAxes(&config);
   plan.config = std::move(config);
   return plan;
 }

@@ -27,6 +27,8 @@ struct ApplyRopeArgs {
   ConstTensorView q;
   ConstTensorView k;       // k.data null: q only
   PositionSpec positions;  // BSHD/BHSD: [batch, seq] kinds; THD: packed kinds
+  // The wire field q comes from, for errors and plan.q's name (RerotateKeys plans its k as q).
+  absl::string_view q_field = "q";
 };
 
 // Element strides of a q or k tensor: head h of token (b, s) starts at element

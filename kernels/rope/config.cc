@@ -129,6 +129,89 @@ absl::Status ValidateRopeConfig(const RopeConfig& config) {
 
 namespace {
 
+std::string SectionText(const std::vector<int64_t>& section) {
+  return absl::StrCat("[", absl::StrJoin(section, ", "), "]");
+}
+
+// frequency_axes: d/2 axes in [0, kMaxPositionAxes); mrope_section empty or its per-axis counts.
+absl::Status ValidateFrequencyAxes(const RopeConfig& c, int64_t d) {
+  const auto half = static_cast<size_t>(d / 2);
+  if (c.frequency_axes.size() != half) {
+    return Invalid(
+        "config.frequency_axes",
+        absl::StrCat("expected rotary_dim/2 = ", half, " entries, got ", c.frequency_axes.size()));
+  }
+  for (size_t j = 0; j < half; ++j) {
+    const int64_t a = c.frequency_axes[j];
+    if (a < 0 || a >= kMaxPositionAxes) {
+      return Invalid(absl::StrCat("config.frequency_axes[", j, "]"),
+                     absl::StrCat("expected an axis in [0, ", kMaxPositionAxes, "), got ", a));
+    }
+  }
+  RopeConfig counted = c;
+  counted.mrope_section.clear();
+  NormalizePositionAxes(&counted);
+  if (!c.mrope_section.empty() && c.mrope_section != counted.mrope_section) {
+    return Invalid(
+        "config.mrope_section",
+        absl::StrCat("expected none with frequency_axes (or its per-axis counts ",
+                     SectionText(counted.mrope_section), "), got ", SectionText(c.mrope_section)));
+  }
+  return absl::OkStatus();
+}
+
+// The position axes: mrope_section against the layout, or frequency_axes.
+absl::Status ValidatePositionAxes(const RopeConfig& c, int64_t d) {
+  if (!c.frequency_axes.empty()) return ValidateFrequencyAxes(c, d);
+  const std::vector<int64_t>& sec = c.mrope_section;
+  const std::string layout(MropeLayoutName(c.mrope_layout));
+  if (c.mrope_layout == MropeLayout::kVision2d || c.mrope_layout == MropeLayout::kVision2dEvenOdd) {
+    if (d % 4 != 0) {
+      return Invalid("config.rotary_dim",
+                     absl::StrCat("mrope_layout ", layout,
+                                  " splits the frequencies in two halves: expected a multiple "
+                                  "of 4, got ",
+                                  d));
+    }
+    if (!sec.empty() && sec != std::vector<int64_t>{d / 4, d / 4}) {
+      return Invalid("config.mrope_section",
+                     absl::StrCat("expected none or [", d / 4, ", ", d / 4, "] for mrope_layout ",
+                                  layout, ", got ", SectionText(sec)));
+    }
+    return absl::OkStatus();
+  }
+  if (sec.empty()) return absl::OkStatus();
+  const bool three = c.mrope_layout != MropeLayout::kContiguous;
+  if (three ? sec.size() != 3 : (sec.size() < 2 || sec.size() > kMaxPositionAxes)) {
+    return Invalid(
+        "config.mrope_section",
+        absl::StrCat("expected ",
+                     three ? "3 entries"
+                           : absl::StrCat("2 .. ", kMaxPositionAxes, " entries (one per axis)"),
+                     " for mrope_layout ", layout, ", got ", sec.size()));
+  }
+  int64_t sum = 0;
+  for (int64_t s : sec) {
+    if (s < 0 || s > d / 2) {
+      return Invalid("config.mrope_section",
+                     absl::StrCat("expected entries in [0, ", d / 2, "], got ", SectionText(sec)));
+    }
+    sum += s;
+  }
+  if (sum != d / 2) {
+    return Invalid("config.mrope_section",
+                   absl::StrCat("expected entries summing to rotary_dim/2 = ", d / 2, ", got ",
+                                SectionText(sec), " (sum ", sum, ")"));
+  }
+  if (c.mrope_layout == MropeLayout::kAlternating && sec[0] != sec[1]) {
+    return Invalid("config.mrope_section",
+                   absl::StrCat("mrope_layout alternating pairs h and w frequencies: expected "
+                                "[s_h, s_w, s_t] with s_h == s_w, got ",
+                                SectionText(sec)));
+  }
+  return absl::OkStatus();
+}
+
 // head_dim, rotary_dim, base, max_position_embeddings and seq_len.
 absl::Status CheckShape(const RopeConfig& c) {
   if (c.head_dim <= 0 || c.head_dim > kMaxRopeHeadDim) {
@@ -322,37 +405,13 @@ absl::Status CheckRequired(const RopeConfig& c, int64_t d) {
   return absl::OkStatus();
 }
 
-// M-RoPE sections: three, summing to d/2.
-absl::Status CheckMrope(const RopeConfig& c, int64_t d) {
-  if (c.mrope_section.empty()) return absl::OkStatus();
-  if (c.mrope_section.size() != 3) {
-    return Invalid("config.mrope_section",
-                   absl::StrCat("expected 3 entries [t, h, w], got ", c.mrope_section.size()));
-  }
-  int64_t sum = 0;
-  for (int64_t s : c.mrope_section) {
-    if (s < 0 || s > d) {
-      return Invalid("config.mrope_section",
-                     absl::StrCat("expected entries in [0, ", d / 2, "], got [",
-                                  absl::StrJoin(c.mrope_section, ", "), "]"));
-    }
-    sum += s;
-  }
-  if (sum != d / 2) {
-    return Invalid("config.mrope_section",
-                   absl::StrCat("expected entries summing to rotary_dim/2 = ", d / 2, ", got [",
-                                absl::StrJoin(c.mrope_section, ", "), "] (sum ", sum, ")"));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ValidateFields(const RopeConfig& c) {
   POSENC_RETURN_IF_ERROR(CheckShape(c));
   POSENC_RETURN_IF_ERROR(CheckFieldsOfType(c.scaling));
   POSENC_RETURN_IF_ERROR(CheckScalingValues(c.scaling));
   const int64_t d = c.rotary_dim.value_or(c.head_dim);
   POSENC_RETURN_IF_ERROR(CheckRequired(c, d));
-  return CheckMrope(c, d);
+  return ValidatePositionAxes(c, d);
 }
 
 }  // namespace
@@ -551,6 +610,14 @@ RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& c, int64_t max_pos
   for (size_t j = 0; j < c.freq_factors.size(); ++j) {
     f.inv_freq[j] /= static_cast<long double>(c.freq_factors[j]);
   }
+  // The frequency each slot rotates by (ALTERNATING and VISION layouts reorder them).
+  if (c.frequency_axes.empty() && (c.mrope_layout == MropeLayout::kAlternating
+                                       ? c.mrope_section.size() == 3
+                                       : c.mrope_layout == MropeLayout::kVision2d ||
+                                             c.mrope_layout == MropeLayout::kVision2dEvenOdd)) {
+    const std::vector<long double> own = f.inv_freq;
+    for (int64_t j = 0; j < half; ++j) f.inv_freq[j] = own[FrequencySource(c, j)];
+  }
   if (c.nope) {
     f.nope = true;
     std::fill(f.inv_freq.begin(), f.inv_freq.end(), 0.0L);
@@ -559,17 +626,80 @@ RopeFrequencies ComputeValidRopeFrequencies(const RopeConfig& c, int64_t max_pos
   return f;
 }
 
-int MropeComponent(const RopeConfig& c, int64_t j) {
-  if (c.mrope_section.size() != 3) return 0;
-  const int64_t st = c.mrope_section[0], sh = c.mrope_section[1], sw = c.mrope_section[2];
-  if (c.mrope_layout == MropeLayout::kContiguous) {
-    if (j < st) return 0;
-    if (j < st + sh) return 1;
-    return 2;
+absl::string_view MropeLayoutName(MropeLayout layout) {
+  switch (layout) {
+    case MropeLayout::kContiguous: return "contiguous";
+    case MropeLayout::kInterleaved: return "interleaved";
+    case MropeLayout::kAlternating: return "alternating";
+    case MropeLayout::kVision2d: return "vision_2d";
+    case MropeLayout::kVision2dEvenOdd: return "vision_2d_even_odd";
   }
-  if (j % 3 == 1 && j < 3 * sh) return 1;
-  if (j % 3 == 2 && j < 3 * sw) return 2;
-  return 0;
+  return "unknown";
+}
+
+namespace {
+
+bool IsVisionLayout(MropeLayout layout) {
+  return layout == MropeLayout::kVision2d || layout == MropeLayout::kVision2dEvenOdd;
+}
+
+int64_t RotaryHalf(const RopeConfig& c) { return c.rotary_dim.value_or(c.head_dim) / 2; }
+
+}  // namespace
+
+int RopePositionAxes(const RopeConfig& c) {
+  if (!c.frequency_axes.empty()) {
+    return static_cast<int>(*std::max_element(c.frequency_axes.begin(), c.frequency_axes.end())) +
+           1;
+  }
+  if (IsVisionLayout(c.mrope_layout)) return 2;
+  return c.mrope_section.empty() ? 1 : static_cast<int>(c.mrope_section.size());
+}
+
+int MropeComponent(const RopeConfig& c, int64_t j) {
+  if (!c.frequency_axes.empty()) return static_cast<int>(c.frequency_axes[j]);
+  if (IsVisionLayout(c.mrope_layout)) return j < RotaryHalf(c) / 2 ? 0 : 1;
+  const std::vector<int64_t>& sec = c.mrope_section;
+  if (sec.empty()) return 0;
+  switch (c.mrope_layout) {
+    case MropeLayout::kInterleaved:
+      if (j % 3 == 1 && j < 3 * sec[1]) return 1;
+      if (j % 3 == 2 && j < 3 * sec[2]) return 2;
+      return 0;
+    case MropeLayout::kAlternating:
+      if (j >= 2 * sec[0]) return 0;
+      return j % 2 == 0 ? 1 : 2;
+    default: {
+      int64_t end = 0;
+      for (size_t a = 0; a + 1 < sec.size(); ++a) {
+        end += sec[a];
+        if (j < end) return static_cast<int>(a);
+      }
+      return static_cast<int>(sec.size()) - 1;
+    }
+  }
+}
+
+int64_t FrequencySource(const RopeConfig& c, int64_t j) {
+  if (!c.frequency_axes.empty()) return j;
+  const int64_t quarter = RotaryHalf(c) / 2;
+  switch (c.mrope_layout) {
+    case MropeLayout::kAlternating:
+      if (c.mrope_section.size() != 3 || j >= 2 * c.mrope_section[0]) return j;
+      return j % 2 == 0 ? j / 2 : c.mrope_section[0] + j / 2;
+    case MropeLayout::kVision2d: return j < quarter ? 2 * j : 2 * (j - quarter);
+    case MropeLayout::kVision2dEvenOdd: return j < quarter ? 2 * j : 2 * (j - quarter) + 1;
+    default: return j;
+  }
+}
+
+void NormalizePositionAxes(RopeConfig* c) {
+  if (!c->mrope_section.empty()) return;
+  const int axes = RopePositionAxes(*c);
+  if (axes == 1 && c->frequency_axes.empty()) return;
+  c->mrope_section.assign(static_cast<size_t>(axes), 0);
+  const int64_t half = RotaryHalf(*c);
+  for (int64_t j = 0; j < half; ++j) ++c->mrope_section[MropeComponent(*c, j)];
 }
 
 }  // namespace posenc::kernels

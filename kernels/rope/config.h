@@ -14,8 +14,24 @@
 //
 // Scaling types (Hugging Face's rope_type): linear, ntk, dynamic, yarn, llama3, longrope,
 // proportional; dynamic with alpha (Hunyuan's DynamicNTKAlpha): b' = b * alpha^(d/(d-2)), fixed
-// (no seq_len-dependent growth; factor, if given, is not read); M-RoPE splits the frequencies over
-// (t, h, w) position components. A NoPE config (a layer without rotary embedding, Llama 4's every
+// (no seq_len-dependent growth; factor, if given, is not read).
+//
+// Position axes (M-RoPE, 2-D RoPE): rotary frequency slot j (pair j) rotates by
+//   theta_j = p[axis_j] * omega[source_j]
+// where p is the token's position on each of A axes (positions as ids [A, ...]) and omega the
+// config's frequencies (after scaling and freq_factors). The map (axis_j, source_j) comes from
+// mrope_layout (presets below, over mrope_section) or an explicit frequency_axes (source_j = j):
+//   CONTIGUOUS   (Qwen2/2.5-VL, GLM-4V, 2..4 axes): slot j reads the axis whose section holds j.
+//   INTERLEAVED  (Qwen3-VL, [s_t, s_h, s_w]): h if j%3 == 1 and j < 3*s_h, w if j%3 == 2 and
+//                j < 3*s_w, else t.
+//   ALTERNATING  (ERNIE-4.5-VL, [s_h, s_w, s_t], s_h == s_w): slot 2i: h at frequency i, slot
+//                2i+1: w at frequency s_h + i (i < s_h), slots >= 2*s_h: t at their own frequency.
+//   VISION_2D    (Qwen2/2.5/3-VL and GLM-4V vision towers, Llama 4 vision; 2 axes): slot j < d/4:
+//                axis 0 at frequency 2j; slot j >= d/4: axis 1 at frequency 2(j - d/4) (each axis
+//                the frequencies b^(-2i/(d/2)) of a half-width head).
+//   VISION_2D_EVEN_ODD (Pixtral; 2 axes): slot j < d/4: axis 0 at frequency 2j; slot j >= d/4:
+//                axis 1 at frequency 2(j - d/4) + 1. A NoPE config (a layer without rotary
+//                embedding, Llama 4's every
 // fourth) has zero frequencies: RopeCache gives cos 1, sin 0 and ApplyRope passes q/k through
 // untouched.
 #ifndef POSENC_KERNELS_ROPE_CONFIG_H_
@@ -46,7 +62,16 @@ enum class RopeScalingType {
   kLongrope,
   kProportional,
 };
-enum class MropeLayout { kContiguous, kInterleaved };
+enum class MropeLayout {
+  kContiguous,
+  kInterleaved,
+  kAlternating,
+  kVision2d,
+  kVision2dEvenOdd,
+};
+
+// The most position axes a config may read (t, h, w and a fourth, as HunYuan's xdrope).
+inline constexpr int kMaxPositionAxes = 4;
 
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::kDefault;
@@ -77,8 +102,14 @@ struct RopeConfig {
   RopeStyle style = RopeStyle::kNeox;
   RopeScaling scaling;
   std::optional<int64_t> max_position_embeddings;
-  std::vector<int64_t> mrope_section;  // empty: no M-RoPE
+  // Sections of the frequencies per position axis (M-RoPE): 2..4 entries summing to d/2 for
+  // CONTIGUOUS, 3 for INTERLEAVED and ALTERNATING; empty or [d/4, d/4] for the VISION layouts.
+  // Empty with CONTIGUOUS/INTERLEAVED/ALTERNATING and no frequency_axes: one position per token.
+  std::vector<int64_t> mrope_section;
   MropeLayout mrope_layout = MropeLayout::kContiguous;
+  // The position axis of every frequency slot, d/2 entries in [0, kMaxPositionAxes) (each slot
+  // at its own frequency); overrides the layout; mrope_section must then be empty.
+  std::vector<int64_t> frequency_axes;
   bool inverse = false;
   bool apply_attention_factor = true;
   std::optional<int64_t> seq_len;
@@ -121,6 +152,7 @@ void ForEachRopeField(Config& c, Visit&& visit) {
   visit("max_position_embeddings", c.max_position_embeddings);
   visit("mrope_section", c.mrope_section);
   visit("mrope_layout", c.mrope_layout);
+  visit("frequency_axes", c.frequency_axes);
   visit("inverse", c.inverse);
   visit("apply_attention_factor", c.apply_attention_factor);
   visit("seq_len", c.seq_len);
@@ -175,8 +207,23 @@ int64_t RopeOriginalContext(const RopeConfig& config);
 // multiplier).
 std::optional<double> RopeSoftmaxScaleMultiplier(const RopeConfig& config);
 
-// M-RoPE: which position component (0=t, 1=h, 2=w) frequency j uses; 0 without M-RoPE.
+// The number of position axes the config reads: 1 without M-RoPE or 2-D RoPE, else 2..4
+// (positions are then ids [axes, ...]).
+int RopePositionAxes(const RopeConfig& config);
+
+// Which position axis frequency slot j reads (0 = t, 1 = h, 2 = w for M-RoPE; 0 = first, 1 =
+// second coordinate for the VISION layouts); 0 with one axis.
 int MropeComponent(const RopeConfig& config, int64_t j);
+
+// Which of the config's frequencies slot j rotates by (j, except for ALTERNATING and VISION).
+int64_t FrequencySource(const RopeConfig& config, int64_t j);
+
+// The mrope_section a (validated) config's slots amount to: the given one, or the count of slots
+// per axis for the VISION layouts and frequency_axes (the backends read per-axis positions
+// when mrope_section is non-empty). Plans call it once.
+void NormalizePositionAxes(RopeConfig* config);
+
+absl::string_view MropeLayoutName(MropeLayout layout);  // "contiguous", "interleaved", ...
 
 }  // namespace posenc::kernels
 

@@ -69,7 +69,9 @@ absl::Status RopeCache(const RopeCachePlan& plan, const RopeFrequencies& freqs,
       int64_t cols[2];
       int n = 1;
       switch (plan.layout) {
-        case RopeCacheLayout::kCompact: cols[0] = j; break;
+        case RopeCacheLayout::kCompact:
+        case RopeCacheLayout::kFusedCosSin:  // RunRopeCache asks the backends for COMPACT
+        case RopeCacheLayout::kComplex: cols[0] = j; break;
         case RopeCacheLayout::kNeox:
           cols[0] = j;
           cols[1] = j + half;

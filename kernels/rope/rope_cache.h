@@ -1,6 +1,9 @@
 // RopeCache: the cos/sin tables of RoPE, cos = m*cos(p*omega_j), sin = m*sin(p*omega_j)
-// (inverse: 1/m and -sin), in one of three column layouts:
-//   COMPACT [grid..., d/2]; NEOX [grid..., d] = cat(f, f); GPTJ [grid..., d], each f twice.
+// (inverse: 1/m and -sin), in one of these column layouts:
+//   COMPACT [grid..., d/2]; NEOX [grid..., d] = cat(f, f); GPTJ [grid..., d], each f twice;
+//   one table of both (the engines' caches):
+//   FUSED_COS_SIN [grid..., d] = cat(cos, sin) (vLLM / FlashInfer / SGLang's cos_sin_cache);
+//   COMPLEX [grid..., d/2, 2] = (cos, sin) pairs (Meta's and Pixtral's freqs_cis as real view).
 // Padding tokens (attention_mask 0) get cos = m, sin = 0 (position 0).
 //
 // Use: PlanRopeCache -> allocate plan.cos, plan.sin -> RunRopeCache.
@@ -21,7 +24,7 @@ namespace posenc::kernels {
 class Backend;
 class RopeFrequencyCache;
 
-enum class RopeCacheLayout { kCompact, kNeox, kGptj };
+enum class RopeCacheLayout { kCompact, kNeox, kGptj, kFusedCosSin, kComplex };
 
 struct RopeCacheArgs {
   RopeConfig config;  // head_dim required
@@ -34,9 +37,16 @@ struct RopeCachePlan {
   RopeConfig config;  // validated
   RopeCacheLayout layout = RopeCacheLayout::kCompact;
   PositionPlan positions;
-  int64_t width = 0;  // columns: d/2 (COMPACT) or d
+  int64_t width = 0;  // columns: d/2 (COMPACT, FUSED_COS_SIN, COMPLEX: of each half) or d
+  // cos and sin; FUSED_COS_SIN and COMPLEX: cos is the one table ("cos_sin" or "freqs_cis"),
+  // sin is unused.
   OutputSpec cos, sin;
   OutputSpec inv_freq;  // the derived frequencies a response reports: FLOAT64 [d/2]
+
+  // One table of cos and sin (FUSED_COS_SIN, COMPLEX).
+  bool fused() const {
+    return layout == RopeCacheLayout::kFusedCosSin || layout == RopeCacheLayout::kComplex;
+  }
 };
 
 absl::StatusOr<RopeCachePlan> PlanRopeCache(RopeCacheArgs args);
@@ -60,6 +70,10 @@ struct RopeRunInputs {
 };
 absl::StatusOr<RopeRunInputs> PrepareRopeRun(const PositionPlan& positions,
                                              const RopeConfig& config, RopeFrequencyCache* cache);
+// The same for positions resolved by the caller; the frequencies are those of a call whose
+// largest position is `max_position` (RerotateKeys: the largest target position).
+absl::StatusOr<RopeRunInputs> PrepareRopeRun(ResolvedPositions positions, int64_t max_position,
+                                             const RopeConfig& config, RopeFrequencyCache* cache);
 RopeRunInfo FinishRopeRun(RopeRunInputs in, RopeFrequencyCache* cache);
 
 // PrepareRopeRun, then `call(frequencies, positions)` (the backend), then FinishRopeRun.
@@ -74,7 +88,8 @@ absl::StatusOr<RopeRunInfo> RunWithFrequencies(const PositionPlan& positions,
 }
 
 // Resolves the positions, takes the frequencies from `cache` (null: computes them) and fills
-// cos and sin (plan.cos / plan.sin's dtype and shape).
+// cos and sin (plan.cos / plan.sin's dtype and shape; a fused plan: cos only, sin empty). The
+// backends compute COMPACT tables; the fused layouts are put together from them here.
 absl::StatusOr<RopeRunInfo> RunRopeCache(const Backend& backend, const RopeCachePlan& plan,
                                          RopeFrequencyCache* cache, const TensorView& cos,
                                          const TensorView& sin);

@@ -51,6 +51,7 @@ const std::map<std::string, std::vector<std::string>>& FlagOfField() {
       {"max_position_embeddings", {"--max-pos", "8192"}},
       {"mrope_section", {"--mrope-section", "16,8,8"}},
       {"mrope_layout", {"--mrope-layout", "interleaved"}},
+      {"frequency_axes", {"--frequency-axes", "0,1,2,0"}},
       {"inverse", {"--inverse"}},
       {"apply_attention_factor", {"--no-attention-factor"}},
       {"seq_len", {"--seq-len", "100"}},

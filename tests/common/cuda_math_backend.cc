@@ -358,4 +358,19 @@ std::unique_ptr<kernels::Backend> MakeCudaMathHostBackend() {
   return std::make_unique<CudaMathHostBackend>(std::move(*cpu));
 }
 
+std::vector<std::unique_ptr<Backend>> EveryTestBackend() {
+  std::vector<std::unique_ptr<Backend>> out;
+  out.push_back(MakeReferenceBackend());
+  for (const char* isa : {"avx512", "avx2", "scalar"}) {
+    auto b = MakeCpuBackend(CpuBackendOptions{1, isa});
+    if (b.ok()) out.push_back(std::move(*b));
+  }
+  out.push_back(MakeCudaMathHostBackend());
+  if (!ListCudaDevices().empty()) {
+    auto b = MakeCudaBackend({}, *MakeCpuBackend(CpuBackendOptions{1, ""}));
+    if (b.ok()) out.push_back(std::move(*b));
+  }
+  return out;
+}
+
 }  // namespace posenc::testing

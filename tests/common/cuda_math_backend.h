@@ -9,6 +9,7 @@
 #define POSENC_TESTS_COMMON_CUDA_MATH_BACKEND_H_
 
 #include <memory>
+#include <vector>
 
 #include "kernels/backend.h"
 
@@ -16,6 +17,11 @@ namespace posenc::testing {
 
 // name() "cuda-math-host".
 std::unique_ptr<kernels::Backend> MakeCudaMathHostBackend();
+
+// Every backend this machine runs, for the golden suites: the reference, each CPU instruction-set
+// level, the CUDA kernels' math on the host (every build) and the CUDA backend where a device is
+// present.
+std::vector<std::unique_ptr<kernels::Backend>> EveryTestBackend();
 
 }  // namespace posenc::testing
 

@@ -11,6 +11,9 @@
 #ifndef POSENC_GOLDEN_DIR
 #define POSENC_GOLDEN_DIR "tests/golden"
 #endif
+#ifndef POSENC_GOLDEN_MULTIMODAL_DIR
+#define POSENC_GOLDEN_MULTIMODAL_DIR "tests/golden_multimodal"
+#endif
 
 namespace posenc::testing {
 
@@ -19,10 +22,19 @@ std::string GoldenDir() {
   return POSENC_GOLDEN_DIR;
 }
 
-std::vector<std::string> ListGoldenCases() {
+std::string GoldenMultimodalDir() {
+  if (const char* env = std::getenv("POSENC_GOLDEN_MULTIMODAL_DIR"); env != nullptr && *env) {
+    return env;
+  }
+  return POSENC_GOLDEN_MULTIMODAL_DIR;
+}
+
+std::vector<std::string> ListGoldenCases() { return ListGoldenCases(GoldenDir()); }
+
+std::vector<std::string> ListGoldenCases(const std::string& dir) {
   std::vector<std::string> names;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(GoldenDir(), ec)) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     if (entry.is_directory() && std::filesystem::exists(entry.path() / "case.json")) {
       names.push_back(entry.path().filename().string());
     }
@@ -32,7 +44,11 @@ std::vector<std::string> ListGoldenCases() {
 }
 
 absl::StatusOr<GoldenCase> LoadGoldenCase(const std::string& name) {
-  const std::filesystem::path dir = std::filesystem::path(GoldenDir()) / name;
+  return LoadGoldenCase(GoldenDir(), name);
+}
+
+absl::StatusOr<GoldenCase> LoadGoldenCase(const std::string& root, const std::string& name) {
+  const std::filesystem::path dir = std::filesystem::path(root) / name;
   std::ifstream in(dir / "case.json");
   if (!in) return absl::NotFoundError(absl::StrCat((dir / "case.json").string(), ": cannot open"));
   nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
@@ -41,6 +57,8 @@ absl::StatusOr<GoldenCase> LoadGoldenCase(const std::string& name) {
   c.name = name;
   c.function = j.value("function", "");
   c.params = j.value("params", nlohmann::json::object());
+  c.tolerance = j.value("tolerance", nlohmann::json::object());
+  c.informational = j.value("informational_outputs", std::vector<std::string>());
   for (const char* group : {"inputs", "outputs"}) {
     const nlohmann::json arrays = j.value(group, nlohmann::json::object());
     for (const auto& [key, spec] : arrays.items()) {

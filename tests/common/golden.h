@@ -1,4 +1,5 @@
-// Loads the float64 golden cases of tests/golden (case.json + one .npy per array).
+// Loads the float64 golden cases of tests/golden and tests/golden_multimodal (case.json + one .npy
+// per array).
 #ifndef POSENC_TESTS_COMMON_GOLDEN_H_
 #define POSENC_TESTS_COMMON_GOLDEN_H_
 
@@ -18,16 +19,24 @@ struct GoldenCase {
   nlohmann::json params;
   std::map<std::string, NpyArray> inputs;
   std::map<std::string, NpyArray> outputs;
+  nlohmann::json tolerance;                // case.json's "tolerance" (the multimodal cases)
+  std::vector<std::string> informational;  // outputs not to be tested
 };
 
 // The directory of the golden cases (POSENC_GOLDEN_DIR, overridable by the environment variable
 // of the same name).
 std::string GoldenDir();
 
-// Every case name in the directory, sorted.
+// The directory of the multimodal cases (POSENC_GOLDEN_MULTIMODAL_DIR, overridable by the
+// environment variable of the same name).
+std::string GoldenMultimodalDir();
+
+// Every case name in the directory (default GoldenDir()), sorted.
 std::vector<std::string> ListGoldenCases();
+std::vector<std::string> ListGoldenCases(const std::string& dir);
 
 absl::StatusOr<GoldenCase> LoadGoldenCase(const std::string& name);
+absl::StatusOr<GoldenCase> LoadGoldenCase(const std::string& dir, const std::string& name);
 
 }  // namespace posenc::testing
 

@@ -23,21 +23,8 @@ using ::posenc::testing::GoldenCase;
 using ::posenc::testing::NpyArray;
 using json = nlohmann::json;
 
-// Every backend this machine runs: the reference, each CPU instruction-set level, the CUDA
-// kernels' math on the host (every build) and the CUDA backend where a device is present.
 std::vector<std::unique_ptr<Backend>> AllBackends() {
-  std::vector<std::unique_ptr<Backend>> out;
-  out.push_back(MakeReferenceBackend());
-  for (const char* isa : {"avx512", "avx2", "scalar"}) {
-    auto b = MakeCpuBackend(CpuBackendOptions{1, isa});
-    if (b.ok()) out.push_back(std::move(*b));
-  }
-  out.push_back(::posenc::testing::MakeCudaMathHostBackend());
-  if (!ListCudaDevices().empty()) {
-    auto b = MakeCudaBackend({}, *MakeCpuBackend(CpuBackendOptions{1, ""}));
-    if (b.ok()) out.push_back(std::move(*b));
-  }
-  return out;
+  return ::posenc::testing::EveryTestBackend();
 }
 
 // The backend under test (the golden functions below run through it).

@@ -121,6 +121,7 @@ class MirrorsTest(unittest.TestCase):
         posenc.DescribeRopeResult: pb.DescribeRopeResponse, posenc.BackendInfo: pb.BackendInfo,
         posenc.DeviceInfo: pb.DeviceInfo, posenc.TableInfo: pb.TableInfo,
         posenc.SharedMemoryRegionStatus: pb.SharedMemoryRegionStatus,
+        posenc.MultimodalTokenIds: pb.MultimodalTokenIds, posenc.VisionSpan: pb.VisionSpan,
     }
 
     def test_every_field_of_the_message_and_no_other(self):

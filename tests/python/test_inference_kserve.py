@@ -60,7 +60,7 @@ class KServeClientTest(inference_stubs.ServerTestCase):
         metadata = self.stub.ServerMetadata(pb.ServerMetadataRequest())
         self.assertEqual((metadata.name, list(metadata.extensions)), ("posenc", []))
         model = self.stub.ModelMetadata(pb.ModelMetadataRequest(name="rope_cache"))
-        self.assertEqual([t.name for t in model.outputs], ["cos", "sin"])
+        self.assertEqual([t.name for t in model.outputs], ["cos", "sin", "cos_sin", "freqs_cis"])
 
     def test_apply_rope_with_numbers_as_strings(self):
         q = np.random.default_rng(1).standard_normal((1, 8, 4, 64)).astype(np.float32)

@@ -39,7 +39,8 @@ using testing::FloatTensor, testing::Int64Tensor, testing::MakeTensor, testing::
 using AnyRequest =
     std::variant<v1::SinusoidalRequest, v1::AddPositionEncodingRequest, v1::RopeCacheRequest,
                  v1::ApplyRopeRequest, v1::AlibiSlopesRequest, v1::AlibiBiasRequest,
-                 v1::RelativeBiasRequest, v1::RelativeEmbeddingRequest>;
+                 v1::RelativeBiasRequest, v1::RelativeEmbeddingRequest, v1::RerotateKeysRequest,
+                 v1::MultimodalPositionsRequest, v1::VisionPositionsRequest>;
 
 struct BadCase {
   std::string name;
@@ -93,6 +94,43 @@ v1::RelativeEmbeddingRequest ValidRelativeEmbedding() {
   return r;
 }
 
+v1::RerotateKeysRequest ValidRerotateKeys() {
+  auto r = Parse<v1::RerotateKeysRequest>("config { head_dim: 8 }");
+  *r.mutable_k() = FloatTensor({1, 4, 1, 8});
+  *r.mutable_delta() = Int64Tensor({}, {3});
+  return r;
+}
+
+// Qwen2-VL: text, <vision_start>, an image of grid [1, 4, 4] (2x2 merged: 4 tokens), text.
+v1::MultimodalPositionsRequest ValidMultimodalPositions() {
+  auto r = Parse<v1::MultimodalPositionsRequest>("family: MULTIMODAL_FAMILY_QWEN2_VL");
+  *r.mutable_input_ids() =
+      Int64Tensor({1, 8}, {100, 151652, 151655, 151655, 151655, 151655, 200, 201});
+  *r.mutable_image_grid_thw() = Int64Tensor({1, 3}, {1, 4, 4});
+  return r;
+}
+
+// The same prompt without its input_ids (a case gives it as sequences).
+void NoInputIds(v1::MultimodalPositionsRequest& r) {
+  r.clear_input_ids();
+  r.clear_image_grid_thw();
+}
+
+// The decode form of the same request: no prompt, decode steps after it.
+void Decode(v1::MultimodalPositionsRequest& r) {
+  r.clear_input_ids();
+  r.clear_image_grid_thw();
+  *r.mutable_decode()->mutable_deltas() = Int64Tensor({1}, {-2});
+  r.mutable_decode()->set_prompt_length(8);
+  r.mutable_decode()->set_num_steps(2);
+}
+
+v1::VisionPositionsRequest ValidVisionPositions() {
+  auto r = Parse<v1::VisionPositionsRequest>("tower: VISION_TOWER_QWEN");
+  *r.mutable_grid() = Int64Tensor({1, 3}, {1, 4, 4});
+  return r;
+}
+
 // How a case breaks its valid base request: `edit` first (only for what text format cannot say:
 // a tensor's raw bytes, a changed element of a repeated field, a cleared field), then `text`,
 // protobuf text format merged into the request. Merged, not parsed and MergeFrom'd: a merge of
@@ -137,6 +175,9 @@ constexpr CasesOn<v1::AlibiSlopesRequest> Slopes{ValidAlibiSlopes};
 constexpr CasesOn<v1::AlibiBiasRequest> Alibi{ValidAlibiBias};
 constexpr CasesOn<v1::RelativeBiasRequest> T5{ValidRelativeBias};
 constexpr CasesOn<v1::RelativeEmbeddingRequest> RelEmb{ValidRelativeEmbedding};
+constexpr CasesOn<v1::RerotateKeysRequest> Rerotate{ValidRerotateKeys};
+constexpr CasesOn<v1::MultimodalPositionsRequest> Mm{ValidMultimodalPositions};
+constexpr CasesOn<v1::VisionPositionsRequest> Vision{ValidVisionPositions};
 
 constexpr char kLlamaJson[] =
     R"({"hidden_size": 4096, "num_attention_heads": 32, "rope_theta": 500000.0,
@@ -252,7 +293,7 @@ std::vector<BadCase> AllCases() {
             "config { head_dim: 134217728 base: 12345.678 } output_dtype: DTYPE_FLOAT16",
             "config.head_dim"),
       Cache("layer_type_without_hf", "config { layer_type: 'full' }", "config.layer_type"),
-      Cache("layout_unknown", "layout: 5", "layout"),
+      Cache("layout_unknown", "layout: 9", "layout"),
       Cache("output_dtype_int64", "output_dtype: DTYPE_INT64", "output_dtype"),
       // 2^20 x 64 = 2^26 elements per output (at the element limit), FLOAT64: 2 x 512 MiB.
       Cache("output_bytes_over_limit",
@@ -375,6 +416,75 @@ std::vector<BadCase> AllCases() {
       RelEmb("table_dtype_int64", Put("table_inline", Int64Tensor({5, 1}, {1, 2, 3, 4, 5})),
              "table_inline.dtype"),
       RelEmb("q_len_zero", "q_len: 0", "q_len"),
+      // ----- RopeCache's one-table layouts -----
+      Cache("fused_output_int64",
+            "layout: ROPE_CACHE_LAYOUT_FUSED_COS_SIN output_dtype: DTYPE_INT64", "output_dtype"),
+      Cache("complex_odd_rotary_dim", "layout: ROPE_CACHE_LAYOUT_COMPLEX config { rotary_dim: 7 }",
+            "config.rotary_dim"),
+      // ----- KV re-rotation -----
+      Rerotate(
+          "delta_missing", [](v1::RerotateKeysRequest& r) { r.clear_delta(); }, "delta"),
+      Rerotate("delta_float", Put("delta", FloatTensor({1})), "delta.dtype"),
+      Rerotate("delta_shape_not_batch_or_tokens", Put("delta", Int64Tensor({3}, {1, 2, 3})),
+               "delta"),
+      Rerotate("delta_before_position_0", Put("delta", Int64Tensor({}, {-5})),
+               "delta: token 0 at position 0 moves by -5"),
+      Rerotate("delta_past_2p31", Put("delta", Int64Tensor({}, {int64_t{1} << 31})), "delta"),
+      Rerotate("inverse", "config { inverse: true }", "config.inverse"),
+      Rerotate("k_int64", Put("k", Int64Tensor({1, 1, 1, 2}, {1, 2})), "k.dtype"),
+      Rerotate("head_dim_mismatch_with_k", "config { head_dim: 16 }", "config.head_dim"),
+      Rerotate("layout_unknown", "layout: 9", "layout"),
+      // ----- multimodal position ids -----
+      Mm("family_unknown", "family: 9", "family"),
+      Mm("family_missing", "family: MULTIMODAL_FAMILY_UNSPECIFIED", "family"),
+      Mm("hf_config_not_json", "hf_config_json: '{'", "hf_config_json"),
+      Mm("hf_config_model_without_rule",
+         "family: MULTIMODAL_FAMILY_UNSPECIFIED hf_config_json: '{\"model_type\": \"llama\"}'",
+         "hf_config_json: model_type 'llama'"),
+      Mm("grid_tokens_disagree", Put("image_grid_thw", Int64Tensor({1, 3}, {1, 4, 8})),
+         "input_ids[0]: image span at token 2"),
+      Mm(
+          "grid_missing", [](v1::MultimodalPositionsRequest& r) { r.clear_image_grid_thw(); },
+          "input_ids[0]"),
+      Mm("grid_not_merge_multiple", Put("image_grid_thw", Int64Tensor({1, 3}, {1, 3, 4})),
+         "image_grid_thw"),
+      Mm("grid_shape", Put("image_grid_thw", Int64Tensor({1, 2}, {4, 4})), "image_grid_thw"),
+      Mm("input_ids_float", Put("input_ids", FloatTensor({1, 8})), "input_ids.dtype"),
+      Mm("attention_mask_shape", Put("attention_mask", Int64Tensor({1, 4}, {1, 1, 1, 1})),
+         "attention_mask"),
+      Mm("spatial_merge_size_zero", "spatial_merge_size: 0", "spatial_merge_size"),
+      Mm("tokens_per_second_nan", "tokens_per_second: nan", "tokens_per_second"),
+      Mm("second_per_grid_ts_for_qwen2_vl", Put("second_per_grid_ts", FloatTensor({1})),
+         "second_per_grid_ts"),
+      Mm("prompt_twice", "sequences { spans { text_tokens: 3 } }", "sequences"),
+      Mm("span_empty", {NoInputIds, "sequences { spans { } }"}, "sequences[0].spans[0]"),
+      Mm("span_text_zero", {NoInputIds, "sequences { spans { text_tokens: 0 } }"},
+         "sequences[0].spans[0]"),
+      Mm("prompt_and_decode", "decode { num_steps: 1 }", "decode"),
+      Mm(
+          "decode_no_deltas",
+          [](v1::MultimodalPositionsRequest& r) {
+            Decode(r);
+            r.mutable_decode()->clear_deltas();
+          },
+          "decode.deltas"),
+      Mm("decode_no_steps", {Decode, "decode { num_steps: 0 }"}, "decode.num_steps"),
+      Mm("decode_prompt_length_negative", {Decode, "decode { prompt_length: -1 }"},
+         "decode.prompt_length"),
+      // ----- vision patch positions -----
+      Vision("tower_unknown", "tower: 7", "tower"),
+      Vision("tower_missing", "tower: VISION_TOWER_UNSPECIFIED", "tower"),
+      Vision(
+          "grid_missing", [](v1::VisionPositionsRequest& r) { r.clear_grid(); }, "grid"),
+      Vision("grid_not_merge_multiple", Put("grid", Int64Tensor({1, 3}, {1, 3, 4})), "grid"),
+      Vision("grid_shape", Put("grid", Int64Tensor({1, 2}, {4, 4})), "grid"),
+      Vision("grid_float", Put("grid", FloatTensor({1, 3})), "grid.dtype"),
+      Vision("window_size_negative", "window_size: -1", "window_size"),
+      Vision("spatial_merge_size_zero", "spatial_merge_size: 0", "spatial_merge_size"),
+      Vision("hf_config_not_object", "hf_config_json: '[1]'", "hf_config_json"),
+      Vision("hf_config_no_tower",
+             "tower: VISION_TOWER_UNSPECIFIED hf_config_json: '{\"model_type\": \"llama\"}'",
+             "hf_config_json"),
   };
 }
 
@@ -423,7 +533,9 @@ TEST(MalformedRequestsTableTest, BaseRequestsAreValid) {
   for (const AnyRequest& request :
        {AnyRequest(ValidApplyRope()), AnyRequest(ValidRopeCache()), AnyRequest(ValidSinusoidal()),
         AnyRequest(ValidAddPe()), AnyRequest(ValidAlibiSlopes()), AnyRequest(ValidAlibiBias()),
-        AnyRequest(ValidRelativeBias()), AnyRequest(ValidRelativeEmbedding())}) {
+        AnyRequest(ValidRelativeBias()), AnyRequest(ValidRelativeEmbedding()),
+        AnyRequest(ValidRerotateKeys()), AnyRequest(ValidMultimodalPositions()),
+        AnyRequest(ValidVisionPositions())}) {
     grpc::Status status = RunHandler(t.ctx, request);
     EXPECT_TRUE(status.ok()) << request.index() << ": " << status.error_message();
   }

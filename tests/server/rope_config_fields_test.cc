@@ -139,6 +139,12 @@ std::map<std::string, FieldRow> Rows() {
       {"freq_factors",
        {.variant = "head_dim: 64 freq_factors: [2]",
         .set_client = [](C& c) { c.freq_factors = {2}; }}},
+      {"frequency_axes",
+       {.variant = "head_dim: 4 frequency_axes: [0, 1]",
+        .set_client =
+            [](C& c) {
+              c.frequency_axes = {0, 1};
+            }}},
   };
 }
 

@@ -10,6 +10,8 @@
 #include "kernels/absolute/sinusoidal.h"
 #include "kernels/bias/alibi.h"
 #include "kernels/common/types.h"
+#include "kernels/multimodal/multimodal_positions.h"
+#include "kernels/multimodal/vision_positions.h"
 #include "kernels/rope/apply_rope.h"
 #include "kernels/rope/config.h"
 #include "kernels/rope/rope_cache.h"
@@ -77,6 +79,8 @@ TEST(VocabularyTest, EveryEnumRoundTrips) {
   ExpectRoundTrip<AlibiMode>();
   ExpectRoundTrip<FutureMode>();
   ExpectRoundTrip<BiasForm>();
+  ExpectRoundTrip<MultimodalFamily>();
+  ExpectRoundTrip<VisionTower>();
 }
 
 // The kernels' own names (used in the kernels' messages, which cannot link protobuf) are the
@@ -119,8 +123,10 @@ TEST(VocabularyTest, EveryKernelMirrorHasEveryWireValue) {
   ExpectKernelMirror<Combine>(kernels::Combine::kConcat);
   ExpectKernelMirror<RopeStyle>(kernels::RopeStyle::kDeepseek);
   ExpectKernelMirror<RopeScalingType>(kernels::RopeScalingType::kProportional);
-  ExpectKernelMirror<MropeLayout>(kernels::MropeLayout::kInterleaved);
-  ExpectKernelMirror<RopeCacheLayout>(kernels::RopeCacheLayout::kGptj);
+  ExpectKernelMirror<MropeLayout>(kernels::MropeLayout::kVision2dEvenOdd);
+  ExpectKernelMirror<RopeCacheLayout>(kernels::RopeCacheLayout::kComplex);
+  ExpectKernelMirror<MultimodalFamily>(kernels::MultimodalFamily::kGlm4v);
+  ExpectKernelMirror<VisionTower>(kernels::VisionTower::kLlama4);
   ExpectKernelMirror<TensorLayout>(kernels::TensorLayout::kTHD);
   ExpectKernelMirror<AlibiMode>(kernels::AlibiMode::kBloom);
   ExpectKernelMirror<FutureMode>(kernels::FutureMode::kLinear);

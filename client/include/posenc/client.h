@@ -180,7 +180,15 @@ struct RopeScaling {
   std::optional<double> alpha;                  // dynamic (Hunyuan): fixed b' = b * alpha^(d/(d-2))
 };
 
-enum class MropeLayout { kUnspecified, kContiguous, kInterleaved };  // default CONTIGUOUS
+// Which position axis each frequency reads (posenc.proto MropeLayout); default CONTIGUOUS.
+enum class MropeLayout {
+  kUnspecified,
+  kContiguous,
+  kInterleaved,
+  kAlternating,
+  kVision2d,
+  kVision2dEvenOdd,
+};
 
 // A rotary configuration: the explicit fields, or the text of a Hugging Face config.json in
 // `hf_config_json` (then head_dim, rotary_dim, base, scaling, max_position_embeddings and
@@ -194,7 +202,8 @@ struct RopeConfig {
   std::optional<int64_t> max_position_embeddings;
   std::vector<int64_t> mrope_section;  // [s_t, s_h, s_w], sum d/2; positions then ids [3, ...]
   MropeLayout mrope_layout = MropeLayout::kUnspecified;
-  bool inverse = false;                        // rotate by -theta and divide by m
+  std::vector<int64_t> frequency_axes;  // d/2 axes (< 4), one per frequency; overrides the layout
+  bool inverse = false;                 // rotate by -theta and divide by m
   std::optional<bool> apply_attention_factor;  // default true
   std::optional<int64_t> seq_len;              // dynamic/longrope; default: largest position + 1
   std::vector<double> freq_factors;  // d/2 divisors of omega_j, after the scaling (GGUF rope_freqs)
@@ -264,7 +273,9 @@ struct DescribeRopeResult {
   int64_t num_layers = 0;              // 0: the file does not give it
 };
 
-enum class RopeCacheLayout { kUnspecified, kCompact, kNeox, kGptj };  // default COMPACT
+// Default COMPACT; FUSED_COS_SIN ([n, d] = cat(cos, sin), vLLM's cos_sin_cache) and COMPLEX
+// ([n, d/2, 2] = (cos, sin) pairs, the real view of freqs_cis) come back in one table.
+enum class RopeCacheLayout { kUnspecified, kCompact, kNeox, kGptj, kFusedCosSin, kComplex };
 
 // RopeCache: cos(p*omega_j)*m and sin(p*omega_j)*m.
 struct RopeCacheOptions {
@@ -276,9 +287,11 @@ struct RopeCacheOptions {
 };
 
 struct RopeCacheResult {
-  Tensor cos;  // positions' shape + [d/2] (COMPACT) or + [d] (NEOX/GPTJ)
+  Tensor cos;  // positions' shape + [d/2] (COMPACT) or + [d] (NEOX/GPTJ); empty when fused
   Tensor sin;
   RopeDerived derived;
+  std::optional<Tensor> cos_sin;    // FUSED_COS_SIN: positions' shape + [d]
+  std::optional<Tensor> freqs_cis;  // COMPLEX: positions' shape + [d/2, 2]
 };
 
 enum class TensorLayout { kUnspecified, kBSHD, kBHSD, kTHD };  // default BSHD
@@ -297,6 +310,107 @@ struct ApplyRopeResult {
   Tensor q;
   std::optional<Tensor> k;  // set when the request had a k
   RopeDerived derived;
+};
+
+// RerotateKeys: keys rotated at `positions` moved to positions + delta by one exact rotation.
+struct RerotateKeysOptions {
+  Tensor k;             // rank 4 (BSHD, BHSD) or 3 (THD)
+  Positions positions;  // where the keys are now
+  // INT32/INT64: [] for all, [B] per sequence, [B, S] / [T] per token; M-RoPE: a leading [A].
+  Tensor delta;
+  RopeConfig config;
+  TensorLayout layout = TensorLayout::kUnspecified;
+};
+
+struct RerotateKeysResult {
+  Tensor k;
+  RopeDerived derived;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Multimodal and vision positions.
+// ---------------------------------------------------------------------------------------------
+// posenc.proto MultimodalFamily; unspecified: from hf_config_json's model_type.
+enum class MultimodalFamily { kUnspecified, kQwen2Vl, kQwen25Vl, kQwen3Vl, kGlm4v };
+
+// The special token ids (unset: the config.json's, else the family's published ones).
+struct MultimodalTokenIds {
+  std::optional<int64_t> image_token_id;
+  std::optional<int64_t> video_token_id;
+  std::optional<int64_t> vision_start_token_id;
+  std::optional<int64_t> video_start_token_id;  // GLM-4V
+  std::optional<int64_t> video_end_token_id;    // GLM-4V
+};
+
+// One span of a sequence given as spans: a text run, or an image / video with its grid in patches
+// before merging (and, for a Qwen2.5-VL video, the seconds per temporal patch).
+struct MultimodalSpan {
+  enum class Kind { kText, kImage, kVideo };
+  Kind kind = Kind::kText;
+  int64_t text_tokens = 0;
+  int64_t t = 0, h = 0, w = 0;
+  std::optional<double> second_per_grid;
+
+  static MultimodalSpan Text(int64_t n) { return {.kind = Kind::kText, .text_tokens = n}; }
+  static MultimodalSpan Image(int64_t t, int64_t h, int64_t w) {
+    return {.kind = Kind::kImage, .t = t, .h = h, .w = w};
+  }
+  static MultimodalSpan Video(int64_t t, int64_t h, int64_t w,
+                              std::optional<double> second_per_grid = std::nullopt) {
+    return {.kind = Kind::kVideo, .t = t, .h = h, .w = w, .second_per_grid = second_per_grid};
+  }
+};
+
+// Decode steps: position_ids [3, B, K] = prompt_length + k + deltas[b].
+struct MultimodalDecode {
+  Tensor deltas;  // INT32/INT64 [B] or [B, 1]
+  int64_t prompt_length = 0;
+  int64_t num_steps = 1;
+};
+
+// MultimodalPositions: a prompt as token ids (+ grids) or as spans, or decode steps.
+struct MultimodalPositionsOptions {
+  std::string hf_config_json;  // model_type, vision_config, the token ids
+  MultimodalFamily family = MultimodalFamily::kUnspecified;
+  MultimodalTokenIds token_ids;
+  std::optional<int64_t> spatial_merge_size;
+  std::optional<double> tokens_per_second;
+  std::optional<Tensor> input_ids;                     // INT32/INT64 [B, S]
+  std::optional<Tensor> attention_mask;                // [B, S]
+  std::optional<Tensor> image_grid_thw;                // [N, 3]
+  std::optional<Tensor> video_grid_thw;                // [M, 3]
+  std::optional<Tensor> second_per_grid_ts;            // FLOAT32/FLOAT64 [M] (Qwen2.5-VL)
+  std::vector<std::vector<MultimodalSpan>> sequences;  // instead of input_ids
+  std::optional<MultimodalDecode> decode;              // instead of a prompt
+};
+
+struct MultimodalPositionsResult {
+  Tensor position_ids;                          // INT64 [3, B, S] (decode: [3, B, K])
+  std::optional<Tensor> mrope_position_deltas;  // INT64 [B, 1]; absent for decode
+  MultimodalFamily family = MultimodalFamily::kUnspecified;
+  std::string source;  // the transformers function the rule repeats
+};
+
+enum class VisionTower { kUnspecified, kQwen, kPixtral, kLlama4 };
+
+// VisionPositions: a vision tower's 2-D patch positions (ids [2, L] for RopeCache/ApplyRope with
+// RopeConfig{hf_config_json, layer_type "vision"}).
+struct VisionPositionsOptions {
+  std::string hf_config_json;
+  VisionTower tower = VisionTower::kUnspecified;
+  std::optional<Tensor> grid;  // QWEN [N, 3] (t, h, w); PIXTRAL [N, 2]; none for LLAMA4
+  std::optional<int64_t> spatial_merge_size;
+  std::optional<int64_t> window_size;  // QWEN: 0 = no window order
+  std::optional<int64_t> patch_size;
+  std::optional<int64_t> image_size;
+};
+
+struct VisionPositionsResult {
+  Tensor position_ids;                      // INT64 [2, L]
+  std::optional<Tensor> flat_ids;           // PIXTRAL: [L]
+  std::optional<Tensor> window_index;       // QWEN windows: [L / m^2]
+  std::optional<Tensor> cu_window_seqlens;  // QWEN windows: [W + 1]
+  VisionTower tower = VisionTower::kUnspecified;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -512,6 +626,12 @@ class Client {
   // empty); an explicit config gives one group.
   absl::StatusOr<DescribeRopeResult> DescribeRope(const RopeConfig& config,
                                                   const CallOptions& call = {}) const;
+  absl::StatusOr<RerotateKeysResult> RerotateKeys(const RerotateKeysOptions& options,
+                                                  const CallOptions& call = {}) const;
+  absl::StatusOr<MultimodalPositionsResult> MultimodalPositions(
+      const MultimodalPositionsOptions& options, const CallOptions& call = {}) const;
+  absl::StatusOr<VisionPositionsResult> VisionPositions(const VisionPositionsOptions& options,
+                                                        const CallOptions& call = {}) const;
 
   // The same calls, asynchronous: the call is on its way when the method returns (a split
   // request's pieces are sent from a thread of its own). The Client must outlive the futures.

@@ -20,8 +20,8 @@ built from its descriptors.
 """
 
 from ._enums import (AlibiMode, BiasForm, Combine, DType, FreqScheme, FutureMode, HealthStatus,
-                     MropeLayout, RopeCacheLayout, RopeScalingType, RopeStyle, SinusoidalLayout,
-                     TensorLayout)
+                     MropeLayout, MultimodalFamily, RopeCacheLayout, RopeScalingType, RopeStyle,
+                     SinusoidalLayout, TensorLayout, VisionTower)
 from ._errors import (DOMAIN, AbortedError, AlreadyExistsError, CancelledError, DataLossError,
                       DeadlineExceededError, FailedPreconditionError, FieldViolation,
                       InternalError, InvalidArgumentError, NotFoundError, OutOfRangeError,
@@ -31,10 +31,11 @@ from ._tensor import (BFLOAT16_DTYPE, HAVE_ML_DTYPES, bf16_to_float32, expand_bl
                       expand_toeplitz, float32_to_bf16)
 from ._shared_memory import SharedMemory
 from ._types import (AlibiBiasResult, ApplyRopeResult, AttentionTemperatureTuning, BackendInfo,
-                     DescribeRopeResult, DeviceInfo, LearnedTable, Positions, RopeCacheResult,
+                     DescribeRopeResult, DeviceInfo, LearnedTable, MultimodalPositionsResult,
+                     MultimodalTokenIds, Positions, RerotateKeysResult, RopeCacheResult,
                      RopeConfig, RopeDerived, RopeLayerGroup, RopeScaling, RopeValueSource,
                      ServerInfo, SharedMemoryRef, SharedMemoryRegionStatus, SinusoidalParams,
-                     TableInfo, TlsConfig)
+                     TableInfo, TlsConfig, VisionPositionsResult, VisionSpan)
 from .client import (DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_SPLIT_IN_FLIGHT, DEFAULT_TIMEOUT,
                      Client)
 
@@ -46,13 +47,14 @@ __all__ = [
     "Positions", "SinusoidalParams", "LearnedTable", "RopeScaling", "RopeConfig", "RopeDerived",
     "RopeCacheResult", "ApplyRopeResult", "AlibiBiasResult", "ServerInfo", "BackendInfo",
     "DeviceInfo", "TableInfo", "TlsConfig", "RopeValueSource", "AttentionTemperatureTuning",
-    "RopeLayerGroup", "DescribeRopeResult",
+    "RopeLayerGroup", "DescribeRopeResult", "RerotateKeysResult", "MultimodalTokenIds",
+    "VisionSpan", "MultimodalPositionsResult", "VisionPositionsResult",
     # shared memory
     "SharedMemory", "SharedMemoryRef", "SharedMemoryRegionStatus",
     # enums (from posenc.proto's descriptors)
     "DType", "SinusoidalLayout", "FreqScheme", "Combine", "RopeStyle", "RopeScalingType",
     "MropeLayout", "RopeCacheLayout", "TensorLayout", "AlibiMode", "FutureMode", "BiasForm",
-    "HealthStatus",
+    "MultimodalFamily", "VisionTower", "HealthStatus",
     # tensors
     "bf16_to_float32", "float32_to_bf16", "expand_toeplitz", "expand_bloom_rows",
     "HAVE_ML_DTYPES", "BFLOAT16_DTYPE",

@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import grpc
 import numpy as np
 
-from ._enums import BiasForm, Combine, DType, TensorLayout
+from ._enums import BiasForm, Combine, DType, MropeLayout, TensorLayout
 from ._errors import InternalError, local_error
 from ._protos import posenc_pb2 as pb
 from ._tensor import FLOAT_DTYPES, fill_tensor, itemsize, wire_array
@@ -119,6 +119,16 @@ def _placed(out: np.ndarray, index: Tuple[Any, ...], tensor: Any, field: str, pi
 # ---------------------------------------------------------------------------------------------
 # Positions of a piece (docs/splitting.md's table).
 # ---------------------------------------------------------------------------------------------
+
+
+def _reads_axes(config: Any) -> bool:
+    """Positions carry a leading axis of position axes (M-RoPE, 2-D and explicit axis maps):
+    ids are then [A, ...], never [B, S] (docs/splitting.md)."""
+    return (len(config.mrope_section) > 0 or len(config.frequency_axes) > 0
+            or config.mrope_layout in (MropeLayout.VISION_2D, MropeLayout.VISION_2D_EVEN_ODD)
+            or '"mrope_section"' in config.hf_config_json)
+
+
 class _Positions:
     """A request's positions on its token grid (``rows`` x ``tokens``; packed THD: one row),
     cut to a piece. ``valid`` is False for positions the server would refuse (they are not
@@ -313,10 +323,9 @@ def plan_apply_rope(request: pb.ApplyRopeRequest, limits: LimitsFn) -> Optional[
         return None
     tokens = q.shape[token_axis]
     rows = q.shape[batch_axis] if batch_axis is not None else 1
-    # M-RoPE as the C++ client decides it: explicit sections, or a config.json that has them.
-    mrope = (len(request.config.mrope_section) > 0
-             or '"mrope_section"' in request.config.hf_config_json)
-    positions = _Positions(request, rows, tokens, batch_axis is None, mrope)
+    # M-RoPE as the C++ client decides it (IsMrope in client/split.cc).
+    positions = _Positions(request, rows, tokens, batch_axis is None,
+                           _reads_axes(request.config))
     if not positions.valid:
         return None
     boxes = []

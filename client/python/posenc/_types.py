@@ -18,8 +18,8 @@ from typing import (Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tu
 
 import numpy as np
 
-from ._enums import (DType, FreqScheme, MropeLayout, RopeScalingType, RopeStyle,
-                     SinusoidalLayout)
+from ._enums import (DType, FreqScheme, MropeLayout, MultimodalFamily, RopeScalingType,
+                     RopeStyle, SinusoidalLayout, VisionTower)
 from ._errors import local_error
 from ._naming import enum_prefix
 from ._protos import posenc_pb2
@@ -249,6 +249,27 @@ class RopeScaling:
         return cls(type=kind, **values)
 
 
+def config_json_text(config: Union[str, bytes, os.PathLike, Mapping[str, Any]],
+                     field: str = "config") -> str:
+    """The text of a Hugging Face ``config.json`` given as a dict, JSON text or a path."""
+    if isinstance(config, Mapping):
+        return json.dumps(config)
+    if isinstance(config, bytes):
+        return config.decode("utf-8")
+    if isinstance(config, os.PathLike) or (
+            isinstance(config, str) and not config.lstrip().startswith("{")):
+        try:
+            with open(config, "r", encoding="utf-8") as f:
+                return f.read()
+        except OSError as e:
+            raise local_error(field, f"not JSON text (no '{{') and not a readable "
+                              f"file: {e}") from None
+    if isinstance(config, str):
+        return config
+    raise local_error(field, f"expected a dict, JSON text or a path, got "
+                      f"{type(config).__name__}")
+
+
 @dataclasses.dataclass
 class RopeConfig:
     """A rotary configuration (``posenc.v1.RopeConfig``): the explicit fields, or the text of a
@@ -273,6 +294,7 @@ class RopeConfig:
     seq_len: Optional[int] = None
     # d/2 divisors of omega_j after the scaling (GGUF's rope_freqs); also with hf_config_json.
     freq_factors: Sequence[float] = ()
+    frequency_axes: Sequence[int] = ()
     hf_config_json: str = ""
     layer_type: str = ""
 
@@ -285,24 +307,7 @@ class RopeConfig:
         partial_rotary_factor, head_dim, ...; README "Hugging Face config.json") and reports
         what it used in ``derived``. ``fields`` set the other fields (style, inverse,
         seq_len, layer_type, apply_attention_factor, mrope_layout)."""
-        if isinstance(config, Mapping):
-            text = json.dumps(config)
-        elif isinstance(config, bytes):
-            text = config.decode("utf-8")
-        elif isinstance(config, os.PathLike) or (
-                isinstance(config, str) and not config.lstrip().startswith("{")):
-            try:
-                with open(config, "r", encoding="utf-8") as f:
-                    text = f.read()
-            except OSError as e:
-                raise local_error("config", f"not JSON text (no '{{') and not a readable "
-                                  f"file: {e}") from None
-        elif isinstance(config, str):
-            text = config
-        else:
-            raise local_error("config", f"expected a dict, JSON text or a path, got "
-                              f"{type(config).__name__}")
-        return cls(hf_config_json=text, **fields)
+        return cls(hf_config_json=config_json_text(config), **fields)
 
     @classmethod
     def coerce(cls, value: Any) -> "RopeConfig":
@@ -345,9 +350,11 @@ Array = Union[np.ndarray, Any]
 
 
 class RopeCacheResult(NamedTuple):
-    """``cos``, ``sin``: positions' shape + ``[d/2]`` (COMPACT) or + ``[d]``; ``derived``."""
+    """``cos``, ``sin``: positions' shape + ``[d/2]`` (COMPACT) or + ``[d]``; ``derived``.
+    FUSED_COS_SIN (``[..., d]`` = cat(cos, sin), vLLM's cos_sin_cache) and COMPLEX
+    (``[..., d/2, 2]``, the real view of freqs_cis): ``cos`` is that one table, ``sin`` None."""
     cos: Array
-    sin: Array
+    sin: Optional[Array]  # None for FUSED_COS_SIN and COMPLEX
     derived: RopeDerived
 
 
@@ -356,6 +363,54 @@ class ApplyRopeResult(NamedTuple):
     q: Array
     k: Optional[Array]
     derived: RopeDerived
+
+
+class RerotateKeysResult(NamedTuple):
+    """The keys moved to positions + delta, in the input dtype; ``derived``."""
+    k: np.ndarray
+    derived: RopeDerived
+
+
+@dataclasses.dataclass
+class MultimodalTokenIds:
+    """The special token ids a multimodal rule reads (``posenc.v1.MultimodalTokenIds``); None:
+    the config.json's, else the family's published ones."""
+
+    image_token_id: Optional[int] = None
+    video_token_id: Optional[int] = None
+    vision_start_token_id: Optional[int] = None
+    video_start_token_id: Optional[int] = None  # GLM-4V
+    video_end_token_id: Optional[int] = None  # GLM-4V
+
+
+@dataclasses.dataclass
+class VisionSpan:
+    """An image's or a video's grid in patches before merging (``posenc.v1.VisionSpan``), and
+    a Qwen2.5-VL video's seconds per temporal patch."""
+
+    t: int = 0
+    h: int = 0
+    w: int = 0
+    second_per_grid: Optional[float] = None
+
+
+class MultimodalPositionsResult(NamedTuple):
+    """``position_ids`` int64 ``[3, B, S]`` (decode: ``[3, B, K]``), ``mrope_position_deltas``
+    ``[B, 1]`` (None for decode steps), the ``family`` whose rule applied and its ``source``."""
+    position_ids: np.ndarray
+    mrope_position_deltas: Optional[np.ndarray]
+    family: Union[MultimodalFamily, int]
+    source: str
+
+
+class VisionPositionsResult(NamedTuple):
+    """``position_ids`` int64 ``[2, L]``; Pixtral's ``flat_ids`` ``[L]``; Qwen2.5-VL's
+    ``window_index`` and ``cu_window_seqlens`` (None where the tower has none); ``tower``."""
+    position_ids: np.ndarray
+    flat_ids: Optional[np.ndarray]
+    window_index: Optional[np.ndarray]
+    cu_window_seqlens: Optional[np.ndarray]
+    tower: Union[VisionTower, int]
 
 
 class AlibiBiasResult(NamedTuple):

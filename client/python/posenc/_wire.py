@@ -22,11 +22,11 @@ from . import _enums
 from ._errors import local_error
 from ._protos import posenc_pb2 as pb
 from ._tensor import set_float_tensor, set_int_tensor
-from ._types import (BackendInfo, DeviceInfo, Positions, ServerInfo, TableInfo, enum_or_int,
-                     parse_enum)
+from ._types import (BackendInfo, DeviceInfo, Positions, ServerInfo, TableInfo, VisionSpan,
+                     enum_or_int, parse_enum)
 
-__all__ = ["to_message", "from_message", "set_enum", "set_positions", "set_table",
-           "server_info", "uses_shared_memory"]
+__all__ = ["to_message", "from_message", "set_enum", "set_positions", "set_sequences",
+           "set_table", "server_info", "uses_shared_memory"]
 
 T = TypeVar("T")
 
@@ -176,6 +176,45 @@ def set_positions(request: Any, value: Any) -> None:
     else:
         raise local_error("positions", f"unknown kind {p.kind!r}")
     request.positions.SetInParent()
+
+
+def set_sequences(request: Any, sequences: Any) -> None:
+    """``request.sequences`` from spans, one list per sequence: ``("text", n)``,
+    ``("image", t, h, w)``, ``("video", t, h, w[, second_per_grid])`` or the same as dicts
+    (``{"text": n}``, ``{"image": VisionSpan | (t, h, w) | dict}``, ``{"video": ...}``)."""
+    for b, spans in enumerate(sequences):
+        seq = request.sequences.add()
+        for i, span in enumerate(spans):
+            where = f"sequences[{b}].spans[{i}]"
+            if isinstance(span, Mapping):
+                if len(span) != 1:
+                    raise local_error(where, f"expected one of text, image, video, got {span!r}")
+                kind, value = next(iter(span.items()))
+                value = value if isinstance(value, (Mapping, VisionSpan)) else (
+                    value if kind == "text" else tuple(value))
+            elif isinstance(span, (tuple, list)) and span:
+                kind, value = span[0], (span[1] if span[0] == "text" else tuple(span[1:]))
+            else:
+                raise local_error(where, f"expected a (kind, ...) tuple or a dict, got {span!r}")
+            _set_span(seq.spans.add(), kind, value, where)
+
+
+def _set_span(msg: Any, kind: Any, value: Any, where: str) -> None:
+    if kind == "text":
+        msg.text_tokens = _scalar(msg.DESCRIPTOR.fields_by_name["text_tokens"], value,
+                                  f"{where}.text_tokens")
+        return
+    if kind not in ("image", "video"):
+        raise local_error(where, f"expected kind text, image or video, got {kind!r}")
+    if isinstance(value, Mapping):
+        value = VisionSpan(**value)
+    elif not isinstance(value, VisionSpan):
+        if len(value) not in (3, 4):
+            raise local_error(f"{where}.{kind}",
+                              f"expected (t, h, w[, second_per_grid]), got {value!r}")
+        value = VisionSpan(*value)
+    to_message(value, getattr(msg, kind), f"{where}.{kind}")
+    getattr(msg, kind).SetInParent()
 
 
 def set_table(msg: Any, table: Any, path: str = "") -> None:

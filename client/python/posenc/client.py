@@ -36,7 +36,7 @@ import numpy as np
 
 from . import _split, _transport
 from ._enums import (AlibiMode, BiasForm, Combine, DType, FutureMode, HealthStatus,
-                     RopeCacheLayout, TensorLayout)
+                     MultimodalFamily, RopeCacheLayout, TensorLayout, VisionTower)
 from ._errors import local_error
 from ._protos import posenc_pb2 as pb
 from ._protos import posenc_pb2_grpc as pb_grpc
@@ -44,9 +44,11 @@ from ._tensor import (DTypeLike, expand_compact_alibi, expand_toeplitz, float_ou
                       is_torch, set_float_tensor, set_int_tensor, to_numpy, to_torch)
 from ._transport import Transport
 from ._types import (AlibiBiasResult, ApplyRopeResult, Array, DescribeRopeResult, LearnedTable,
+                     MultimodalPositionsResult, MultimodalTokenIds, RerotateKeysResult,
                      RopeCacheResult, RopeConfig, RopeDerived, ServerInfo, SharedMemoryRef,
-                     SharedMemoryRegionStatus, SinusoidalParams, TlsConfig, enum_or_int)
-from ._wire import (from_message, server_info, set_enum, set_positions, set_table,
+                     SharedMemoryRegionStatus, SinusoidalParams, TlsConfig, VisionPositionsResult,
+                     config_json_text, enum_or_int)
+from ._wire import (from_message, server_info, set_enum, set_positions, set_sequences, set_table,
                     to_message, uses_shared_memory)
 
 __all__ = ["Client", "DEFAULT_TIMEOUT", "DEFAULT_MAX_MESSAGE_BYTES", "DEFAULT_MAX_SPLIT_IN_FLIGHT"]
@@ -339,11 +341,13 @@ class Client:
             or a Hugging Face config.json as a dict, JSON text or a path.
           dtype: float32 (default), float16, bfloat16 or float64.
           layout: ``"compact"`` (default, ``[..., d/2]``), ``"neox"`` or ``"gptj"``
-            (``[..., d]``).
-          output_shared_memory: ``{"cos": ref, "sin": ref}`` (either or both) writes them into
-            shared memory.
+            (``[..., d]``); ``"fused_cos_sin"`` (``[..., d]`` = cat(cos, sin), the
+            cos_sin_cache of vLLM / FlashInfer / SGLang) or ``"complex"`` (``[..., d/2, 2]``,
+            ``view_as_complex`` of it is freqs_cis): one table, returned as ``cos``.
+          output_shared_memory: ``{"cos": ref, "sin": ref}`` (either or both; ``"cos_sin"``
+            or ``"freqs_cis"`` for the one-table layouts) writes them into shared memory.
 
-        Returns ``RopeCacheResult(cos, sin, derived)``.
+        Returns ``RopeCacheResult(cos, sin, derived)`` (sin None for the one-table layouts).
         """
         request = pb.RopeCacheRequest()
         tensors = _Tensors(request, output_shared_memory)
@@ -352,9 +356,12 @@ class Client:
         _set_output_dtype(request, dtype)
         set_enum(request, "layout", RopeCacheLayout, layout)
         response = self._send("RopeCache", request, timeout)
+        derived = from_message(response.derived, RopeDerived)
+        for one in ("cos_sin", "freqs_cis"):
+            if response.HasField(one):
+                return RopeCacheResult(tensors.result(getattr(response, one), one), None, derived)
         return RopeCacheResult(tensors.result(response.cos, "cos"),
-                               tensors.result(response.sin, "sin"),
-                               from_message(response.derived, RopeDerived))
+                               tensors.result(response.sin, "sin"), derived)
 
     def apply_rope(self, q: Any, k: Any = None, positions: Any = None, config: Any = None, *,
                    layout: Any = None, output_shared_memory: Placements = None,
@@ -392,6 +399,143 @@ class Client:
         k_out = tensors.result(response.k, "k") if response.HasField("k") else None
         return ApplyRopeResult(tensors.result(response.q, "q"), k_out,
                                from_message(response.derived, RopeDerived))
+
+    def rerotate_keys(self, k: Any, delta: Any, positions: Any = None, config: Any = None, *,
+                      layout: Any = None, timeout: Optional[float] = None
+                      ) -> RerotateKeysResult:
+        """Moves keys already rotated at ``positions`` to ``positions + delta`` in one exact
+        rotation by ``delta * omega`` (RerotateKeys; the attention factor is not applied again).
+
+        Args:
+          k: float keys, rank 4 (``"bshd"`` default, ``"bhsd"``) or 3 (``"thd"``).
+          delta: int shifts: a scalar, one per sequence ``[B]``, one per token ``[B, S]`` /
+            ``[T]``; with M-RoPE (or 2-D) positions a leading ``[A]`` (one per axis).
+          positions: where the keys are now (as apply_rope's; default 0 .. S-1).
+          config: the keys' :class:`RopeConfig` or config.json (inverse must be false).
+        """
+        request = pb.RerotateKeysRequest()
+        set_float_tensor(request.k, k, "k")
+        set_int_tensor(request.delta, np.asarray(delta), "delta")
+        set_positions(request, positions)
+        to_message(RopeConfig.coerce(config), request.config, "config")
+        set_enum(request, "layout", TensorLayout, layout)
+        response = self._send("RerotateKeys", request, timeout)
+        return RerotateKeysResult(to_numpy(response.k, "k"),
+                                  from_message(response.derived, RopeDerived))
+
+    @staticmethod
+    def _multimodal_request(config: Any, family: Any, token_ids: Any,
+                            spatial_merge_size: Optional[int],
+                            tokens_per_second: Optional[float]) -> Any:
+        request = pb.MultimodalPositionsRequest()
+        if config is not None:
+            request.hf_config_json = config_json_text(config)
+        set_enum(request, "family", MultimodalFamily, family)
+        if token_ids is not None:
+            ids = token_ids if isinstance(token_ids, MultimodalTokenIds) else MultimodalTokenIds(
+                **token_ids)
+            to_message(ids, request.token_ids, "token_ids")
+        if spatial_merge_size is not None:
+            request.spatial_merge_size = int(spatial_merge_size)
+        if tokens_per_second is not None:
+            request.tokens_per_second = float(tokens_per_second)
+        return request
+
+    def multimodal_positions(self, input_ids: Any = None, *, config: Any = None,
+                             family: Any = None, token_ids: Any = None,
+                             spatial_merge_size: Optional[int] = None,
+                             tokens_per_second: Optional[float] = None,
+                             attention_mask: Any = None, image_grid_thw: Any = None,
+                             video_grid_thw: Any = None, second_per_grid_ts: Any = None,
+                             sequences: Any = None, timeout: Optional[float] = None
+                             ) -> MultimodalPositionsResult:
+        """M-RoPE position ids ``[3, B, S]`` (t, h, w) and ``mrope_position_deltas`` ``[B, 1]``
+        of a multimodal prompt, as the family's transformers ``get_rope_index``
+        (MultimodalPositions).
+
+        Args:
+          input_ids: int ``[B, S]`` (with ``attention_mask``, ``image_grid_thw`` ``[N, 3]``,
+            ``video_grid_thw`` ``[M, 3]``, Qwen2.5-VL's ``second_per_grid_ts`` ``[M]``), or
+          sequences: spans per sequence (left-padded to the longest): ``("text", n)``,
+            ``("image", t, h, w)``, ``("video", t, h, w[, second_per_grid])``.
+          config: the model's config.json (dict, JSON text, path): model_type picks the family,
+            vision_config gives spatial_merge_size and tokens_per_second, the top level the
+            token ids. ``family`` (``"qwen2_vl"``, ``"qwen2_5_vl"``, ``"qwen3_vl"``,
+            ``"glm4v"``), ``token_ids`` (a :class:`MultimodalTokenIds` or dict),
+            ``spatial_merge_size`` and ``tokens_per_second`` override it.
+        """
+        request = self._multimodal_request(config, family, token_ids, spatial_merge_size,
+                                           tokens_per_second)
+        for name, value in (("input_ids", input_ids), ("attention_mask", attention_mask),
+                            ("image_grid_thw", image_grid_thw),
+                            ("video_grid_thw", video_grid_thw)):
+            if value is not None:
+                set_int_tensor(getattr(request, name), np.asarray(value), name)
+        if second_per_grid_ts is not None:
+            set_float_tensor(request.second_per_grid_ts,
+                             np.asarray(second_per_grid_ts, dtype=np.float64),
+                             "second_per_grid_ts")
+        if sequences is not None:
+            set_sequences(request, sequences)
+        return self._multimodal_result(self._send("MultimodalPositions", request, timeout))
+
+    def multimodal_decode(self, deltas: Any, prompt_length: int, num_steps: int = 1, *,
+                          config: Any = None, family: Any = None,
+                          timeout: Optional[float] = None) -> MultimodalPositionsResult:
+        """The position ids ``[3, B, num_steps]`` of the decode steps after a prompt of padded
+        length ``prompt_length`` whose ``mrope_position_deltas`` are ``deltas`` ([B] or
+        [B, 1]): ``prompt_length + k + deltas[b]`` on every axis (MultimodalPositions)."""
+        request = self._multimodal_request(config, family, None, None, None)
+        set_int_tensor(request.decode.deltas, np.asarray(deltas), "decode.deltas")
+        request.decode.prompt_length = int(prompt_length)
+        request.decode.num_steps = int(num_steps)
+        return self._multimodal_result(self._send("MultimodalPositions", request, timeout))
+
+    @staticmethod
+    def _multimodal_result(response: Any) -> MultimodalPositionsResult:
+        deltas = (to_numpy(response.mrope_position_deltas, "mrope_position_deltas")
+                  if response.HasField("mrope_position_deltas") else None)
+        return MultimodalPositionsResult(to_numpy(response.position_ids, "position_ids"), deltas,
+                                         enum_or_int(MultimodalFamily, response.family),
+                                         response.source)
+
+    def vision_positions(self, grid: Any = None, *, config: Any = None, tower: Any = None,
+                         spatial_merge_size: Optional[int] = None,
+                         window_size: Optional[int] = None, patch_size: Optional[int] = None,
+                         image_size: Optional[int] = None, timeout: Optional[float] = None
+                         ) -> VisionPositionsResult:
+        """The 2-D patch positions ``[2, L]`` of a vision tower in its attention's order
+        (VisionPositions), for rope_cache / apply_rope with
+        ``RopeConfig.from_hf(config, layer_type="vision")``.
+
+        Args:
+          grid: int patch grids: Qwen ``[N, 3]`` (t, h, w), Pixtral ``[N, 2]`` (h, w); none
+            for Llama 4.
+          config: the model's config.json (vision_config gives the tower and its geometry);
+            ``tower`` (``"qwen"``, ``"pixtral"``, ``"llama4"``), ``spatial_merge_size``,
+            ``window_size`` (Qwen2.5-VL's window order; 0: none), ``patch_size`` and
+            ``image_size`` override it.
+        """
+        request = pb.VisionPositionsRequest()
+        if config is not None:
+            request.hf_config_json = config_json_text(config)
+        set_enum(request, "tower", VisionTower, tower)
+        if grid is not None:
+            set_int_tensor(request.grid, np.asarray(grid), "grid")
+        for name, value in (("spatial_merge_size", spatial_merge_size),
+                            ("window_size", window_size), ("patch_size", patch_size),
+                            ("image_size", image_size)):
+            if value is not None:
+                setattr(request, name, int(value))
+        r = self._send("VisionPositions", request, timeout)
+
+        def optional(name: str) -> Optional[np.ndarray]:
+            return to_numpy(getattr(r, name), name) if r.HasField(name) else None
+
+        return VisionPositionsResult(to_numpy(r.position_ids, "position_ids"),
+                                     optional("flat_ids"), optional("window_index"),
+                                     optional("cu_window_seqlens"),
+                                     enum_or_int(VisionTower, r.tower))
 
     def describe_rope(self, config: Any, *, timeout: Optional[float] = None
                       ) -> DescribeRopeResult:

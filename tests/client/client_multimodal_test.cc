@@ -1,0 +1,255 @@
+// The multimodal golden cases (tests/golden_multimodal, #21) through the C++ client and the shared
+// in-process server over TCP: MultimodalPositions (ids and deltas exact; decode steps),
+// VisionPositions (Qwen and Qwen2.5-VL window order, Pixtral flat ids exact), RerotateKeys (float64
+// within the case's atol, float32 within 1e-6 relative), the one-table RopeCache layouts, and a
+// grid that disagrees with the tokens failing with the span named.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "client_test_util.h"
+#include "posenc/client.h"
+#include "tests/common/golden.h"
+
+namespace posenc::client {
+namespace {
+
+using posenc::testing::GoldenCase;
+using posenc::testing::NpyArray;
+using testing::ConnectToSharedServer;
+
+constexpr double kFloat32Relative = 1e-6;
+
+std::vector<GoldenCase> Cases(const std::string& function) {
+  std::vector<GoldenCase> out;
+  const std::string dir = posenc::testing::GoldenMultimodalDir();
+  for (const std::string& name : posenc::testing::ListGoldenCases(dir)) {
+    absl::StatusOr<GoldenCase> c = posenc::testing::LoadGoldenCase(dir, name);
+    EXPECT_TRUE(c.ok()) << c.status();
+    if (c.ok() && c->function == function) out.push_back(*std::move(c));
+  }
+  return out;
+}
+
+Tensor Ints(const NpyArray& a) {
+  absl::StatusOr<Tensor> t = Tensor::FromInt64s(a.ints, a.shape);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return *t;
+}
+
+Tensor Floats(const NpyArray& a, DType dtype) {
+  absl::StatusOr<Tensor> t = Tensor::FromDoubles(a.values, a.shape, dtype);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return *t;
+}
+
+std::optional<Tensor> IntsIfAny(const GoldenCase& c, const std::string& name) {
+  if (!c.inputs.contains(name)) return std::nullopt;
+  return Ints(c.inputs.at(name));
+}
+
+void ExpectIds(const Tensor& got, const NpyArray& want, const std::string& what) {
+  EXPECT_EQ(got.shape, want.shape) << what;
+  EXPECT_EQ(got.ToInt64s(), want.ints) << what;
+}
+
+MultimodalFamily FamilyOf(const std::string& model) {
+  if (model == "qwen2_vl") return MultimodalFamily::kQwen2Vl;
+  if (model == "qwen2_5_vl") return MultimodalFamily::kQwen25Vl;
+  if (model == "qwen3_vl") return MultimodalFamily::kQwen3Vl;
+  EXPECT_EQ(model, "glm4v");
+  return MultimodalFamily::kGlm4v;
+}
+
+MultimodalPositionsOptions RopeIndexOptions(const GoldenCase& c) {
+  const auto& p = c.params;
+  MultimodalPositionsOptions o{.family = FamilyOf(p.at("model").get<std::string>()),
+                               .spatial_merge_size = p.at("spatial_merge_size").get<int64_t>()};
+  if (p.contains("tokens_per_second"))
+    o.tokens_per_second = p.at("tokens_per_second").get<double>();
+  auto id = [&](const char* key) -> std::optional<int64_t> {
+    if (!p.contains(key)) return std::nullopt;
+    return p.at(key).get<int64_t>();
+  };
+  o.token_ids = {.image_token_id = id("image_token_id"),
+                 .video_token_id = id("video_token_id"),
+                 .vision_start_token_id = id("vision_start_token_id"),
+                 .video_start_token_id = id("video_start_token_id"),
+                 .video_end_token_id = id("video_end_token_id")};
+  o.input_ids = Ints(c.inputs.at("input_ids"));
+  o.attention_mask = IntsIfAny(c, "attention_mask");
+  o.image_grid_thw = IntsIfAny(c, "image_grid_thw");
+  o.video_grid_thw = IntsIfAny(c, "video_grid_thw");
+  if (c.inputs.contains("second_per_grid_ts")) {
+    o.second_per_grid_ts = Floats(c.inputs.at("second_per_grid_ts"), DType::kFloat64);
+  }
+  return o;
+}
+
+class ClientMultimodalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    client_ = ConnectToSharedServer();
+    ASSERT_NE(client_, nullptr);
+  }
+
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(ClientMultimodalTest, RopeIndexOfEveryCaseIsExact) {
+  const std::vector<GoldenCase> cases = Cases("mrope_rope_index");
+  ASSERT_GE(cases.size(), 8u);
+  for (const GoldenCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    absl::StatusOr<MultimodalPositionsResult> r = client_->MultimodalPositions(RopeIndexOptions(c));
+    ASSERT_TRUE(r.ok()) << r.status();
+    ExpectIds(r->position_ids, c.outputs.at("position_ids"), "position_ids");
+    ASSERT_TRUE(r->mrope_position_deltas.has_value());
+    ExpectIds(*r->mrope_position_deltas, c.outputs.at("mrope_position_deltas"), "deltas");
+    EXPECT_EQ(r->family, FamilyOf(c.params.at("model").get<std::string>()));
+    EXPECT_NE(r->source.find("get_rope_index"), std::string::npos) << r->source;
+  }
+}
+
+TEST_F(ClientMultimodalTest, DecodeStepsOfEveryCaseAreExact) {
+  const std::vector<GoldenCase> cases = Cases("mrope_decode_position_ids");
+  ASSERT_GE(cases.size(), 2u);
+  for (const GoldenCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    MultimodalPositionsOptions o{.family = FamilyOf(c.params.at("model").get<std::string>())};
+    o.decode = MultimodalDecode{.deltas = Ints(c.inputs.at("mrope_position_deltas")),
+                                .prompt_length = c.params.at("prompt_length").get<int64_t>(),
+                                .num_steps = c.params.at("num_steps").get<int64_t>()};
+    absl::StatusOr<MultimodalPositionsResult> r = client_->MultimodalPositions(o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ExpectIds(r->position_ids, c.outputs.at("position_ids"), "position_ids");
+    EXPECT_FALSE(r->mrope_position_deltas.has_value());
+  }
+}
+
+TEST_F(ClientMultimodalTest, GridDisagreeingWithTheTokensNamesTheSpan) {
+  const std::vector<GoldenCase> cases = Cases("mrope_rope_index");
+  ASSERT_FALSE(cases.empty());
+  MultimodalPositionsOptions o = RopeIndexOptions(cases.front());
+  ASSERT_TRUE(o.image_grid_thw.has_value());
+  std::vector<int64_t> grids = o.image_grid_thw->ToInt64s();
+  grids[1] += 2 * *o.spatial_merge_size;
+  o.image_grid_thw = *Tensor::FromInt64s(grids, o.image_grid_thw->shape);
+  absl::StatusOr<MultimodalPositionsResult> r = client_->MultimodalPositions(o);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_NE(r.status().message().find("input_ids["), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("expected"), std::string::npos) << r.status();
+}
+
+TEST_F(ClientMultimodalTest, QwenVisionPositionsAndWindowsAreExact) {
+  std::vector<GoldenCase> cases = Cases("qwen_vision_rope");
+  for (GoldenCase& c : Cases("qwen25vl_vision_window_rope")) cases.push_back(std::move(c));
+  ASSERT_GE(cases.size(), 3u);
+  for (const GoldenCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const auto& p = c.params;
+    VisionPositionsOptions o{.tower = VisionTower::kQwen,
+                             .grid = Ints(c.inputs.at("grid_thw")),
+                             .spatial_merge_size = p.at("spatial_merge_size").get<int64_t>(),
+                             .window_size = p.value("window_size", int64_t{0})};
+    if (p.contains("patch_size")) o.patch_size = p.at("patch_size").get<int64_t>();
+    absl::StatusOr<VisionPositionsResult> r = client_->VisionPositions(o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    // transformers' pos_ids are [L, 2] (row, col) pairs; posenc's ids [2, L].
+    const std::vector<int64_t> ids = r->position_ids.ToInt64s();
+    const NpyArray& want = c.outputs.at("pos_ids");
+    ASSERT_EQ(static_cast<int64_t>(ids.size()), want.size());
+    const size_t n = ids.size() / 2;
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(ids[i], want.ints[2 * i]) << i;
+      ASSERT_EQ(ids[n + i], want.ints[2 * i + 1]) << i;
+    }
+    if (c.outputs.contains("window_index")) {
+      ASSERT_TRUE(r->window_index.has_value() && r->cu_window_seqlens.has_value());
+      ExpectIds(*r->window_index, c.outputs.at("window_index"), "window_index");
+      ExpectIds(*r->cu_window_seqlens, c.outputs.at("cu_window_seqlens"), "cu_window_seqlens");
+    } else {
+      EXPECT_FALSE(r->window_index.has_value());
+    }
+  }
+}
+
+TEST_F(ClientMultimodalTest, PixtralFlatIdsAreExact) {
+  const std::vector<GoldenCase> cases = Cases("pixtral_rope_2d");
+  ASSERT_FALSE(cases.empty());
+  for (const GoldenCase& c : cases) {
+    VisionPositionsOptions o{.tower = VisionTower::kPixtral,
+                             .grid = Ints(c.inputs.at("patch_grid_hw")),
+                             .patch_size = c.params.at("patch_size").get<int64_t>(),
+                             .image_size = c.params.at("image_size").get<int64_t>()};
+    absl::StatusOr<VisionPositionsResult> r = client_->VisionPositions(o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(r->flat_ids.has_value());
+    ExpectIds(*r->flat_ids, c.outputs.at("position_ids"), c.name + " flat_ids");
+  }
+}
+
+TEST_F(ClientMultimodalTest, RerotateKeysOfEveryCaseInFloat64AndFloat32) {
+  const std::vector<GoldenCase> cases = Cases("kv_rerotate");
+  ASSERT_GE(cases.size(), 3u);
+  for (const GoldenCase& c : cases) {
+    for (DType dtype : {DType::kFloat64, DType::kFloat32}) {
+      SCOPED_TRACE(::testing::Message() << c.name << " dtype " << static_cast<int>(dtype));
+      const NpyArray& k = c.inputs.at("k");
+      RerotateKeysOptions o{.k = Floats(k, dtype),
+                            .positions = Positions::Ids(Ints(c.inputs.at("positions"))),
+                            .delta = Ints(c.inputs.at("delta")),
+                            .layout = TensorLayout::kTHD};
+      o.config.head_dim = c.params.at("head_dim").get<int64_t>();
+      o.config.rotary_dim = c.params.at("rotary_dim").get<int64_t>();
+      o.config.base = c.params.at("rope_theta").get<double>();
+      absl::StatusOr<RerotateKeysResult> r = client_->RerotateKeys(o);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->k.dtype, dtype);
+      double scale = 1.0;
+      for (double v : k.values) scale = std::max(scale, std::fabs(v));
+      const double tol = dtype == DType::kFloat32 ? kFloat32Relative * scale
+                                                  : c.tolerance.at("atol").get<double>();
+      const std::vector<double> got = r->k.ToDoubles();
+      const NpyArray& want = c.outputs.at("k_rerotated");
+      ASSERT_EQ(static_cast<int64_t>(got.size()), want.size());
+      double worst = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        worst = std::max(worst, std::fabs(got[i] - want.values[i]));
+      }
+      EXPECT_LE(worst, tol);
+    }
+  }
+}
+
+TEST_F(ClientMultimodalTest, OneTableCacheLayoutsAreCompactRearranged) {
+  RopeCacheOptions o{.positions = Positions::Range(0, 5)};
+  o.config.head_dim = 16;
+  absl::StatusOr<RopeCacheResult> compact = client_->RopeCache(o);
+  ASSERT_TRUE(compact.ok()) << compact.status();
+  o.layout = RopeCacheLayout::kFusedCosSin;
+  absl::StatusOr<RopeCacheResult> fused = client_->RopeCache(o);
+  o.layout = RopeCacheLayout::kComplex;
+  absl::StatusOr<RopeCacheResult> cis = client_->RopeCache(o);
+  ASSERT_TRUE(fused.ok() && cis.ok()) << fused.status() << cis.status();
+  ASSERT_TRUE(fused->cos_sin.has_value() && cis->freqs_cis.has_value());
+  EXPECT_EQ(fused->cos_sin->shape, (std::vector<int64_t>{5, 16}));
+  EXPECT_EQ(cis->freqs_cis->shape, (std::vector<int64_t>{5, 8, 2}));
+  const std::vector<float> c = compact->cos.ToFloats(), s = compact->sin.ToFloats();
+  const std::vector<float> f = fused->cos_sin->ToFloats(), x = cis->freqs_cis->ToFloats();
+  for (size_t t = 0; t < 5; ++t) {
+    for (size_t j = 0; j < 8; ++j) {
+      EXPECT_EQ(f[t * 16 + j], c[t * 8 + j]);
+      EXPECT_EQ(f[t * 16 + 8 + j], s[t * 8 + j]);
+      EXPECT_EQ(x[(t * 8 + j) * 2], c[t * 8 + j]);
+      EXPECT_EQ(x[(t * 8 + j) * 2 + 1], s[t * 8 + j]);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace posenc::client
