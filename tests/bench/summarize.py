@@ -10,7 +10,7 @@ import re
 import sys
 
 posenc = json.load(open(sys.argv[1]))
-torch_rows = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+torch_rows = [json.loads(line) for line in open(sys.argv[2]) if line.strip()]
 DTYPES = {"0": "f32", "1": "f16", "2": "bf16", "3": "f64"}
 STYLES = {"0": "neox", "1": "gptj", "2": "deepseek"}
 LAYOUTS = {"0": "BSHD", "1": "BHSD", "2": "THD"}
