@@ -192,8 +192,7 @@ void BM_ApplyRope(benchmark::State& state) {
 }
 
 void ApplyRopeArgs(benchmark::internal::Benchmark* bm) {
-  bm->ArgNames(
-      {"b", "s", "h", "d", "rot", "style", "layout", "dtype", "offsets", "threads"});
+  bm->ArgNames({"b", "s", "h", "d", "rot", "style", "layout", "dtype", "offsets", "threads"});
   const int64_t f32 = static_cast<int64_t>(DType::kFloat32);
   const int64_t neox = 0, gptj = 1, deepseek = 2, bshd = 0, bhsd = 1, thd = 2;
   for (int64_t threads : {1, 2}) {
