@@ -92,6 +92,16 @@ void Expected(std::vector<uint16_t>* x, const RopeRows& a, const Angles& g) {
   }
 }
 
+// A NaN's sign and payload are not part of the result (the same expression gives 0x7e00 or 0xfe00
+// by compiler and optimization level: the ASan build's scalar function gives the negative one).
+bool BothNan(bool bf16, uint16_t a, uint16_t b) {
+  const uint16_t exponent = bf16 ? 0x7f80 : 0x7c00;
+  const auto is_nan = [&](uint16_t v) {
+    return (v & exponent) == exponent && (v & ~exponent & 0x7fff) != 0;
+  };
+  return is_nan(a) && is_nan(b);
+}
+
 TEST(HalfRotationTest, EveryVectorLevelGivesRotateHalfPairsBits) {
   std::mt19937 gen(5);
   int checked = 0;
@@ -122,7 +132,7 @@ TEST(HalfRotationTest, EveryVectorLevelGivesRotateHalfPairsBits) {
           }
           int bad = 0;
           for (size_t i = 0; i < x.size(); ++i) {
-            if (want[i] != got[i] && ++bad <= 3) {
+            if (want[i] != got[i] && !BothNan(bf16, want[i], got[i]) && ++bad <= 3) {
               ADD_FAILURE() << level.name << (bf16 ? " bf16" : " f16") << " half " << half
                             << " order " << order << " [" << i << "]: got 0x" << std::hex << got[i]
                             << ", want 0x" << want[i] << std::dec;
