@@ -6,6 +6,9 @@
 # is importable. Exits non-zero when a test fails (benchmarks never fail the run).
 #
 #   tests/bench/run_cuda.sh [--quick]     (BUILD_DIR env: default build/cuda-release)
+#
+# POSENC_PREBUILT=1 skips the build (a folder made by device_bundle.sh on a machine with our build
+# dependencies); POSENC_PYTHON names the Python with grpcio and numpy (default /usr/bin/python3).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD_DIR:-$root/build/cuda-release}
@@ -17,9 +20,13 @@ mkdir -p "$out"
 echo "== device"
 nvidia-smi --query-gpu=index,name,memory.total,driver_version,compute_cap --format=csv ||
   echo "nvidia-smi not available"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPOSENC_ENABLE_CUDA=ON \
-  -DPOSENC_BUILD_BENCHMARKS=ON >/dev/null
-cmake --build "$build" --target kernels_test cuda_parity_test cuda_bench
+py=${POSENC_PYTHON:-/usr/bin/python3}
+prebuilt=${POSENC_PREBUILT:-}
+if [ -z "$prebuilt" ]; then
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPOSENC_ENABLE_CUDA=ON \
+    -DPOSENC_BUILD_BENCHMARKS=ON >/dev/null
+  cmake --build "$build" --target kernels_test cuda_parity_test cuda_bench
+fi
 status=0
 echo "== cuda_parity_test (the cuda backend vs the reference; skips without a device)"
 "$build/tests/cuda_parity_test" || status=1
@@ -27,12 +34,12 @@ echo "== golden cases through every backend (incl. cuda) and the kernels' math o
 "$build/tests/kernels_test" --gtest_filter='AllCases/GoldenTest.*:CudaMath*:CudaEntryPoints*' ||
   status=1
 echo "== golden cases end to end: the Python client against posenc-server --backend=cuda"
-cmake --build "$build" --target posenc-server posenc_python
-if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import grpc, numpy' 2>/dev/null; then
+[ -n "$prebuilt" ] || cmake --build "$build" --target posenc-server posenc_python
+if [ -x "$(command -v "$py")" ] && "$py" -c 'import grpc, numpy' 2>/dev/null; then
   (cd tests/python && PYTHONPATH="$build/python" POSENC_SERVER_PATH="$build/posenc-server" \
-    POSENC_GOLDEN_BACKENDS=cuda /usr/bin/python3 -m unittest test_golden) || status=1
+    POSENC_GOLDEN_BACKENDS=cuda "$py" -m unittest test_golden) || status=1
 else
-  echo "skipped: Debian's python3 with python3-grpcio and python3-numpy is needed"
+  echo "skipped: a python3 with grpcio and numpy is needed (POSENC_PYTHON, default Debian's)"
 fi
 echo "== cuda_bench (kernel GB/s on device data, beside cudaMemcpy; end to end with copies)"
 "$build/cuda_bench" --benchmark_min_time="$min_time" --benchmark_counters_tabular=true \

@@ -86,7 +86,7 @@ def to_message(value: Any, msg: Any, path: str) -> None:
             continue
         fd = msg.DESCRIPTOR.fields_by_name[f.name]
         where = f"{path}.{f.name}" if path else f.name
-        if fd.label == fd.LABEL_REPEATED:
+        if _repeated(fd):
             if isinstance(item, (str, bytes)):
                 raise local_error(where, f"expected a sequence, got {item!r}")
             getattr(msg, f.name).extend(_scalar(fd, v, where) for v in item)
@@ -123,7 +123,7 @@ def from_message(msg: Any, cls: Type[T]) -> T:
                 return enum_or_int(getattr(_enums, fd.enum_type.name), v)
             return v
 
-        if fd.label == fd.LABEL_REPEATED:
+        if _repeated(fd):
             items = [one(v) for v in raw]
             if hint is np.ndarray:
                 values[f.name] = np.array(items, dtype=np.float64)
@@ -243,6 +243,17 @@ def server_info(r: pb.GetServerInfoResponse) -> ServerInfo:
         devices=[from_message(d, DeviceInfo) for d in r.devices])
 
 
+def _repeated(fd: Any) -> bool:
+    """Whether a field is repeated: ``is_repeated`` on protobuf 5.29 and later (whose upb
+    descriptors have no ``label`` since 6.x), ``label`` on the older runtimes (Debian 12's 3.21)."""
+    is_repeated = getattr(fd, "is_repeated", None)
+    if callable(is_repeated):
+        is_repeated = is_repeated()
+    if is_repeated is not None:
+        return bool(is_repeated)
+    return bool(fd.label == fd.LABEL_REPEATED)
+
+
 def uses_shared_memory(msg: Any) -> bool:
     """Whether a request places an output in shared memory or refers to shared memory for any
     tensor (positions and tables included): such a request is sent whole (never split, never
@@ -251,7 +262,7 @@ def uses_shared_memory(msg: Any) -> bool:
     if "output_shared_memory" in fields and len(msg.output_shared_memory):
         return True
     for fd, value in msg.ListFields():
-        if fd.message_type is None or fd.label == fd.LABEL_REPEATED:
+        if fd.message_type is None or _repeated(fd):
             continue
         if fd.message_type.full_name == "posenc.v1.Tensor":
             if value.HasField("shared_memory"):
