@@ -49,8 +49,8 @@ void TokenCosSin(const CpuContext& cpu, const RopeConfig& config, const RopeFreq
   const int64_t half = freqs.rotary_dim / 2;
   if constexpr (std::is_same_v<T, float>) {
     if (walker != nullptr) {
-      walker->At(positions.IsValid(t) ? static_cast<double>(positions.At(t)) : 0.0);
-      cpu.simd.cos_sin_to_float(walker->c(), walker->s(), half, f.scale, f.sign * f.scale, c, s);
+      walker->At(positions.IsValid(t) ? static_cast<double>(positions.At(t)) : 0.0, f.scale,
+                 f.sign * f.scale, c, s);
       return;
     }
   }
@@ -62,8 +62,9 @@ void TokenCosSin(const CpuContext& cpu, const RopeConfig& config, const RopeFreq
 // Bytes of each table's rows placed before they are stored (RopeCacheT).
 constexpr int64_t kTableBlockBytes = 8192;
 
-// One RopeCache row of cos and of sin in `layout` from the frequencies' values c, s (half each):
-// COMPACT as they are, NEOX twice over, GPT-J each value twice.
+// One RopeCache row of cos and of sin in `layout` from the frequencies' values c, s (half each;
+// for COMPACT and NEOX they may already be the row's start, cr and sr): COMPACT as they are, NEOX
+// twice over, GPT-J each value twice.
 template <typename T>
 void PlaceCacheRow(RopeCacheLayout layout, int64_t half, const T* c, const T* s, T* cr, T* sr) {
   if (layout == RopeCacheLayout::kGptj) {
@@ -73,8 +74,10 @@ void PlaceCacheRow(RopeCacheLayout layout, int64_t half, const T* c, const T* s,
     }
     return;
   }
-  std::copy(c, c + half, cr);
-  std::copy(s, s + half, sr);
+  if (c != cr) {
+    std::copy(c, c + half, cr);
+    std::copy(s, s + half, sr);
+  }
   if (layout == RopeCacheLayout::kNeox) {
     std::copy(c, c + half, cr + half);
     std::copy(s, s + half, sr + half);
@@ -110,10 +113,13 @@ absl::Status RopeCacheT(const CpuContext& cpu, const RopeCachePlan& plan,
     for (int64_t b0 = t0; b0 < t1; b0 += block_rows) {
       const int64_t b1 = std::min(t1, b0 + block_rows);
       for (int64_t t = b0; t < b1; ++t) {
+        // COMPACT and NEOX rows take the values where they go; GPT-J's are spread from c, s.
+        T* cr = &cb[(t - b0) * width];
+        T* sr = &sb[(t - b0) * width];
+        const bool gptj = layout == RopeCacheLayout::kGptj;
         TokenCosSin<T>(cpu, plan.config, freqs, w, f, positions, t, walk ? &*walker : nullptr,
-                       &pbuf, c.data(), s.data());
-        PlaceCacheRow<T>(layout, half, c.data(), s.data(), &cb[(t - b0) * width],
-                         &sb[(t - b0) * width]);
+                       &pbuf, gptj ? c.data() : cr, gptj ? s.data() : sr);
+        PlaceCacheRow<T>(layout, half, gptj ? c.data() : cr, gptj ? s.data() : sr, cr, sr);
       }
       const int64_t n = (b1 - b0) * width;
       if (f32) {
