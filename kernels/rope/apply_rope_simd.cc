@@ -216,13 +216,10 @@ inline VecF<W> Fma(VecF<W> a, VecF<W> b, VecF<W> c) {
     return {_mm256_fmadd_ps(a.v, b.v, c.v)};
   }
 }
+// c - a * b with one rounding (the compilers fold the negation into VFNMADD).
 template <int W>
 inline VecF<W> Fnma(VecF<W> a, VecF<W> b, VecF<W> c) {
-  if constexpr (W == 64) {
-    return {_mm512_fnmadd_ps(a.v, b.v, c.v)};
-  } else {
-    return {_mm256_fnmadd_ps(a.v, b.v, c.v)};
-  }
+  return Fma(VecF<W>{-a.v}, b, c);
 }
 inline Dwords Bits(Vf a) { return (Dwords)a.v; }
 inline Vf FromBits(Dwords b) { return {(RawF)b}; }
