@@ -674,8 +674,8 @@ absl::StatusOr<ApplyRopeSplit> SplitApplyRope(const ApplyRopeOptions& options,
   }
   const auto pairs = splitter.Pairs(splitter.most_heads());
   const Grid& grid = geometry->grid;
-  const std::optional<PositionCut> cut =
-      PositionCut::Make(options.positions, grid, PositionAxes(options.config), /*mask_as_ids=*/true);
+  const std::optional<PositionCut> cut = PositionCut::Make(
+      options.positions, grid, PositionAxes(options.config), /*mask_as_ids=*/true);
   if (!pairs.has_value() || !cut.has_value()) return split;
   // The whole request's positions: checked, their largest (seq_len), a mask's.
   kernels::ResolvedPositions resolved;

@@ -182,10 +182,10 @@ absl::Status RopeCache(const HandlerContext& ctx, const v1::RopeCacheRequest& re
                                         "positions", &args.positions));
   POSENC_ASSIGN_OR_RETURN(kernels::RopeCachePlan plan, kernels::PlanRopeCache(std::move(args)));
   // The one-table layouts: one output, and the COMPACT chunks it is built from (scratch).
-  POSENC_ASSIGN_OR_RETURN(
-      const kernels::Backend* backend,
-      plan.fused() ? AdmitOutputs(ctx, {plan.cos, plan.inv_freq}, plan.ScratchBytes())
-                   : AdmitOutputs(ctx, {plan.cos, plan.sin, plan.inv_freq}));
+  POSENC_ASSIGN_OR_RETURN(const kernels::Backend* backend,
+                          plan.fused()
+                              ? AdmitOutputs(ctx, {plan.cos, plan.inv_freq}, plan.ScratchBytes())
+                              : AdmitOutputs(ctx, {plan.cos, plan.sin, plan.inv_freq}));
   v1::Tensor* cos_out =
       plan.layout == kernels::RopeCacheLayout::kFusedCosSin ? resp->mutable_cos_sin()
       : plan.layout == kernels::RopeCacheLayout::kComplex   ? resp->mutable_freqs_cis()
@@ -458,8 +458,7 @@ absl::StatusOr<const kernels::Backend*> AdmitOutputs(const HandlerContext& ctx,
   if (&backend != ctx.backend && ctx.on_backend_unusable) {
     if (absl::Status usable = ctx.backend->Usable(); !usable.ok()) ctx.on_backend_unusable(usable);
   }
-  POSENC_RETURN_IF_ERROR(
-      AdmitCurrentCall(bytes, backend.HostStagingBytes(bytes) + scratch_bytes));
+  POSENC_RETURN_IF_ERROR(AdmitCurrentCall(bytes, backend.HostStagingBytes(bytes) + scratch_bytes));
   NoteCurrentCallBackend(backend.name());
   if (ctx.metrics != nullptr) ctx.metrics->OnBackendCall(backend.name());
   return &backend;

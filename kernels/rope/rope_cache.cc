@@ -108,8 +108,8 @@ ResolvedPositions SliceTokens(const ResolvedPositions& all, int64_t t0, int64_t 
 
 // `rows` COMPACT rows of cos `c` and sin `s` (`row` bytes each, elements of `esize`) into the
 // one-table `layout` at `dst`: FUSED_COS_SIN [cos row | sin row], COMPLEX (cos_j, sin_j) pairs.
-void Rearrange(RopeCacheLayout layout, const unsigned char* c, const unsigned char* s,
-               int64_t rows, size_t row, size_t esize, unsigned char* dst) {
+void Rearrange(RopeCacheLayout layout, const unsigned char* c, const unsigned char* s, int64_t rows,
+               size_t row, size_t esize, unsigned char* dst) {
   for (int64_t t = 0; t < rows; ++t, c += row, s += row, dst += 2 * row) {
     if (layout == RopeCacheLayout::kFusedCosSin) {
       std::memcpy(dst, c, row);

@@ -194,7 +194,8 @@ void ExpectOneTablesRearrangeCompact(const Backend& backend, RopeCacheArgs args)
         const bool fused = layout == RopeCacheLayout::kFusedCosSin;
         const int64_t at_cos = fused ? t * 2 * half + j : (t * half + j) * 2;
         const int64_t at_sin = fused ? at_cos + half : at_cos + 1;
-        wrong += table.at(at_cos) != cos.at(t * half + j) || table.at(at_sin) != sin.at(t * half + j);
+        wrong +=
+            table.at(at_cos) != cos.at(t * half + j) || table.at(at_sin) != sin.at(t * half + j);
       }
     }
     EXPECT_EQ(wrong, 0) << "layout " << static_cast<int>(layout);
