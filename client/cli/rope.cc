@@ -106,9 +106,8 @@ absl::Status CheckCacheOutputFlags(const ParsedFlags& flags, client::RopeCacheLa
   return absl::OkStatus();
 }
 
-// The one table of FUSED_COS_SIN (cos_sin) or COMPLEX (freqs_cis) as printed; nullopt for the
-// layouts of cos and sin.
-// (taken out of `result`).
+// The one table of FUSED_COS_SIN (cos_sin) or COMPLEX (freqs_cis) as printed, moved out of
+// `result`; nullopt for the layouts of cos and sin.
 std::optional<NamedTensor> OneTable(client::RopeCacheResult* result,
                                     const std::vector<int64_t>& labels) {
   std::optional<NamedTensor> out;

@@ -23,8 +23,6 @@ using posenc::testing::GoldenCase;
 using posenc::testing::NpyArray;
 using testing::ConnectToSharedServer;
 
-constexpr double kFloat32Relative = 1e-6;
-
 std::vector<GoldenCase> Cases(const std::string& function) {
   std::vector<GoldenCase> out;
   const std::string dir = posenc::testing::GoldenMultimodalDir();
@@ -91,16 +89,22 @@ MultimodalPositionsOptions RopeIndexOptions(const GoldenCase& c) {
   return o;
 }
 
-double MaxAbs(const NpyArray& a) {
-  double m = 0;
-  for (double v : a.values) m = std::max(m, std::fabs(v));
-  return m;
-}
+using posenc::testing::MaxAbs;
 
 // The case's FLOAT64 atol, or FLOAT32's 1e-6 relative to `scale` (the inputs' magnitude).
 double Tolerance(const GoldenCase& c, DType dtype, double scale) {
-  if (dtype == DType::kFloat32) return kFloat32Relative * std::max(1.0, scale);
-  return c.tolerance.value("atol", 1e-12);
+  return posenc::testing::MultimodalTolerance(c, dtype == DType::kFloat32, scale);
+}
+
+// VisionPositions options of a Qwen tower case (Qwen2-VL or the Qwen2.5-VL window order).
+VisionPositionsOptions QwenVisionOptions(const GoldenCase& c) {
+  const auto& p = c.params;
+  VisionPositionsOptions o{.tower = VisionTower::kQwen,
+                           .grid = Ints(c.inputs.at("grid_thw")),
+                           .spatial_merge_size = p.at("spatial_merge_size").get<int64_t>(),
+                           .window_size = p.value("window_size", int64_t{0})};
+  if (p.contains("patch_size")) o.patch_size = p.at("patch_size").get<int64_t>();
+  return o;
 }
 
 void ExpectNear(const Tensor& got, const NpyArray& want, double tol, const std::string& what) {
@@ -249,13 +253,7 @@ TEST_F(ClientMultimodalTest, QwenVisionPositionsAndWindowsAreExact) {
   ASSERT_GE(cases.size(), 3u);
   for (const GoldenCase& c : cases) {
     SCOPED_TRACE(c.name);
-    const auto& p = c.params;
-    VisionPositionsOptions o{.tower = VisionTower::kQwen,
-                             .grid = Ints(c.inputs.at("grid_thw")),
-                             .spatial_merge_size = p.at("spatial_merge_size").get<int64_t>(),
-                             .window_size = p.value("window_size", int64_t{0})};
-    if (p.contains("patch_size")) o.patch_size = p.at("patch_size").get<int64_t>();
-    absl::StatusOr<VisionPositionsResult> r = client_->VisionPositions(o);
+    absl::StatusOr<VisionPositionsResult> r = client_->VisionPositions(QwenVisionOptions(c));
     ASSERT_TRUE(r.ok()) << r.status();
     // transformers' pos_ids are [L, 2] (row, col) pairs; posenc's ids [2, L].
     const std::vector<int64_t> ids = r->position_ids.ToInt64s();
@@ -308,18 +306,7 @@ TEST_F(ClientMultimodalTest, RerotateKeysOfEveryCaseInFloat64AndFloat32) {
       absl::StatusOr<RerotateKeysResult> r = client_->RerotateKeys(o);
       ASSERT_TRUE(r.ok()) << r.status();
       EXPECT_EQ(r->k.dtype, dtype);
-      double scale = 1.0;
-      for (double v : k.values) scale = std::max(scale, std::fabs(v));
-      const double tol = dtype == DType::kFloat32 ? kFloat32Relative * scale
-                                                  : c.tolerance.at("atol").get<double>();
-      const std::vector<double> got = r->k.ToDoubles();
-      const NpyArray& want = c.outputs.at("k_rerotated");
-      ASSERT_EQ(static_cast<int64_t>(got.size()), want.size());
-      double worst = 0;
-      for (size_t i = 0; i < got.size(); ++i) {
-        worst = std::max(worst, std::fabs(got[i] - want.values[i]));
-      }
-      EXPECT_LE(worst, tol);
+      ExpectNear(r->k, c.outputs.at("k_rerotated"), Tolerance(c, dtype, MaxAbs(k)), "k");
     }
   }
 }
@@ -340,12 +327,7 @@ TEST_F(ClientMultimodalTest, VisionCosSinOfEveryCase) {
   ASSERT_GE(qwen.size(), 3u);
   for (const GoldenCase& c : qwen) {
     const auto& p = c.params;
-    VisionPositionsOptions o{.tower = VisionTower::kQwen,
-                             .grid = Ints(c.inputs.at("grid_thw")),
-                             .spatial_merge_size = p.at("spatial_merge_size").get<int64_t>(),
-                             .window_size = p.value("window_size", int64_t{0})};
-    if (p.contains("patch_size")) o.patch_size = p.at("patch_size").get<int64_t>();
-    absl::StatusOr<VisionPositionsResult> ids = client_->VisionPositions(o);
+    absl::StatusOr<VisionPositionsResult> ids = client_->VisionPositions(QwenVisionOptions(c));
     ASSERT_TRUE(ids.ok()) << ids.status();
     const RopeAtIds rope{.config =
                              VisionConfig(p.at("vision_head_dim").get<int64_t>(),
