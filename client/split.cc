@@ -108,15 +108,24 @@ struct Grid {
   int64_t seq = 1;
 };
 
-// Positions with a leading axis of position axes (ids [A, ...]: M-RoPE, 2-D RoPE, an explicit
-// axis map): sections, frequency_axes or a VISION layout, or a config.json that names sections
-// (the client does not normalize config.json; a wrong guess is the server's INVALID_ARGUMENT).
-// Only [3, ...] ids are cut; others go whole.
-bool IsMrope(const RopeConfig& config) {
-  return !config.mrope_section.empty() || !config.frequency_axes.empty() ||
-         config.mrope_layout == MropeLayout::kVision2d ||
-         config.mrope_layout == MropeLayout::kVision2dEvenOdd ||
-         config.hf_config_json.find("\"mrope_section\"") != std::string::npos;
+// The number of position axes the config reads (ids [A, ...] when A > 1), as the kernels'
+// RopePositionAxes: frequency_axes (the largest + 1), the VISION layouts or layer_type "vision"
+// of a config.json (2: every vision tower posenc knows is 2-D), mrope_section (its length), or a
+// config.json that names sections (3: the client does not normalize config.json; a wrong guess
+// is the server's INVALID_ARGUMENT, never a wrong result).
+int PositionAxes(const RopeConfig& config) {
+  if (!config.frequency_axes.empty()) {
+    const int64_t most =
+        *std::max_element(config.frequency_axes.begin(), config.frequency_axes.end());
+    return static_cast<int>(std::clamp<int64_t>(most + 1, 1, 4));
+  }
+  if (config.mrope_layout == MropeLayout::kVision2d ||
+      config.mrope_layout == MropeLayout::kVision2dEvenOdd ||
+      (!config.hf_config_json.empty() && config.layer_type == "vision")) {
+    return 2;
+  }
+  if (!config.mrope_section.empty()) return static_cast<int>(config.mrope_section.size());
+  return config.hf_config_json.find("\"mrope_section\"") != std::string::npos ? 3 : 1;
 }
 
 int64_t LargestId(const Tensor& ids) {
@@ -131,9 +140,9 @@ class PositionCut {
   // nullopt when ids have a shape the grid does not take (the request goes whole: the server's
   // error). `mask_as_ids`: an attention mask becomes INT64 ids (ApplyRope), else its rows are
   // sliced (AddPositionEncoding, tokens never cut).
-  static std::optional<PositionCut> Make(const Positions& positions, Grid grid, bool mrope,
+  static std::optional<PositionCut> Make(const Positions& positions, Grid grid, int axes,
                                          bool mask_as_ids) {
-    PositionCut cut(positions, grid, mrope, mask_as_ids);
+    PositionCut cut(positions, grid, axes, mask_as_ids);
     if (positions.kind != Positions::Kind::kIds) return cut;
     const Tensor& ids = positions.tensor;
     const auto& s = ids.shape;
@@ -141,13 +150,14 @@ class PositionCut {
         s.empty() || s.back() != grid.seq) {
       return std::nullopt;
     }
-    if (s.size() == 1 && !mrope) {
+    const bool leading = axes > 1 && s[0] == axes;  // ids [A, ...]
+    if (s.size() == 1 && axes == 1) {
       cut.ids_ = IdsLayout::kTokens;
-    } else if (s.size() == 2 && mrope && s[0] == 3) {
+    } else if (s.size() == 2 && leading) {
       cut.ids_ = IdsLayout::kMropeTokens;
-    } else if (s.size() == 2 && !mrope && !grid.packed && s[0] == grid.batch) {
+    } else if (s.size() == 2 && axes == 1 && !grid.packed && s[0] == grid.batch) {
       cut.ids_ = IdsLayout::kRows;
-    } else if (s.size() == 3 && mrope && !grid.packed && s[0] == 3 && s[1] == grid.batch) {
+    } else if (s.size() == 3 && leading && !grid.packed && s[1] == grid.batch) {
       cut.ids_ = IdsLayout::kMropeRows;
     } else {
       return std::nullopt;
@@ -174,10 +184,11 @@ class PositionCut {
       case Kind::kIds: {
         switch (ids_) {
           case IdsLayout::kTokens: return Positions::Ids(SliceBox(p.tensor, {t0}, {n}));
-          case IdsLayout::kMropeTokens: return Positions::Ids(SliceBox(p.tensor, {0, t0}, {3, n}));
+          case IdsLayout::kMropeTokens:
+            return Positions::Ids(SliceBox(p.tensor, {0, t0}, {axes_, n}));
           case IdsLayout::kRows: return Positions::Ids(SliceBox(p.tensor, {b0, t0}, {m, n}));
           case IdsLayout::kMropeRows:
-            return Positions::Ids(SliceBox(p.tensor, {0, b0, t0}, {3, m, n}));
+            return Positions::Ids(SliceBox(p.tensor, {0, b0, t0}, {axes_, m, n}));
         }
         return p;
       }
@@ -202,16 +213,15 @@ class PositionCut {
           return rows_of_mask;
         }
         // A real token's position as resolved over its whole row; padding 0 (copied through).
-        const int64_t components = mrope_ ? 3 : 1;
         std::vector<int64_t> ids;
-        ids.reserve(static_cast<size_t>(components * m * n));
-        for (int64_t c = 0; c < components; ++c) {
+        ids.reserve(static_cast<size_t>(axes_ * m * n));
+        for (int64_t c = 0; c < axes_; ++c) {
           for (int64_t b = b0; b < b0 + m; ++b) {
             for (int64_t t = t0; t < t0 + n; ++t) ids.push_back(resolved->At(b * grid_.seq + t));
           }
         }
         std::vector<int64_t> shape = {m, n};
-        if (mrope_) shape.insert(shape.begin(), 3);
+        if (axes_ > 1) shape.insert(shape.begin(), axes_);
         return Positions::Ids(ids, std::move(shape));
       }
     }
@@ -219,13 +229,13 @@ class PositionCut {
   }
 
  private:
-  enum class IdsLayout { kTokens, kMropeTokens, kRows, kMropeRows };  // [S], [3,S], [B,S], [3,B,S]
-  PositionCut(const Positions& positions, Grid grid, bool mrope, bool mask_as_ids)
-      : positions_(&positions), grid_(grid), mrope_(mrope), mask_as_ids_(mask_as_ids) {}
+  enum class IdsLayout { kTokens, kMropeTokens, kRows, kMropeRows };  // [S], [A,S], [B,S], [A,B,S]
+  PositionCut(const Positions& positions, Grid grid, int axes, bool mask_as_ids)
+      : positions_(&positions), grid_(grid), axes_(axes), mask_as_ids_(mask_as_ids) {}
 
   const Positions* positions_;
   Grid grid_;
-  bool mrope_;
+  int64_t axes_;  // position axes the config reads (1: none)
   bool mask_as_ids_;
   IdsLayout ids_ = IdsLayout::kTokens;
 };
@@ -664,8 +674,8 @@ absl::StatusOr<ApplyRopeSplit> SplitApplyRope(const ApplyRopeOptions& options,
   }
   const auto pairs = splitter.Pairs(splitter.most_heads());
   const Grid& grid = geometry->grid;
-  const std::optional<PositionCut> cut =
-      PositionCut::Make(options.positions, grid, IsMrope(options.config), /*mask_as_ids=*/true);
+  const std::optional<PositionCut> cut = PositionCut::Make(
+      options.positions, grid, PositionAxes(options.config), /*mask_as_ids=*/true);
   if (!pairs.has_value() || !cut.has_value()) return split;
   // The whole request's positions: checked, their largest (seq_len), a mask's.
   kernels::ResolvedPositions resolved;
@@ -747,7 +757,7 @@ absl::StatusOr<AddPositionEncodingSplit> SplitAddPositionEncoding(
   if (malformed) return split;
   const Grid grid{false, rank == 3 ? x.shape[0] : 1, x.shape[rank - 2]};
   const std::optional<PositionCut> cut =
-      PositionCut::Make(options.positions, grid, /*mrope=*/false, /*mask_as_ids=*/false);
+      PositionCut::Make(options.positions, grid, /*axes=*/1, /*mask_as_ids=*/false);
   if (!cut.has_value()) return split;
   // The caller's positions must fit the grid before they are sliced (the kernels' error, as the
   // server's, when not).

@@ -181,10 +181,11 @@ absl::Status RopeCache(const HandlerContext& ctx, const v1::RopeCacheRequest& re
   POSENC_RETURN_IF_ERROR(ToPositionSpec(PositionsOrNull(req.has_positions(), req.positions()),
                                         "positions", &args.positions));
   POSENC_ASSIGN_OR_RETURN(kernels::RopeCachePlan plan, kernels::PlanRopeCache(std::move(args)));
-  // The fused layouts' one table (computed from COMPACT tables of the same total size).
+  // The one-table layouts: one output, and the COMPACT chunks it is built from (scratch).
   POSENC_ASSIGN_OR_RETURN(const kernels::Backend* backend,
-                          plan.fused() ? AdmitOutputs(ctx, {plan.cos, plan.inv_freq})
-                                       : AdmitOutputs(ctx, {plan.cos, plan.sin, plan.inv_freq}));
+                          plan.fused()
+                              ? AdmitOutputs(ctx, {plan.cos, plan.inv_freq}, plan.ScratchBytes())
+                              : AdmitOutputs(ctx, {plan.cos, plan.sin, plan.inv_freq}));
   v1::Tensor* cos_out =
       plan.layout == kernels::RopeCacheLayout::kFusedCosSin ? resp->mutable_cos_sin()
       : plan.layout == kernels::RopeCacheLayout::kComplex   ? resp->mutable_freqs_cis()
@@ -450,13 +451,14 @@ absl::Status CheckOutputLimits(const Limits& limits, std::initializer_list<Plann
 }
 
 absl::StatusOr<const kernels::Backend*> AdmitOutputs(const HandlerContext& ctx,
-                                                     std::initializer_list<PlannedOutput> outputs) {
+                                                     std::initializer_list<PlannedOutput> outputs,
+                                                     int64_t scratch_bytes) {
   POSENC_ASSIGN_OR_RETURN(const int64_t bytes, CheckOutputBytes(ctx.limits, outputs));
   const kernels::Backend& backend = ctx.backend->For(bytes);
   if (&backend != ctx.backend && ctx.on_backend_unusable) {
     if (absl::Status usable = ctx.backend->Usable(); !usable.ok()) ctx.on_backend_unusable(usable);
   }
-  POSENC_RETURN_IF_ERROR(AdmitCurrentCall(bytes, backend.HostStagingBytes(bytes)));
+  POSENC_RETURN_IF_ERROR(AdmitCurrentCall(bytes, backend.HostStagingBytes(bytes) + scratch_bytes));
   NoteCurrentCallBackend(backend.name());
   if (ctx.metrics != nullptr) ctx.metrics->OnBackendCall(backend.name());
   return &backend;

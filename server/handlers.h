@@ -92,8 +92,11 @@ absl::Status CheckOutputLimits(const Limits& limits, std::initializer_list<Plann
 // outputs' bytes) (kernels/backend.h: a device backend's host backend for small calls and once
 // it is unusable; then ctx.on_backend_unusable is told). The choice is noted on the call's
 // admission (the access log's backend) and counted (posenc_backend_calls_total).
+// `scratch_bytes`: host memory the run holds beside its outputs (a plan's ScratchBytes), admitted
+// with them but no part of the response.
 absl::StatusOr<const kernels::Backend*> AdmitOutputs(const HandlerContext& ctx,
-                                                     std::initializer_list<PlannedOutput> outputs);
+                                                     std::initializer_list<PlannedOutput> outputs,
+                                                     int64_t scratch_bytes = 0);
 
 // The RPCs of posenc.v1.PositionEncoding, in the service's order (posenc.proto): X(Method).
 // (clang-format 14 reflows this macro differently on every run: kept by hand.)

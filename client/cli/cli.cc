@@ -257,7 +257,7 @@ void Print(const ParsedFlags& flags, const CommandOutput& output) {
   table_options.full = flags.Switch("full");
   // A .npy written to standard output (`--npy -`) is the whole of it.
   bool npy_on_stdout = false;
-  for (std::string_view flag : {"npy", "out-cos", "out-sin", "out-q", "out-k"}) {
+  for (std::string_view flag : kNpyOutputFlags) {
     npy_on_stdout |= flags.String(flag).value_or("") == "-";
   }
   PrintOutput(output, npy_on_stdout ? OutputFormat::kNone : output.format.value_or(output_format),

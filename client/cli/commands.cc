@@ -23,10 +23,20 @@ bool IsUsageError(const absl::Status& status) {
 
 const std::vector<Command>& Commands() {
   static const std::vector<Command>* const kCommands = new std::vector<Command>{
-      SinusoidalCommand(), AddCommand(),          RopeCacheCommand(),
-      ApplyRopeCommand(),  CheckCommand(),        AlibiSlopesCommand(),
-      AlibiBiasCommand(),  RelativeBiasCommand(), RelativeEmbeddingCommand(),
-      BenchCommand(),      DescribeCommand(),     InfoCommand(),
+      SinusoidalCommand(),
+      AddCommand(),
+      RopeCacheCommand(),
+      ApplyRopeCommand(),
+      RerotateCommand(),
+      MmPositionsCommand(),
+      CheckCommand(),
+      AlibiSlopesCommand(),
+      AlibiBiasCommand(),
+      RelativeBiasCommand(),
+      RelativeEmbeddingCommand(),
+      BenchCommand(),
+      DescribeCommand(),
+      InfoCommand(),
       HealthCommand(),
   };
   return *kCommands;

@@ -1,8 +1,9 @@
 // The subcommands of the posenc CLI (posenc_cli), one per RPC plus `check`, `bench`, `info` and
 // `health`, each in the file of its family: absolute.cc (sinusoidal, add), rope.cc
-// (rope-cache, apply-rope, describe), bias.cc (alibi-slopes, alibi-bias, relative-bias,
-// relative-embedding), check.cc, bench.cc, info.cc (info, health); Commands() lists them in the
-// order of `posenc --help` (commands.cc). cli.h runs a command line.
+// (rope-cache, apply-rope, describe), multimodal.cc (mm-positions, rerotate), bias.cc
+// (alibi-slopes, alibi-bias, relative-bias, relative-embedding), check.cc, bench.cc, info.cc (info,
+// health); Commands() lists them in the order of `posenc --help` (commands.cc). cli.h runs a
+// command line.
 //
 // A command reads its (already type-checked) flags, builds the request with the public client
 // library, makes the call, writes any .npy files it was asked for and returns what to print.
@@ -48,6 +49,8 @@ Command AddCommand();
 Command RopeCacheCommand();  // rope.cc
 Command ApplyRopeCommand();
 Command DescribeCommand();
+Command MmPositionsCommand();  // multimodal.cc
+Command RerotateCommand();
 Command AlibiSlopesCommand();  // bias.cc
 Command AlibiBiasCommand();
 Command RelativeBiasCommand();

@@ -119,10 +119,34 @@ void DescribeRopeCache(const ParsedFlags& flags, const CommandOutput& output, He
   map->row_axis = map->row_labels.empty() ? "token" : "position";
   const std::string layout = flags.String("layout").value_or("compact");
   map->col_axis = layout == "compact" ? "frequency j" : absl::StrCat("channel (", layout, ")");
+  if (main.name == "freqs_cis" && t.shape.size() == 3) {  // [n, d/2, 2]: cos and sin panels
+    map->title = absl::StrCat("rope-cache: freqs_cis (cos, sin pairs) ",
+                              std::string(client::DTypeName(t.dtype)), " ", ShapeText(t));
+    map->col_axis = "frequency j";
+    const int64_t n = t.shape[0], half = t.shape[1];
+    map->panels.push_back({&t, "cos", 0, 2 * half, 2, n, half});
+    map->panels.push_back({&t, "sin", 1, 2 * half, 2, n, half});
+    return;
+  }
   for (const NamedTensor& named : output.tensors) {
     if (named.tensor.shape.size() < 2) continue;
     AddMatrixPanels(named.tensor, {"sequence"}, named.name,
                     kMaxPanels / static_cast<int>(output.tensors.size()), map);
+  }
+}
+
+// mm-positions: position_ids [A, B, S], one panel per axis (t, h, w) of sequences x tokens.
+void DescribeMultimodal(const Tensor& t, Heatmap* map) {
+  map->row_axis = "sequence";
+  map->col_axis = "token";
+  if (t.shape.size() != 3) {
+    AddMatrixPanels(t, {}, "", kMaxPanels, map);
+    return;
+  }
+  static constexpr std::string_view kAxes[] = {"t", "h", "w", "axis 3"};
+  const int64_t rows = t.shape[1], cols = t.shape[2];
+  for (int64_t a = 0; a < t.shape[0] && a < 4; ++a) {
+    map->panels.push_back({&t, std::string(kAxes[a]), a * rows * cols, cols, 1, rows, cols});
   }
 }
 
@@ -207,6 +231,8 @@ absl::StatusOr<std::optional<Heatmap>> Describe(std::string_view command, const 
     DescribeBias(flags, main, &map);
   } else if (command == "relative-embedding") {
     DescribeRelativeEmbedding(t, &map);
+  } else if (command == "mm-positions") {
+    DescribeMultimodal(t, &map);
   } else {
     return std::nullopt;
   }
@@ -483,6 +509,8 @@ constexpr HeatmapExample kHeatmapExamples[] = {
     {"sinusoidal", "posenc sinusoidal --positions 0:128 --dim 64 --png table.png"},
     {"add", "posenc add --shape 2,64,32 --fill random --positions 0:64 --png y.png"},
     {"rope-cache", "posenc rope-cache --positions 0:256 --head-dim 64 --png cache.png"},
+    {"mm-positions",
+     "posenc mm-positions --family qwen2_vl --spans text:4,image:1x8x12,text:4 --png ids.png"},
     {"apply-rope", "posenc apply-rope --shape 1,64,4,32 --fill ones --png q.png"},
     {"alibi-bias", "posenc alibi-bias --heads 8 --q-len 32 --k-len 32 --png alibi.png"},
     {"relative-bias",

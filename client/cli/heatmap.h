@@ -33,9 +33,9 @@ inline constexpr FlagSpec kPngFlag = {
 inline constexpr int kMaxPanels = 16;
 
 // With --png FILE, draws the main result of `command` (sinusoidal, add, rope-cache, apply-rope,
-// alibi-bias, relative-bias, relative-embedding) into FILE and says so on stderr. Does nothing
-// for other commands or without the flag. INVALID_ARGUMENT when the result cannot be drawn (an
-// empty tensor).
+// alibi-bias, relative-bias, relative-embedding; mm-positions: a panel per position axis) into FILE
+// and says so on stderr. Does nothing for other commands or without the flag. INVALID_ARGUMENT when
+// the result cannot be drawn (an empty tensor).
 absl::Status MaybeWriteHeatmap(std::string_view command, const ParsedFlags& flags,
                                const CommandOutput& output);
 

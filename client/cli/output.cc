@@ -7,7 +7,10 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
+#include <string_view>
 #include <system_error>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -212,7 +215,9 @@ void PrintOutput(const CommandOutput& output, OutputFormat format, const TableOp
 
 absl::Status CheckOutputFiles(const ParsedFlags& flags) {
   namespace fs = std::filesystem;
-  for (std::string_view flag : {"npy", "png", "out-cos", "out-sin", "out-q", "out-k"}) {
+  std::vector<std::string_view> file_flags(std::begin(kNpyOutputFlags), std::end(kNpyOutputFlags));
+  file_flags.push_back("png");
+  for (std::string_view flag : file_flags) {
     const std::optional<std::string> path = flags.String(flag);
     if (!path.has_value()) continue;
     const std::string what = absl::StrCat("--", std::string(flag), ": cannot write '", *path, "'");

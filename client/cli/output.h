@@ -20,6 +20,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -67,8 +68,12 @@ std::string FormatTable(const NamedTensor& tensor, const TableOptions& options);
 void PrintOutput(const CommandOutput& output, OutputFormat format, const TableOptions& options,
                  std::ostream& out);
 
-// Checks, before any call is made, that every output file the flags name (--npy, --png,
-// --out-cos, --out-sin, --out-q, --out-k) can be written: its directory exists and is writable,
+// The flags that name a .npy output file ("-": standard output).
+inline constexpr std::string_view kNpyOutputFlags[] = {"npy",   "out-cos", "out-sin",   "out-table",
+                                                       "out-q", "out-k",   "out-deltas"};
+
+// Checks, before any call is made, that every output file the flags name (kNpyOutputFlags and
+// --png) can be written: its directory exists and is writable,
 // and the path is not a directory. A usage error naming the flag and the path otherwise.
 absl::Status CheckOutputFiles(const ParsedFlags& flags);
 

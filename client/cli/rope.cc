@@ -21,10 +21,14 @@ namespace {
 const FlagGroup& RopeCacheFlags() {
   static const FlagGroup* const kFlags = new FlagGroup{
       FloatDTypeFlag("output dtype (default float32)"),
-      EnumFlagSpec<client::RopeCacheLayout>("layout",
-                                            "cache layout: [n, d/2] or full width [n, d]"),
+      EnumFlagSpec<client::RopeCacheLayout>(
+          "layout",
+          "cache layout: [n, d/2], full width [n, d]; one table: fused_cos_sin [n, d] (cos then "
+          "sin), complex [n, d/2, 2] ((cos, sin) pairs)"),
       {"out-cos", FlagType::kString, "FILE", "write cos to FILE as .npy"},
       {"out-sin", FlagType::kString, "FILE", "write sin to FILE as .npy"},
+      {"out-table", FlagType::kString, "FILE",
+       "--layout fused_cos_sin or complex: write the one table to FILE as .npy"},
       kPngFlag,
   };
   return *kFlags;
@@ -88,6 +92,36 @@ std::vector<std::string> AlignedRows(const std::vector<std::vector<std::string>>
   return lines;
 }
 
+// --out-table goes with the one-table layouts, --out-cos and --out-sin with the others.
+absl::Status CheckCacheOutputFlags(const ParsedFlags& flags, client::RopeCacheLayout layout) {
+  const bool one_table = layout == client::RopeCacheLayout::kFusedCosSin ||
+                         layout == client::RopeCacheLayout::kComplex;
+  if (one_table && (flags.Has("out-cos") || flags.Has("out-sin"))) {
+    return UsageError(absl::StrCat("--layout ", NameOf(layout),
+                                   " returns one table: write it with --out-table FILE"));
+  }
+  if (!one_table && flags.Has("out-table")) {
+    return UsageError("--out-table writes the one table of --layout fused_cos_sin or complex");
+  }
+  return absl::OkStatus();
+}
+
+// The one table of FUSED_COS_SIN (cos_sin) or COMPLEX (freqs_cis) as printed, moved out of
+// `result`; nullopt for the layouts of cos and sin.
+std::optional<NamedTensor> OneTable(client::RopeCacheResult* result,
+                                    const std::vector<int64_t>& labels) {
+  std::optional<NamedTensor> out;
+  if (result->cos_sin.has_value()) out = NamedTensor{"cos_sin", *std::move(result->cos_sin)};
+  if (result->freqs_cis.has_value()) {
+    out = NamedTensor{"freqs_cis", *std::move(result->freqs_cis)};
+  }
+  if (out.has_value()) {
+    out->row_title = "pos";
+    if (out->tensor.shape.size() == 2) out->row_labels = labels;
+  }
+  return out;
+}
+
 absl::StatusOr<CommandOutput> RunRopeCache(const ParsedFlags& flags, const client::Client& client) {
   if (!flags.Has("head-dim") && !flags.Has("hf-config")) {
     return UsageError("--head-dim is required (or --hf-config FILE, which gives it)");
@@ -98,11 +132,17 @@ absl::StatusOr<CommandOutput> RunRopeCache(const ParsedFlags& flags, const clien
   POSENC_ASSIGN_OR_RETURN(options.config, ReadRopeConfigFlags(flags));
   options.output_dtype = DTypeFlag(flags);
   options.layout = EnumFlag<client::RopeCacheLayout>(flags, "layout");
+  POSENC_RETURN_IF_ERROR(CheckCacheOutputFlags(flags, options.layout));
   POSENC_ASSIGN_OR_RETURN(client::RopeCacheResult result, client.RopeCache(options));
-  POSENC_RETURN_IF_ERROR(MaybeWriteNpy(flags, "out-cos", result.cos));
-  POSENC_RETURN_IF_ERROR(MaybeWriteNpy(flags, "out-sin", result.sin));
   CommandOutput out;
   out.extras["derived"] = DerivedToJson(result.derived);
+  if (std::optional<NamedTensor> one = OneTable(&result, labels)) {
+    POSENC_RETURN_IF_ERROR(MaybeWriteNpy(flags, "out-table", one->tensor));
+    out.tensors.push_back(*std::move(one));
+    return out;
+  }
+  POSENC_RETURN_IF_ERROR(MaybeWriteNpy(flags, "out-cos", result.cos));
+  POSENC_RETURN_IF_ERROR(MaybeWriteNpy(flags, "out-sin", result.sin));
   if (result.cos.shape.size() != 2) labels.clear();
   out.tensors.push_back({"cos", std::move(result.cos), labels, "pos"});
   out.tensors.push_back({"sin", std::move(result.sin), std::move(labels), "pos"});

@@ -74,6 +74,10 @@ template <>
 struct WireEnum<client::BiasForm> {
   using type = v1::BiasForm;
 };
+template <>
+struct WireEnum<client::MultimodalFamily> {
+  using type = v1::MultimodalFamily;
+};
 template <typename ClientEnum>
 using WireEnumOf = typename WireEnum<ClientEnum>::type;
 

@@ -1,6 +1,7 @@
 // RopeCache: the plan (every check of the op) and the run.
 #include "kernels/rope/rope_cache.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -77,48 +78,92 @@ RopeRunInfo FinishRopeRun(RopeRunInputs in, RopeFrequencyCache* cache) {
 
 namespace {
 
-// A fused table from the COMPACT cos and sin the backend computed: row t of FUSED_COS_SIN is
-// [cos row | sin row], of COMPLEX (cos_j, sin_j) pairs.
-absl::StatusOr<RopeRunInfo> RunFused(const Backend& backend, const RopeCachePlan& plan,
-                                     RopeFrequencyCache* cache, const TensorView& out) {
+// The bytes of each COMPACT table a chunk of a one-table layout builds before it is rearranged
+// into the output (RopeCachePlan::ScratchBytes: the two of them).
+constexpr int64_t kOneTableChunkBytes = int64_t{512} << 10;
+
+// Tokens a chunk of a one-table layout holds: at least 1, at most the plan's tokens.
+int64_t OneTableChunkRows(const RopeCachePlan& plan) {
+  const int64_t row = std::max<int64_t>(1, plan.width * DTypeSize(plan.cos.dtype));
+  return std::clamp<int64_t>(kOneTableChunkBytes / row, 1,
+                             std::max<int64_t>(1, plan.positions.num_tokens));
+}
+
+// Tokens [t0, t0 + n) of `all`, with the whole call's largest position (a backend's choices,
+// e.g. CUDA's exact range, stay those of one call over every token).
+ResolvedPositions SliceTokens(const ResolvedPositions& all, int64_t t0, int64_t n) {
+  ResolvedPositions out;
+  out.grid = {n};
+  out.num_tokens = n;
+  out.components = all.components;
+  out.max_position = all.max_position;
+  out.pos.reserve(static_cast<size_t>(n * all.components));
+  for (int64_t c = 0; c < all.components; ++c) {
+    const auto from = all.pos.begin() + c * all.num_tokens + t0;
+    out.pos.insert(out.pos.end(), from, from + n);
+  }
+  if (!all.valid.empty()) out.valid.assign(all.valid.begin() + t0, all.valid.begin() + t0 + n);
+  return out;
+}
+
+// `rows` COMPACT rows of cos `c` and sin `s` (`row` bytes each, elements of `esize`) into the
+// one-table `layout` at `dst`: FUSED_COS_SIN [cos row | sin row], COMPLEX (cos_j, sin_j) pairs.
+void Rearrange(RopeCacheLayout layout, const unsigned char* c, const unsigned char* s, int64_t rows,
+               size_t row, size_t esize, unsigned char* dst) {
+  for (int64_t t = 0; t < rows; ++t, c += row, s += row, dst += 2 * row) {
+    if (layout == RopeCacheLayout::kFusedCosSin) {
+      std::memcpy(dst, c, row);
+      std::memcpy(dst + row, s, row);
+      continue;
+    }
+    for (size_t j = 0; j < row; j += esize) {
+      std::memcpy(dst + 2 * j, c + j, esize);
+      std::memcpy(dst + 2 * j + esize, s + j, esize);
+    }
+  }
+}
+
+// A one-table layout from COMPACT cos and sin the backend computes chunk by chunk (bounded
+// scratch, ScratchBytes(), whatever the table's size).
+absl::Status RunOneTableChunks(const Backend& backend, const RopeCachePlan& plan,
+                               const RopeFrequencies& freqs, const ResolvedPositions& all,
+                               const TensorView& out) {
   RopeCachePlan compact = plan;
   compact.layout = RopeCacheLayout::kCompact;
   compact.cos = plan.sin;
   compact.cos.name = "cos";
-  const int64_t rows = plan.positions.num_tokens, half = plan.width;
+  const int64_t chunk = OneTableChunkRows(plan);
   const auto esize = static_cast<size_t>(DTypeSize(out.dtype));
-  std::vector<unsigned char> c(static_cast<size_t>(rows * half) * esize), s(c.size());
-  const TensorView cv{out.dtype, compact.cos.shape, c.data()};
-  const TensorView sv{out.dtype, compact.sin.shape, s.data()};
-  absl::StatusOr<RopeRunInfo> info = RunRopeCache(backend, compact, cache, cv, sv);
-  if (!info.ok()) return info;
-  auto* dst = static_cast<unsigned char*>(out.data);
-  const size_t row = static_cast<size_t>(half) * esize;
-  for (int64_t t = 0; t < rows; ++t) {
-    const unsigned char* ct = c.data() + t * row;
-    const unsigned char* st = s.data() + t * row;
-    unsigned char* o = dst + 2 * t * row;
-    if (plan.layout == RopeCacheLayout::kFusedCosSin) {
-      std::memcpy(o, ct, row);
-      std::memcpy(o + row, st, row);
-      continue;
-    }
-    for (int64_t j = 0; j < half; ++j) {
-      std::memcpy(o + 2 * j * esize, ct + j * esize, esize);
-      std::memcpy(o + (2 * j + 1) * esize, st + j * esize, esize);
-    }
+  const size_t row = static_cast<size_t>(plan.width) * esize;
+  std::vector<unsigned char> c(static_cast<size_t>(std::min(chunk, all.num_tokens)) * row);
+  std::vector<unsigned char> s(c.size());
+  for (int64_t t0 = 0; t0 < all.num_tokens; t0 += chunk) {
+    const int64_t n = std::min(chunk, all.num_tokens - t0);
+    const ResolvedPositions part = SliceTokens(all, t0, n);
+    const TensorView cv{out.dtype, {n, plan.width}, c.data()};
+    const TensorView sv{out.dtype, {n, plan.width}, s.data()};
+    POSENC_RETURN_IF_ERROR(backend.RopeCache(compact, freqs, part, cv, sv));
+    Rearrange(plan.layout, c.data(), s.data(), n, row, esize,
+              static_cast<unsigned char*>(out.data) + static_cast<size_t>(t0) * 2 * row);
   }
-  return info;
+  return absl::OkStatus();
 }
 
 }  // namespace
 
+int64_t RopeCachePlan::ScratchBytes() const {
+  if (!fused() || positions.num_tokens == 0) return 0;
+  return 2 * OneTableChunkRows(*this) * width * DTypeSize(cos.dtype);
+}
+
 absl::StatusOr<RopeRunInfo> RunRopeCache(const Backend& backend, const RopeCachePlan& plan,
                                          RopeFrequencyCache* cache, const TensorView& cos,
                                          const TensorView& sin) {
-  if (plan.fused()) return RunFused(backend, plan, cache, cos);
   return RunWithFrequencies(plan.positions, plan.config, cache,
                             [&](const RopeFrequencies& freqs, const ResolvedPositions& positions) {
+                              if (plan.fused()) {
+                                return RunOneTableChunks(backend, plan, freqs, positions, cos);
+                              }
                               return backend.RopeCache(plan, freqs, positions, cos, sin);
                             });
 }

@@ -47,6 +47,9 @@ struct RopeCachePlan {
   bool fused() const {
     return layout == RopeCacheLayout::kFusedCosSin || layout == RopeCacheLayout::kComplex;
   }
+  // Host bytes the run holds beside the outputs: a one-table layout's COMPACT cos and sin of
+  // one chunk of tokens (at most 512 KiB each, whatever the table's size); 0 otherwise.
+  int64_t ScratchBytes() const;
 };
 
 absl::StatusOr<RopeCachePlan> PlanRopeCache(RopeCacheArgs args);
@@ -89,7 +92,8 @@ absl::StatusOr<RopeRunInfo> RunWithFrequencies(const PositionPlan& positions,
 
 // Resolves the positions, takes the frequencies from `cache` (null: computes them) and fills
 // cos and sin (plan.cos / plan.sin's dtype and shape; a fused plan: cos only, sin empty). The
-// backends compute COMPACT tables; the fused layouts are put together from them here.
+// backends compute COMPACT tables; the fused layouts are put together from them here, chunk by
+// chunk of tokens (plan.ScratchBytes() of scratch).
 absl::StatusOr<RopeRunInfo> RunRopeCache(const Backend& backend, const RopeCachePlan& plan,
                                          RopeFrequencyCache* cache, const TensorView& cos,
                                          const TensorView& sin);

@@ -800,5 +800,172 @@ TEST_F(CliTest, CheckBadInputsAreClearErrors) {
              &CliResult::err, "--tolerance expects a number >= 0");
 }
 
+// ---------------------------------------------------------------------------------------------
+// mm-positions, rerotate and the one-table layouts of rope-cache (#21).
+// ---------------------------------------------------------------------------------------------
+
+// Qwen2-VL: 2 text tokens, an image of 1 x 4 x 4 patches (4 tokens after the 2 x 2 merge), 2
+// text tokens: t, h, w of the image from 2, then text from 4; delta 6 - 8 = -2.
+constexpr int64_t kSpanIds[3][8] = {
+    {0, 1, 2, 2, 2, 2, 4, 5}, {0, 1, 2, 2, 3, 3, 4, 5}, {0, 1, 2, 3, 2, 3, 4, 5}};
+
+TEST_F(CliTest, MmPositionsOfSpansAndOfTokensAgree) {
+  const std::string ids_npy = Path("ids.npy"), deltas_npy = Path("deltas.npy");
+  CliResult r = Run(absl::StrCat(
+      "--format json mm-positions --family qwen2_vl --spans text:2,image:1x4x4,text:2 --npy ",
+      ids_npy, " --out-deltas ", deltas_npy));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["position_ids"]["shape"], nlohmann::json({3, 1, 8}));
+  EXPECT_EQ(j["mrope_position_deltas"]["data"], nlohmann::json({-2}));
+  EXPECT_EQ(j["family"], "qwen2_vl");
+  const absl::StatusOr<posenc::testing::NpyArray> ids = posenc::testing::ReadNpy(ids_npy);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(ids->descr, "<i8");
+  for (int a = 0; a < 3; ++a) {
+    for (int t = 0; t < 8; ++t) EXPECT_EQ(ids->ints[a * 8 + t], kSpanIds[a][t]) << a << "," << t;
+  }
+  const absl::StatusOr<posenc::testing::NpyArray> deltas = posenc::testing::ReadNpy(deltas_npy);
+  ASSERT_TRUE(deltas.ok()) << deltas.status();
+  EXPECT_EQ(deltas->shape, (std::vector<int64_t>{1, 1}));
+  // The same prompt as Qwen2-VL token ids (vision start 151652, image 151655) and its grid.
+  r =
+      Run("--format json mm-positions --family qwen2_vl --input-ids "
+          "7,151652,151655,151655,151655,151655,8,9 --image-grid 1,4,4");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["position_ids"], j["position_ids"]);
+  // Decode steps from the delta: prompt_length + k + delta.
+  r =
+      Run("--format json mm-positions --family qwen2_vl --decode-deltas -2 --prompt-length 8 "
+          "--steps 3");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["data"], nlohmann::json({6, 7, 8, 6, 7, 8, 6, 7, 8}));
+  ExpectOutput("mm-positions --family qwen2_vl --spans text:2,image:1x4x4,text:2",
+               "position_ids: INT64 [3, 1, 8]");
+}
+
+TEST_F(CliTest, MmPositionsPngHasAPanelPerAxis) {
+  const CliResult r =
+      Run(absl::StrCat("mm-positions --family qwen2_5_vl --format none --spans "
+                       "'text:3,image:1x8x12,text:3;text:4,video:2x4x4@0.5,text:18' --png ",
+                       Path("mm.png")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Picture p = DecodePng(Path("mm.png"));
+  EXPECT_EQ(std::make_pair(p.width, p.height), ReportedSize(r.err)) << r.err;
+  EXPECT_GE(p.Colourful(), 3 * 2 * 30);  // three panels of two sequences of 30 tokens
+}
+
+TEST_F(CliTest, MmPositionsBadInputs) {
+  ExpectUsageError("mm-positions --family qwen2_vl", "give one of --input-ids");
+  ExpectUsageError("mm-positions --family qwen2_vl --spans text:2 --input-ids 1,2",
+                   "give one of --input-ids");
+  ExpectUsageError("mm-positions --spans text:2", "give --family or --hf-config");
+  ExpectUsageError("mm-positions --family qwen2_vl --spans text:2,image:1x4",
+                   "'image:1x4' needs a grid TxHxW");
+  ExpectUsageError("mm-positions --family qwen2_vl --spans text:2,audio:3",
+                   "'audio:3' is not text:N");
+  ExpectUsageError("mm-positions --family qwen2_vl --spans text:x", "needs text:N");
+  ExpectUsageError("mm-positions --family qwen2_vl --spans video:1x4x4@soon",
+                   "needs seconds after @");
+  ExpectUsageError("mm-positions --family qwen2_vl --input-ids 1,2 --image-grid 1,4",
+                   "--image-grid needs T,H,W per item");
+  ExpectUsageError("mm-positions --family qwen2_vl --spans text:2 --mask 1,1",
+                   "--mask goes with --input-ids");
+  ExpectUsageError("mm-positions --family qwen2_vl --spans text:2 --steps 2",
+                   "--steps goes with --decode-deltas");
+  ExpectUsageError("mm-positions --family qwen2_vl --decode-deltas 1", "needs --prompt-length");
+  ExpectUsageError("mm-positions --family qwen2_vl --input-ids 1,x", "--input-ids expects");
+  ExpectUsageError("mm-positions --family qwen9 --spans text:2", "--family");
+  // The server's error: the grid gives 4 tokens, the ids hold 3 image tokens.
+  ExpectExit(
+      "mm-positions --family qwen2_vl --input-ids 7,151652,151655,151655,151655,8 "
+      "--image-grid 1,4,4",
+      1, &CliResult::err, "INVALID_ARGUMENT");
+}
+
+TEST_F(CliTest, RerotateMovesKeysAsARotationAtTheTarget) {
+  const std::string flags = "--shape 1,4,2,16 --fill random --seed 3 --dtype float64 --format none";
+  ASSERT_EQ(
+      Run(absl::StrCat("apply-rope ", flags, " --positions 100:104 --out-q ", Path("at100.npy")))
+          .exit_code,
+      0);
+  ASSERT_EQ(Run(absl::StrCat("apply-rope ", flags, " --positions 37:41 --out-q ", Path("at37.npy")))
+                .exit_code,
+            0);
+  const CliResult r = Run(absl::StrCat("rerotate --k ", Path("at100.npy"),
+                                       " --positions 100:104 --delta -63 --head-dim 16 --out-k ",
+                                       Path("moved.npy"), " --format none"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const absl::StatusOr<posenc::testing::NpyArray> moved =
+      posenc::testing::ReadNpy(Path("moved.npy"));
+  const absl::StatusOr<posenc::testing::NpyArray> direct =
+      posenc::testing::ReadNpy(Path("at37.npy"));
+  ASSERT_TRUE(moved.ok() && direct.ok());
+  ASSERT_EQ(moved->shape, direct->shape);
+  for (int64_t i = 0; i < moved->size(); ++i) {
+    EXPECT_NEAR(moved->values[i], direct->values[i], 1e-12) << i;
+  }
+  // A delta per sequence ([B]) is a list.
+  ASSERT_EQ(Run(absl::StrCat("apply-rope --shape 2,4,1,8 --dtype float64 --format none --out-q ",
+                             Path("two.npy")))
+                .exit_code,
+            0);
+  ExpectOutput(absl::StrCat("rerotate --k ", Path("two.npy"), " --delta 3,5"),
+               "k: FLOAT64 [2, 4, 1, 8]");
+}
+
+TEST_F(CliTest, RerotateBadInputs) {
+  WriteFloat32Npy(Path("k.npy"), {1, 2, 1, 4}, std::vector<float>(8, 1.0f));
+  WriteNpyByHand(Path("ints.npy"), "<i8", {2}, std::string(16, '\0'));
+  ExpectUsageError("rerotate --delta 3", "--k FILE.npy is required");
+  ExpectUsageError(absl::StrCat("rerotate --k ", Path("k.npy")), "--delta is required");
+  ExpectUsageError(absl::StrCat("rerotate --k ", Path("k.npy"), " --delta soon"),
+                   "--delta expects a list of integers");
+  ExpectUsageError(absl::StrCat("rerotate --k ", Path("k.npy"), " --delta 1 --npy a.npy --out-k ",
+                                Path("b.npy")),
+                   "--npy is --out-k");
+  ExpectExit(absl::StrCat("rerotate --k ", Path("ints.npy"), " --delta 1"), 1, &CliResult::err,
+             "expected a float array");
+  // The server's: a delta per sequence for 3 sequences of a batch of 1.
+  ExpectExit(absl::StrCat("rerotate --k ", Path("k.npy"), " --delta 1,2,3"), 1, &CliResult::err,
+             "delta");
+}
+
+TEST_F(CliTest, RopeCacheWritesTheOneTableLayouts) {
+  const std::string base = "rope-cache --positions 0:5 --head-dim 8 --format none";
+  ASSERT_EQ(
+      Run(absl::StrCat(base, " --out-cos ", Path("c.npy"), " --out-sin ", Path("s.npy"))).exit_code,
+      0);
+  ASSERT_EQ(
+      Run(absl::StrCat(base, " --layout fused_cos_sin --out-table ", Path("f.npy"))).exit_code, 0);
+  ASSERT_EQ(Run(absl::StrCat(base, " --layout complex --out-table ", Path("x.npy"))).exit_code, 0);
+  const auto c = posenc::testing::ReadNpy(Path("c.npy"));
+  const auto s = posenc::testing::ReadNpy(Path("s.npy"));
+  const auto f = posenc::testing::ReadNpy(Path("f.npy"));
+  const auto x = posenc::testing::ReadNpy(Path("x.npy"));
+  ASSERT_TRUE(c.ok() && s.ok() && f.ok() && x.ok());
+  EXPECT_EQ(f->shape, (std::vector<int64_t>{5, 8}));
+  EXPECT_EQ(x->shape, (std::vector<int64_t>{5, 4, 2}));
+  for (int t = 0; t < 5; ++t) {
+    for (int j = 0; j < 4; ++j) {
+      EXPECT_EQ(f->values[t * 8 + j], c->values[t * 4 + j]);
+      EXPECT_EQ(f->values[t * 8 + 4 + j], s->values[t * 4 + j]);
+      EXPECT_EQ(x->values[(t * 4 + j) * 2], c->values[t * 4 + j]);
+      EXPECT_EQ(x->values[(t * 4 + j) * 2 + 1], s->values[t * 4 + j]);
+    }
+  }
+  ExpectOutput("rope-cache --positions 0:2 --head-dim 8 --layout complex",
+               "freqs_cis: FLOAT32 [2, 4, 2]");
+  ExpectUsageError(absl::StrCat(base, " --layout fused_cos_sin --out-cos ", Path("c.npy")),
+                   "write it with --out-table");
+  ExpectUsageError(absl::StrCat(base, " --out-table ", Path("t.npy")),
+                   "--out-table writes the one table");
+  ExpectUsageError(absl::StrCat(base, " --layout complex --out-table ", Path("no/dir/t.npy")),
+                   "--out-table: cannot write");
+  const CliResult png = Run(absl::StrCat(base, " --layout complex --png ", Path("x.png")));
+  ASSERT_EQ(png.exit_code, 0) << png.err;
+  EXPECT_GT(DecodePng(Path("x.png")).Colourful(), 0);
+}
+
 }  // namespace
 }  // namespace posenc::client

@@ -1,8 +1,9 @@
 // The multimodal golden cases (tests/golden_multimodal, #21) through the C++ client and the shared
 // in-process server over TCP: MultimodalPositions (ids and deltas exact; decode steps),
-// VisionPositions (Qwen and Qwen2.5-VL window order, Pixtral flat ids exact), RerotateKeys (float64
-// within the case's atol, float32 within 1e-6 relative), the one-table RopeCache layouts, and a
-// grid that disagrees with the tokens failing with the span named.
+// VisionPositions (Qwen and Qwen2.5-VL window order, Pixtral flat ids exact), the M-RoPE
+// application cases and the vision towers' cos/sin tables through RopeCache and ApplyRope, and
+// RerotateKeys (float64 within the case's atol, float32 within 1e-6 relative), the one-table
+// RopeCache layouts, and a grid that disagrees with the tokens failing with the span named.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,8 +22,6 @@ namespace {
 using posenc::testing::GoldenCase;
 using posenc::testing::NpyArray;
 using testing::ConnectToSharedServer;
-
-constexpr double kFloat32Relative = 1e-6;
 
 std::vector<GoldenCase> Cases(const std::string& function) {
   std::vector<GoldenCase> out;
@@ -90,6 +89,109 @@ MultimodalPositionsOptions RopeIndexOptions(const GoldenCase& c) {
   return o;
 }
 
+using posenc::testing::MaxAbs;
+
+// The case's FLOAT64 atol, or FLOAT32's 1e-6 relative to `scale` (the inputs' magnitude).
+double Tolerance(const GoldenCase& c, DType dtype, double scale) {
+  return posenc::testing::MultimodalTolerance(c, dtype == DType::kFloat32, scale);
+}
+
+// VisionPositions options of a Qwen tower case (Qwen2-VL or the Qwen2.5-VL window order).
+VisionPositionsOptions QwenVisionOptions(const GoldenCase& c) {
+  const auto& p = c.params;
+  VisionPositionsOptions o{.tower = VisionTower::kQwen,
+                           .grid = Ints(c.inputs.at("grid_thw")),
+                           .spatial_merge_size = p.at("spatial_merge_size").get<int64_t>(),
+                           .window_size = p.value("window_size", int64_t{0})};
+  if (p.contains("patch_size")) o.patch_size = p.at("patch_size").get<int64_t>();
+  return o;
+}
+
+void ExpectNear(const Tensor& got, const NpyArray& want, double tol, const std::string& what) {
+  const std::vector<double> values = got.ToDoubles();
+  ASSERT_EQ(static_cast<int64_t>(values.size()), want.size()) << what;
+  double worst = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    worst = std::max(worst, std::fabs(values[i] - want.values[i]));
+  }
+  EXPECT_LE(worst, tol) << what;
+}
+
+// RopeCache (cos and sin in `layout`) and ApplyRope (q and k of the case, `qk_layout`) of one
+// RoPE at `ids`, against the case's cos, sin, q_embed and k_embed.
+struct RopeAtIds {
+  RopeConfig config;
+  RopeCacheLayout layout = RopeCacheLayout::kNeox;
+  TensorLayout qk_layout = TensorLayout::kBSHD;
+};
+
+void ExpectCosSin(const Client& client, const GoldenCase& c, const RopeAtIds& rope,
+                  const Tensor& ids, DType dtype) {
+  absl::StatusOr<RopeCacheResult> cache = client.RopeCache({.positions = Positions::Ids(ids),
+                                                            .config = rope.config,
+                                                            .output_dtype = dtype,
+                                                            .layout = rope.layout});
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  ExpectNear(cache->cos, c.outputs.at("cos"), Tolerance(c, dtype, 1), "cos");
+  ExpectNear(cache->sin, c.outputs.at("sin"), Tolerance(c, dtype, 1), "sin");
+}
+
+void ExpectRotated(const Client& client, const GoldenCase& c, const RopeAtIds& rope,
+                   const Tensor& ids, DType dtype) {
+  const NpyArray& q_in = c.inputs.at("q");
+  const NpyArray& k_in = c.inputs.at("k");
+  ApplyRopeOptions o{.q = Floats(q_in, dtype),
+                     .k = Floats(k_in, dtype),
+                     .positions = Positions::Ids(ids),
+                     .config = rope.config,
+                     .layout = rope.qk_layout};
+  if (o.q.shape.size() == 3) {  // [L, H, D]: one sequence
+    o.q.shape.insert(o.q.shape.begin(), 1);
+    o.k->shape.insert(o.k->shape.begin(), 1);
+  }
+  absl::StatusOr<ApplyRopeResult> r = client.ApplyRope(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const double tol = Tolerance(c, dtype, std::max(MaxAbs(q_in), MaxAbs(k_in)));
+  ExpectNear(r->q, c.outputs.at("q_embed"), tol, "q_embed");
+  ASSERT_TRUE(r->k.has_value());
+  ExpectNear(*r->k, c.outputs.at("k_embed"), tol, "k_embed");
+}
+
+// Both, in FLOAT64 and FLOAT32 (ApplyRope only where the case has q and k).
+void ExpectRopeAtIds(const Client& client, const GoldenCase& c, const RopeAtIds& rope,
+                     const Tensor& ids) {
+  for (DType dtype : {DType::kFloat64, DType::kFloat32}) {
+    SCOPED_TRACE(::testing::Message() << c.name << " dtype " << static_cast<int>(dtype));
+    ExpectCosSin(client, c, rope, ids, dtype);
+    if (c.inputs.contains("q")) ExpectRotated(client, c, rope, ids, dtype);
+  }
+}
+
+// The RoPE of an mrope_apply case: its model's layout, pairing and partial rotary.
+RopeAtIds MropeApplyRope(const GoldenCase& c) {
+  RopeAtIds rope{.qk_layout = TensorLayout::kBHSD};
+  RopeConfig& config = rope.config;
+  config.head_dim = c.params.at("head_dim").get<int64_t>();
+  config.base = c.params.at("rope_theta").get<double>();
+  config.mrope_section = c.params.at("mrope_section").get<std::vector<int64_t>>();
+  const std::string model = c.params.at("model").get<std::string>();
+  if (model == "qwen3_vl") config.mrope_layout = MropeLayout::kInterleaved;
+  if (model == "glm4v") {
+    config.style = RopeStyle::kGptj;
+    config.rotary_dim = c.params.at("rotary_dim").get<int64_t>();
+    rope.layout = RopeCacheLayout::kGptj;
+  }
+  return rope;
+}
+
+RopeConfig VisionConfig(int64_t head_dim, double theta, MropeLayout layout) {
+  RopeConfig config;
+  config.head_dim = head_dim;
+  config.base = theta;
+  config.mrope_layout = layout;
+  return config;
+}
+
 class ClientMultimodalTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -151,13 +253,7 @@ TEST_F(ClientMultimodalTest, QwenVisionPositionsAndWindowsAreExact) {
   ASSERT_GE(cases.size(), 3u);
   for (const GoldenCase& c : cases) {
     SCOPED_TRACE(c.name);
-    const auto& p = c.params;
-    VisionPositionsOptions o{.tower = VisionTower::kQwen,
-                             .grid = Ints(c.inputs.at("grid_thw")),
-                             .spatial_merge_size = p.at("spatial_merge_size").get<int64_t>(),
-                             .window_size = p.value("window_size", int64_t{0})};
-    if (p.contains("patch_size")) o.patch_size = p.at("patch_size").get<int64_t>();
-    absl::StatusOr<VisionPositionsResult> r = client_->VisionPositions(o);
+    absl::StatusOr<VisionPositionsResult> r = client_->VisionPositions(QwenVisionOptions(c));
     ASSERT_TRUE(r.ok()) << r.status();
     // transformers' pos_ids are [L, 2] (row, col) pairs; posenc's ids [2, L].
     const std::vector<int64_t> ids = r->position_ids.ToInt64s();
@@ -210,19 +306,64 @@ TEST_F(ClientMultimodalTest, RerotateKeysOfEveryCaseInFloat64AndFloat32) {
       absl::StatusOr<RerotateKeysResult> r = client_->RerotateKeys(o);
       ASSERT_TRUE(r.ok()) << r.status();
       EXPECT_EQ(r->k.dtype, dtype);
-      double scale = 1.0;
-      for (double v : k.values) scale = std::max(scale, std::fabs(v));
-      const double tol = dtype == DType::kFloat32 ? kFloat32Relative * scale
-                                                  : c.tolerance.at("atol").get<double>();
-      const std::vector<double> got = r->k.ToDoubles();
-      const NpyArray& want = c.outputs.at("k_rerotated");
-      ASSERT_EQ(static_cast<int64_t>(got.size()), want.size());
-      double worst = 0;
-      for (size_t i = 0; i < got.size(); ++i) {
-        worst = std::max(worst, std::fabs(got[i] - want.values[i]));
-      }
-      EXPECT_LE(worst, tol);
+      ExpectNear(r->k, c.outputs.at("k_rerotated"), Tolerance(c, dtype, MaxAbs(k)), "k");
     }
+  }
+}
+
+TEST_F(ClientMultimodalTest, MropeApplicationOfEveryCase) {
+  const std::vector<GoldenCase> cases = Cases("mrope_apply");
+  ASSERT_GE(cases.size(), 5u);
+  for (const GoldenCase& c : cases) {
+    ExpectRopeAtIds(*client_, c, MropeApplyRope(c), Ints(c.inputs.at("position_ids")));
+  }
+}
+
+// The vision towers' tables: the patch ids from VisionPositions, then RopeCache and ApplyRope
+// with the tower's 2-D layout.
+TEST_F(ClientMultimodalTest, VisionCosSinOfEveryCase) {
+  std::vector<GoldenCase> qwen = Cases("qwen_vision_rope");
+  for (GoldenCase& c : Cases("qwen25vl_vision_window_rope")) qwen.push_back(std::move(c));
+  ASSERT_GE(qwen.size(), 3u);
+  for (const GoldenCase& c : qwen) {
+    const auto& p = c.params;
+    absl::StatusOr<VisionPositionsResult> ids = client_->VisionPositions(QwenVisionOptions(c));
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    const RopeAtIds rope{.config =
+                             VisionConfig(p.at("vision_head_dim").get<int64_t>(),
+                                          p.at("theta").get<double>(), MropeLayout::kVision2d)};
+    ExpectRopeAtIds(*client_, c, rope, ids->position_ids);
+  }
+  for (const GoldenCase& c : Cases("pixtral_rope_2d")) {
+    absl::StatusOr<VisionPositionsResult> ids =
+        client_->VisionPositions({.tower = VisionTower::kPixtral,
+                                  .grid = Ints(c.inputs.at("patch_grid_hw")),
+                                  .patch_size = c.params.at("patch_size").get<int64_t>(),
+                                  .image_size = c.params.at("image_size").get<int64_t>()});
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    const RopeAtIds rope{.config = VisionConfig(c.params.at("head_dim").get<int64_t>(),
+                                                c.params.at("rope_theta").get<double>(),
+                                                MropeLayout::kVision2dEvenOdd),
+                         .qk_layout = TensorLayout::kBHSD};
+    ExpectRopeAtIds(*client_, c, rope, ids->position_ids);
+  }
+}
+
+TEST_F(ClientMultimodalTest, Llama4VisionCosSin) {
+  const std::vector<GoldenCase> cases = Cases("llama4_vision_rope");
+  ASSERT_FALSE(cases.empty());
+  for (const GoldenCase& c : cases) {
+    absl::StatusOr<VisionPositionsResult> ids =
+        client_->VisionPositions({.tower = VisionTower::kLlama4,
+                                  .patch_size = c.params.at("patch_size").get<int64_t>(),
+                                  .image_size = c.params.at("image_size").get<int64_t>()});
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    RopeAtIds rope{
+        .config = VisionConfig(c.params.at("head_dim").get<int64_t>(),
+                               c.params.at("rope_theta").get<double>(), MropeLayout::kVision2d),
+        .layout = RopeCacheLayout::kCompact};
+    rope.config.style = RopeStyle::kGptj;
+    ExpectRopeAtIds(*client_, c, rope, ids->position_ids);
   }
 }
 
@@ -237,6 +378,12 @@ TEST_F(ClientMultimodalTest, OneTableCacheLayoutsAreCompactRearranged) {
   absl::StatusOr<RopeCacheResult> cis = client_->RopeCache(o);
   ASSERT_TRUE(fused.ok() && cis.ok()) << fused.status() << cis.status();
   ASSERT_TRUE(fused->cos_sin.has_value() && cis->freqs_cis.has_value());
+  // The one table in its own field, cos and sin empty (as the Python client's, None there).
+  EXPECT_FALSE(fused->freqs_cis.has_value() || cis->cos_sin.has_value());
+  EXPECT_FALSE(compact->cos_sin.has_value() || compact->freqs_cis.has_value());
+  for (const RopeCacheResult* one : {&*fused, &*cis}) {
+    EXPECT_TRUE(one->cos.shape.empty() && one->cos.data.empty() && one->sin.data.empty());
+  }
   EXPECT_EQ(fused->cos_sin->shape, (std::vector<int64_t>{5, 16}));
   EXPECT_EQ(cis->freqs_cis->shape, (std::vector<int64_t>{5, 8, 2}));
   const std::vector<float> c = compact->cos.ToFloats(), s = compact->sin.ToFloats();

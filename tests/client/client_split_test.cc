@@ -184,6 +184,31 @@ TEST_F(SplitTest, OneHeadOverTheLimitIsCutAlongTokens) {
   EXPECT_NE(refused.status().message().find("message limit of 1048576"), std::string::npos);
 }
 
+// An attention mask cut along tokens becomes ids with one row per position axis the config
+// reads: [2, m, n] for the 2-D vision layouts (and config.json's vision tower), [3, m, n] for
+// M-RoPE sections. (The client once sent [3, ...] for every layout; the server refused them.)
+TEST_F(SplitTest, MaskOfEveryAxisCountIsCutAlongTokens) {
+  std::vector<int64_t> mask(2 * 4096, 1);
+  for (int j = 0; j < 300; ++j) mask[static_cast<size_t>(j)] = 0;  // row 0 left-padded
+  ApplyRopeOptions options;
+  options.q = Ramp({2, 4096, 1, 64});  // one head of 2 MiB
+  options.positions = Positions::AttentionMask(mask, {2, 4096});
+  std::vector<RopeConfig> configs(4);
+  configs[0].mrope_layout = MropeLayout::kVision2d;
+  configs[1].mrope_layout = MropeLayout::kVision2dEvenOdd;
+  configs[2].mrope_section = {8, 12, 12};
+  configs[3].frequency_axes.assign(32, 0);
+  for (size_t j = 16; j < 32; ++j) configs[3].frequency_axes[j] = 1 + static_cast<int64_t>(j % 2);
+  for (const RopeConfig& config : configs) {
+    options.config = config;
+    const auto whole = whole_->ApplyRope(options);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    const auto split = split_->ApplyRope(options);
+    ASSERT_TRUE(split.ok()) << split.status();
+    ExpectSameTensor(split->q, whole->q, absl::StrCat("q, layout ", config.mrope_layout));
+  }
+}
+
 TEST_F(SplitTest, FullBiasesAndEmbeddingsSplitAlongQueryRowsByteIdentical) {
   AlibiBiasOptions causal;
   causal.num_heads = 16;

@@ -1,6 +1,7 @@
 #include "tests/common/golden.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -68,6 +69,17 @@ absl::StatusOr<GoldenCase> LoadGoldenCase(const std::string& root, const std::st
     }
   }
   return c;
+}
+
+double MaxAbs(const NpyArray& a) {
+  double m = 0;
+  for (double v : a.values) m = std::max(m, std::fabs(v));
+  return m;
+}
+
+double MultimodalTolerance(const GoldenCase& c, bool float32, double scale) {
+  if (float32) return 1e-6 * std::max(1.0, scale);
+  return c.tolerance.value("atol", 1e-12);
 }
 
 }  // namespace posenc::testing

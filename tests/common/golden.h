@@ -38,6 +38,12 @@ std::vector<std::string> ListGoldenCases(const std::string& dir);
 absl::StatusOr<GoldenCase> LoadGoldenCase(const std::string& name);
 absl::StatusOr<GoldenCase> LoadGoldenCase(const std::string& dir, const std::string& name);
 
+// The largest magnitude of `a`'s values (0 for none).
+double MaxAbs(const NpyArray& a);
+// A multimodal case's tolerance: FLOAT32 results within 1e-6 relative to `scale` (the inputs'
+// magnitude, at least 1), FLOAT64 within the case's atol (default 1e-12).
+double MultimodalTolerance(const GoldenCase& c, bool float32, double scale);
+
 }  // namespace posenc::testing
 
 #endif  // POSENC_TESTS_COMMON_GOLDEN_H_

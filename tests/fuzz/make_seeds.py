@@ -3,7 +3,7 @@
 
     tests/fuzz/make_seeds.py [HF_CONFIG_DIR]
 
-rpc_fuzz: one byte naming the RPC (the order of the service in posenc.proto) followed by a
+rpc_fuzz: one byte naming the RPC (the order of the service in posenc.proto, 16 RPCs) followed by a
 request encoded by `protoc --encode` from the text below. inference_fuzz: ModelInferRequests of
 proto/inference/grpc_service.proto, encoded the same way. hf_config_fuzz: the config objects
 of HF_CONFIG_DIR/*.json (the shared copies of published config.json files: {"config": {...}}),
@@ -41,7 +41,14 @@ def i64(values):
 
 
 RPCS = ["Sinusoidal", "AddPositionEncoding", "RopeCache", "ApplyRope", "AlibiSlopes",
-        "AlibiBias", "RelativeBias", "RelativeEmbedding", "GetServerInfo"]
+        "AlibiBias", "RelativeBias", "RelativeEmbedding", "GetServerInfo", "DescribeRope",
+        "RegisterSharedMemory", "UnregisterSharedMemory", "SharedMemoryStatus", "RerotateKeys",
+        "MultimodalPositions", "VisionPositions"]
+QWEN2_VL = json.dumps({"model_type": "qwen2_vl", "vision_start_token_id": 151652,
+                       "image_token_id": 151655, "video_token_id": 151656,
+                       "vision_config": {"spatial_merge_size": 2},
+                       "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+                       "head_dim": 16})
 LLAMA3 = json.dumps({"rope_theta": 500000, "head_dim": 16, "max_position_embeddings": 1024,
                      "rope_scaling": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1,
                                       "high_freq_factor": 4,
@@ -132,6 +139,65 @@ RPC_SEEDS = {
         "q_len: 2 k_len: 4 max_relative: 1 table_inline { %s } output_dtype: DTYPE_FLOAT16"
         % tensor_text("DTYPE_FLOAT32", [3, 2], f32(range(6)))),
     "server_info": ("GetServerInfo", ""),
+    # #21: the one-table layouts, 2-D vision and explicit axis maps, RerotateKeys,
+    # MultimodalPositions (token, span and decode forms) and VisionPositions.
+    "rope_cache_complex_vision": (
+        "RopeCache",
+        "positions { ids { %s } } config { head_dim: 16 mrope_layout: MROPE_LAYOUT_VISION_2D } "
+        "layout: ROPE_CACHE_LAYOUT_COMPLEX output_dtype: DTYPE_BFLOAT16"
+        % tensor_text("DTYPE_INT64", [2, 3], i64([0, 0, 1, 0, 1, 0]))),
+    "rope_cache_fused_axes": (
+        "RopeCache",
+        "positions { ids { %s } } config { head_dim: 8 frequency_axes: 0 frequency_axes: 1 "
+        "frequency_axes: 2 frequency_axes: 3 } layout: ROPE_CACHE_LAYOUT_FUSED_COS_SIN"
+        % tensor_text("DTYPE_INT32", [4, 2], i32([0, 1, 0, 2, 0, 3, 5, 4]))),
+    "apply_rope_vision_mask": (
+        "ApplyRope",
+        "q { %s } positions { attention_mask { %s } } "
+        "config { head_dim: 8 mrope_layout: MROPE_LAYOUT_VISION_2D_EVEN_ODD }"
+        % (tensor_text("DTYPE_FLOAT32", [1, 3, 1, 8], f32([0.1 * i for i in range(24)])),
+           tensor_text("DTYPE_INT64", [1, 3], i64([0, 1, 1])))),
+    "describe_rope_vl": ("DescribeRope", "config { hf_config_json: %s }" % json.dumps(QWEN2_VL)),
+    "rerotate_keys_mrope": (
+        "RerotateKeys",
+        "k { %s } positions { ids { %s } } delta { %s } "
+        "config { head_dim: 8 mrope_section: 1 mrope_section: 1 mrope_section: 2 }"
+        % (tensor_text("DTYPE_FLOAT32", [1, 2, 1, 8], f32([0.3 * i for i in range(16)])),
+           tensor_text("DTYPE_INT64", [3, 2], i64([4, 5, 1, 2, 1, 3])),
+           tensor_text("DTYPE_INT64", [3], i64([-4, 7, 1000000])))),
+    "rerotate_keys_thd_gptj": (
+        "RerotateKeys",
+        "k { %s } positions { cu_seqlens { cu_seqlens: 0 cu_seqlens: 1 cu_seqlens: 3 } } "
+        "delta { %s } config { rotary_dim: 4 style: ROPE_STYLE_GPTJ } layout: TENSOR_LAYOUT_THD"
+        % (tensor_text("DTYPE_FLOAT16", [3, 1, 8], bytes(48)),
+           tensor_text("DTYPE_INT32", [3], i32([1, 2, 2147483000])))),
+    "mm_positions_tokens": (
+        "MultimodalPositions",
+        "hf_config_json: %s input_ids { %s } attention_mask { %s } image_grid_thw { %s }"
+        % (json.dumps(QWEN2_VL),
+           tensor_text("DTYPE_INT64", [1, 8], i64([0, 7, 151652] + [151655] * 4 + [9])),
+           tensor_text("DTYPE_INT32", [1, 8], i32([0] + [1] * 7)),
+           tensor_text("DTYPE_INT64", [1, 3], i64([1, 4, 4])))),
+    "mm_positions_spans": (
+        "MultimodalPositions",
+        "family: MULTIMODAL_FAMILY_QWEN2_5_VL tokens_per_second: 2 sequences { spans { "
+        "text_tokens: 3 } spans { video { t: 2 h: 4 w: 4 second_per_grid: 0.5 } } spans { "
+        "image { t: 1 h: 2 w: 6 } } } sequences { spans { text_tokens: 2 } }"),
+    "mm_positions_glm_decode": (
+        "MultimodalPositions",
+        "family: MULTIMODAL_FAMILY_GLM4V token_ids { video_start_token_id: 5 } "
+        "decode { deltas { %s } prompt_length: 9 num_steps: 3 }"
+        % tensor_text("DTYPE_INT64", [2, 1], i64([-3, 0]))),
+    "vision_positions_qwen_window": (
+        "VisionPositions",
+        "tower: VISION_TOWER_QWEN grid { %s } spatial_merge_size: 2 window_size: 56 "
+        "patch_size: 14" % tensor_text("DTYPE_INT64", [2, 3], i64([1, 4, 8, 2, 4, 4]))),
+    "vision_positions_pixtral": (
+        "VisionPositions",
+        "tower: VISION_TOWER_PIXTRAL grid { %s } patch_size: 16 image_size: 128"
+        % tensor_text("DTYPE_INT32", [1, 2], i32([3, 5]))),
+    "vision_positions_llama4": (
+        "VisionPositions", "tower: VISION_TOWER_LLAMA4 patch_size: 14 image_size: 56"),
 }
 
 HF_EXTRA = {

@@ -1,8 +1,9 @@
 // libFuzzer target: one RPC's request bytes -> parse -> conversion and validation -> plan -> run,
 // through the server's handlers (server/handlers.h) on the CPU backend, with no network.
 //
-// Input: byte 0 picks the RPC (modulo 9, in the order of the service in posenc.proto), the rest
-// is that RPC's serialized request; bytes that do not parse are skipped. The limits are small
+// Input: byte 0 picks the RPC (modulo 16, in the order of the service in posenc.proto; the three
+// shared-memory RPCs are skipped: they would map the fuzzer's files), the rest is that RPC's
+// serialized request; bytes that do not parse are skipped. The limits are small
 // so that a run stays fast: an output the limits should have refused shows up as an allocation
 // over -malloc_limit_mb, which is a finding. On success every response tensor must hold exactly
 // prod(shape) * sizeof(dtype) bytes, and the tensors together at most max_message_bytes.
@@ -130,7 +131,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const HandlerContext& ctx = fixture->ctx;
   const uint8_t* body = data + 1;
   const size_t n = size - 1;
-  switch (data[0] % 9) {
+  switch (data[0] % 16) {
     case 0: Run(HandleSinusoidal, ctx, body, n); break;
     case 1: Run(HandleAddPositionEncoding, ctx, body, n); break;
     case 2: Run(HandleRopeCache, ctx, body, n); break;
@@ -140,6 +141,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 6: Run(HandleRelativeBias, ctx, body, n); break;
     case 7: Run(HandleRelativeEmbedding, ctx, body, n); break;
     case 8: Run(HandleGetServerInfo, ctx, body, n); break;
+    case 9: Run(HandleDescribeRope, ctx, body, n); break;
+    case 13: Run(HandleRerotateKeys, ctx, body, n); break;
+    case 14: Run(HandleMultimodalPositions, ctx, body, n); break;
+    case 15: Run(HandleVisionPositions, ctx, body, n); break;
+    default: break;  // 10-12: RegisterSharedMemory, UnregisterSharedMemory, SharedMemoryStatus
   }
   return 0;
 }

@@ -25,7 +25,6 @@ using ::posenc::testing::GoldenCase;
 using ::posenc::testing::NpyArray;
 
 constexpr unsigned char kFill = 0xAB;  // never read unwritten output bytes
-constexpr double kFloat32Relative = 1e-6;
 
 ConstTensorView IdsView(const NpyArray& a) {
   return {DType::kInt64, Shape(a.shape.begin(), a.shape.end()), a.ints.data()};
@@ -37,16 +36,11 @@ std::vector<double> ReadAll(const TensorView& t) {
   return out;
 }
 
-double MaxAbs(const NpyArray& a) {
-  double m = 0;
-  for (double v : a.values) m = std::max(m, std::fabs(v));
-  return m;
-}
+using ::posenc::testing::MaxAbs;
 
 // The case's FLOAT64 atol, or FLOAT32's 1e-6 relative to `scale` (the inputs' magnitude).
 double Tolerance(const GoldenCase& c, DType dtype, double scale) {
-  if (dtype == DType::kFloat32) return kFloat32Relative * std::max(1.0, scale);
-  return c.tolerance.value("atol", 1e-12);
+  return ::posenc::testing::MultimodalTolerance(c, dtype == DType::kFloat32, scale);
 }
 
 void ExpectNear(const std::vector<double>& got, const NpyArray& want, double tol,

@@ -1,10 +1,12 @@
 // The bounded RoPE frequency cache: exact hits, keys that separate configs, LRU eviction by
-// entries and by bytes, and runs that store only when they complete.
+// entries and by bytes, and runs that store only when they complete; the one-table layouts built
+// chunk by chunk.
 #include "kernels/rope/rope_cache.h"
 
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -166,6 +168,68 @@ TEST(RopeFrequencyCacheTest, OnlyCompletedRunsFillIt) {
   run = RunRopeCache(*backend, *plan, &cache, cos.view, sin.view);
   ASSERT_TRUE(run.ok());
   EXPECT_TRUE(run->cache_hit);
+}
+
+// Runs `args` in COMPACT, FUSED_COS_SIN and COMPLEX and expects the one tables to be the
+// COMPACT bytes rearranged, with scratch of at most 1 MiB.
+void ExpectOneTablesRearrangeCompact(const Backend& backend, RopeCacheArgs args) {
+  absl::StatusOr<RopeCachePlan> compact = PlanRopeCache(args);
+  ASSERT_TRUE(compact.ok()) << compact.status();
+  EXPECT_EQ(compact->ScratchBytes(), 0);
+  testing::Buffer cos(compact->cos), sin(compact->sin);
+  ASSERT_TRUE(RunRopeCache(backend, *compact, nullptr, cos.view, sin.view).ok());
+  const int64_t half = compact->width, rows = compact->positions.num_tokens;
+  for (RopeCacheLayout layout : {RopeCacheLayout::kFusedCosSin, RopeCacheLayout::kComplex}) {
+    args.layout = layout;
+    absl::StatusOr<RopeCachePlan> one = PlanRopeCache(args);
+    ASSERT_TRUE(one.ok()) << one.status();
+    EXPECT_GT(one->ScratchBytes(), 0);
+    EXPECT_LE(one->ScratchBytes(), int64_t{1} << 20);
+    testing::Buffer table(one->cos, 0xCD), unused;
+    absl::StatusOr<RopeRunInfo> run = RunRopeCache(backend, *one, nullptr, table.view, unused.view);
+    ASSERT_TRUE(run.ok()) << run.status();
+    int64_t wrong = 0;
+    for (int64_t t = 0; t < rows; ++t) {
+      for (int64_t j = 0; j < half; ++j) {
+        const bool fused = layout == RopeCacheLayout::kFusedCosSin;
+        const int64_t at_cos = fused ? t * 2 * half + j : (t * half + j) * 2;
+        const int64_t at_sin = fused ? at_cos + half : at_cos + 1;
+        wrong +=
+            table.at(at_cos) != cos.at(t * half + j) || table.at(at_sin) != sin.at(t * half + j);
+      }
+    }
+    EXPECT_EQ(wrong, 0) << "layout " << static_cast<int>(layout);
+  }
+}
+
+// The one-table layouts are built from COMPACT chunks of tokens (bounded scratch): over several
+// chunks, with M-RoPE ids and a padded mask, they are the COMPACT tables rearranged, bit for bit.
+TEST(RopeCacheLayoutTest, OneTableLayoutsOverManyChunksAreCompactRearranged) {
+  std::vector<int64_t> ids(3 * 2500), mask(2 * 3000, 1);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % 40000);
+  for (size_t i = 0; i < 700; ++i) mask[i] = 0;  // row 0 left-padded
+  std::vector<RopeCacheArgs> cases(3);
+  cases[0].config.head_dim = 128;  // FLOAT32 range: 2048 tokens a chunk, 3 chunks
+  cases[0].positions.kind = PositionSpec::Kind::kRange;
+  cases[0].positions.count = 5000;
+  cases[1].config.head_dim = 128;  // FLOAT64 M-RoPE: 1024 a chunk
+  cases[1].config.mrope_section = {16, 24, 24};
+  cases[1].output_dtype = DType::kFloat64;
+  cases[1].positions.kind = PositionSpec::Kind::kIds;
+  cases[1].positions.ids = {DType::kInt64, {3, 2500}, ids.data()};
+  cases[2].config.head_dim = 64;  // BFLOAT16 mask: 8192 a chunk, 6000 tokens
+  cases[2].output_dtype = DType::kBFloat16;
+  cases[2].positions.kind = PositionSpec::Kind::kAttentionMask;
+  cases[2].positions.mask = {DType::kInt64, {2, 3000}, mask.data()};
+  absl::StatusOr<std::unique_ptr<Backend>> cpu = MakeCpuBackend({});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  const std::unique_ptr<Backend> reference = MakeReferenceBackend();
+  for (const Backend* backend : {reference.get(), cpu->get()}) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      SCOPED_TRACE(absl::StrCat(backend->name(), " case ", i));
+      ExpectOneTablesRearrangeCompact(*backend, cases[i]);
+    }
+  }
 }
 
 // Hunyuan's alpha is a fixed base: no seq_len in the key; alpha and freq_factors separate keys.

@@ -201,11 +201,19 @@ class GoldenMultimodalTest(unittest.TestCase):
         compact = client.rope_cache(np.arange(7), config, layout="compact")
         fused = client.rope_cache(np.arange(7), config, layout="fused_cos_sin")
         cis = client.rope_cache(np.arange(7), config, layout="complex")
-        self.assertIsNone(fused.sin)
-        self.assertEqual(fused.cos.dtype, np.float32)
-        np.testing.assert_array_equal(fused.cos,
+        # The one table in its own field, cos and sin None (as the C++ client's RopeCacheResult).
+        self.assertEqual((fused.cos, fused.sin, fused.freqs_cis), (None, None, None))
+        self.assertEqual((cis.cos, cis.sin, cis.cos_sin), (None, None, None))
+        self.assertIsNone(compact.cos_sin)
+        self.assertEqual(fused.cos_sin.dtype, np.float32)
+        self.assertEqual(fused.cos_sin.shape, (7, 64))
+        self.assertEqual(cis.freqs_cis.shape, (7, 32, 2))
+        np.testing.assert_array_equal(fused.cos_sin,
                                       np.concatenate([compact.cos, compact.sin], axis=-1))
-        np.testing.assert_array_equal(cis.cos, np.stack([compact.cos, compact.sin], axis=-1))
+        np.testing.assert_array_equal(cis.freqs_cis,
+                                      np.stack([compact.cos, compact.sin], axis=-1))
+        complex_table = cis.freqs_cis.view(np.complex64)[..., 0]  # the documented complex view
+        np.testing.assert_array_equal(complex_table, compact.cos + 1j * compact.sin)
 
 
 if __name__ == "__main__":

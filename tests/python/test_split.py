@@ -229,6 +229,25 @@ class SplitBehaviourTest(unittest.TestCase):
                 self.assertIn("cannot be split", e.message)
                 self.assertIsNone(e.field)
 
+    def test_a_mask_becomes_ids_of_every_axis_count(self):
+        # One head of 1 MiB cut along tokens: the mask goes as ids [A, m, n], A the config's
+        # position axes (2 for the vision layouts; the client once sent [3, ...] for all).
+        q = rand((2, 2048, 1, 64))
+        mask = np.ones((2, 2048), np.int64)
+        mask[0, :300] = 0
+        axes = [0] * 16 + [1 + j % 2 for j in range(16)]
+        for config in (posenc.RopeConfig(mrope_layout="vision_2d"),
+                       posenc.RopeConfig(mrope_layout="vision_2d_even_odd"),
+                       posenc.RopeConfig(mrope_section=[8, 12, 12]),
+                       posenc.RopeConfig(frequency_axes=axes)):
+            with self.subTest(str(config.mrope_layout or config.mrope_section or "axes")):
+                positions = posenc.Positions.attention_mask(mask)
+                got, calls = self.count("ApplyRope", lambda: self.client.apply_rope(
+                    q, positions=positions, config=config))
+                self.assertGreater(calls, 1)
+                want = big.apply_rope(q, positions=positions, config=config)
+                self.assertEqual(got.q.tobytes(), want.q.tobytes())
+
     def test_the_first_failing_piece_names_the_callers_field(self):
         config = posenc.RopeConfig(scaling=posenc.RopeScaling(type="dynamic", factor=2.0))
         with self.assertRaises(posenc.InvalidArgumentError) as cm:

@@ -146,6 +146,36 @@ TEST(AdmissionServerTest, ConcurrentMaximalRequestsStayWithinTheBudget) {
   EXPECT_TRUE(stub->AlibiBias(&context, BigAlibi(), &resp).ok());
 }
 
+// A one-table RopeCache holds COMPACT chunks beside its output (RopeCachePlan::ScratchBytes):
+// admission counts them. 4096 x 128 FLOAT32: cos + sin 2 MiB (4 MiB admitted: output and its
+// response), one table 2 MiB and 1 MiB of chunks (5 MiB): a 4.5 MiB budget takes the first only.
+TEST(AdmissionServerTest, OneTableCacheScratchIsAdmitted) {
+  ServerOptions options = testing::LocalServerOptions("cpu");
+  options.max_inflight_bytes = int64_t{9} << 19;  // 4.5 MiB
+  options.max_heavy_calls = 0;
+  auto server = PosencServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = Stub(**server);
+  auto call = [&](v1::RopeCacheLayout layout, int64_t tokens) {
+    v1::RopeCacheRequest req;
+    req.mutable_positions()->mutable_range()->set_count(tokens);
+    req.mutable_config()->set_head_dim(128);
+    req.set_layout(layout);
+    grpc::ClientContext context;
+    v1::RopeCacheResponse resp;
+    return stub->RopeCache(&context, req, &resp);
+  };
+  EXPECT_TRUE(call(v1::ROPE_CACHE_LAYOUT_COMPACT, 4096).ok());
+  EXPECT_TRUE(call(v1::ROPE_CACHE_LAYOUT_COMPLEX, 2048).ok());  // 1 + 1 + 1 MiB
+  for (v1::RopeCacheLayout layout :
+       {v1::ROPE_CACHE_LAYOUT_FUSED_COS_SIN, v1::ROPE_CACHE_LAYOUT_COMPLEX}) {
+    const grpc::Status s = call(layout, 4096);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << layout;
+    EXPECT_NE(s.error_message().find("--max_inflight_bytes"), std::string::npos)
+        << s.error_message();
+  }
+}
+
 // Issue #8: with heavy calls running on a 2-core machine, health checks timed out.
 // Issue #8: health answers for the service's full name as well as for the whole server.
 TEST(HealthTest, AnswersForTheServerAndForTheServiceByName) {

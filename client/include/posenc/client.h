@@ -286,12 +286,16 @@ struct RopeCacheOptions {
   OutputPlacements output_shared_memory;  // outputs into shared memory, by name
 };
 
+// The one-table layouts come in their own field and leave cos and sin empty (no shape, no
+// bytes), as the Python client's RopeCacheResult (cos_sin / freqs_cis, cos and sin None).
+// freqs_cis is real (cos, sin) pairs in every output dtype: torch.view_as_complex of it, or
+// numpy's .view(complex64) of a FLOAT32 one, is the complex table.
 struct RopeCacheResult {
-  Tensor cos;  // positions' shape + [d/2] (COMPACT) or + [d] (NEOX/GPTJ); empty when fused
+  Tensor cos;  // positions' shape + [d/2] (COMPACT) or + [d] (NEOX/GPTJ); empty for one table
   Tensor sin;
   RopeDerived derived;
-  std::optional<Tensor> cos_sin;    // FUSED_COS_SIN: positions' shape + [d]
-  std::optional<Tensor> freqs_cis;  // COMPLEX: positions' shape + [d/2, 2]
+  std::optional<Tensor> cos_sin;    // FUSED_COS_SIN: positions' shape + [d] = cat(cos, sin)
+  std::optional<Tensor> freqs_cis;  // COMPLEX: positions' shape + [d/2, 2] = (cos, sin) pairs
 };
 
 enum class TensorLayout { kUnspecified, kBSHD, kBHSD, kTHD };  // default BSHD

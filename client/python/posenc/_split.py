@@ -121,12 +121,19 @@ def _placed(out: np.ndarray, index: Tuple[Any, ...], tensor: Any, field: str, pi
 # ---------------------------------------------------------------------------------------------
 
 
-def _reads_axes(config: Any) -> bool:
-    """Positions carry a leading axis of position axes (M-RoPE, 2-D and explicit axis maps):
-    ids are then [A, ...], never [B, S] (docs/splitting.md)."""
-    return (len(config.mrope_section) > 0 or len(config.frequency_axes) > 0
-            or config.mrope_layout in (MropeLayout.VISION_2D, MropeLayout.VISION_2D_EVEN_ODD)
-            or '"mrope_section"' in config.hf_config_json)
+def _position_axes(config: Any) -> int:
+    """The number of position axes the config reads (ids ``[A, ...]`` when A > 1; 1: none), as
+    the C++ client's PositionAxes (client/split.cc, docs/splitting.md): frequency_axes (the
+    largest + 1), a VISION layout or layer_type "vision" of a config.json (2), mrope_section
+    (its length), a config.json naming sections (3)."""
+    if len(config.frequency_axes) > 0:
+        return min(max(max(config.frequency_axes) + 1, 1), 4)
+    if config.mrope_layout in (MropeLayout.VISION_2D, MropeLayout.VISION_2D_EVEN_ODD) or (
+            config.hf_config_json and config.layer_type == "vision"):
+        return 2
+    if len(config.mrope_section) > 0:
+        return len(config.mrope_section)
+    return 3 if '"mrope_section"' in config.hf_config_json else 1
 
 
 class _Positions:
@@ -134,7 +141,7 @@ class _Positions:
     cut to a piece. ``valid`` is False for positions the server would refuse (they are not
     cut: the whole request goes and the server names the field)."""
 
-    def __init__(self, request: Any, rows: int, tokens: int, packed: bool, mrope: bool):
+    def __init__(self, request: Any, rows: int, tokens: int, packed: bool, axes: int):
         self.kind = request.positions.WhichOneof("kind") if request.HasField(
             "positions") else None
         self.msg = request.positions
@@ -143,10 +150,10 @@ class _Positions:
         self.row_axis: Optional[int] = None  # the ids' batch axis, if any
         self.mask_positions: Optional[np.ndarray] = None  # [B, S] positions of a mask
         self.padding: Optional[np.ndarray] = None  # [B, S] True at padding tokens
-        self.mrope = mrope  # a mask's positions then go as ids [3, B, S]: one per axis
-        self.valid = self._check(mrope)
+        self.axes = axes  # > 1: a mask's positions go as ids [axes, B, S], one per axis
+        self.valid = self._check(axes)
 
-    def _check(self, mrope: bool) -> bool:
+    def _check(self, axes: int) -> bool:
         kind, msg = self.kind, self.msg
         if kind is None:
             return True
@@ -174,14 +181,13 @@ class _Positions:
             return True
         self.ids = a
         if a.ndim == 1:
-            return True
-        if a.ndim == 2 and not self.packed and a.shape[0] == self.rows and not (
-                mrope and self.rows == 3):  # [B, S]
+            return axes == 1
+        if a.ndim == 2 and not self.packed and a.shape[0] == self.rows and axes == 1:  # [B, S]
             self.row_axis = 0
             return True
-        if a.ndim == 2 and a.shape[0] == 3:  # M-RoPE [3, S] / [3, T], the same in every row
+        if a.ndim == 2 and axes > 1 and a.shape[0] == axes:  # [A, S] / [A, T], every row's
             return True
-        if a.ndim == 3 and not self.packed and a.shape[:2] == (3, self.rows):  # [3, B, S]
+        if a.ndim == 3 and not self.packed and axes > 1 and a.shape[:2] == (axes, self.rows):
             self.row_axis = 1
             return True
         return False
@@ -244,7 +250,7 @@ class _Positions:
             assert self.mask_positions is not None
             ids = self.mask_positions[rows.start:rows.stop, tokens.start:tokens.stop]
             fill_tensor(p.ids, DType.INT64,
-                        np.broadcast_to(ids, (3,) + ids.shape) if self.mrope else ids)
+                        np.broadcast_to(ids, (self.axes,) + ids.shape) if self.axes > 1 else ids)
         else:
             assert self.ids is not None
             index: Tuple[slice, ...] = (slice(None),) * (self.ids.ndim - 1)
@@ -323,9 +329,9 @@ def plan_apply_rope(request: pb.ApplyRopeRequest, limits: LimitsFn) -> Optional[
         return None
     tokens = q.shape[token_axis]
     rows = q.shape[batch_axis] if batch_axis is not None else 1
-    # M-RoPE as the C++ client decides it (IsMrope in client/split.cc).
+    # The position axes as the C++ client decides them (PositionAxes in client/split.cc).
     positions = _Positions(request, rows, tokens, batch_axis is None,
-                           _reads_axes(request.config))
+                           _position_axes(request.config))
     if not positions.valid:
         return None
     boxes = []
@@ -451,7 +457,7 @@ def plan_add_position_encoding(request: pb.AddPositionEncodingRequest, limits: L
     budget = _budget(rows * tokens * token_bytes, extra, limits)
     if budget is None:
         return None
-    positions = _Positions(request, rows, tokens, False, False)
+    positions = _Positions(request, rows, tokens, False, 1)
     if not positions.valid:
         return None
     boxes: List[Tuple[range, Optional[range]]] = []

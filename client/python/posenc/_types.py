@@ -13,8 +13,8 @@ import dataclasses
 import enum
 import json
 import os
-from typing import (Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Type,
-                    TypeVar, Union)
+from typing import (Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple,
+                    Type, TypeVar, Union)
 
 import numpy as np
 
@@ -349,13 +349,35 @@ class RopeDerived:
 Array = Union[np.ndarray, Any]
 
 
-class RopeCacheResult(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class RopeCacheResult:
     """``cos``, ``sin``: positions' shape + ``[d/2]`` (COMPACT) or + ``[d]``; ``derived``.
-    FUSED_COS_SIN (``[..., d]`` = cat(cos, sin), vLLM's cos_sin_cache) and COMPLEX
-    (``[..., d/2, 2]``, the real view of freqs_cis): ``cos`` is that one table, ``sin`` None."""
-    cos: Array
+    The one-table layouts come in their own field, as in the C++ client, and ``cos`` and ``sin``
+    are then None: ``cos_sin`` (FUSED_COS_SIN, positions' shape + ``[d]`` = cat(cos, sin), the
+    cos_sin_cache of vLLM / FlashInfer / SGLang) and ``freqs_cis`` (COMPLEX, positions' shape +
+    ``[d/2, 2]``: (cos, sin) pairs, the real view of freqs_cis in every output dtype;
+    ``torch.view_as_complex(torch.from_numpy(r.freqs_cis))`` or, float32,
+    ``r.freqs_cis.view(np.complex64)[..., 0]`` is the complex table).
+
+    It unpacks (and indexes) as the tuple ``(cos, sin, derived)``: ``cos, sin, derived =
+    client.rope_cache(...)``."""
+    cos: Optional[Array]  # None for FUSED_COS_SIN and COMPLEX
     sin: Optional[Array]  # None for FUSED_COS_SIN and COMPLEX
     derived: RopeDerived
+    cos_sin: Optional[Array] = None  # FUSED_COS_SIN only
+    freqs_cis: Optional[Array] = None  # COMPLEX only
+
+    def _triple(self) -> Tuple[Optional[Array], Optional[Array], RopeDerived]:
+        return (self.cos, self.sin, self.derived)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._triple())
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._triple()[index]
+
+    def __len__(self) -> int:
+        return 3
 
 
 class ApplyRopeResult(NamedTuple):

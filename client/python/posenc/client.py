@@ -343,11 +343,13 @@ class Client:
           layout: ``"compact"`` (default, ``[..., d/2]``), ``"neox"`` or ``"gptj"``
             (``[..., d]``); ``"fused_cos_sin"`` (``[..., d]`` = cat(cos, sin), the
             cos_sin_cache of vLLM / FlashInfer / SGLang) or ``"complex"`` (``[..., d/2, 2]``,
-            ``view_as_complex`` of it is freqs_cis): one table, returned as ``cos``.
+            ``view_as_complex`` of it is freqs_cis): one table, returned as ``cos_sin`` or
+            ``freqs_cis`` with ``cos`` and ``sin`` None.
           output_shared_memory: ``{"cos": ref, "sin": ref}`` (either or both; ``"cos_sin"``
             or ``"freqs_cis"`` for the one-table layouts) writes them into shared memory.
 
-        Returns ``RopeCacheResult(cos, sin, derived)`` (sin None for the one-table layouts).
+        Returns ``RopeCacheResult(cos, sin, derived, cos_sin, freqs_cis)``: cos and sin, or
+        (the one-table layouts) cos_sin or freqs_cis, the others None.
         """
         request = pb.RopeCacheRequest()
         tensors = _Tensors(request, output_shared_memory)
@@ -357,9 +359,12 @@ class Client:
         set_enum(request, "layout", RopeCacheLayout, layout)
         response = self._send("RopeCache", request, timeout)
         derived = from_message(response.derived, RopeDerived)
-        for one in ("cos_sin", "freqs_cis"):
-            if response.HasField(one):
-                return RopeCacheResult(tensors.result(getattr(response, one), one), None, derived)
+        if response.HasField("cos_sin"):
+            return RopeCacheResult(None, None, derived,
+                                   cos_sin=tensors.result(response.cos_sin, "cos_sin"))
+        if response.HasField("freqs_cis"):
+            return RopeCacheResult(None, None, derived,
+                                   freqs_cis=tensors.result(response.freqs_cis, "freqs_cis"))
         return RopeCacheResult(tensors.result(response.cos, "cos"),
                                tensors.result(response.sin, "sin"), derived)
 
