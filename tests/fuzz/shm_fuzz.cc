@@ -65,8 +65,7 @@ struct Fixture : HandlerFixture {
   // The key a registration opens (see the header).
   std::string SafeKey(const std::string& key) const {
     const bool valid = key.size() >= 2 && key.size() <= 255 && key[0] == '/' &&
-                       key.find('/', 1) == std::string::npos &&
-                       key.find('\0') == std::string::npos;
+                       key.find('/', 1) == std::string::npos && key.find('\0') == std::string::npos;
     if (!valid) return key;
     const std::string* keys[] = {&a.key, &b.key, &missing};
     return *keys[key.size() % 3];
