@@ -176,12 +176,24 @@ absl::Status ParseResponse(const grpc::ByteBuffer& bytes, Response* response) {
                    Response::descriptor()->full_name(), why.empty() ? "" : ": ", why));
 }
 
+// internal::ApplyRopeRequestBytes of the request `without_bytes` (ToRequestWithoutBytes) once
+// q's and k's bytes are added.
+internal::RequestBytes ApplyRopeBytes(const ApplyRopeOptions& options,
+                                      const v1::ApplyRopeRequest& without_bytes) {
+  const size_t k = options.k.has_value() ? options.k->data.size() : 0;
+  return {static_cast<int64_t>(options.q.data.size() + k),
+          static_cast<int64_t>(without_bytes.ByteSizeLong())};
+}
+
 // At most this many pieces of a split request are in flight at once.
 constexpr size_t kMaxPiecesInFlight = 8;
 
 }  // namespace
 
 struct Client::Impl {
+  // Adds to a serialized request before it is sent (v1::BorrowedBytes::Append).
+  using Extend = std::function<void(grpc::ByteBuffer*)>;
+
   std::shared_ptr<grpc::Channel> channel;
   // posenc's calls go through the generic stub on byte buffers (Invoke); the generated stub
   // types name the RPCs.
@@ -213,12 +225,14 @@ struct Client::Impl {
   // `method` names the RPC by its types (the path comes from the request's type, MethodPath).
   // The request is serialized by v1::SerializeToByteBuffer (its tensors sent from its own
   // memory, which the call keeps alive) and the response parsed by v1::ParseFromByteBuffer.
+  // `extend`, when set, adds to the serialized request (v1::BorrowedBytes).
   template <typename Request, typename Response>
   absl::Status Call(Method<Request, Response> /*method*/, Request request, Response* response,
-                    const CallOptions& call) const {
+                    const CallOptions& call, const Extend& extend = {}) const {
     std::promise<absl::Status> done;
-    Invoke(std::move(request), response, call,
-           [&done](absl::Status status) { done.set_value(std::move(status)); });
+    Invoke(
+        std::move(request), response, call,
+        [&done](absl::Status status) { done.set_value(std::move(status)); }, extend);
     return done.get_future().get();
   }
 
@@ -226,7 +240,7 @@ struct Client::Impl {
   // holds the parsed response (or the error).
   template <typename Request, typename Response>
   void Invoke(Request request, Response* response, const CallOptions& call,
-              std::function<void(absl::Status)> done) const {
+              std::function<void(absl::Status)> done, const Extend& extend = {}) const {
     struct State {
       grpc::ClientContext context;
       grpc::ByteBuffer request_bytes;
@@ -236,6 +250,7 @@ struct Client::Impl {
     const grpc::Status serialized = v1::SerializeToByteBuffer(
         std::make_shared<const Request>(std::move(request)), &state->request_bytes);
     if (!serialized.ok()) return done(ToAbsl(serialized));
+    if (extend) extend(&state->request_bytes);
     PrepareContext(&state->context, call);
     generic_stub.UnaryCall(
         &state->context, MethodPath<Request>(), grpc::StubOptions(), &state->request_bytes,
@@ -256,9 +271,10 @@ struct Client::Impl {
   // A converted request sent with Call; the response converted.
   template <typename Request, typename Response, typename Convert>
   auto Send(Method<Request, Response> method, Request request, const CallOptions& call,
-            Convert convert) const -> decltype(convert(std::declval<Response&&>())) {
+            Convert convert, const Extend& extend = {}) const
+      -> decltype(convert(std::declval<Response&&>())) {
     Response response;
-    POSENC_RETURN_IF_ERROR(Call(method, std::move(request), &response, call));
+    POSENC_RETURN_IF_ERROR(Call(method, std::move(request), &response, call, extend));
     return convert(std::move(response));
   }
 
@@ -518,19 +534,28 @@ absl::StatusOr<RopeCacheResult> Client::RopeCache(const RopeCacheOptions& option
 
 absl::StatusOr<ApplyRopeResult> Client::ApplyRope(const ApplyRopeOptions& options,
                                                   const CallOptions& call) const {
-  POSENC_ASSIGN_OR_RETURN(v1::ApplyRopeRequest request, internal::ToRequest(options));
+  POSENC_ASSIGN_OR_RETURN(v1::ApplyRopeRequest request, internal::ToRequestWithoutBytes(options));
   const std::optional<internal::Budget> budget =
-      UsesSharedMemory(options)
-          ? std::nullopt
-          : impl_->SplitBudget(internal::ApplyRopeRequestBytes(request), call);
-  if (!budget.has_value()) return impl_->Send(&Stub::ApplyRope, std::move(request), call, kWhole);
-  POSENC_ASSIGN_OR_RETURN(const internal::ApplyRopeSplit split,
-                          internal::SplitApplyRope(options, *budget));
-  if (split.whole) return impl_->Send(&Stub::ApplyRope, std::move(request), call, kWhole);
-  request.Clear();  // the pieces hold the bytes now
-  POSENC_ASSIGN_OR_RETURN(std::vector<ApplyRopeResult> parts,
-                          impl_->Gather(&Stub::async::ApplyRope, split.pieces, call, kWhole));
-  return internal::JoinApplyRope(options, split, std::move(parts));
+      UsesSharedMemory(options) ? std::nullopt
+                                : impl_->SplitBudget(ApplyRopeBytes(options, request), call);
+  if (budget.has_value()) {
+    POSENC_ASSIGN_OR_RETURN(const internal::ApplyRopeSplit split,
+                            internal::SplitApplyRope(options, *budget));
+    if (!split.whole) {
+      POSENC_ASSIGN_OR_RETURN(std::vector<ApplyRopeResult> parts,
+                              impl_->Gather(&Stub::async::ApplyRope, split.pieces, call, kWhole));
+      return internal::JoinApplyRope(options, split, std::move(parts));
+    }
+  }
+  // One call: q and k go from the caller's tensors, not copied into the request (issue #20).
+  v1::BorrowedBytes borrowed;
+  auto result =
+      impl_->Send(&Stub::ApplyRope, std::move(request), call, kWhole, [&](grpc::ByteBuffer* bytes) {
+        borrowed.Append(1, options.q.data, bytes);
+        if (options.k.has_value()) borrowed.Append(2, options.k->data, bytes);
+      });
+  borrowed.Wait();  // gRPC holds no reference to the caller's bytes any more
+  return result;
 }
 
 absl::StatusOr<Tensor> Client::AlibiSlopes(const AlibiSlopesOptions& options,

@@ -97,7 +97,7 @@ absl::StatusOr<DType> FromProto(v1::DType dtype, absl::string_view field) {
   return FromKernelsDType(*kernel);
 }
 
-absl::Status ToProto(const Tensor& tensor, absl::string_view field, v1::Tensor* out) {
+absl::Status ToProtoWithoutBytes(const Tensor& tensor, absl::string_view field, v1::Tensor* out) {
   // A reference goes as it is: the server checks its size and range and names what is wrong
   // (with structured details), and a reference to a missing region is for it to tell.
   if (tensor.shared_memory.has_value()) {
@@ -107,9 +107,22 @@ absl::Status ToProto(const Tensor& tensor, absl::string_view field, v1::Tensor* 
   }
   out->set_dtype(ToProto(tensor.dtype));
   out->mutable_shape()->Assign(tensor.shape.begin(), tensor.shape.end());
+  return absl::OkStatus();
+}
+
+namespace {
+
+void CopyBytes(const Tensor& tensor, v1::Tensor* out) {
   std::string* data = out->mutable_data();
   v1::ReserveLarge(data, tensor.data.size());  // a large copy faults per 2 MiB, not 4 KiB
   data->assign(tensor.data);
+}
+
+}  // namespace
+
+absl::Status ToProto(const Tensor& tensor, absl::string_view field, v1::Tensor* out) {
+  POSENC_RETURN_IF_ERROR(ToProtoWithoutBytes(tensor, field, out));
+  CopyBytes(tensor, out);
   return absl::OkStatus();
 }
 
@@ -277,10 +290,17 @@ absl::StatusOr<v1::RopeCacheRequest> ToRequest(const RopeCacheOptions& options) 
 }
 
 absl::StatusOr<v1::ApplyRopeRequest> ToRequest(const ApplyRopeOptions& options) {
+  POSENC_ASSIGN_OR_RETURN(v1::ApplyRopeRequest request, ToRequestWithoutBytes(options));
+  CopyBytes(options.q, request.mutable_q());
+  if (options.k.has_value()) CopyBytes(*options.k, request.mutable_k());
+  return request;
+}
+
+absl::StatusOr<v1::ApplyRopeRequest> ToRequestWithoutBytes(const ApplyRopeOptions& options) {
   v1::ApplyRopeRequest request;
-  POSENC_RETURN_IF_ERROR(ToProto(options.q, "q", request.mutable_q()));
+  POSENC_RETURN_IF_ERROR(ToProtoWithoutBytes(options.q, "q", request.mutable_q()));
   if (options.k.has_value()) {
-    POSENC_RETURN_IF_ERROR(ToProto(*options.k, "k", request.mutable_k()));
+    POSENC_RETURN_IF_ERROR(ToProtoWithoutBytes(*options.k, "k", request.mutable_k()));
   }
   POSENC_RETURN_IF_ERROR(ToProto(options.positions, request.mutable_positions()));
   ToProto(options.config, request.mutable_config());

@@ -25,6 +25,9 @@ absl::StatusOr<DType> FromProto(v1::DType dtype, absl::string_view field);
 
 // `field` names the tensor in error messages ("q", "positions.ids", ...).
 absl::Status ToProto(const Tensor& tensor, absl::string_view field, v1::Tensor* out);
+// ToProto without the bytes (dtype, shape, reference; the tensor validated): for a caller that
+// sends the bytes from the tensor's own memory (v1::BorrowedBytes).
+absl::Status ToProtoWithoutBytes(const Tensor& tensor, absl::string_view field, v1::Tensor* out);
 absl::StatusOr<Tensor> FromProto(const v1::Tensor& tensor, absl::string_view field);
 // Moves the bytes out of `tensor` (responses are consumed once).
 absl::StatusOr<Tensor> FromProto(v1::Tensor&& tensor, absl::string_view field);
@@ -39,6 +42,9 @@ absl::StatusOr<v1::SinusoidalRequest> ToRequest(const SinusoidalOptions& options
 absl::StatusOr<v1::AddPositionEncodingRequest> ToRequest(const AddPositionEncodingOptions& options);
 absl::StatusOr<v1::RopeCacheRequest> ToRequest(const RopeCacheOptions& options);
 absl::StatusOr<v1::ApplyRopeRequest> ToRequest(const ApplyRopeOptions& options);
+// ToRequest with q and k without their bytes (Client::ApplyRope sends them from the caller's
+// tensors, v1::BorrowedBytes).
+absl::StatusOr<v1::ApplyRopeRequest> ToRequestWithoutBytes(const ApplyRopeOptions& options);
 absl::StatusOr<v1::AlibiSlopesRequest> ToRequest(const AlibiSlopesOptions& options);
 absl::StatusOr<v1::AlibiBiasRequest> ToRequest(const AlibiBiasOptions& options);
 absl::StatusOr<v1::RelativeBiasRequest> ToRequest(const RelativeBiasOptions& options);

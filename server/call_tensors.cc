@@ -30,6 +30,7 @@ CallTensors::CallTensors(const SharedMemoryRegistry* registry, const OutputPlace
 CallTensors* CallTensors::Current() { return current_tensors; }
 
 absl::StatusOr<SharedMemorySpan> CallTensors::Resolve(const v1::SharedMemoryRef& ref, int64_t bytes,
+                                                      int64_t element_bytes,
                                                       const std::string& field) const {
   if (registry_ == nullptr || !registry_->options().allowed) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -39,7 +40,15 @@ absl::StatusOr<SharedMemorySpan> CallTensors::Resolve(const v1::SharedMemoryRef&
     return absl::InvalidArgumentError(absl::StrCat(field, ".byte_size: expected ", bytes,
                                                    " (the tensor's bytes), got ", ref.byte_size()));
   }
-  return registry_->Resolve(ref.region(), ref.offset(), ref.byte_size(), field);
+  POSENC_ASSIGN_OR_RETURN(SharedMemorySpan span,
+                          registry_->Resolve(ref.region(), ref.offset(), ref.byte_size(), field));
+  if (element_bytes > 1 && reinterpret_cast<uintptr_t>(span.data) % element_bytes != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".offset: the tensor's ", element_bytes, "-byte elements would start at an address ",
+        "not a multiple of ", element_bytes, " (offset ", ref.offset(), " into region \"",
+        ref.region(), "\"; the region's own offset counts too): align the offset"));
+  }
+  return span;
 }
 
 absl::Status CallTensors::CheckNoOverlap(const SharedMemorySpan& span, const std::string& field,
@@ -54,9 +63,9 @@ absl::Status CallTensors::CheckNoOverlap(const SharedMemorySpan& span, const std
 }
 
 absl::StatusOr<char*> CallTensors::Input(const v1::SharedMemoryRef& ref, int64_t bytes,
-                                         absl::string_view field) {
+                                         absl::string_view field, int64_t element_bytes) {
   const std::string ref_field = absl::StrCat(field, ".shared_memory");
-  POSENC_ASSIGN_OR_RETURN(SharedMemorySpan span, Resolve(ref, bytes, ref_field));
+  POSENC_ASSIGN_OR_RETURN(SharedMemorySpan span, Resolve(ref, bytes, element_bytes, ref_field));
   for (const Use& use : uses_) {
     if (use.written && Overlap(span, use.span)) {
       return absl::InvalidArgumentError(
@@ -93,11 +102,12 @@ absl::Status CallTensors::WriteInPlace(absl::string_view field) {
   return absl::InternalError(absl::StrCat(field, ": not an input in shared memory"));
 }
 
-absl::StatusOr<char*> CallTensors::Output(absl::string_view name, int64_t bytes, v1::Tensor* out) {
+absl::StatusOr<char*> CallTensors::Output(absl::string_view name, int64_t bytes, v1::Tensor* out,
+                                          int64_t element_bytes) {
   if (!HasPlacement(name)) return nullptr;
   const v1::SharedMemoryRef& ref = placements_->at(std::string(name));
   const std::string field = absl::StrCat("output_shared_memory.", name);
-  POSENC_ASSIGN_OR_RETURN(SharedMemorySpan span, Resolve(ref, bytes, field));
+  POSENC_ASSIGN_OR_RETURN(SharedMemorySpan span, Resolve(ref, bytes, element_bytes, field));
   // An ApplyRope input may be its own output (in place): the same bytes exactly.
   const char* input = InputData(name);
   const bool in_place = input == span.data;

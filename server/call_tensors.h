@@ -40,13 +40,16 @@ class CallTensors {
   // The calling thread's CallTensors, or null outside a handler.
   static CallTensors* Current();
 
-  // An input's bytes in shared memory: `ref` must hold exactly `bytes` bytes. `field` is the
+  // An input's bytes in shared memory: `ref` must hold exactly `bytes` bytes, starting at an
+  // address aligned to its `element_bytes` (the kernels read whole elements). `field` is the
   // tensor's wire path ("q"); errors name "<field>.shared_memory...".
   absl::StatusOr<char*> Input(const v1::SharedMemoryRef& ref, int64_t bytes,
-                              absl::string_view field);
+                              absl::string_view field, int64_t element_bytes);
   // Output `name`'s range when the request places it in shared memory (null when it does not):
-  // exactly `bytes` bytes, overlapping nothing else of the call. Sets `out`'s reference.
-  absl::StatusOr<char*> Output(absl::string_view name, int64_t bytes, v1::Tensor* out);
+  // exactly `bytes` bytes, aligned to `element_bytes`, overlapping nothing else of the call. Sets
+  // `out`'s reference.
+  absl::StatusOr<char*> Output(absl::string_view name, int64_t bytes, v1::Tensor* out,
+                               int64_t element_bytes);
   // Whether the request places output `name` in shared memory.
   bool HasPlacement(absl::string_view name) const;
   // Whether output `name` lives in shared memory: placed there, or an input of that name read
@@ -69,7 +72,7 @@ class CallTensors {
     bool written = false;
   };
   absl::StatusOr<SharedMemorySpan> Resolve(const v1::SharedMemoryRef& ref, int64_t bytes,
-                                           const std::string& field) const;
+                                           int64_t element_bytes, const std::string& field) const;
   // OVERLAP check of a range about to be written against every other range of the call.
   absl::Status CheckNoOverlap(const SharedMemorySpan& span, const std::string& field,
                               absl::string_view allowed_field) const;

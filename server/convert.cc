@@ -125,7 +125,8 @@ absl::StatusOr<kernels::ConstTensorView> ToConstView(const v1::Tensor& tensor, D
       return absl::FailedPreconditionError(
           absl::StrCat(field, ".shared_memory: no shared memory in this context"));
     }
-    POSENC_ASSIGN_OR_RETURN(view.data, tensors->Input(tensor.shared_memory(), bytes, field));
+    POSENC_ASSIGN_OR_RETURN(view.data, tensors->Input(tensor.shared_memory(), bytes, field,
+                                                      kernels::DTypeSize(view.dtype)));
     return view;
   }
   if (static_cast<int64_t>(tensor.data().size()) != bytes) {
@@ -148,7 +149,8 @@ absl::StatusOr<kernels::TensorView> AllocateOutput(const kernels::OutputSpec& sp
   const int64_t bytes = elements * kernels::DTypeSize(dtype);
   if (CallTensors* tensors = CallTensors::Current();
       tensors != nullptr && tensors->HasPlacement(spec.name)) {
-    POSENC_ASSIGN_OR_RETURN(char* data, tensors->Output(spec.name, bytes, out));
+    POSENC_ASSIGN_OR_RETURN(char* data,
+                            tensors->Output(spec.name, bytes, out, kernels::DTypeSize(dtype)));
     return kernels::TensorView{dtype, shape, data};
   }
   std::string* data = out->mutable_data();

@@ -85,7 +85,8 @@ absl::StatusOr<kernels::TensorView> MoveToResponse(const HandlerContext& ctx, co
         static_cast<int64_t>(
             kernels::ConstTensorView{spec.dtype, spec.shape, nullptr}.NumElements()) *
         kernels::DTypeSize(spec.dtype);
-    POSENC_ASSIGN_OR_RETURN(char* data, tensors->Output(spec.name, bytes, out));
+    POSENC_ASSIGN_OR_RETURN(char* data,
+                            tensors->Output(spec.name, bytes, out, kernels::DTypeSize(spec.dtype)));
     const char* source = shared_input != nullptr ? shared_input : in.data().data();
     if (source != data) std::memcpy(data, source, static_cast<size_t>(bytes));
     return kernels::TensorView{spec.dtype, spec.shape, data};

@@ -89,8 +89,8 @@ if [ "${POSENC_SANITIZERS:-0}" = 1 ]; then
   stage "build (fuzz, clang)"
   CC=clang CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DPOSENC_BUILD_TESTS=OFF \
     -DPOSENC_BUILD_FUZZERS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  cmake --build build/fuzz -j "$jobs" --target rpc_fuzz inference_fuzz hf_config_fuzz table_fuzz \
-    cli_flags_fuzz
+  cmake --build build/fuzz -j "$jobs" --target rpc_fuzz inference_fuzz shm_fuzz hf_config_fuzz \
+    table_fuzz cli_flags_fuzz
   done_stage "build (fuzz, clang)"
   stage "fuzz smoke"
   bash tests/fuzz/run_smoke.sh build/fuzz 20

@@ -5,7 +5,8 @@
 
 rpc_fuzz: one byte naming the RPC (the order of the service in posenc.proto, 16 RPCs) followed by a
 request encoded by `protoc --encode` from the text below. inference_fuzz: ModelInferRequests of
-proto/inference/grpc_service.proto, encoded the same way. hf_config_fuzz: the config objects
+proto/inference/grpc_service.proto, encoded the same way. shm_fuzz: records of shared-memory
+registrations and requests referencing regions (SHM_SEEDS). hf_config_fuzz: the config objects
 of HF_CONFIG_DIR/*.json (the shared copies of published config.json files: {"config": {...}}),
 plus a few hand-written ones; "\\0LAYER" after the JSON selects a layer type. table_fuzz: small
 .npy and .safetensors files. cli_flags_fuzz: NUL-separated command lines. The output is
@@ -337,6 +338,60 @@ INFERENCE_SEEDS = {
 }
 
 
+# shm_fuzz: records [op][length: 2 bytes LE][body] (tests/fuzz/shm_fuzz.cc); regions "ra" (64 KiB
+# of object "a") and "rb" (12 KiB of object "b") exist at the start of every input.
+SHM_OPS = {"RegisterSharedMemory": 0, "UnregisterSharedMemory": 1, "SharedMemoryStatus": 2,
+           "ApplyRope": 3, "RopeCache": 4, "AlibiBias": 5, "Sinusoidal": 6}
+
+
+def shm_ref(region, offset, size):
+    return 'shared_memory { region: "%s" offset: %d byte_size: %d }' % (region, offset, size)
+
+
+def shm_out(name, region, offset, size):
+    return ('output_shared_memory { key: "%s" value { region: "%s" offset: %d byte_size: %d } }'
+            % (name, region, offset, size))
+
+
+SHM_Q = 'dtype: DTYPE_FLOAT32 shape: 1 shape: 4 shape: 2 shape: 8 '
+SHM_K = 'dtype: DTYPE_FLOAT32 shape: 1 shape: 4 shape: 1 shape: 8 '
+SHM_SEEDS = {
+    "apply_rope_in_place": [("ApplyRope", "q { %s %s } k { %s %s } config { head_dim: 8 } %s %s" % (
+        SHM_Q, shm_ref("ra", 0, 256), SHM_K, shm_ref("ra", 256, 128),
+        shm_out("q", "ra", 0, 256), shm_out("k", "ra", 256, 128)))],
+    "apply_rope_out_of_range": [("ApplyRope", "q { %s %s } config { head_dim: 8 }" % (
+        SHM_Q, shm_ref("rb", 12 * 1024 - 128, 256)))],
+    "apply_rope_overlap": [("ApplyRope", "q { %s %s } k { %s %s } config { head_dim: 8 } %s" % (
+        SHM_Q, shm_ref("ra", 0, 256), SHM_K, shm_ref("ra", 512, 128),
+        shm_out("k", "ra", 128, 128)))],
+    "register_use_unregister": [
+        ("RegisterSharedMemory", 'name: "rc" key: "/k1" offset: 0 byte_size: 4096'),
+        ("SharedMemoryStatus", 'name: "rc"'),
+        ("ApplyRope", "q { %s %s } config { head_dim: 8 } %s" % (
+            SHM_Q, shm_ref("rc", 1024, 256), shm_out("q", "rb", 0, 256))),
+        ("UnregisterSharedMemory", 'name: "rc"'),
+        ("SharedMemoryStatus", "")],
+    "register_hostile": [
+        ("RegisterSharedMemory", 'name: "big" key: "/k12" offset: 9223372036854775807 '
+                                 'byte_size: 9223372036854775807'),
+        ("RegisterSharedMemory", 'name: "ra" key: "/k1" offset: 0 byte_size: 1'),
+        ("RegisterSharedMemory", 'name: "x" key: "no_slash" offset: 0 byte_size: 8'),
+        ("RegisterSharedMemory", 'name: "y" key: "/k" offset: -1 byte_size: 8'),
+        ("UnregisterSharedMemory", 'name: "nope"')],
+    "truncate_under_call": [
+        (7, bytes([20])),
+        ("ApplyRope", "q { %s %s } config { head_dim: 8 } %s" % (
+            SHM_Q, shm_ref("rb", 0, 256), shm_out("q", "rb", 0, 256)))],
+    "rope_cache_to_shm": [("RopeCache", "positions { range { count: 4 } } config { head_dim: 8 } "
+                                        "%s %s" % (shm_out("cos", "ra", 0, 64),
+                                                   shm_out("sin", "ra", 64, 64)))],
+    "alibi_bias_to_shm": [("AlibiBias", "num_heads: 2 q_len: 3 k_len: 5 %s"
+                           % shm_out("bias", "rb", 0, 120))],
+    "sinusoidal_ids_in_shm": [("Sinusoidal", "positions { ids { dtype: DTYPE_INT32 shape: 4 %s } }"
+                               " params { dim: 8 }" % shm_ref("ra", 0, 16))],
+}
+
+
 def write(target, name, content):
     path = CORPUS / target / name
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -359,6 +414,18 @@ def main():
              str(proto_dir / "inference/grpc_service.proto")],
             input=text.encode(), capture_output=True, check=True).stdout
         write("inference_fuzz", name, encoded)
+    for name, records in SHM_SEEDS.items():
+        content = b""
+        for op, body in records:
+            if isinstance(op, str):
+                body = subprocess.run(
+                    ["protoc", "--proto_path=%s" % proto_dir,
+                     "--encode=posenc.v1.%sRequest" % op,
+                     str(proto_dir / "posenc/v1/posenc.proto")],
+                    input=body.encode(), capture_output=True, check=True).stdout
+                op = SHM_OPS[op]
+            content += bytes([op]) + struct.pack("<H", len(body)) + body
+        write("shm_fuzz", name, content)
     for path in sorted(hf_dir.glob("*.json")):
         doc = json.loads(path.read_text())
         config = dict(doc["config"])

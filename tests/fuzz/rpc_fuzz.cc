@@ -18,12 +18,11 @@
 #include <vector>
 
 #include "google/protobuf/message.h"
-#include "kernels/backend.h"
-#include "kernels/rope/frequency_cache.h"
 #include "posenc/v1/posenc.pb.h"
 #include "proto/posenc/v1/wire_dtype.h"
 #include "server/handlers.h"
 #include "server/tables.h"
+#include "tests/fuzz/handler_fixture.h"
 
 namespace posenc::server {
 namespace {
@@ -40,26 +39,14 @@ void AddTable(TableRegistry* tables, const char* name, int64_t rows, int64_t col
   }
 }
 
-struct Fixture {
+struct Fixture : HandlerFixture {
   Fixture() {
-    kernels::CpuBackendOptions options;
-    options.threads = 1;
-    absl::StatusOr<std::unique_ptr<kernels::Backend>> cpu = kernels::MakeCpuBackend(options);
-    if (!cpu.ok()) std::abort();
-    backend = *std::move(cpu);
     AddTable(&tables, "wpe", 16, 8);
     AddTable(&tables, "t5", 32, 4);
     AddTable(&tables, "shaw", 9, 4);
-    ctx.backend = backend.get();
-    ctx.limits.max_output_elements = int64_t{1} << 20;
-    ctx.limits.max_message_bytes = int64_t{16} << 20;
     ctx.tables = &tables;
-    ctx.rope_cache = &cache;
   }
-  std::unique_ptr<kernels::Backend> backend;
   TableRegistry tables;
-  kernels::RopeFrequencyCache cache{64, size_t{1} << 20};
-  HandlerContext ctx;
 };
 
 // Every tensor field of a response, wherever it sits.
@@ -107,17 +94,8 @@ void Run(grpc::Status (*handle)(const HandlerContext&, const Request&, Response*
   Request request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return;
   Response response;
-  const grpc::Status status = handle(ctx, request, &response);
-  // POSENC_FUZZ_VERBOSE=1 prints each input's status (to check that the seeds succeed).
-  static const bool verbose = std::getenv("POSENC_FUZZ_VERBOSE") != nullptr;
-  if (verbose) {
-    std::fprintf(stderr, "%s: %d %s\n", Request::descriptor()->name().c_str(),
-                 static_cast<int>(status.error_code()), status.error_message().c_str());
-  }
-  if (status.ok()) {
+  if (CheckHandlerStatus(Request::descriptor()->name(), handle(ctx, request, &response))) {
     CheckResponse(ctx, response);
-  } else if (status.error_message().empty()) {
-    std::abort();  // every error says what was wrong
   }
 }
 

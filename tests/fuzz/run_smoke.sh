@@ -15,7 +15,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 build_dir="${1:-$root/build/fuzz}"
 seconds="${2:-20}"
-targets=(rpc_fuzz inference_fuzz hf_config_fuzz table_fuzz cli_flags_fuzz)
+targets=(rpc_fuzz inference_fuzz shm_fuzz hf_config_fuzz table_fuzz cli_flags_fuzz)
 limits=(-rss_limit_mb=1024 -malloc_limit_mb=512 -timeout=10)
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}"

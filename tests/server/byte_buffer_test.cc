@@ -154,5 +154,38 @@ TEST(ByteBufferTest, ReserveLargeReserves) {
   EXPECT_EQ(s[s.size() - 1], 'x');
 }
 
+// Client::ApplyRope sends q and k from the caller's tensors: the request without their bytes,
+// then each tensor's data appended; the server parses what the copying request would give.
+TEST(BorrowedBytesTest, AppendedDataParsesAsTheWholeRequest) {
+  const std::shared_ptr<ApplyRopeRequest> whole = LargeRequest();
+  whole->mutable_k()->set_dtype(DTYPE_FLOAT32);
+  whole->mutable_k()->add_shape(3);
+  whole->mutable_k()->set_data(std::string(12, 'k'));  // small: copied, not referenced
+  auto without = std::make_shared<ApplyRopeRequest>(*whole);
+  without->mutable_q()->clear_data();
+  without->mutable_k()->clear_data();
+  const std::string q = whole->q().data(), k = whole->k().data();
+  grpc::ByteBuffer buffer;
+  {
+    BorrowedBytes borrowed;
+    ASSERT_TRUE(SerializeToByteBuffer(without, &buffer).ok());
+    borrowed.Append(1, q, &buffer);
+    borrowed.Append(2, k, &buffer);
+    borrowed.Append(1, "", &buffer);  // nothing: no bytes to add
+    std::vector<grpc::Slice> slices;
+    ASSERT_TRUE(buffer.Dump(&slices).ok());
+    bool referenced = false;
+    for (const grpc::Slice& s : slices) {
+      referenced |= reinterpret_cast<const char*>(s.begin()) == q.data();
+    }
+    EXPECT_TRUE(referenced) << "q's bytes were copied";
+    ApplyRopeRequest parsed;
+    ASSERT_TRUE(ParseFromByteBuffer(buffer, &parsed));
+    EXPECT_EQ(parsed.SerializeAsString(), whole->SerializeAsString());
+    buffer.Clear();  // gRPC drops its references when the call ends; Wait() then returns
+    slices.clear();
+  }
+}
+
 }  // namespace
 }  // namespace posenc::v1

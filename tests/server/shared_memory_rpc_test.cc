@@ -188,6 +188,14 @@ TEST_F(SharedMemoryRpcTest, MalformedReferencesNameTheirField) {
        grpc::StatusCode::INVALID_ARGUMENT, "q.shared_memory"},
       {"negative_offset", [](auto& r) { r.mutable_q()->mutable_shared_memory()->set_offset(-256); },
        grpc::StatusCode::INVALID_ARGUMENT, "q.shared_memory"},
+      // shm_fuzz's finding: FLOAT32 elements at an odd address (the kernels read whole floats).
+      {"misaligned_offset", [](auto& r) { r.mutable_q()->mutable_shared_memory()->set_offset(2); },
+       grpc::StatusCode::INVALID_ARGUMENT, "q.shared_memory.offset"},
+      {"output_misaligned",
+       [q_bytes](auto& r) {
+         (*r.mutable_output_shared_memory())["k"] = Ref("r", 8193, q_bytes / 2);
+       },
+       grpc::StatusCode::INVALID_ARGUMENT, "output_shared_memory.k.offset"},
       {"data_and_shared_memory", [](auto& r) { r.mutable_q()->set_data(std::string(256, 'x')); },
        grpc::StatusCode::INVALID_ARGUMENT, "q"},
       {"k_overlaps_q_in_place",

@@ -280,6 +280,54 @@ std::string DescribeParseFailure(const grpc::ByteBuffer& in, const Descriptor* t
   return problem;
 }
 
+namespace {
+
+// A protobuf varint of `value` appended to `out`.
+void AppendVarint(uint64_t value, std::string* out) {
+  for (; value >= 0x80; value >>= 7) out->push_back(static_cast<char>((value & 0x7f) | 0x80));
+  out->push_back(static_cast<char>(value));
+}
+
+}  // namespace
+
+void BorrowedBytes::Append(int field_number, absl::string_view bytes, grpc::ByteBuffer* buffer) {
+  if (bytes.empty()) return;  // no data: the field serialized before says all
+  constexpr uint64_t kLengthDelimited = 2;
+  constexpr uint64_t kTensorData = 3;  // posenc.v1.Tensor.data
+  std::string data_header;
+  AppendVarint(kTensorData << 3 | kLengthDelimited, &data_header);
+  AppendVarint(bytes.size(), &data_header);
+  std::string header;
+  AppendVarint(static_cast<uint64_t>(field_number) << 3 | kLengthDelimited, &header);
+  AppendVarint(data_header.size() + bytes.size(), &header);
+  header += data_header;
+  std::vector<grpc::Slice> slices;
+  (void)buffer->Dump(&slices);
+  if (bytes.size() < kLargeFieldBytes) {
+    header.append(bytes.data(), bytes.size());
+    slices.emplace_back(header.data(), header.size());
+  } else {
+    slices.emplace_back(header.data(), header.size());
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      ++outstanding_;
+    }
+    slices.emplace_back(const_cast<char*>(bytes.data()), bytes.size(), &Release, this);
+  }
+  *buffer = grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+void BorrowedBytes::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  released_.wait(lock, [this] { return outstanding_ == 0; });
+}
+
+void BorrowedBytes::Release(void* self) {
+  auto* borrowed = static_cast<BorrowedBytes*>(self);
+  const std::lock_guard<std::mutex> lock(borrowed->mu_);
+  if (--borrowed->outstanding_ == 0) borrowed->released_.notify_all();
+}
+
 void ReserveLarge(std::string* s, size_t n) {
   s->reserve(n);
 #if defined(MADV_HUGEPAGE)

@@ -19,10 +19,13 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/status.h>
 
+#include <condition_variable>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 
@@ -46,6 +49,31 @@ bool ParseFromByteBuffer(const grpc::ByteBuffer& in, google::protobuf::Message* 
 // no field can be named (e.g. a malformed tag).
 std::string DescribeParseFailure(const grpc::ByteBuffer& in,
                                  const google::protobuf::Descriptor* type);
+
+// Tensor bytes a request sends from memory it does not own (the caller's tensors), instead of
+// copying them into the message first. Append adds `field_number { data: bytes }` (a
+// posenc.v1.Tensor field holding only its data, field 3) to a serialized message: protobuf merges
+// it into that field as serialized before (dtype, shape). Bytes from kLargeFieldBytes on are
+// referenced, not copied; Wait() returns once gRPC has dropped every such reference, and must be
+// called (and return) before the bytes change or go away.
+// Thread-safety: Append from one thread; the references are dropped from any.
+class BorrowedBytes {
+ public:
+  BorrowedBytes() = default;
+  BorrowedBytes(const BorrowedBytes&) = delete;
+  BorrowedBytes& operator=(const BorrowedBytes&) = delete;
+  ~BorrowedBytes() { Wait(); }
+
+  void Append(int field_number, absl::string_view bytes, grpc::ByteBuffer* buffer);
+  void Wait();
+
+ private:
+  static void Release(void* self);
+
+  std::mutex mu_;
+  std::condition_variable released_;
+  int outstanding_ = 0;
+};
 
 // Reserves `n` bytes in `s`; a buffer of 2 MiB or more is advised for transparent huge pages
 // (where the kernel has them), so that filling it faults once per 2 MiB instead of per 4 KiB.
