@@ -237,7 +237,15 @@ struct Client::Impl {
   }
 
   // Starts the call of `request`; `done` runs on gRPC's thread with the status once `response`
-  // holds the parsed response (or the error).
+  // holds the parsed response (or the error), after the call's ClientContext is gone.
+  //
+  // That order matters: a ClientContext holds a reference to the channel. Destroyed after `done`
+  // (with the callback, on gRPC's thread), it can outlive the Client, which its caller may destroy
+  // as soon as `done` has run; its reference is then the channel's last. gRPC 1.51 then shuts its
+  // callback queue down from that queue's own thread, which deletes the queue and goes on reading
+  // it: a double free in grpc_cq_internal_unref, and under ASan a `posenc` that crashed or hung
+  // at exit (its leak check against the error report). Released before `done`, the context's
+  // reference never is the last: the Client holds one until `done` has run.
   template <typename Request, typename Response>
   void Invoke(Request request, Response* response, const CallOptions& call,
               std::function<void(absl::Status)> done, const Extend& extend = {}) const {
@@ -255,8 +263,11 @@ struct Client::Impl {
     generic_stub.UnaryCall(
         &state->context, MethodPath<Request>(), grpc::StubOptions(), &state->request_bytes,
         &state->response_bytes,
-        [state, response, done = std::move(done)](const grpc::Status& status) {
-          done(status.ok() ? ParseResponse(state->response_bytes, response) : ToAbsl(status));
+        [state, response, done = std::move(done)](const grpc::Status& status) mutable {
+          absl::Status result =
+              status.ok() ? ParseResponse(state->response_bytes, response) : ToAbsl(status);
+          state.reset();  // the ClientContext first (above)
+          done(std::move(result));
         });
   }
 

@@ -71,10 +71,6 @@ fi
 
 if [ "${POSENC_SANITIZERS:-0}" = 1 ]; then
   build_preset asan-ubsan
-  # The asan-ubsan test preset runs a failed test once more (CMakePresets.json: until-pass, 2):
-  # under the whole suite's load a CLI test (a `posenc` child against the in-process server) has
-  # failed or hung about once a run since 2026-11-26, and passes alone; the first failure's
-  # output stays in the log. A known flake to find, not a fix.
   test_preset asan-ubsan
 
   # ThreadSanitizer: its own tree (it cannot be mixed with ASan), only the three test binaries

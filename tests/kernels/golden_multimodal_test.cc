@@ -69,6 +69,57 @@ void ExpectIds(const std::vector<int64_t>& got, const NpyArray& want, const std:
 const Backend* g_backend = nullptr;
 const Backend& UnderTest() { return *g_backend; }
 
+// The int64 values of an output buffer.
+std::vector<int64_t> Ints(const Buffer& b) {
+  const auto* p = static_cast<const int64_t*>(b.view.data);
+  return std::vector<int64_t>(p, p + b.size());
+}
+
+// A `dtype` buffer holding the values of an input array; `shape` defaults to the array's.
+Buffer Filled(DType dtype, const NpyArray& values, Shape shape = {}) {
+  if (shape.empty()) shape.assign(values.shape.begin(), values.shape.end());
+  Buffer b(dtype, shape, kFill);
+  for (int64_t i = 0; i < values.size(); ++i) b.set(i, values.values[i]);
+  return b;
+}
+
+// The case's cos and sin through RopeCache in `layout`, at `spec`.
+void CheckCosSin(const GoldenCase& c, DType dtype, const RopeConfig& config, RopeCacheLayout layout,
+                 const PositionSpec& spec, const std::string& what) {
+  auto cache =
+      PlanRopeCache({.config = config, .layout = layout, .positions = spec, .output_dtype = dtype});
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  Buffer cos(cache->cos, kFill), sin(cache->sin, kFill);
+  auto run = RunRopeCache(UnderTest(), *cache, /*cache=*/nullptr, cos.view, sin.view);
+  ASSERT_TRUE(run.ok()) << run.status();
+  ExpectNear(ReadAll(cos.view), c.outputs.at("cos"), Tolerance(c, dtype, 1), what + " cos");
+  ExpectNear(ReadAll(sin.view), c.outputs.at("sin"), Tolerance(c, dtype, 1), what + " sin");
+}
+
+// The case's q and k rotated through ApplyRope in `layout`, at `spec`, against q_embed and
+// k_embed; a 3-D q/k ([L, H, D]: one sequence) gets a batch of one.
+void CheckRotation(const GoldenCase& c, DType dtype, const RopeConfig& config, TensorLayout layout,
+                   const PositionSpec& spec, const std::string& what) {
+  const NpyArray& q_in = c.inputs.at("q");
+  const NpyArray& k_in = c.inputs.at("k");
+  Shape qs(q_in.shape.begin(), q_in.shape.end()), ks(k_in.shape.begin(), k_in.shape.end());
+  if (qs.size() == 3) {
+    qs.insert(qs.begin(), 1);
+    ks.insert(ks.begin(), 1);
+  }
+  Buffer q = Filled(dtype, q_in, qs), k = Filled(dtype, k_in, ks);
+  auto plan = PlanApplyRope(
+      {.config = config, .layout = layout, .q = q.view, .k = k.view, .positions = spec});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto applied = RunApplyRope(UnderTest(), *plan, /*cache=*/nullptr, q.view, k.view);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  const double scale = std::max(MaxAbs(q_in), MaxAbs(k_in));
+  ExpectNear(ReadAll(q.view), c.outputs.at("q_embed"), Tolerance(c, dtype, scale),
+             what + " q_embed");
+  ExpectNear(ReadAll(k.view), c.outputs.at("k_embed"), Tolerance(c, dtype, scale),
+             what + " k_embed");
+}
+
 // The RoPE of an mrope_apply case: its model's layout, pairing and partial rotary.
 RopeConfig MropeApplyConfig(const GoldenCase& c) {
   RopeConfig config;
@@ -88,38 +139,13 @@ RopeConfig MropeApplyConfig(const GoldenCase& c) {
 // q_embed/k_embed through ApplyRope (BHSD).
 void CheckMropeApply(const GoldenCase& c, DType dtype) {
   const RopeConfig config = MropeApplyConfig(c);
-  PositionSpec spec{.kind = PositionSpec::Kind::kIds, .ids = IdsView(c.inputs.at("position_ids"))};
+  const PositionSpec spec{.kind = PositionSpec::Kind::kIds,
+                          .ids = IdsView(c.inputs.at("position_ids"))};
   const std::string what = c.name + " " + std::string(DTypeName(dtype));
   const RopeCacheLayout layout =
       config.style == RopeStyle::kGptj ? RopeCacheLayout::kGptj : RopeCacheLayout::kNeox;
-  auto cache =
-      PlanRopeCache({.config = config, .layout = layout, .positions = spec, .output_dtype = dtype});
-  ASSERT_TRUE(cache.ok()) << cache.status();
-  Buffer cos(cache->cos, kFill), sin(cache->sin, kFill);
-  auto run = RunRopeCache(UnderTest(), *cache, /*cache=*/nullptr, cos.view, sin.view);
-  ASSERT_TRUE(run.ok()) << run.status();
-  ExpectNear(ReadAll(cos.view), c.outputs.at("cos"), Tolerance(c, dtype, 1), what + " cos");
-  ExpectNear(ReadAll(sin.view), c.outputs.at("sin"), Tolerance(c, dtype, 1), what + " sin");
-
-  const NpyArray& q_in = c.inputs.at("q");
-  const NpyArray& k_in = c.inputs.at("k");
-  Buffer q(dtype, Shape(q_in.shape.begin(), q_in.shape.end()), kFill);
-  Buffer k(dtype, Shape(k_in.shape.begin(), k_in.shape.end()), kFill);
-  for (int64_t i = 0; i < q_in.size(); ++i) q.set(i, q_in.values[i]);
-  for (int64_t i = 0; i < k_in.size(); ++i) k.set(i, k_in.values[i]);
-  auto plan = PlanApplyRope({.config = config,
-                             .layout = TensorLayout::kBHSD,
-                             .q = q.view,
-                             .k = k.view,
-                             .positions = spec});
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  auto applied = RunApplyRope(UnderTest(), *plan, /*cache=*/nullptr, q.view, k.view);
-  ASSERT_TRUE(applied.ok()) << applied.status();
-  const double scale = std::max(MaxAbs(q_in), MaxAbs(k_in));
-  ExpectNear(ReadAll(q.view), c.outputs.at("q_embed"), Tolerance(c, dtype, scale),
-             what + " q_embed");
-  ExpectNear(ReadAll(k.view), c.outputs.at("k_embed"), Tolerance(c, dtype, scale),
-             what + " k_embed");
+  CheckCosSin(c, dtype, config, layout, spec, what);
+  CheckRotation(c, dtype, config, TensorLayout::kBHSD, spec, what);
 }
 
 // The outputs of a VisionPositions plan.
@@ -141,10 +167,6 @@ struct VisionOutputs {
     EXPECT_TRUE(RunVisionPositions(plan, position_ids.view, flat_ids.view, window_index.view,
                                    cu_window_seqlens.view)
                     .ok());
-  }
-  std::vector<int64_t> Ints(const Buffer& b) const {
-    const auto* p = static_cast<const int64_t*>(b.view.data);
-    return std::vector<int64_t>(p, p + b.size());
   }
   // position_ids [2, L] as transformers' [L, 2] pairs.
   std::vector<int64_t> Pairs() const {
@@ -170,41 +192,9 @@ struct VisionRope {
 void CheckVisionRope(const GoldenCase& c, DType dtype, const VisionRope& rope,
                      const Buffer& position_ids) {
   const std::string what = c.name + " " + std::string(DTypeName(dtype));
-  PositionSpec spec{.kind = PositionSpec::Kind::kIds, .ids = position_ids.view};
-  auto cache = PlanRopeCache({.config = rope.config,
-                              .layout = rope.cache_layout,
-                              .positions = spec,
-                              .output_dtype = dtype});
-  ASSERT_TRUE(cache.ok()) << cache.status();
-  Buffer cos(cache->cos, kFill), sin(cache->sin, kFill);
-  auto run = RunRopeCache(UnderTest(), *cache, /*cache=*/nullptr, cos.view, sin.view);
-  ASSERT_TRUE(run.ok()) << run.status();
-  ExpectNear(ReadAll(cos.view), c.outputs.at("cos"), Tolerance(c, dtype, 1), what + " cos");
-  ExpectNear(ReadAll(sin.view), c.outputs.at("sin"), Tolerance(c, dtype, 1), what + " sin");
-  if (!c.inputs.contains("q")) return;
-  const NpyArray& q_in = c.inputs.at("q");
-  const NpyArray& k_in = c.inputs.at("k");
-  Shape qs(q_in.shape.begin(), q_in.shape.end()), ks(k_in.shape.begin(), k_in.shape.end());
-  if (qs.size() == 3) {  // [L, H, D]: one sequence
-    qs.insert(qs.begin(), 1);
-    ks.insert(ks.begin(), 1);
-  }
-  Buffer q(dtype, qs, kFill), k(dtype, ks, kFill);
-  for (int64_t i = 0; i < q_in.size(); ++i) q.set(i, q_in.values[i]);
-  for (int64_t i = 0; i < k_in.size(); ++i) k.set(i, k_in.values[i]);
-  auto plan = PlanApplyRope({.config = rope.config,
-                             .layout = rope.qk_layout,
-                             .q = q.view,
-                             .k = k.view,
-                             .positions = spec});
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  auto applied = RunApplyRope(UnderTest(), *plan, /*cache=*/nullptr, q.view, k.view);
-  ASSERT_TRUE(applied.ok()) << applied.status();
-  const double scale = std::max(MaxAbs(q_in), MaxAbs(k_in));
-  ExpectNear(ReadAll(q.view), c.outputs.at("q_embed"), Tolerance(c, dtype, scale),
-             what + " q_embed");
-  ExpectNear(ReadAll(k.view), c.outputs.at("k_embed"), Tolerance(c, dtype, scale),
-             what + " k_embed");
+  const PositionSpec spec{.kind = PositionSpec::Kind::kIds, .ids = position_ids.view};
+  CheckCosSin(c, dtype, rope.config, rope.cache_layout, spec, what);
+  if (c.inputs.contains("q")) CheckRotation(c, dtype, rope.config, rope.qk_layout, spec, what);
 }
 
 RopeConfig VisionConfig(int64_t head_dim, double theta, MropeLayout layout) {
@@ -226,8 +216,8 @@ void CheckQwenVision(const GoldenCase& c) {
   const VisionOutputs out(args);
   ExpectIds(out.Pairs(), c.outputs.at("pos_ids"), c.name + " pos_ids");
   if (args.window_size > 0) {
-    ExpectIds(out.Ints(out.window_index), c.outputs.at("window_index"), c.name + " window_index");
-    ExpectIds(out.Ints(out.cu_window_seqlens), c.outputs.at("cu_window_seqlens"),
+    ExpectIds(Ints(out.window_index), c.outputs.at("window_index"), c.name + " window_index");
+    ExpectIds(Ints(out.cu_window_seqlens), c.outputs.at("cu_window_seqlens"),
               c.name + " cu_window_seqlens");
   }
   const VisionRope rope{.config = VisionConfig(c.params.at("vision_head_dim").get<int64_t>(),
@@ -243,7 +233,7 @@ void CheckPixtral(const GoldenCase& c) {
                            .grid = IdsView(c.inputs.at("patch_grid_hw")),
                            .patch_size = c.params.at("patch_size").get<int64_t>(),
                            .image_size = c.params.at("image_size").get<int64_t>()});
-  ExpectIds(out.Ints(out.flat_ids), c.outputs.at("position_ids"), c.name + " position_ids");
+  ExpectIds(Ints(out.flat_ids), c.outputs.at("position_ids"), c.name + " position_ids");
   const VisionRope rope{.config = VisionConfig(c.params.at("head_dim").get<int64_t>(),
                                                c.params.at("rope_theta").get<double>(),
                                                MropeLayout::kVision2dEvenOdd),
@@ -275,8 +265,7 @@ void CheckKvRerotate(const GoldenCase& c, DType dtype) {
   config.rotary_dim = c.params.at("rotary_dim").get<int64_t>();
   config.base = c.params.at("rope_theta").get<double>();
   const NpyArray& k_in = c.inputs.at("k");
-  Buffer k(dtype, Shape(k_in.shape.begin(), k_in.shape.end()), kFill);
-  for (int64_t i = 0; i < k_in.size(); ++i) k.set(i, k_in.values[i]);
+  Buffer k = Filled(dtype, k_in);
   auto plan = PlanRerotateKeys(
       {.config = config,
        .layout = TensorLayout::kTHD,
@@ -296,11 +285,6 @@ MultimodalFamily Family(const std::string& model) {
   }
   ADD_FAILURE() << "unknown model " << model;
   return MultimodalFamily::kQwen2Vl;
-}
-
-std::vector<int64_t> Int64s(const Buffer& b) {
-  const auto* p = static_cast<const int64_t*>(b.view.data);
-  return std::vector<int64_t>(p, p + b.size());
 }
 
 // get_rope_index: the token form with the case's special token ids.
@@ -332,8 +316,8 @@ void CheckRopeIndex(const GoldenCase& c) {
   Buffer ids(plan->position_ids, kFill), deltas(plan->mrope_position_deltas, kFill);
   const absl::Status run = RunMultimodalPositions(*plan, ids.view, deltas.view);
   ASSERT_TRUE(run.ok()) << run;
-  ExpectIds(Int64s(ids), c.outputs.at("position_ids"), c.name + " position_ids");
-  ExpectIds(Int64s(deltas), c.outputs.at("mrope_position_deltas"), c.name + " deltas");
+  ExpectIds(Ints(ids), c.outputs.at("position_ids"), c.name + " position_ids");
+  ExpectIds(Ints(deltas), c.outputs.at("mrope_position_deltas"), c.name + " deltas");
 }
 
 void CheckDecode(const GoldenCase& c) {
@@ -343,7 +327,7 @@ void CheckDecode(const GoldenCase& c) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   Buffer ids(plan->position_ids, kFill);
   ASSERT_TRUE(RunMultimodalDecode(*plan, ids.view).ok());
-  ExpectIds(Int64s(ids), c.outputs.at("position_ids"), c.name + " position_ids");
+  ExpectIds(Ints(ids), c.outputs.at("position_ids"), c.name + " position_ids");
 }
 
 using Check = std::function<void(const GoldenCase&)>;

@@ -1,4 +1,6 @@
-"""posenc-server as a child process for the Python client tests.
+"""posenc-server as a child process for the Python client tests, and what their modules share:
+servers and clients for a whole module (serve_module, BackendServers), the golden cases
+(load_golden_case) and seeded random numbers (rng).
 
 The server listens on 127.0.0.1:0 (a free port chosen by the kernel) and logs the port it got
 ("posenc-server listening on HOST:PORT ..."); a reader thread collects its output so that the
@@ -7,13 +9,17 @@ pipe never fills. With metrics=True it also serves Prometheus metrics on a free 
 it), else build/release/posenc-server of this checkout.
 """
 
+import json
 import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
+
+import numpy as np
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -29,6 +35,22 @@ def server_path():
 
 def golden_dir():
     return os.environ.get("POSENC_GOLDEN_DIR") or os.path.join(ROOT, "tests", "golden")
+
+
+def load_golden_case(folder):
+    """The case of a golden folder: case.json with its "inputs" and "outputs" read from their .npy
+    files (by key) and "params" ({} when absent)."""
+    with open(os.path.join(folder, "case.json"), encoding="utf-8") as f:
+        case = json.load(f)
+    for group in ("inputs", "outputs"):
+        case[group] = {key: np.load(os.path.join(folder, spec["file"]))
+                       for key, spec in case.get(group, {}).items()}
+    case.setdefault("params", {})
+    return case
+
+
+def rng(seed):
+    return np.random.default_rng(seed)
 
 
 class ServerProcess:
@@ -129,3 +151,45 @@ class ModuleServer:
             self.client.close()
         if self.server is not None:
             self.server.stop()
+
+
+def serve_module(module_name, *args):
+    """setUpModule and tearDownModule of the test module `module_name` (its __name__): one server
+    started with `args` and a client of it, shared by the module's tests as its SERVER and
+    CLIENT."""
+    shared = ModuleServer(*args)
+
+    def set_up():
+        server, client = shared.start()
+        setattr(sys.modules[module_name], "SERVER", server)
+        setattr(sys.modules[module_name], "CLIENT", client)
+
+    return set_up, shared.stop
+
+
+class BackendServers:
+    """A server per backend, each started with `args` too, and a client of each, shared by a test
+    module: start() from setUpModule, stop() from tearDownModule; ``clients`` by backend name in
+    between."""
+
+    def __init__(self, *args, timeout=120):
+        self.args = args
+        self.timeout = timeout
+        self.servers = {}
+        self.clients = {}
+
+    def start(self, backends, extra=None):
+        """A server for each of `backends`, with the flags `extra` maps its name to."""
+        import posenc  # the package under test (PYTHONPATH), as in ModuleServer.start
+
+        for backend in backends:
+            flags = (extra or {}).get(backend, [])
+            server = ServerProcess(f"--backend={backend}", *self.args, *flags)
+            self.servers[backend] = server
+            self.clients[backend] = posenc.Client(server.address, timeout=self.timeout)
+
+    def stop(self):
+        for client in self.clients.values():
+            client.close()
+        for server in self.servers.values():
+            server.stop()

@@ -6,33 +6,23 @@ reference backend. POSENC_GOLDEN_BACKENDS (comma-separated, e.g. "cuda") picks o
 tests/bench/run_cuda.sh runs the cases through a cuda server with every call on the GPU.
 """
 
-import json
 import os
 import unittest
 
 import numpy as np
 
 import posenc
-from server import ServerProcess, golden_dir
+from server import BackendServers, golden_dir, load_golden_case
 
-SERVERS = {}
-CLIENTS = {}
+SHARED = BackendServers("--threads=2")
+CLIENTS = SHARED.clients
+tearDownModule = SHARED.stop
 
 
 def setUpModule():
     backends = os.environ.get("POSENC_GOLDEN_BACKENDS", "cpu,reference").split(",")
-    for backend in backends:
-        # cuda: no call is small enough for the cpu backend to take it.
-        extra = ["--cuda_small_call_bytes=0"] if backend == "cuda" else []
-        SERVERS[backend] = ServerProcess(f"--backend={backend}", "--threads=2", *extra)
-        CLIENTS[backend] = posenc.Client(SERVERS[backend].address, timeout=120)
-
-
-def tearDownModule():
-    for client in CLIENTS.values():
-        client.close()
-    for server in SERVERS.values():
-        server.stop()
+    # cuda: no call is small enough for the cpu backend to take it.
+    SHARED.start(backends, extra={"cuda": ["--cuda_small_call_bytes=0"]})
 
 
 def list_cases():
@@ -44,14 +34,7 @@ def list_cases():
 
 
 def load_case(name):
-    folder = os.path.join(golden_dir(), name)
-    with open(os.path.join(folder, "case.json"), encoding="utf-8") as f:
-        case = json.load(f)
-    for group in ("inputs", "outputs"):
-        case[group] = {key: np.load(os.path.join(folder, spec["file"]))
-                       for key, spec in case.get(group, {}).items()}
-    case.setdefault("params", {})
-    return case
+    return load_golden_case(os.path.join(golden_dir(), name))
 
 
 def as_f64(a):

@@ -7,31 +7,22 @@ COMPACT. The same checks as tests/kernels/golden_multimodal_test.cc, here end to
 on the cpu and the reference backends.
 """
 
-import json
 import os
 import unittest
 
 import numpy as np
 
 import posenc
-from server import ROOT, ServerProcess
+from server import ROOT, BackendServers, load_golden_case
 
 FLOAT32_RELATIVE = 1e-6
-CLIENTS = {}
-SERVERS = {}
+SHARED = BackendServers("--threads=2")
+CLIENTS = SHARED.clients
+tearDownModule = SHARED.stop
 
 
 def setUpModule():
-    for backend in ("cpu", "reference"):
-        SERVERS[backend] = ServerProcess(f"--backend={backend}", "--threads=2")
-        CLIENTS[backend] = posenc.Client(SERVERS[backend].address, timeout=120)
-
-
-def tearDownModule():
-    for client in CLIENTS.values():
-        client.close()
-    for server in SERVERS.values():
-        server.stop()
+    SHARED.start(("cpu", "reference"))
 
 
 def golden_dir():
@@ -43,17 +34,11 @@ def load_cases(function):
     root = golden_dir()
     out = []
     for name in sorted(os.listdir(root)):
-        path = os.path.join(root, name, "case.json")
-        if not os.path.isfile(path):
+        if not os.path.isfile(os.path.join(root, name, "case.json")):
             continue
-        with open(path, encoding="utf-8") as f:
-            case = json.load(f)
-        if case["function"] != function:
-            continue
-        for group in ("inputs", "outputs"):
-            case[group] = {key: np.load(os.path.join(root, name, spec["file"]))
-                           for key, spec in case.get(group, {}).items()}
-        out.append(case)
+        case = load_golden_case(os.path.join(root, name))
+        if case["function"] == function:
+            out.append(case)
     return out
 
 

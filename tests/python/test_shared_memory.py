@@ -9,25 +9,16 @@ import unittest
 import numpy as np
 
 import posenc
-from server import ModuleServer, ServerProcess
+from server import ServerProcess, rng, serve_module
 
 try:
     import torch
 except ImportError:  # pragma: no cover - deploy/install-deps.sh installs python3-torch
     torch = None
 
-MODULE = ModuleServer("--backend=cpu", "--threads=2", "--allow_shared_memory")
-SERVER = CLIENT = None
-tearDownModule = MODULE.stop
-
-
-def setUpModule():
-    global SERVER, CLIENT
-    SERVER, CLIENT = MODULE.start()
-
-
-def rng(seed):
-    return np.random.default_rng(seed)
+SERVER = CLIENT = None  # set by setUpModule
+setUpModule, tearDownModule = serve_module(__name__, "--backend=cpu", "--threads=2",
+                                           "--allow_shared_memory")
 
 
 def exists(key):
