@@ -48,15 +48,22 @@ namespace posenc::kernels {
 class Backend;
 
 // Limits (the server's own limits may be lower).
-inline constexpr int64_t kMaxAnalysisPositions = int64_t{1} << 24;     // range count
-inline constexpr int64_t kExactUniquenessPositions = 4096;             // all pairs up to this
-inline constexpr int64_t kMaxUniquenessOffsets = 4096;                 // K beyond it
-inline constexpr int64_t kMaxAnalysisDistances = 64;                   // entries of distances
-inline constexpr int64_t kAnalysisChunkBytes = int64_t{8} << 20;       // float64 rows per chunk
-inline constexpr int64_t kMaxBiasWindow = 1024;                        // RELATIVE window, biases
+inline constexpr int64_t kMaxAnalysisPositions = int64_t{1} << 24;  // range count
+inline constexpr int64_t kExactUniquenessPositions = 4096;          // all pairs up to this
+inline constexpr int64_t kMaxUniquenessOffsets = 4096;              // K beyond it
+inline constexpr int64_t kMaxAnalysisDistances = 64;                // entries of distances
+inline constexpr int64_t kAnalysisChunkBytes = int64_t{8} << 20;    // float64 rows per chunk
+inline constexpr int64_t kMaxBiasWindow = 1024;                     // RELATIVE window, biases
 
 enum class AnalysisFamily { kSinusoidal, kLearned, kRope, kAlibi, kT5 };
-enum class AnalysisProperty { kUniqueness, kBounds, kRelative, kDecay, kExtrapolation, kSimilarity };
+enum class AnalysisProperty {
+  kUniqueness,
+  kBounds,
+  kRelative,
+  kDecay,
+  kExtrapolation,
+  kSimilarity
+};
 inline constexpr int kNumAnalysisProperties = 6;
 
 struct T5AnalysisParams {
@@ -89,9 +96,9 @@ struct AnalysisArgs {
   // (at most 16 of them).
   std::vector<int64_t> distances;
   // DECAY / EXTRAPOLATION / SIMILARITY (properties 4-6)
-  int64_t samples = 256;   // random q/k pairs (or token embeddings) per distance
-  uint64_t seed = 0;       // of every random draw
-  int64_t window = 256;    // SIMILARITY: positions start .. start+window-1
+  int64_t samples = 256;    // random q/k pairs (or token embeddings) per distance
+  uint64_t seed = 0;        // of every random draw
+  int64_t window = 256;     // SIMILARITY: positions start .. start+window-1
   int64_t max_cells = 256;  // SIMILARITY: the matrix is averaged down to at most this per axis
   // Optional token embeddings [n, D] (float dtype): DECAY's q/k rows (RoPE: D = head_dim) and
   // SIMILARITY's add/concat tokens; empty: random ones from `seed`.
@@ -103,8 +110,8 @@ struct AnalysisArgs {
 
 struct AnalysisPlan {
   AnalysisArgs args;
-  int64_t width = 0;           // values per row
-  int64_t chunk_rows = 0;      // rows computed at once
+  int64_t width = 0;               // values per row
+  int64_t chunk_rows = 0;          // rows computed at once
   std::vector<int64_t> distances;  // RELATIVE's, resolved
   bool wants[kNumAnalysisProperties] = {};
   // Memory the run allocates at most (chunks, the collision search's 16 bytes per position,
@@ -125,9 +132,9 @@ absl::Status AnalysisRows(const Backend& backend, const AnalysisPlan& plan, int6
 
 // ---- 1 UNIQUENESS -------------------------------------------------------------------------------
 struct UniquenessResult {
-  bool exact = false;           // all pairs compared
-  std::string method;           // "all pairs (n = 1024)" / "offsets 1 .. 64 of every position"
-  double min_distance = 0.0;    // smallest ||PE(p) - PE(q)||, p != q
+  bool exact = false;              // all pairs compared
+  std::string method;              // "all pairs (n = 1024)" / "offsets 1 .. 64 of every position"
+  double min_distance = 0.0;       // smallest ||PE(p) - PE(q)||, p != q
   int64_t min_p = -1, min_q = -1;  // one pair at it (p < q)
   // The collision search (when collision_dtype was given).
   bool collision_searched = false;
@@ -151,8 +158,8 @@ absl::StatusOr<BoundsResult> AnalyzeBounds(const Backend& backend, const Analysi
 
 // ---- 3 RELATIVE ---------------------------------------------------------------------------------
 struct RotationFit {
-  int64_t distance = 0;           // k
-  double residual = 0.0;          // sqrt(sum|y - R x|^2 / sum|y|^2) over every pair and p
+  int64_t distance = 0;              // k
+  double residual = 0.0;             // sqrt(sum|y - R x|^2 / sum|y|^2) over every pair and p
   double worst_pair_residual = 0.0;  // the largest of one frequency pair's residual
   int64_t worst_pair = -1;
   // max over pairs of |fitted angle - k*omega_j| wrapped to (-pi, pi]
@@ -174,7 +181,7 @@ struct BiasStructure {
 struct RelativeResult {
   bool applicable = true;  // false for LEARNED (no structure to fit)
   std::string note;
-  int64_t pairs = 0;       // frequency pairs fitted (unpaired columns are left out)
+  int64_t pairs = 0;                   // frequency pairs fitted (unpaired columns are left out)
   std::vector<RotationFit> rotations;  // SINUSOIDAL/ROPE, one per distance
   std::optional<BiasStructure> bias;   // ALIBI/T5
 };
@@ -245,7 +252,7 @@ struct AnalysisResult {
 // The plan's properties, in order; the first error stops it.
 absl::StatusOr<AnalysisResult> RunAnalysis(const Backend& backend, const AnalysisPlan& plan);
 
-absl::string_view AnalysisFamilyName(AnalysisFamily family);      // "sinusoidal", ...
+absl::string_view AnalysisFamilyName(AnalysisFamily family);        // "sinusoidal", ...
 absl::string_view AnalysisPropertyName(AnalysisProperty property);  // "uniqueness", ...
 
 }  // namespace posenc::kernels
