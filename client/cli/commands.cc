@@ -27,7 +27,7 @@ const std::vector<Command>& Commands() {
       ApplyRopeCommand(),  CheckCommand(),        AlibiSlopesCommand(),
       AlibiBiasCommand(),  RelativeBiasCommand(), RelativeEmbeddingCommand(),
       BenchCommand(),      DescribeCommand(),     InfoCommand(),
-      HealthCommand(),
+      HealthCommand(),     AnalyzeCommand(),
   };
   return *kCommands;
 }

@@ -1,8 +1,8 @@
 // The subcommands of the posenc CLI (posenc_cli), one per RPC plus `check`, `bench`, `info` and
 // `health`, each in the file of its family: absolute.cc (sinusoidal, add), rope.cc
 // (rope-cache, apply-rope, describe), bias.cc (alibi-slopes, alibi-bias, relative-bias,
-// relative-embedding), check.cc, bench.cc, info.cc (info, health); Commands() lists them in the
-// order of `posenc --help` (commands.cc). cli.h runs a command line.
+// relative-embedding), check.cc, bench.cc, info.cc (info, health), analyze.cc; Commands() lists
+// them in the order of `posenc --help` (commands.cc). cli.h runs a command line.
 //
 // A command reads its (already type-checked) flags, builds the request with the public client
 // library, makes the call, writes any .npy files it was asked for and returns what to print.
@@ -56,6 +56,7 @@ Command CheckCommand();  // check.cc
 Command BenchCommand();  // bench.cc
 Command InfoCommand();   // info.cc
 Command HealthCommand();
+Command AnalyzeCommand();  // analyze.cc
 
 // An INVALID_ARGUMENT status marked as a command-line usage error.
 absl::Status UsageError(std::string_view message);

@@ -185,6 +185,30 @@ TEST_F(CliTest, CompactBiasExpandedLocallyEqualsTheFullForm) {
   EXPECT_EQ(nlohmann::json::parse(t5_full.out), nlohmann::json::parse(t5_compact.out));
 }
 
+TEST_F(CliTest, AnalyzePrintsEachPropertyAndJson) {
+  CliResult text =
+      Run("analyze --encoding alibi --heads 1 --count 1000 --collision bfloat16 "
+          "--properties uniqueness,bounds,relative");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("first bfloat16 collision: positions 256 and 257"), std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("depends on key - query only: yes"), std::string::npos) << text.out;
+  CliResult json =
+      Run("analyze --encoding sinusoidal --dim 16 --count 300 --distances 1,7 "
+          "--properties bounds,relative --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json j = nlohmann::json::parse(json.out);
+  EXPECT_EQ(j["family"], "sinusoidal");
+  EXPECT_NEAR(j["bounds"]["norms"]["max"].get<double>(), std::sqrt(8.0), 1e-12);
+  EXPECT_EQ(j["relative"]["rotations"].size(), 2u);
+  EXPECT_LT(j["relative"]["rotations"][1]["residual"].get<double>(), 1e-13);
+  ExpectUsageError("analyze --count 10", "--encoding is required");
+  ExpectUsageError("analyze --encoding alibi --heads 2 --count 10 --properties nope",
+                   "--properties: expected names of");
+  ExpectExit("analyze --encoding sinusoidal --dim 8 --count 10 --distances 10", 1, &CliResult::err,
+             "distances[0]");
+}
+
 TEST_F(CliTest, ServerErrorsPrintTheCodeAndExitOne) {
   CliResult r = Run("rope-cache --positions 0:4 --head-dim 8 --rotary-dim 3");
   EXPECT_EQ(r.exit_code, 1);
