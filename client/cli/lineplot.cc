@@ -21,8 +21,8 @@ constexpr Rgb kLight = {225, 225, 225};
 constexpr Rgb kWhite = {255, 255, 255};
 // Okabe & Ito's colour-blind-safe palette without its yellow (too pale on white) and black (the
 // axes' colour): blue, vermillion, bluish green, reddish purple, orange, sky blue, dark grey.
-constexpr Rgb kPalette[] = {{0, 114, 178},   {213, 94, 0},    {0, 158, 115}, {204, 121, 167},
-                            {230, 159, 0},   {86, 180, 233},  {80, 80, 80}};
+constexpr Rgb kPalette[] = {{0, 114, 178}, {213, 94, 0},   {0, 158, 115}, {204, 121, 167},
+                            {230, 159, 0}, {86, 180, 233}, {80, 80, 80}};
 constexpr int kPaletteSize = static_cast<int>(std::size(kPalette));
 
 constexpr int kMargin = 12;
@@ -85,7 +85,8 @@ std::vector<Tick> AxisTicks(const Axis& a, int max_ticks) {
     const int first = static_cast<int>(std::ceil(a.lo));
     const int last = static_cast<int>(std::floor(a.hi));
     const int step = std::max(1, (last - first + max_ticks - 1) / max_ticks);
-    for (int d = first; d <= last; d += step) ticks.push_back({double(d), ShortNumber(std::pow(10.0, d))});
+    for (int d = first; d <= last; d += step)
+      ticks.push_back({double(d), ShortNumber(std::pow(10.0, d))});
     return ticks;
   }
   const double step = NiceStep(a.hi - a.lo, max_ticks);
@@ -142,9 +143,9 @@ absl::StatusOr<PanelGeometry> MeasurePanel(const LinePlot& p, size_t index) {
     }
   }
   if (xs.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "line plot '", p.title.empty() ? absl::StrCat("panel ", index) : p.title,
-        "': no drawable point (every x, y is NaN, infinite or <= 0 on a log axis)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("line plot '", p.title.empty() ? absl::StrCat("panel ", index) : p.title,
+                     "': no drawable point (every x, y is NaN, infinite or <= 0 on a log axis)"));
   }
   g.x = MakeAxis(p.x_scale, xs, /*pad=*/false);
   g.y = MakeAxis(p.y_scale, ys, /*pad=*/true);
@@ -175,8 +176,8 @@ class PanelPainter {
 
  private:
   int Px(double unit) const {
-    return left_ + static_cast<int>(std::lround((unit - g_.x.lo) / (g_.x.hi - g_.x.lo) *
-                                                (kPlotW - 1)));
+    return left_ +
+           static_cast<int>(std::lround((unit - g_.x.lo) / (g_.x.hi - g_.x.lo) * (kPlotW - 1)));
   }
   int Py(double unit) const {
     return top_ + kPlotH - 1 -
@@ -269,18 +270,6 @@ class PanelPainter {
 };
 
 }  // namespace
-
-double NiceStep(double span, int max_intervals) {
-  if (!(span > 0) || !std::isfinite(span) || max_intervals < 1) return 1.0;
-  const double raw = span / max_intervals;
-  double decade = std::pow(10.0, std::floor(std::log10(raw)));
-  for (int guard = 0; guard < 4; ++guard, decade *= 10) {
-    for (double m : {1.0, 2.0, 5.0}) {
-      if (m * decade >= raw * (1 - 1e-12)) return m * decade;
-    }
-  }
-  return raw;
-}
 
 absl::StatusOr<Canvas> RenderLinePlots(const std::string& title,
                                        const std::vector<std::string>& notes,

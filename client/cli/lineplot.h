@@ -46,7 +46,7 @@ struct LinePlot {
   std::string x_axis, y_axis;
   AxisScale x_scale = AxisScale::kLinear;
   AxisScale y_scale = AxisScale::kLinear;
-  std::vector<PlotSeries> series;  // at least one
+  std::vector<PlotSeries> series;   // at least one
   std::vector<PlotMarker> markers;  // outside the x range: left out
 };
 
@@ -56,11 +56,6 @@ struct LinePlot {
 absl::StatusOr<Canvas> RenderLinePlots(const std::string& title,
                                        const std::vector<std::string>& notes,
                                        const std::vector<LinePlot>& panels);
-
-// The smallest step 1, 2 or 5 x 10^k (k any integer) that covers `span` in at most
-// `max_intervals` steps, e.g. NiceStep(1000, 5) = 200, NiceStep(0.3, 3) = 0.1; 1 for a span that
-// is not > 0 and finite.
-double NiceStep(double span, int max_intervals);
 
 }  // namespace posenc::cli
 

@@ -109,8 +109,8 @@ TEST(LinePlotTest, PngDecodesWithTicksLabelsAndLegendWhereTheAxesPutThem) {
     const int y = f.bottom - static_cast<int>(std::lround(u * 299));
     EXPECT_EQ(p.At(f.left - 3, y), kBlackPx) << k;
     const std::string label = ShortNumber(0.2 * k);
-    EXPECT_TRUE(TextAt(p, f.left - 9 - Canvas::TextWidth(label),
-                       y - Canvas::TextHeight() / 2 + 1, label))
+    EXPECT_TRUE(
+        TextAt(p, f.left - 9 - Canvas::TextWidth(label), y - Canvas::TextHeight() / 2 + 1, label))
         << label;
   }
   EXPECT_TRUE(TextAt(p, f.right + 1 + 16 + 28 + 8, f.top, "scaled"));
@@ -168,8 +168,8 @@ TEST(LinePlotTest, NonFiniteValuesBreakTheLineAndAreCounted) {
   ASSERT_TRUE(canvas.ok()) << canvas.status();
   const Picture p = WriteAndRead(*canvas, "/lineplot_gaps.png");
   const Frame f = FindFrame(p);
-  EXPECT_TRUE(TextAt(p, f.right + 1 + 16, f.top + 2 * (Canvas::TextHeight() + 6),
-                     "3 points not drawn"));
+  EXPECT_TRUE(
+      TextAt(p, f.right + 1 + 16, f.top + 2 * (Canvas::TextHeight() + 6), "3 points not drawn"));
 }
 
 TEST(LinePlotTest, ManySeriesRepeatTheColoursDashed) {
