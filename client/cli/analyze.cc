@@ -9,8 +9,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/cli/canvas.h"
 #include "client/cli/commands.h"
 #include "client/cli/inputs.h"
+#include "client/cli/lineplot.h"
 #include "client/cli/rope_config.h"
 #include "client/cli/wire_names.h"
 #include "kernels/common/status.h"
@@ -49,6 +51,7 @@ const FlagGroup& AnalyzeFlags() {
       {"random-table", FlagType::kInt, "SEED", "learned/t5: a random table for a demo"},
       {"table-offset", FlagType::kInt, "N", "learned: position p reads row p + N"},
       {"json", FlagType::kSwitch, "", "print JSON (as --format json)"},
+      {"png", FlagType::kString, "FILE", "draw the decay and extrapolation curves into FILE"},
   };
   return *kFlags;
 }
@@ -309,9 +312,63 @@ std::string AnalysisText(const client::AnalyzeEncodingResult& r,
   return t;
 }
 
+// ---- --png: the curves as line plots (client/cli/lineplot.h) ----------------------------------
+
+// The curves of `curves` (their wavelength curves only, or all others), labels prefixed.
+std::vector<PlotSeries> Series(const std::vector<client::AnalysisCurve>& curves,
+                               const std::string& prefix, bool wavelength) {
+  std::vector<PlotSeries> out;
+  for (const client::AnalysisCurve& c : curves) {
+    if ((c.label == "wavelength") != wavelength || c.x.empty()) continue;
+    out.push_back({absl::StrCat(prefix, c.label), c.x, c.y});
+  }
+  return out;
+}
+
+void AppendExtrapolation(const client::ExtrapolationAnalysis& e, std::vector<LinePlot>* panels) {
+  LinePlot curves{.title = "extrapolation", .x_axis = "distance", .y_axis = "|q.k|"};
+  LinePlot waves{.title = "wavelength per frequency slot (tokens)",
+                 .x_axis = "slot j",
+                 .y_axis = "wavelength",
+                 .y_scale = AxisScale::kLog};
+  for (const client::ExtrapolationSeries& s : e.series) {
+    for (PlotSeries& p : Series(s.curves, s.scaling + ": ", false)) {
+      curves.series.push_back(std::move(p));
+    }
+    for (PlotSeries& p : Series(s.curves, s.scaling + ": ", true)) {
+      waves.series.push_back(std::move(p));
+    }
+  }
+  if (e.original_context > 0) {
+    curves.markers.push_back({static_cast<double>(e.original_context), "trained length"});
+  }
+  if (!curves.series.empty()) panels->push_back(std::move(curves));
+  if (!waves.series.empty()) panels->push_back(std::move(waves));
+}
+
+absl::Status MaybeWritePng(const ParsedFlags& flags, const client::AnalyzeEncodingResult& r) {
+  const std::optional<std::string> path = flags.String("png");
+  if (!path.has_value()) return absl::OkStatus();
+  std::vector<LinePlot> panels;
+  if (r.decay.has_value()) {
+    LinePlot decay{
+        .title = "decay", .x_axis = "distance", .y_axis = r.family == "rope" ? "|q.k|" : "bias"};
+    decay.series = Series(r.decay->curves, "", false);
+    if (!decay.series.empty()) panels.push_back(std::move(decay));
+  }
+  if (r.extrapolation.has_value()) AppendExtrapolation(*r.extrapolation, &panels);
+  if (panels.empty()) {
+    return UsageError("--png: no curves to draw (ask for --properties decay or extrapolation)");
+  }
+  POSENC_ASSIGN_OR_RETURN(Canvas canvas,
+                          RenderLinePlots(absl::StrCat("posenc analyze: ", r.family), {}, panels));
+  return WritePng(*path, canvas);
+}
+
 absl::StatusOr<CommandOutput> RunAnalyze(const ParsedFlags& flags, const client::Client& client) {
   POSENC_ASSIGN_OR_RETURN(client::AnalyzeEncodingOptions options, ReadAnalyzeOptions(flags));
   POSENC_ASSIGN_OR_RETURN(client::AnalyzeEncodingResult result, client.AnalyzeEncoding(options));
+  POSENC_RETURN_IF_ERROR(MaybeWritePng(flags, result));
   CommandOutput out;
   out.extras = AnalysisJson(result);
   out.text = AnalysisText(result, options);

@@ -203,6 +203,10 @@ TEST_F(CliTest, AnalyzePrintsEachPropertyAndJson) {
   EXPECT_NEAR(j["bounds"]["norms"]["max"].get<double>(), std::sqrt(8.0), 1e-12);
   EXPECT_EQ(j["relative"]["rotations"].size(), 2u);
   EXPECT_LT(j["relative"]["rotations"][1]["residual"].get<double>(), 1e-13);
+  CliResult png = Run(absl::StrCat("analyze --encoding alibi --heads 2 --count 64 ",
+                                   "--properties decay --png ", Path("decay.png")));
+  ASSERT_EQ(png.exit_code, 0) << png.err;
+  EXPECT_TRUE(std::filesystem::exists(Path("decay.png")));
   ExpectUsageError("analyze --count 10", "--encoding is required");
   ExpectUsageError("analyze --encoding alibi --heads 2 --count 10 --properties nope",
                    "--properties: expected names of");
