@@ -39,6 +39,15 @@ AnalysisArgs Rope(int64_t head_dim, double base, int64_t start, int64_t count) {
   return a;
 }
 
+AnalysisArgs Alibi(int64_t heads, int64_t start, int64_t count) {
+  AnalysisArgs a;
+  a.encoding.family = AnalysisFamily::kAlibi;
+  a.encoding.alibi.num_heads = heads;
+  a.start = start;
+  a.count = count;
+  return a;
+}
+
 absl::StatusOr<AnalysisPlan> TryPlan(AnalysisArgs a, AnalysisProperty property) {
   a.properties = {property};
   return PlanAnalysis(std::move(a));
@@ -194,11 +203,7 @@ TEST(AnalysisDecayTest, DecayResultCarriesTheCurvesAndTheNote) {
 // ---- 4 DECAY: biases ----------------------------------------------------------------------------
 
 TEST(AnalysisDecayTest, AlibiBiasPerDistanceIsMinusSlopeTimesDistance) {
-  AnalysisArgs a;
-  a.encoding.family = AnalysisFamily::kAlibi;
-  a.encoding.alibi.num_heads = 12;
-  a.start = 1000;
-  a.count = 300;
+  const AnalysisArgs a = Alibi(12, 1000, 300);
   absl::StatusOr<DecayResult> r = AnalyzeDecay(Cpu(), Plan(a, AnalysisProperty::kDecay));
   ASSERT_TRUE(r.ok()) << r.status();
   const std::vector<double> slopes = *AlibiSlopes(12);
@@ -325,10 +330,7 @@ TEST(AnalysisExtrapolationTest, UnscaledConfigAndBadInputs) {
   EXPECT_THAT(
       AnalyzeExtrapolation(Cpu(), Plan(a, AnalysisProperty::kExtrapolation)).status().message(),
       HasSubstr("scalings[1]: "));
-  AnalysisArgs alibi;
-  alibi.encoding.family = AnalysisFamily::kAlibi;
-  alibi.encoding.alibi.num_heads = 4;
-  alibi.count = 10;
+  const AnalysisArgs alibi = Alibi(4, 0, 10);
   absl::StatusOr<ExtrapolationResult> na =
       AnalyzeExtrapolation(Cpu(), Plan(alibi, AnalysisProperty::kExtrapolation));
   ASSERT_TRUE(na.ok());
@@ -455,10 +457,7 @@ TEST(AnalysisSimilarityTest, AddingAParallelEncodingOnlyScales) {
 }
 
 TEST(AnalysisSimilarityTest, NotApplicableAndBadInputs) {
-  AnalysisArgs alibi;
-  alibi.encoding.family = AnalysisFamily::kAlibi;
-  alibi.encoding.alibi.num_heads = 4;
-  alibi.count = 10;
+  const AnalysisArgs alibi = Alibi(4, 0, 10);
   absl::StatusOr<SimilarityResult> na =
       AnalyzeSimilarity(Cpu(), Plan(alibi, AnalysisProperty::kSimilarity));
   ASSERT_TRUE(na.ok());
