@@ -641,6 +641,14 @@ absl::StatusOr<VisionPositionsResult> Client::VisionPositions(const VisionPositi
   return impl_->Unary(&Stub::VisionPositions, options, call, kWhole);
 }
 
+absl::StatusOr<AnalyzeEncodingResult> Client::AnalyzeEncoding(const AnalyzeEncodingOptions& options,
+                                                              const CallOptions& call) const {
+  return impl_->Unary(&Stub::AnalyzeEncoding, options, call,
+                      [](v1::AnalyzeEncodingResponse&& r) -> absl::StatusOr<AnalyzeEncodingResult> {
+                        return internal::FromProto(r);
+                      });
+}
+
 absl::StatusOr<DescribeRopeResult> Client::DescribeRope(const RopeConfig& config,
                                                         const CallOptions& call) const {
   v1::DescribeRopeRequest request;

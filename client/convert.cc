@@ -178,14 +178,7 @@ void ToProto(const SinusoidalParams& params, v1::SinusoidalParams* out) {
   out->set_freq_scheme(static_cast<v1::FreqScheme>(params.freq_scheme));
 }
 
-void ToProto(const RopeConfig& config, v1::RopeConfig* out) {
-  out->set_head_dim(config.head_dim);
-  SetIf(out, &v1::RopeConfig::set_rotary_dim, config.rotary_dim);
-  SetIf(out, &v1::RopeConfig::set_base, config.base);
-  out->set_style(static_cast<v1::RopeStyle>(config.style));
-
-  const RopeScaling& s = config.scaling;
-  v1::RopeScaling* scaling = out->mutable_scaling();
+void ToProto(const RopeScaling& s, v1::RopeScaling* scaling) {
   scaling->set_type(static_cast<v1::RopeScalingType>(s.type));
   SetIf(scaling, &v1::RopeScaling::set_factor, s.factor);
   SetIf(scaling, &v1::RopeScaling::set_original_max_position_embeddings,
@@ -202,6 +195,16 @@ void ToProto(const RopeConfig& config, v1::RopeConfig* out) {
   scaling->mutable_short_factor()->Assign(s.short_factor.begin(), s.short_factor.end());
   SetIf(scaling, &v1::RopeScaling::set_partial_rotary_factor, s.partial_rotary_factor);
   SetIf(scaling, &v1::RopeScaling::set_alpha, s.alpha);
+}
+
+void ToProto(const RopeConfig& config, v1::RopeConfig* out) {
+  out->set_head_dim(config.head_dim);
+  SetIf(out, &v1::RopeConfig::set_rotary_dim, config.rotary_dim);
+  SetIf(out, &v1::RopeConfig::set_base, config.base);
+  out->set_style(static_cast<v1::RopeStyle>(config.style));
+
+  v1::RopeScaling* scaling = out->mutable_scaling();
+  ToProto(config.scaling, scaling);
   // An all-default scaling is the same as an absent one on the wire; keep the request minimal.
   if (scaling->ByteSizeLong() == 0) out->clear_scaling();
 
@@ -248,6 +251,20 @@ absl::StatusOr<v1::SinusoidalRequest> ToRequest(const SinusoidalOptions& options
   return request;
 }
 
+absl::Status ToProto(const LearnedTable& table, v1::LearnedTable* learned) {
+  if (table.table_inline.has_value() && !table.table_name.empty()) {
+    return absl::InvalidArgumentError("learned: set either table_inline or table_name, not both");
+  }
+  if (table.table_inline.has_value()) {
+    POSENC_RETURN_IF_ERROR(
+        ToProto(*table.table_inline, "learned.table_inline", learned->mutable_table_inline()));
+  } else {
+    learned->set_table_name(table.table_name);
+  }
+  learned->set_table_offset(table.table_offset);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::AddPositionEncodingRequest> ToRequest(
     const AddPositionEncodingOptions& options) {
   v1::AddPositionEncodingRequest request;
@@ -259,18 +276,7 @@ absl::StatusOr<v1::AddPositionEncodingRequest> ToRequest(
   if (options.sinusoidal.has_value()) {
     ToProto(*options.sinusoidal, request.mutable_sinusoidal());
   } else if (options.learned.has_value()) {
-    const LearnedTable& table = *options.learned;
-    v1::LearnedTable* learned = request.mutable_learned();
-    if (table.table_inline.has_value() && !table.table_name.empty()) {
-      return absl::InvalidArgumentError("learned: set either table_inline or table_name, not both");
-    }
-    if (table.table_inline.has_value()) {
-      POSENC_RETURN_IF_ERROR(
-          ToProto(*table.table_inline, "learned.table_inline", learned->mutable_table_inline()));
-    } else {
-      learned->set_table_name(table.table_name);
-    }
-    learned->set_table_offset(table.table_offset);
+    POSENC_RETURN_IF_ERROR(ToProto(*options.learned, request.mutable_learned()));
   }
   request.set_combine(static_cast<v1::Combine>(options.combine));
   SetIf(&request, &v1::AddPositionEncodingRequest::set_scale, options.scale);
@@ -355,6 +361,63 @@ absl::StatusOr<v1::RelativeEmbeddingRequest> ToRequest(const RelativeEmbeddingOp
   POSENC_RETURN_IF_ERROR(SetTable(options.table_inline, options.table_name, &request));
   SetOutputDType(options.output_dtype, &request);
   SetPlacements(options, &request);
+  return request;
+}
+
+namespace {
+
+// The encoding of an AnalyzeEncoding request: exactly one of its five.
+absl::Status SetAnalysisEncoding(const AnalyzeEncodingOptions& o, v1::AnalyzeEncodingRequest* r) {
+  const int set = o.sinusoidal.has_value() + o.learned.has_value() + o.config.has_value() +
+                  o.alibi.has_value() + o.t5.has_value();
+  if (set > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("encoding: set one of sinusoidal, learned, config, alibi and t5, got ", set));
+  }
+  if (o.sinusoidal.has_value()) ToProto(*o.sinusoidal, r->mutable_sinusoidal());
+  if (o.learned.has_value()) POSENC_RETURN_IF_ERROR(ToProto(*o.learned, r->mutable_learned()));
+  if (o.config.has_value()) ToProto(*o.config, r->mutable_config());
+  if (o.alibi.has_value()) {
+    v1::AlibiAnalysis* a = r->mutable_alibi();
+    a->set_num_heads(o.alibi->num_heads);
+    SetIf(a, &v1::AlibiAnalysis::set_max_bias, o.alibi->max_bias);
+    a->set_mode(static_cast<v1::AlibiMode>(o.alibi->mode));
+    a->set_future(static_cast<v1::FutureMode>(o.alibi->future));
+  }
+  if (o.t5.has_value()) {
+    v1::T5Analysis* t = r->mutable_t5();
+    SetIf(t, &v1::T5Analysis::set_bidirectional, o.t5->bidirectional);
+    SetIf(t, &v1::T5Analysis::set_num_buckets, o.t5->num_buckets);
+    SetIf(t, &v1::T5Analysis::set_max_distance, o.t5->max_distance);
+    return SetTable(o.t5->table_inline, o.t5->table_name, t);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::AnalyzeEncodingRequest> ToRequest(const AnalyzeEncodingOptions& options) {
+  v1::AnalyzeEncodingRequest request;
+  POSENC_RETURN_IF_ERROR(SetAnalysisEncoding(options, &request));
+  request.set_start(options.start);
+  request.set_count(options.count);
+  for (AnalysisProperty p : options.properties) {
+    request.add_properties(static_cast<v1::AnalysisProperty>(p));
+  }
+  if (options.collision_dtype.has_value()) {
+    request.set_collision_dtype(ToProto(*options.collision_dtype));
+  }
+  SetIf(&request, &v1::AnalyzeEncodingRequest::set_uniqueness_offsets, options.uniqueness_offsets);
+  request.mutable_distances()->Assign(options.distances.begin(), options.distances.end());
+  SetIf(&request, &v1::AnalyzeEncodingRequest::set_samples, options.samples);
+  request.set_seed(options.seed);
+  SetIf(&request, &v1::AnalyzeEncodingRequest::set_window, options.window);
+  SetIf(&request, &v1::AnalyzeEncodingRequest::set_max_cells, options.max_cells);
+  if (options.embeddings.has_value()) {
+    POSENC_RETURN_IF_ERROR(
+        ToProto(*options.embeddings, "embeddings", request.mutable_embeddings()));
+  }
+  for (const RopeScaling& s : options.scalings) ToProto(s, request.add_scalings());
   return request;
 }
 

@@ -54,6 +54,11 @@ absl::StatusOr<v1::RegisterSharedMemoryRequest> ToRequest(const SharedMemoryRegi
 absl::StatusOr<v1::RerotateKeysRequest> ToRequest(const RerotateKeysOptions& options);
 absl::StatusOr<v1::MultimodalPositionsRequest> ToRequest(const MultimodalPositionsOptions& options);
 absl::StatusOr<v1::VisionPositionsRequest> ToRequest(const VisionPositionsOptions& options);
+absl::StatusOr<v1::AnalyzeEncodingRequest> ToRequest(const AnalyzeEncodingOptions& options);
+// convert_analysis.cc
+AnalyzeEncodingResult FromProto(const v1::AnalyzeEncodingResponse& response);
+void ToProto(const RopeScaling& scaling, v1::RopeScaling* out);
+absl::Status ToProto(const LearnedTable& table, v1::LearnedTable* out);
 // Requests the client builds itself (GetServerInfo, Unregister, SharedMemoryStatus): as they are.
 template <typename Request>
 requires std::derived_from<Request, google::protobuf::Message> absl::StatusOr<Request> ToRequest(

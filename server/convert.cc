@@ -271,6 +271,8 @@ absl::Status CheckNoHfConflicts(const v1::RopeConfig& config) {
   return absl::OkStatus();
 }
 
+}  // namespace
+
 absl::Status ToRopeScaling(const v1::RopeScaling& scaling, kernels::RopeScaling* out) {
   POSENC_ASSIGN_OR_RETURN(out->type, ToRopeScalingType(scaling.type(), "config.scaling.type"));
   // Every double must be finite; the kernels check ranges and which fields the type reads.
@@ -314,6 +316,8 @@ absl::Status ToRopeScaling(const v1::RopeScaling& scaling, kernels::RopeScaling*
   out->short_factor.assign(scaling.short_factor().begin(), scaling.short_factor().end());
   return absl::OkStatus();
 }
+
+namespace {
 
 // A config.json's RoPE with the request's choices on top: a style given in the request overrides
 // the architecture's (a caller with permuted weights); the file's M-RoPE layout, where it has

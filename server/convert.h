@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/descriptor.h"
+#include "kernels/analysis/analysis.h"
 #include "kernels/common/positions.h"
 #include "kernels/common/types.h"
 #include "kernels/hf/config.h"
@@ -146,6 +147,9 @@ struct RopeConfigNotes {
 absl::StatusOr<kernels::RopeConfig> ToRopeConfig(const v1::RopeConfig& config,
                                                  RopeConfigNotes* notes = nullptr);
 
+// A RopeConfig's scaling (fields named "config.scaling.*"): enums and finite doubles.
+absl::Status ToRopeScaling(const v1::RopeScaling& scaling, kernels::RopeScaling* out);
+
 // Reports what a RoPE call used (and the normalization's notes, when given).
 void FillRopeDerived(const kernels::RopeConfig& config, const kernels::RopeFrequencies& freqs,
                      v1::RopeDerived* derived, const RopeConfigNotes* notes = nullptr);
@@ -178,6 +182,15 @@ absl::StatusOr<kernels::MultimodalDecodeArgs> ToMultimodalDecodeArgs(const v1::M
 // vision_config, else the tower's defaults).
 absl::StatusOr<kernels::VisionPositionsArgs> ToVisionPositionsArgs(
     const v1::VisionPositionsRequest& req);
+
+// --- AnalyzeEncoding (convert_analysis.cc) -----------------------------------------------------
+
+// The request's options beside the encoding and its tensors (range, properties, collision dtype,
+// distances, samples, seed, window, max_cells, scalings): enums and finite doubles.
+absl::Status ToAnalysisOptions(const v1::AnalyzeEncodingRequest& req, kernels::AnalysisArgs* args);
+// The result sections the plan asked for.
+void FillAnalysis(const kernels::AnalysisPlan& plan, const kernels::AnalysisResult& result,
+                  v1::AnalyzeEncodingResponse* resp);
 
 }  // namespace posenc::server
 

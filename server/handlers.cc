@@ -571,6 +571,115 @@ absl::Status SharedMemoryStatus(const HandlerContext& ctx, const v1::SharedMemor
   return absl::OkStatus();
 }
 
+// ---- AnalyzeEncoding ------------------------------------------------------------------------
+
+// A learned table from its row table_offset on (position p reads row p + table_offset).
+absl::Status ToAnalysisLearned(const HandlerContext& ctx, const v1::LearnedTable& learned,
+                               kernels::ConstTensorView* out) {
+  POSENC_ASSIGN_OR_RETURN(
+      *out, ResolveTable(ctx, learned.has_table_inline(), learned.table_inline(),
+                         learned.table_case() == v1::LearnedTable::kTableName, learned.table_name(),
+                         "learned.table_inline", "learned.table_name"));
+  const int64_t offset = learned.table_offset();
+  if (out->shape.size() != 2) return absl::OkStatus();  // the plan names the shape
+  if (offset < 0 || offset >= out->shape[0]) {
+    return absl::InvalidArgumentError(absl::StrCat("learned.table_offset: expected 0 .. ",
+                                                   out->shape[0] - 1,
+                                                   " (the table's rows - 1), got ", offset));
+  }
+  out->data =
+      static_cast<const char*>(out->data) + offset * out->shape[1] * kernels::DTypeSize(out->dtype);
+  out->shape[0] -= offset;
+  return absl::OkStatus();
+}
+
+absl::Status ToAnalysisAlibi(const v1::AlibiAnalysis& in, kernels::AlibiBiasParams* out) {
+  out->num_heads = in.num_heads();
+  if (in.has_max_bias()) {
+    POSENC_RETURN_IF_ERROR(CheckFinite(in.max_bias(), "alibi.max_bias"));
+    out->max_bias = in.max_bias();
+  }
+  POSENC_ASSIGN_OR_RETURN(out->mode, ToAlibiMode(in.mode(), "alibi.mode"));
+  POSENC_ASSIGN_OR_RETURN(out->future, ToFutureMode(in.future(), "alibi.future"));
+  return absl::OkStatus();
+}
+
+absl::Status ToAnalysisT5(const HandlerContext& ctx, const v1::T5Analysis& in,
+                          kernels::T5AnalysisParams* out) {
+  if (in.has_bidirectional()) out->bidirectional = in.bidirectional();
+  if (in.has_num_buckets()) out->num_buckets = in.num_buckets();
+  if (in.has_max_distance()) out->max_distance = in.max_distance();
+  if (in.table_case() == v1::T5Analysis::TABLE_NOT_SET) return absl::OkStatus();
+  POSENC_ASSIGN_OR_RETURN(
+      out->table, ResolveTable(ctx, in.has_table_inline(), in.table_inline(),
+                               in.table_case() == v1::T5Analysis::kTableName, in.table_name(),
+                               "t5.table_inline", "t5.table_name"));
+  return absl::OkStatus();
+}
+
+absl::Status ToAnalysisEncoding(const HandlerContext& ctx, const v1::AnalyzeEncodingRequest& req,
+                                kernels::AnalysisEncoding* e) {
+  using Family = kernels::AnalysisFamily;
+  switch (req.encoding_case()) {
+    case v1::AnalyzeEncodingRequest::kSinusoidal: {
+      e->family = Family::kSinusoidal;
+      POSENC_ASSIGN_OR_RETURN(e->sinusoidal, ToSinusoidalParams(req.sinusoidal(), "sinusoidal"));
+      return absl::OkStatus();
+    }
+    case v1::AnalyzeEncodingRequest::kLearned:
+      e->family = Family::kLearned;
+      return ToAnalysisLearned(ctx, req.learned(), &e->learned);
+    case v1::AnalyzeEncodingRequest::kConfig: {
+      e->family = Family::kRope;
+      POSENC_ASSIGN_OR_RETURN(e->rope, ToRopeConfig(req.config()));
+      return absl::OkStatus();
+    }
+    case v1::AnalyzeEncodingRequest::kAlibi:
+      e->family = Family::kAlibi;
+      return ToAnalysisAlibi(req.alibi(), &e->alibi);
+    case v1::AnalyzeEncodingRequest::kT5:
+      e->family = Family::kT5;
+      return ToAnalysisT5(ctx, req.t5(), &e->t5);
+    case v1::AnalyzeEncodingRequest::ENCODING_NOT_SET: break;
+  }
+  return absl::InvalidArgumentError(
+      "encoding: expected one of sinusoidal, learned, config, alibi or t5, got none");
+}
+
+// The range against --max_output_elements (the positions one call may compute), then the
+// cancellation and the admission of what the run allocates at most (plan.working_bytes).
+absl::Status AdmitAnalysis(const HandlerContext& ctx, const kernels::AnalysisPlan& plan) {
+  if (plan.args.count > ctx.limits.max_output_elements) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("count: ", plan.args.count,
+                     " positions, over --max_output_elements=", ctx.limits.max_output_elements));
+  }
+  if (const kernels::Cancellation* cancel = kernels::CurrentCancellation(); cancel != nullptr) {
+    POSENC_RETURN_IF_ERROR(cancel->Check());
+  }
+  return AdmitCurrentCall(plan.working_bytes);
+}
+
+absl::Status AnalyzeEncoding(const HandlerContext& ctx, const v1::AnalyzeEncodingRequest& req,
+                             v1::AnalyzeEncodingResponse* resp) {
+  kernels::AnalysisArgs args;
+  POSENC_RETURN_IF_ERROR(ToAnalysisEncoding(ctx, req, &args.encoding));
+  POSENC_RETURN_IF_ERROR(ToAnalysisOptions(req, &args));
+  if (req.has_embeddings()) {
+    POSENC_ASSIGN_OR_RETURN(args.embeddings,
+                            ToConstView(req.embeddings(), DTypeClass::kFloat, "embeddings"));
+  }
+  POSENC_ASSIGN_OR_RETURN(kernels::AnalysisPlan plan, kernels::PlanAnalysis(std::move(args)));
+  POSENC_RETURN_IF_ERROR(AdmitAnalysis(ctx, plan));
+  // Chunks of positions, on the host backend (a device backend's chunks would be small calls).
+  const kernels::Backend& backend =
+      ctx.backend->host() != nullptr ? *ctx.backend->host() : *ctx.backend;
+  NoteCurrentCallBackend(backend.name());
+  POSENC_ASSIGN_OR_RETURN(kernels::AnalysisResult result, kernels::RunAnalysis(backend, plan));
+  FillAnalysis(plan, result, resp);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // Every handler runs with the call's tensors (server/call_tensors.h): inputs and outputs in

@@ -117,7 +117,8 @@ absl::StatusOr<const kernels::Backend*> AdmitOutputs(const HandlerContext& ctx,
   X(SharedMemoryStatus)        \
   X(RerotateKeys)              \
   X(MultimodalPositions)       \
-  X(VisionPositions)
+  X(VisionPositions)            \
+  X(AnalyzeEncoding)
 // clang-format on
 
 // One handler per RPC:

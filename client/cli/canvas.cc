@@ -169,4 +169,16 @@ std::string ShortNumber(double v) {
   return a >= 1e-3 && a < 1e5 ? absl::StrFormat("%.4g", v) : absl::StrFormat("%.3g", v);
 }
 
+double NiceStep(double span, int max_intervals) {
+  if (!(span > 0) || !std::isfinite(span) || max_intervals < 1) return 1.0;
+  const double raw = span / max_intervals;
+  double decade = std::pow(10.0, std::floor(std::log10(raw)));
+  for (int guard = 0; guard < 4; ++guard, decade *= 10) {
+    for (double m : {1.0, 2.0, 5.0}) {
+      if (m * decade >= raw * (1 - 1e-12)) return m * decade;
+    }
+  }
+  return raw;
+}
+
 }  // namespace posenc::cli

@@ -57,6 +57,11 @@ absl::Status WritePng(const std::string& path, const Canvas& canvas);
 // "1e-07", "0.5", "-3.25", "-1176", "1.5e+05": a short label for an axis or a colour bar.
 std::string ShortNumber(double v);
 
+// The smallest step 1, 2 or 5 x 10^k (k any integer) that covers `span` in at most
+// `max_intervals` steps, e.g. NiceStep(1000, 5) = 200, NiceStep(0.3, 3) = 0.1; 1 for a span that
+// is not > 0 and finite.
+double NiceStep(double span, int max_intervals);
+
 }  // namespace posenc::cli
 
 #endif  // POSENC_CLIENT_CLI_CANVAS_H_

@@ -364,13 +364,8 @@ class ErrorPlot {
   void DrawPositionAxis() {
     const int64_t span = pmax_ - pmin_;
     const int max_ticks = std::max(2, kPlotW / (Canvas::TextWidth(absl::StrCat(pmax_)) + 24));
-    int64_t step = 1;
-    for (int64_t decade = 1; step * max_ticks < span && decade < (int64_t{1} << 50); decade *= 10) {
-      for (int64_t m : {1, 2, 5}) {
-        step = m * decade;
-        if (step * max_ticks >= span) break;
-      }
-    }
+    const int64_t step =
+        std::max<int64_t>(1, std::llround(NiceStep(static_cast<double>(span), max_ticks)));
     for (int64_t p = (pmin_ + step - 1) / step * step; p <= pmax_; p += step) {
       const int x = XOf(p);
       canvas_.FillRect(x, top_ + kPlotH + 1, 1, 4, kBlack);

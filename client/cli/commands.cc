@@ -38,6 +38,7 @@ const std::vector<Command>& Commands() {
       DescribeCommand(),
       InfoCommand(),
       HealthCommand(),
+      AnalyzeCommand(),
   };
   return *kCommands;
 }

@@ -2,8 +2,8 @@
 // `health`, each in the file of its family: absolute.cc (sinusoidal, add), rope.cc
 // (rope-cache, apply-rope, describe), multimodal.cc (mm-positions, rerotate), bias.cc
 // (alibi-slopes, alibi-bias, relative-bias, relative-embedding), check.cc, bench.cc, info.cc (info,
-// health); Commands() lists them in the order of `posenc --help` (commands.cc). cli.h runs a
-// command line.
+// health), analyze.cc; Commands() lists them in the order of `posenc --help` (commands.cc). cli.h
+// runs a command line.
 //
 // A command reads its (already type-checked) flags, builds the request with the public client
 // library, makes the call, writes any .npy files it was asked for and returns what to print.
@@ -59,6 +59,7 @@ Command CheckCommand();  // check.cc
 Command BenchCommand();  // bench.cc
 Command InfoCommand();   // info.cc
 Command HealthCommand();
+Command AnalyzeCommand();  // analyze.cc
 
 // An INVALID_ARGUMENT status marked as a command-line usage error.
 absl::Status UsageError(std::string_view message);

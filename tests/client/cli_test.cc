@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "client_test_util.h"
 #include "nlohmann/json.hpp"
+#include "png_test_util.h"
 #include "posenc/client.h"
 #include "tests/common/command.h"
 #include "tests/common/npy.h"
@@ -183,6 +184,34 @@ TEST_F(CliTest, CompactBiasExpandedLocallyEqualsTheFullForm) {
       "--format json relative-bias --q-len 5 --k-len 9 --random-table 3 --form compact --expand");
   ASSERT_EQ(t5_full.exit_code, 0) << t5_full.err;
   EXPECT_EQ(nlohmann::json::parse(t5_full.out), nlohmann::json::parse(t5_compact.out));
+}
+
+TEST_F(CliTest, AnalyzePrintsEachPropertyAndJson) {
+  CliResult text =
+      Run("analyze --encoding alibi --heads 1 --count 1000 --collision bfloat16 "
+          "--properties uniqueness,bounds,relative");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("first bfloat16 collision: positions 256 and 257"), std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("depends on key - query only: yes"), std::string::npos) << text.out;
+  CliResult json =
+      Run("analyze --encoding sinusoidal --dim 16 --count 300 --distances 1,7 "
+          "--properties bounds,relative --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json j = nlohmann::json::parse(json.out);
+  EXPECT_EQ(j["family"], "sinusoidal");
+  EXPECT_NEAR(j["bounds"]["norms"]["max"].get<double>(), std::sqrt(8.0), 1e-12);
+  EXPECT_EQ(j["relative"]["rotations"].size(), 2u);
+  EXPECT_LT(j["relative"]["rotations"][1]["residual"].get<double>(), 1e-13);
+  CliResult png = Run(absl::StrCat("analyze --encoding alibi --heads 2 --count 64 ",
+                                   "--properties decay --png ", Path("decay.png")));
+  ASSERT_EQ(png.exit_code, 0) << png.err;
+  EXPECT_TRUE(std::filesystem::exists(Path("decay.png")));
+  ExpectUsageError("analyze --count 10", "--encoding is required");
+  ExpectUsageError("analyze --encoding alibi --heads 2 --count 10 --properties nope",
+                   "--properties: expected names of");
+  ExpectExit("analyze --encoding sinusoidal --dim 8 --count 10 --distances 10", 1, &CliResult::err,
+             "distances[0]");
 }
 
 TEST_F(CliTest, ServerErrorsPrintTheCodeAndExitOne) {
@@ -493,62 +522,8 @@ TEST_F(CliTest, BenchAgainstADeadPortReportsErrorsAndExitsOne) {
 // --png heatmaps.
 // ---------------------------------------------------------------------------------------------
 
-struct Picture {
-  int width = 0;
-  int height = 0;
-  std::vector<uint8_t> rgb;
-
-  std::array<uint8_t, 3> At(int x, int y) const {
-    const size_t i = (static_cast<size_t>(y) * width + x) * 3;
-    return {rgb[i], rgb[i + 1], rgb[i + 2]};
-  }
-  // Pixels of a colour map (saturated: the channels differ by more than 40), i.e. neither the
-  // white background, the black/grey text and frames, nor the grey of masked cells.
-  int64_t Colourful() const {
-    int64_t n = 0;
-    for (size_t i = 0; i < rgb.size(); i += 3) {
-      const int hi = std::max({rgb[i], rgb[i + 1], rgb[i + 2]});
-      const int lo = std::min({rgb[i], rgb[i + 1], rgb[i + 2]});
-      n += hi - lo > 40;
-    }
-    return n;
-  }
-  int64_t Count(std::array<uint8_t, 3> colour) const {
-    int64_t n = 0;
-    for (size_t i = 0; i < rgb.size(); i += 3) {
-      n += rgb[i] == colour[0] && rgb[i + 1] == colour[1] && rgb[i + 2] == colour[2];
-    }
-    return n;
-  }
-  size_t DistinctColours() const {
-    std::set<uint32_t> colours;
-    for (size_t i = 0; i < rgb.size(); i += 3) {
-      colours.insert(uint32_t{rgb[i]} << 16 | uint32_t{rgb[i + 1]} << 8 | rgb[i + 2]);
-    }
-    return colours.size();
-  }
-};
-
-// Decodes a PNG file with libpng (any PNG, converted to 8-bit RGB).
-Picture DecodePng(const std::string& path) {
-  png_image image;
-  std::memset(&image, 0, sizeof(image));
-  image.version = PNG_IMAGE_VERSION;
-  Picture picture;
-  if (png_image_begin_read_from_file(&image, path.c_str()) == 0) {
-    ADD_FAILURE() << path << ": " << image.message;
-    return picture;
-  }
-  image.format = PNG_FORMAT_RGB;
-  picture.width = static_cast<int>(image.width);
-  picture.height = static_cast<int>(image.height);
-  picture.rgb.resize(PNG_IMAGE_SIZE(image));
-  if (png_image_finish_read(&image, nullptr, picture.rgb.data(), 0, nullptr) == 0) {
-    ADD_FAILURE() << path << ": " << image.message;
-    picture = Picture();
-  }
-  return picture;
-}
+using ::posenc::testing::DecodePng;
+using ::posenc::testing::Picture;
 
 // "PNG 442x614" from the CLI's "wrote FILE (PNG WxH: ...)" line.
 std::pair<int, int> ReportedSize(const std::string& err) {

@@ -154,6 +154,54 @@ class ClientE2ETest : public ::testing::Test {
 };
 
 // ---------------------------------------------------------------------------------------------
+// AnalyzeEncoding.
+// ---------------------------------------------------------------------------------------------
+TEST_F(ClientE2ETest, AnalyzeSinusoidalIsAnExactRotationOfNormSqrtHalfDim) {
+  AnalyzeEncodingOptions options;
+  options.sinusoidal = SinusoidalParams{.dim = 64, .layout = SinusoidalLayout::kConcat};
+  options.start = 10;
+  options.count = 2000;
+  options.distances = {1, 500};
+  options.collision_dtype = DType::kBFloat16;
+  options.properties = {AnalysisProperty::kUniqueness, AnalysisProperty::kBounds,
+                        AnalysisProperty::kRelative};
+  absl::StatusOr<AnalyzeEncodingResult> r = client_->AnalyzeEncoding(options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->family, "sinusoidal");
+  EXPECT_EQ(r->width, 64);
+  ASSERT_TRUE(r->uniqueness.has_value());
+  EXPECT_TRUE(r->uniqueness->exact);
+  EXPECT_GT(r->uniqueness->min_distance, 0.0);
+  EXPECT_TRUE(r->uniqueness->collision_searched);
+  EXPECT_EQ(r->uniqueness->collision_dtype, DType::kBFloat16);
+  ASSERT_TRUE(r->bounds.has_value());
+  EXPECT_NEAR(r->bounds->norms.min, std::sqrt(32.0), 1e-12);
+  ASSERT_TRUE(r->relative.has_value());
+  ASSERT_EQ(r->relative->rotations.size(), 2u);
+  EXPECT_LT(r->relative->rotations[1].residual, 1e-13);
+  EXPECT_FALSE(r->decay.has_value());
+}
+
+TEST_F(ClientE2ETest, AnalyzeT5ReportsItsBucketEdgesAndBadRangesNameTheField) {
+  AnalyzeEncodingOptions options;
+  options.t5 = T5Analysis{};
+  options.count = 300;
+  options.properties = {AnalysisProperty::kRelative};
+  absl::StatusOr<AnalyzeEncodingResult> r = client_->AnalyzeEncoding(options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->relative->bias.has_value());
+  EXPECT_EQ(r->relative->bias->bucket_edges.back(), 91);
+  options.distances = {300};
+  r = client_->AnalyzeEncoding(options);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GetErrorDetails(r.status()).field, "distances[0]");
+  options.distances = {};
+  options.alibi = AlibiAnalysis{.num_heads = 2};
+  EXPECT_EQ(client_->AnalyzeEncoding(options).status().code(),
+            absl::StatusCode::kInvalidArgument);  // two encodings
+}
+
+// ---------------------------------------------------------------------------------------------
 // Sinusoidal.
 // ---------------------------------------------------------------------------------------------
 void CheckSinusoidal(const Client& client, const SinusoidalOptions& options) {

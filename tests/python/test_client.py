@@ -122,6 +122,8 @@ class MirrorsTest(unittest.TestCase):
         posenc.DeviceInfo: pb.DeviceInfo, posenc.TableInfo: pb.TableInfo,
         posenc.SharedMemoryRegionStatus: pb.SharedMemoryRegionStatus,
         posenc.MultimodalTokenIds: pb.MultimodalTokenIds, posenc.VisionSpan: pb.VisionSpan,
+        posenc.AnalyzeEncodingResult: pb.AnalyzeEncodingResponse,
+        posenc.AnalysisCurve: pb.AnalysisCurve,
     }
 
     def test_every_field_of_the_message_and_no_other(self):
@@ -345,6 +347,47 @@ class RopeTest(unittest.TestCase):
         self.assertEqual(explicit.groups[0].derived.effective_base, 1e6)
         with self.assertRaises(posenc.InvalidArgumentError):
             CLIENT.describe_rope(posenc.RopeConfig.from_hf(config, layer_type="full"))
+
+
+class AnalysisTest(unittest.TestCase):
+    """AnalyzeEncoding: the same closed forms as the C++ tests (kernels/analysis)."""
+
+    def test_sinusoidal_norms_and_exact_rotation(self):
+        r = CLIENT.analyze_encoding(
+            sinusoidal=posenc.SinusoidalParams(dim=32), start=5, count=1500, distances=[1, 700],
+            properties=["bounds", "relative"])
+        self.assertIsInstance(r, posenc.AnalyzeEncodingResult)
+        self.assertEqual((r.family, r.width), ("sinusoidal", 32))
+        self.assertIsNone(r.uniqueness)
+        self.assertAlmostEqual(r.bounds.norms.min, 4.0, places=12)
+        self.assertAlmostEqual(r.bounds.norms.max, 4.0, places=12)
+        self.assertEqual([f.distance for f in r.relative.rotations], [1, 700])
+        self.assertLess(max(f.residual for f in r.relative.rotations), 1e-13)
+
+    def test_alibi_bfloat16_collision_and_bias_structure(self):
+        r = CLIENT.analyze_encoding(alibi={"num_heads": 1}, count=1000, collision_dtype="bfloat16",
+                                    properties=[posenc.AnalysisProperty.UNIQUENESS, "relative"])
+        self.assertTrue(r.uniqueness.collision_found)
+        self.assertEqual((r.uniqueness.collision_p, r.uniqueness.collision_q), (256, 257))
+        self.assertEqual(r.uniqueness.collision_dtype, posenc.DType.BFLOAT16)
+        self.assertTrue(r.relative.bias.depends_on_distance_only)
+        bloom = CLIENT.analyze_encoding(alibi={"num_heads": 2, "mode": "bloom"}, count=64,
+                                        properties=["relative"])
+        self.assertFalse(bloom.relative.bias.depends_on_distance_only)
+        self.assertEqual(bloom.relative.bias.max_shift_deviation_row_centered, 0.0)
+
+    def test_bad_inputs_name_the_field(self):
+        with self.assertRaises(posenc.InvalidArgumentError) as cm:
+            CLIENT.analyze_encoding(sinusoidal=posenc.SinusoidalParams(dim=8), count=10,
+                                    distances=[10])
+        self.assertEqual(cm.exception.field, "distances[0]")
+        with self.assertRaises(posenc.InvalidArgumentError) as cm:
+            CLIENT.analyze_encoding(count=10)
+        self.assertEqual(cm.exception.field, "encoding")
+        with self.assertRaises(posenc.InvalidArgumentError) as cm:
+            CLIENT.analyze_encoding(sinusoidal=posenc.SinusoidalParams(dim=8),
+                                    alibi={"num_heads": 2}, count=10)
+        self.assertEqual(cm.exception.field, "encoding")
 
 
 class BiasTest(unittest.TestCase):

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/analysis/analysis.h"
 #include "kernels/backend.h"
 #include "kernels/common/positions.h"
 #include "kernels/ops.h"
@@ -212,6 +213,48 @@ TEST(HandleRopeCacheTest, DefaultsAreFloat32Compact) {
   ASSERT_TRUE(HandleRopeCache(t.ctx, req, &bf16).ok());
   EXPECT_EQ(bf16.sin().dtype(), v1::DTYPE_BFLOAT16);
   EXPECT_EQ(bf16.sin().data().size(), 7u * 32u * 2u);
+}
+
+TEST(HandleAnalyzeEncodingTest, MatchesDirectKernelCall) {
+  TestContext t;
+  const auto req = Parse<v1::AnalyzeEncodingRequest>(
+      "alibi { num_heads: 1 } start: 0 count: 1000 collision_dtype: DTYPE_BFLOAT16 distances: [3] "
+      "properties: [ANALYSIS_PROPERTY_UNIQUENESS, ANALYSIS_PROPERTY_BOUNDS, "
+      "ANALYSIS_PROPERTY_RELATIVE]");
+  v1::AnalyzeEncodingResponse resp;
+  ASSERT_TRUE(HandleAnalyzeEncoding(t.ctx, req, &resp).ok());
+  kernels::AnalysisArgs args;
+  args.encoding.family = kernels::AnalysisFamily::kAlibi;
+  args.encoding.alibi.num_heads = 1;
+  args.count = 1000;
+  args.collision_dtype = kernels::DType::kBFloat16;
+  args.distances = {3};
+  args.properties = {kernels::AnalysisProperty::kUniqueness, kernels::AnalysisProperty::kBounds,
+                     kernels::AnalysisProperty::kRelative};
+  auto plan = kernels::PlanAnalysis(args);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto want = kernels::RunAnalysis(*t.backend, *plan);
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_EQ(resp.family(), "alibi");
+  EXPECT_EQ(resp.width(), 1);
+  EXPECT_EQ(resp.uniqueness().min_distance(), want->uniqueness->min_distance);
+  EXPECT_TRUE(resp.uniqueness().collision_found());
+  EXPECT_EQ(resp.uniqueness().collision_dtype(), v1::DTYPE_BFLOAT16);
+  EXPECT_EQ(resp.uniqueness().collision_q(), 257);
+  EXPECT_EQ(resp.bounds().values().min(), want->bounds->values.min);
+  EXPECT_EQ(resp.bounds().norms().max(), want->bounds->norms.max);
+  EXPECT_TRUE(resp.relative().bias().depends_on_distance_only());
+  EXPECT_FALSE(resp.has_decay());
+}
+
+TEST(HandleAnalyzeEncodingTest, RangeOverTheOutputLimitIsResourceExhausted) {
+  TestContext t;
+  t.ctx.limits.max_output_elements = 100;
+  v1::AnalyzeEncodingResponse resp;
+  const grpc::Status status = HandleAnalyzeEncoding(
+      t.ctx, Parse<v1::AnalyzeEncodingRequest>("sinusoidal { dim: 4 } count: 101"), &resp);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(status.error_message().find("--max_output_elements=100"), std::string::npos);
 }
 
 TEST(HandleSinusoidalTest, MatchesDirectKernelCall) {

@@ -40,7 +40,8 @@ using AnyRequest =
     std::variant<v1::SinusoidalRequest, v1::AddPositionEncodingRequest, v1::RopeCacheRequest,
                  v1::ApplyRopeRequest, v1::AlibiSlopesRequest, v1::AlibiBiasRequest,
                  v1::RelativeBiasRequest, v1::RelativeEmbeddingRequest, v1::RerotateKeysRequest,
-                 v1::MultimodalPositionsRequest, v1::VisionPositionsRequest>;
+                 v1::MultimodalPositionsRequest, v1::VisionPositionsRequest,
+                 v1::AnalyzeEncodingRequest>;
 
 struct BadCase {
   std::string name;
@@ -131,6 +132,12 @@ v1::VisionPositionsRequest ValidVisionPositions() {
   return r;
 }
 
+v1::AnalyzeEncodingRequest ValidAnalyze() {
+  return Parse<v1::AnalyzeEncodingRequest>(
+      "sinusoidal { dim: 8 } count: 16 properties: [ANALYSIS_PROPERTY_UNIQUENESS, "
+      "ANALYSIS_PROPERTY_BOUNDS, ANALYSIS_PROPERTY_RELATIVE] collision_dtype: DTYPE_BFLOAT16");
+}
+
 // How a case breaks its valid base request: `edit` first (only for what text format cannot say:
 // a tensor's raw bytes, a changed element of a repeated field, a cleared field), then `text`,
 // protobuf text format merged into the request. Merged, not parsed and MergeFrom'd: a merge of
@@ -178,6 +185,7 @@ constexpr CasesOn<v1::RelativeEmbeddingRequest> RelEmb{ValidRelativeEmbedding};
 constexpr CasesOn<v1::RerotateKeysRequest> Rerotate{ValidRerotateKeys};
 constexpr CasesOn<v1::MultimodalPositionsRequest> Mm{ValidMultimodalPositions};
 constexpr CasesOn<v1::VisionPositionsRequest> Vision{ValidVisionPositions};
+constexpr CasesOn<v1::AnalyzeEncodingRequest> Analyze{ValidAnalyze};
 
 constexpr char kLlamaJson[] =
     R"({"hidden_size": 4096, "num_attention_heads": 32, "rope_theta": 500000.0,
@@ -217,6 +225,7 @@ std::vector<BadCase> AllCases() {
   using R = v1::ApplyRopeRequest;
   using A = v1::AddPositionEncodingRequest;
   using T = v1::RelativeBiasRequest;
+  using E = v1::AnalyzeEncodingRequest;
   return {
       // ----- tensors on the wire -----
       Apply(
@@ -485,6 +494,43 @@ std::vector<BadCase> AllCases() {
       Vision("hf_config_no_tower",
              "tower: VISION_TOWER_UNSPECIFIED hf_config_json: '{\"model_type\": \"llama\"}'",
              "hf_config_json"),
+      // ----- AnalyzeEncoding -----
+      Analyze(
+          "analyze_no_encoding", [](E& r) { r.clear_encoding(); }, "encoding"),
+      Analyze("analyze_count_zero", "count: 0", "count: expected 1 .. 16777216, got 0"),
+      Analyze("analyze_count_huge", "count: 16777217", "count"),
+      Analyze("analyze_start_negative", "start: -1", "start"),
+      Analyze("analyze_distance_beyond_range", "distances: [1, 16]",
+              "distances[1]: expected 1 .. count - 1 = 15, got 16"),
+      Analyze("analyze_distance_zero", "distances: [0]", "distances[0]"),
+      Analyze("analyze_property_unspecified", "properties: [ANALYSIS_PROPERTY_UNSPECIFIED]",
+              "properties[3]"),
+      Analyze("analyze_property_twice", "properties: [ANALYSIS_PROPERTY_BOUNDS]", "properties[3]"),
+      Analyze("analyze_collision_float32", "collision_dtype: DTYPE_FLOAT32", "collision_dtype"),
+      Analyze("analyze_collision_unknown", "collision_dtype: 99", "collision_dtype"),
+      Analyze("analyze_uniqueness_offsets_zero", "uniqueness_offsets: 0", "uniqueness_offsets"),
+      Analyze("analyze_window_zero", "window: 0", "window"),
+      Analyze("analyze_samples_zero", "samples: 0", "samples"),
+      Analyze("analyze_sinusoidal_dim_zero", "sinusoidal { dim: 0 }", "sinusoidal.dim"),
+      Analyze("analyze_rope_head_dim", "config { head_dim: 0 }", "config.head_dim"),
+      Analyze("analyze_alibi_heads", "alibi { num_heads: 0 }", "alibi.num_heads"),
+      Analyze("analyze_alibi_max_bias", "alibi { num_heads: 2 max_bias: nan }", "alibi.max_bias"),
+      Analyze("analyze_t5_table_shape", Put("t5.table_inline", FloatTensor({3, 2})), "t5.table"),
+      Analyze("analyze_learned_offset",
+              {[](E& r) {
+                 *r.mutable_learned()->mutable_table_inline() = FloatTensor({4, 2});
+               },
+               "learned { table_offset: 9 }"},
+              "learned.table_offset"),
+      Analyze(
+          "analyze_learned_range",
+          [](E& r) {
+            *r.mutable_learned()->mutable_table_inline() = FloatTensor({4, 2});
+          },
+          "count"),
+      Analyze("analyze_embeddings_int", Put("embeddings", Int64Tensor({2}, {1, 2})), "embeddings"),
+      Analyze("analyze_scaling_factor_nan", "scalings { type: ROPE_SCALING_LINEAR factor: nan }",
+              "scalings[0].factor"),
   };
 }
 
@@ -535,7 +581,7 @@ TEST(MalformedRequestsTableTest, BaseRequestsAreValid) {
         AnyRequest(ValidAddPe()), AnyRequest(ValidAlibiSlopes()), AnyRequest(ValidAlibiBias()),
         AnyRequest(ValidRelativeBias()), AnyRequest(ValidRelativeEmbedding()),
         AnyRequest(ValidRerotateKeys()), AnyRequest(ValidMultimodalPositions()),
-        AnyRequest(ValidVisionPositions())}) {
+        AnyRequest(ValidVisionPositions()), AnyRequest(ValidAnalyze())}) {
     grpc::Status status = RunHandler(t.ctx, request);
     EXPECT_TRUE(status.ok()) << request.index() << ": " << status.error_message();
   }

@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "kernels/absolute/add_position_encoding.h"
 #include "kernels/absolute/sinusoidal.h"
+#include "kernels/analysis/analysis.h"
 #include "kernels/bias/alibi.h"
 #include "kernels/common/types.h"
 #include "kernels/multimodal/multimodal_positions.h"
@@ -131,6 +132,7 @@ TEST(VocabularyTest, EveryKernelMirrorHasEveryWireValue) {
   ExpectKernelMirror<AlibiMode>(kernels::AlibiMode::kBloom);
   ExpectKernelMirror<FutureMode>(kernels::FutureMode::kLinear);
   ExpectKernelMirror<BiasForm>(kernels::BiasForm::kBuckets);
+  ExpectKernelMirror<AnalysisProperty>(kernels::AnalysisProperty::kSimilarity);
 }
 
 }  // namespace

@@ -548,6 +548,149 @@ enum class HealthStatus { kUnknown = 0, kServing = 1, kNotServing = 2, kServiceU
 std::string_view HealthStatusName(HealthStatus status);  // "SERVING", ...
 
 // ---------------------------------------------------------------------------------------------
+// AnalyzeEncoding: the properties of an encoding over a position range (posenc.proto).
+// ---------------------------------------------------------------------------------------------
+enum class AnalysisProperty {
+  kUnspecified,
+  kUniqueness,
+  kBounds,
+  kRelative,
+  kDecay,
+  kExtrapolation,
+  kSimilarity,
+};
+
+// ALiBi analysed: the bias of a key p tokens before the query, per head.
+struct AlibiAnalysis {
+  int64_t num_heads = 0;
+  std::optional<double> max_bias;  // default 8
+  AlibiMode mode = AlibiMode::kUnspecified;
+  FutureMode future = FutureMode::kUnspecified;
+};
+
+// T5 analysed: relative position -p per head (without a table: the bucket id).
+struct T5Analysis {
+  std::optional<bool> bidirectional;    // default true
+  std::optional<int64_t> num_buckets;   // default 32
+  std::optional<int64_t> max_distance;  // default 128
+  std::optional<Tensor> table_inline;   // [num_buckets, H]; or table_name; or neither
+  std::string table_name;
+};
+
+// Exactly one of sinusoidal, learned, config, alibi and t5.
+struct AnalyzeEncodingOptions {
+  std::optional<SinusoidalParams> sinusoidal;
+  std::optional<LearnedTable> learned;
+  std::optional<RopeConfig> config;
+  std::optional<AlibiAnalysis> alibi;
+  std::optional<T5Analysis> t5;
+  int64_t start = 0;  // positions start .. start + count - 1
+  int64_t count = 0;
+  std::vector<AnalysisProperty> properties;   // empty: all six
+  std::optional<DType> collision_dtype;       // FLOAT16 or BFLOAT16: look for the first collision
+  std::optional<int64_t> uniqueness_offsets;  // K past 4096 positions, default 64
+  std::vector<int64_t> distances;             // RELATIVE/DECAY's k; empty: 1, 2, 4, ..
+  std::optional<int64_t> samples;             // DECAY, default 256
+  uint64_t seed = 0;
+  std::optional<int64_t> window;      // SIMILARITY, default 256
+  std::optional<int64_t> max_cells;   // SIMILARITY, default 256
+  std::optional<Tensor> embeddings;   // [n, D] token embeddings (q/k rows); absent: random
+  std::vector<RopeScaling> scalings;  // EXTRAPOLATION; empty: the config's and the default
+};
+
+struct AnalysisSummary {
+  double min = 0, max = 0, mean = 0;
+  int64_t argmin = -1, argmax = -1;  // positions
+};
+
+struct UniquenessAnalysis {
+  bool exact = false;
+  std::string method;
+  double min_distance = 0;
+  int64_t min_p = -1, min_q = -1;
+  bool collision_searched = false;
+  std::optional<DType> collision_dtype;
+  bool collision_found = false;
+  int64_t collision_p = -1, collision_q = -1;
+};
+
+struct BoundsAnalysis {
+  AnalysisSummary values;
+  AnalysisSummary norms;
+};
+
+struct RotationFit {
+  int64_t distance = 0;
+  double residual = 0;
+  double worst_pair_residual = 0;
+  int64_t worst_pair = -1;
+  double max_angle_error = 0;
+};
+
+struct BiasStructure {
+  double max_shift_deviation = 0;
+  double max_shift_deviation_row_centered = 0;
+  bool depends_on_distance_only = false;
+  int64_t window = 0;
+  std::vector<int64_t> bucket_edges;
+  std::string note;
+};
+
+struct RelativeAnalysis {
+  bool applicable = true;
+  std::string note;
+  int64_t pairs = 0;
+  std::vector<RotationFit> rotations;
+  std::optional<BiasStructure> bias;
+};
+
+struct AnalysisCurve {
+  std::string label;
+  std::vector<double> x, y;
+};
+
+struct DecayAnalysis {
+  std::string method;
+  std::vector<AnalysisCurve> curves;
+  int64_t decay_stops_at = -1;
+  int64_t samples = 0;
+  uint64_t seed = 0;
+  std::string note;
+};
+
+struct ExtrapolationSeries {
+  std::string scaling;
+  std::vector<AnalysisCurve> curves;
+};
+
+struct ExtrapolationAnalysis {
+  int64_t original_context = 0;
+  std::vector<ExtrapolationSeries> series;
+  std::string note;
+};
+
+struct SimilarityAnalysis {
+  int64_t window_start = 0, window = 0, rows = 0, cols = 0, cell = 1;
+  std::vector<double> matrix;  // rows x cols
+  double add_norm_change = 0, add_angle_degrees = 0;
+  double concat_norm_change = 0, concat_angle_degrees = 0;
+  bool random_embeddings = true;
+  std::string note;
+};
+
+// One section per requested property.
+struct AnalyzeEncodingResult {
+  std::string family;  // "sinusoidal", "learned", "rope", "alibi", "t5"
+  int64_t width = 0;
+  std::optional<UniquenessAnalysis> uniqueness;
+  std::optional<BoundsAnalysis> bounds;
+  std::optional<RelativeAnalysis> relative;
+  std::optional<DecayAnalysis> decay;
+  std::optional<ExtrapolationAnalysis> extrapolation;
+  std::optional<SimilarityAnalysis> similarity;
+};
+
+// ---------------------------------------------------------------------------------------------
 // The client.
 // ---------------------------------------------------------------------------------------------
 struct ClientOptions {
@@ -635,6 +778,9 @@ class Client {
   absl::StatusOr<MultimodalPositionsResult> MultimodalPositions(
       const MultimodalPositionsOptions& options, const CallOptions& call = {}) const;
   absl::StatusOr<VisionPositionsResult> VisionPositions(const VisionPositionsOptions& options,
+                                                        const CallOptions& call = {}) const;
+  // The properties of an encoding over a position range.
+  absl::StatusOr<AnalyzeEncodingResult> AnalyzeEncoding(const AnalyzeEncodingOptions& options,
                                                         const CallOptions& call = {}) const;
 
   // The same calls, asynchronous: the call is on its way when the method returns (a split

@@ -19,9 +19,9 @@ the .proto by CMake or by ``pip``; never committed). The enums (``posenc.RopeSty
 built from its descriptors.
 """
 
-from ._enums import (AlibiMode, BiasForm, Combine, DType, FreqScheme, FutureMode, HealthStatus,
-                     MropeLayout, MultimodalFamily, RopeCacheLayout, RopeScalingType, RopeStyle,
-                     SinusoidalLayout, TensorLayout, VisionTower)
+from ._enums import (AlibiMode, AnalysisProperty, BiasForm, Combine, DType, FreqScheme, FutureMode,
+                     HealthStatus, MropeLayout, MultimodalFamily, RopeCacheLayout, RopeScalingType,
+                     RopeStyle, SinusoidalLayout, TensorLayout, VisionTower)
 from ._errors import (DOMAIN, AbortedError, AlreadyExistsError, CancelledError, DataLossError,
                       DeadlineExceededError, FailedPreconditionError, FieldViolation,
                       InternalError, InvalidArgumentError, NotFoundError, OutOfRangeError,
@@ -30,12 +30,13 @@ from ._errors import (DOMAIN, AbortedError, AlreadyExistsError, CancelledError, 
 from ._tensor import (BFLOAT16_DTYPE, HAVE_ML_DTYPES, bf16_to_float32, expand_bloom_rows,
                       expand_toeplitz, float32_to_bf16)
 from ._shared_memory import SharedMemory
-from ._types import (AlibiBiasResult, ApplyRopeResult, AttentionTemperatureTuning, BackendInfo,
-                     DescribeRopeResult, DeviceInfo, LearnedTable, MultimodalPositionsResult,
-                     MultimodalTokenIds, Positions, RerotateKeysResult, RopeCacheResult,
-                     RopeConfig, RopeDerived, RopeLayerGroup, RopeScaling, RopeValueSource,
-                     ServerInfo, SharedMemoryRef, SharedMemoryRegionStatus, SinusoidalParams,
-                     TableInfo, TlsConfig, VisionPositionsResult, VisionSpan)
+from ._types import (AlibiBiasResult, AnalysisCurve, AnalyzeEncodingResult, ApplyRopeResult,
+                     AttentionTemperatureTuning, BackendInfo, DescribeRopeResult, DeviceInfo,
+                     LearnedTable, MultimodalPositionsResult, MultimodalTokenIds, Positions,
+                     RerotateKeysResult, RopeCacheResult, RopeConfig, RopeDerived, RopeLayerGroup,
+                     RopeScaling, RopeValueSource, ServerInfo, SharedMemoryRef,
+                     SharedMemoryRegionStatus, SinusoidalParams, TableInfo, TlsConfig,
+                     VisionPositionsResult, VisionSpan)
 from .client import (DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_SPLIT_IN_FLIGHT, DEFAULT_TIMEOUT,
                      Client)
 
@@ -48,13 +49,14 @@ __all__ = [
     "RopeCacheResult", "ApplyRopeResult", "AlibiBiasResult", "ServerInfo", "BackendInfo",
     "DeviceInfo", "TableInfo", "TlsConfig", "RopeValueSource", "AttentionTemperatureTuning",
     "RopeLayerGroup", "DescribeRopeResult", "RerotateKeysResult", "MultimodalTokenIds",
-    "VisionSpan", "MultimodalPositionsResult", "VisionPositionsResult",
+    "VisionSpan", "MultimodalPositionsResult", "VisionPositionsResult", "AnalyzeEncodingResult",
+    "AnalysisCurve",
     # shared memory
     "SharedMemory", "SharedMemoryRef", "SharedMemoryRegionStatus",
     # enums (from posenc.proto's descriptors)
     "DType", "SinusoidalLayout", "FreqScheme", "Combine", "RopeStyle", "RopeScalingType",
     "MropeLayout", "RopeCacheLayout", "TensorLayout", "AlibiMode", "FutureMode", "BiasForm",
-    "MultimodalFamily", "VisionTower", "HealthStatus",
+    "MultimodalFamily", "VisionTower", "HealthStatus", "AnalysisProperty",
     # tensors
     "bf16_to_float32", "float32_to_bf16", "expand_toeplitz", "expand_bloom_rows",
     "HAVE_ML_DTYPES", "BFLOAT16_DTYPE",

@@ -29,6 +29,9 @@ __all__ = [
     "RopeCacheResult", "ApplyRopeResult", "AlibiBiasResult", "BackendInfo", "TableInfo",
     "ServerInfo", "DeviceInfo", "TlsConfig", "RopeValueSource", "AttentionTemperatureTuning",
     "RopeLayerGroup", "DescribeRopeResult", "SharedMemoryRef", "SharedMemoryRegionStatus",
+    "AnalysisSummary", "UniquenessAnalysis", "BoundsAnalysis", "RotationFit", "BiasStructure",
+    "RelativeAnalysis", "AnalysisCurve", "DecayAnalysis", "ExtrapolationSeries",
+    "ExtrapolationAnalysis", "SimilarityAnalysis", "AnalyzeEncodingResult",
 ]
 
 # Extra spellings of enum arguments (Hugging Face's legacy rope type "su" is LongRoPE).
@@ -490,6 +493,126 @@ class DescribeRopeResult:
     groups: Sequence[RopeLayerGroup] = ()  # in order of first layer
     warnings: Sequence[str] = ()  # every group's, without duplicates
     num_layers: int = 0  # 0: the file does not give it
+
+
+# ---------------------------------------------------------------------------------------------
+# AnalyzeEncoding: the properties of an encoding (``posenc.v1.AnalyzeEncodingResponse``).
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class AnalysisSummary:
+    min: float = 0.0
+    max: float = 0.0
+    mean: float = 0.0
+    argmin: int = -1  # the position where it is reached
+    argmax: int = -1
+
+
+@dataclasses.dataclass
+class UniquenessAnalysis:
+    exact: bool = False  # all pairs compared
+    method: str = ""
+    min_distance: float = 0.0  # the smallest ||PE(p) - PE(q)||, p != q
+    min_p: int = -1
+    min_q: int = -1
+    collision_searched: bool = False
+    collision_dtype: Any = None
+    collision_found: bool = False
+    collision_p: int = -1  # the first position q whose rounded encoding equals p's
+    collision_q: int = -1
+
+
+@dataclasses.dataclass
+class BoundsAnalysis:
+    values: Optional[AnalysisSummary] = None
+    norms: Optional[AnalysisSummary] = None
+
+
+@dataclasses.dataclass
+class RotationFit:
+    distance: int = 0
+    residual: float = 0.0  # of the best rotation of each frequency pair: ~1e-16 when exact
+    worst_pair_residual: float = 0.0
+    worst_pair: int = -1
+    max_angle_error: float = 0.0
+
+
+@dataclasses.dataclass
+class BiasStructure:
+    max_shift_deviation: float = 0.0
+    max_shift_deviation_row_centered: float = 0.0
+    depends_on_distance_only: bool = False
+    window: int = 0
+    bucket_edges: Sequence[int] = ()
+    note: str = ""
+
+
+@dataclasses.dataclass
+class RelativeAnalysis:
+    applicable: bool = False
+    note: str = ""
+    pairs: int = 0
+    rotations: Sequence[RotationFit] = ()
+    bias: Optional[BiasStructure] = None
+
+
+@dataclasses.dataclass
+class AnalysisCurve:
+    label: str = ""
+    x: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    y: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+
+
+@dataclasses.dataclass
+class DecayAnalysis:
+    method: str = ""
+    curves: Sequence[AnalysisCurve] = ()
+    decay_stops_at: int = -1
+    samples: int = 0
+    seed: int = 0
+    note: str = ""
+
+
+@dataclasses.dataclass
+class ExtrapolationSeries:
+    scaling: str = ""
+    curves: Sequence[AnalysisCurve] = ()
+
+
+@dataclasses.dataclass
+class ExtrapolationAnalysis:
+    original_context: int = 0
+    series: Sequence[ExtrapolationSeries] = ()
+    note: str = ""
+
+
+@dataclasses.dataclass
+class SimilarityAnalysis:
+    window_start: int = 0
+    window: int = 0
+    rows: int = 0
+    cols: int = 0
+    cell: int = 1
+    matrix: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))  # rows x cols
+    add_norm_change: float = 0.0
+    add_angle_degrees: float = 0.0
+    concat_norm_change: float = 0.0
+    concat_angle_degrees: float = 0.0
+    random_embeddings: bool = True
+    note: str = ""
+
+
+@dataclasses.dataclass
+class AnalyzeEncodingResult:
+    """AnalyzeEncoding: one section per requested property (None when not requested)."""
+
+    family: str = ""  # "sinusoidal", "learned", "rope", "alibi", "t5"
+    width: int = 0  # values per position
+    uniqueness: Optional[UniquenessAnalysis] = None
+    bounds: Optional[BoundsAnalysis] = None
+    relative: Optional[RelativeAnalysis] = None
+    decay: Optional[DecayAnalysis] = None
+    extrapolation: Optional[ExtrapolationAnalysis] = None
+    similarity: Optional[SimilarityAnalysis] = None
 
 
 # ---------------------------------------------------------------------------------------------

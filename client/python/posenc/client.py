@@ -35,19 +35,20 @@ import grpc
 import numpy as np
 
 from . import _split, _transport
-from ._enums import (AlibiMode, BiasForm, Combine, DType, FutureMode, HealthStatus,
-                     MultimodalFamily, RopeCacheLayout, TensorLayout, VisionTower)
+from ._enums import (AlibiMode, AnalysisProperty, BiasForm, Combine, DType, FutureMode,
+                     HealthStatus, MultimodalFamily, RopeCacheLayout, TensorLayout, VisionTower)
 from ._errors import local_error
 from ._protos import posenc_pb2 as pb
 from ._protos import posenc_pb2_grpc as pb_grpc
 from ._tensor import (DTypeLike, expand_compact_alibi, expand_toeplitz, float_output_dtype,
                       is_torch, set_float_tensor, set_int_tensor, to_numpy, to_torch)
 from ._transport import Transport
-from ._types import (AlibiBiasResult, ApplyRopeResult, Array, DescribeRopeResult, LearnedTable,
-                     MultimodalPositionsResult, MultimodalTokenIds, RerotateKeysResult,
-                     RopeCacheResult, RopeConfig, RopeDerived, ServerInfo, SharedMemoryRef,
+from ._types import (AlibiBiasResult, AnalyzeEncodingResult, ApplyRopeResult, Array,
+                     DescribeRopeResult, LearnedTable, MultimodalPositionsResult,
+                     MultimodalTokenIds, RerotateKeysResult, RopeCacheResult, RopeConfig,
+                     RopeDerived, RopeScaling, ServerInfo, SharedMemoryRef,
                      SharedMemoryRegionStatus, SinusoidalParams, TlsConfig, VisionPositionsResult,
-                     config_json_text, enum_or_int)
+                     config_json_text, enum_or_int, parse_enum)
 from ._wire import (from_message, server_info, set_enum, set_positions, set_sequences, set_table,
                     to_message, uses_shared_memory)
 
@@ -556,6 +557,84 @@ class Client:
         request = pb.DescribeRopeRequest()
         to_message(RopeConfig.coerce(config), request.config, "config")
         return from_message(self._send("DescribeRope", request, timeout), DescribeRopeResult)
+
+    # -- analysis -----------------------------------------------------------------------------
+    def analyze_encoding(self, *, count: int, start: int = 0,
+                         sinusoidal: Optional[SinusoidalParams] = None,
+                         learned: Union[None, LearnedTable, str, Any] = None,
+                         config: Any = None, alibi: Optional[Mapping[str, Any]] = None,
+                         t5: Optional[Mapping[str, Any]] = None,
+                         properties: Sequence[Any] = (), collision_dtype: DTypeLike = None,
+                         uniqueness_offsets: Optional[int] = None,
+                         distances: Sequence[int] = (), samples: Optional[int] = None,
+                         seed: int = 0, window: Optional[int] = None,
+                         max_cells: Optional[int] = None, embeddings: Any = None,
+                         scalings: Sequence[Any] = (), timeout: Optional[float] = None
+                         ) -> AnalyzeEncodingResult:
+        """The properties of an encoding over positions ``start .. start + count - 1``
+        (AnalyzeEncoding): uniqueness (and the first FLOAT16/BFLOAT16 collision), bounds and
+        norms, relative structure, distance decay, extrapolation, similarity.
+
+        Args:
+          sinusoidal / learned / config / alibi / t5: exactly one encoding. ``learned``: a
+            :class:`LearnedTable`, a float array (inline) or a table name. ``config``: a
+            RoPE config (:class:`RopeConfig`, a dict or a config.json). ``alibi``: a dict of
+            ``num_heads``, ``max_bias``, ``mode``, ``future``. ``t5``: a dict of
+            ``bidirectional``, ``num_buckets``, ``max_distance`` and ``table`` (array or name).
+          properties: names or :class:`AnalysisProperty` members; empty: all six.
+          collision_dtype: "float16" or "bfloat16": look for the first collision.
+        """
+        request = pb.AnalyzeEncodingRequest(start=int(start), count=int(count), seed=int(seed))
+        self._set_analysis_encoding(request, sinusoidal, learned, config, alibi, t5)
+        for i, p in enumerate(properties):
+            request.properties.append(parse_enum(AnalysisProperty, p, f"properties[{i}]"))
+        set_enum(request, "collision_dtype", DType, collision_dtype)
+        request.distances.extend(int(k) for k in distances)
+        for name, value in (("uniqueness_offsets", uniqueness_offsets), ("samples", samples),
+                            ("window", window), ("max_cells", max_cells)):
+            if value is not None:
+                setattr(request, name, int(value))
+        if embeddings is not None:
+            set_float_tensor(request.embeddings, embeddings, "embeddings")
+        for i, scaling in enumerate(scalings):
+            to_message(RopeScaling.from_dict(scaling) if isinstance(scaling, Mapping) else scaling,
+                       request.scalings.add(), f"scalings[{i}]")
+        return from_message(self._send("AnalyzeEncoding", request, timeout),
+                            AnalyzeEncodingResult)
+
+    @staticmethod
+    def _set_analysis_encoding(request: Any, sinusoidal: Any, learned: Any, config: Any,
+                               alibi: Optional[Mapping[str, Any]],
+                               t5: Optional[Mapping[str, Any]]) -> None:
+        given = [v is not None for v in (sinusoidal, learned, config, alibi, t5)]
+        if sum(given) > 1:
+            raise local_error("encoding", "set one of sinusoidal, learned, config, alibi and t5, "
+                              f"got {sum(given)}")
+        if sinusoidal is not None:
+            to_message(sinusoidal, request.sinusoidal, "sinusoidal")
+            request.sinusoidal.SetInParent()
+        if learned is not None:
+            table = learned if isinstance(learned, LearnedTable) else LearnedTable(learned)
+            set_table(request.learned, table.table, "learned.")
+            request.learned.table_offset = int(table.table_offset)
+        if config is not None:
+            to_message(RopeConfig.coerce(config), request.config, "config")
+            request.config.SetInParent()
+        if alibi is not None:
+            a = dict(alibi)
+            request.alibi.num_heads = int(a.get("num_heads", 0))
+            if a.get("max_bias") is not None:
+                request.alibi.max_bias = float(a["max_bias"])
+            set_enum(request.alibi, "mode", AlibiMode, a.get("mode"))
+            set_enum(request.alibi, "future", FutureMode, a.get("future"))
+            request.alibi.SetInParent()
+        if t5 is not None:
+            t = dict(t5)
+            for name in ("bidirectional", "num_buckets", "max_distance"):
+                if t.get(name) is not None:
+                    setattr(request.t5, name, t[name])
+            set_table(request.t5, t.get("table"), "t5.")
+            request.t5.SetInParent()
 
     # -- biases -------------------------------------------------------------------------------
     def alibi_slopes(self, num_heads: int, *, max_bias: Optional[float] = None,
