@@ -52,8 +52,7 @@ absl::Status SinusoidalT(const CpuContext& cpu, const SinusoidalPlan& plan,
       } else {
         const double p = static_cast<double>(positions.At(t));
         if constexpr (std::is_same_v<T, float>) {
-          walker->At(p);
-          cpu.simd.cos_sin_to_float(walker->c(), walker->s(), nfreq, 1.0, 1.0, c.data(), s.data());
+          walker->At(p, 1.0, 1.0, c.data(), s.data());
         } else {
           SinCos<T>(cpu.simd, &p, 0, w, exact, nfreq, 1.0, 1.0, c.data(), s.data());
         }

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 // On the host the functions have internal linkage (static): cpu/sincos_simd.cc inlines them into
 // one object per ISA level (scalar, AVX2, AVX-512), and an external inline copy compiled with
@@ -34,27 +35,33 @@ POSENC_HOST_DEVICE To BitCast(From v) {
   return out;
 }
 
-// fma(a, b, c) with one rounding on both sides (std::fma on the host, the FMA instruction on the
-// device).
-POSENC_HOST_DEVICE double Fma(double a, double b, double c) {
+// fma(a, b, c) in float or double with one rounding on both sides (std::fma on the host, the FMA
+// instruction on the device): double for the exact phase (rope/rope_math.h), float for the
+// FLOAT16/BFLOAT16 rotations (rope_math.h's RotatePairInFloat, whose vector types bring their own
+// Fma and Fnma, preferred over this template).
+template <typename T>
+POSENC_HOST_DEVICE T Fma(T a, T b, T c) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "Fma: float or double");
 #if defined(__CUDA_ARCH__)
-  return __fma_rn(a, b, c);
+  if constexpr (std::is_same_v<T, float>) {
+    return __fmaf_rn(a, b, c);
+  } else {
+    return __fma_rn(a, b, c);
+  }
 #else
-  return __builtin_fma(a, b, c);
-#endif
-}
-
-// The same in float (FLOAT16/BFLOAT16 rotations, rope/rope_math.h's RotatePairInFloat).
-POSENC_HOST_DEVICE float Fma(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-  return __fmaf_rn(a, b, c);
-#else
-  return __builtin_fmaf(a, b, c);
+  if constexpr (std::is_same_v<T, float>) {
+    return __builtin_fmaf(a, b, c);
+  } else {
+    return __builtin_fma(a, b, c);
+  }
 #endif
 }
 
 // c - a * b with one rounding.
-POSENC_HOST_DEVICE float Fnma(float a, float b, float c) { return Fma(-a, b, c); }
+template <typename T>
+POSENC_HOST_DEVICE T Fnma(T a, T b, T c) {
+  return Fma(-a, b, c);
+}
 
 }  // namespace posenc::kernels::hd
 

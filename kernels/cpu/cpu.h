@@ -156,19 +156,18 @@ class AngleWalker {
     const double one = 1;
     SinCos<double>(simd, &one, 0, w, w_exact, n, 1.0, 1.0, cw_.data(), sw_.data());
   }
-  // The angles of position p: c() and s() hold them until the next call.
-  void At(double p) {
+  // The angles of position p as floats: cf[j] = float(cos * c_scale), sf[j] = float(sin * s_scale).
+  void At(double p, double c_scale, double s_scale, float* cf, float* sf) {
     if (p == last_ + 1 && steps_ < kMaxSteps) {
-      simd_.angle_step(c_.data(), s_.data(), cw_.data(), sw_.data(), n_);
+      simd_.angle_step(c_.data(), s_.data(), cw_.data(), sw_.data(), n_, c_scale, s_scale, cf, sf);
       ++steps_;
     } else {
       SinCos<double>(simd_, &p, 0, w_, w_exact_, n_, 1.0, 1.0, c_.data(), s_.data());
+      simd_.cos_sin_to_float(c_.data(), s_.data(), n_, c_scale, s_scale, cf, sf);
       steps_ = 0;
     }
     last_ = p;
   }
-  const double* c() const { return c_.data(); }
-  const double* s() const { return s_.data(); }
 
  private:
   const SimdKernels& simd_;

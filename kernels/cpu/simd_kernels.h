@@ -60,8 +60,10 @@ struct SimdKernels {
                      int64_t n, double scale, double sign, double* c, double* s);
 
   // Angle addition, n pairs in double: (c, s) of theta -> of theta + phi, where cw, sw are cos and
-  // sin of phi: c' = c*cw - s*sw, s' = s*cw + c*sw.
-  void (*angle_step)(double* c, double* s, const double* cw, const double* sw, int64_t n);
+  // sin of phi: c' = c*cw - s*sw, s' = s*cw + c*sw; in the same pass cf[j] = float(c'[j] *
+  // c_scale), sf[j] = float(s'[j] * s_scale) (as cos_sin_to_float).
+  void (*angle_step)(double* c, double* s, const double* cw, const double* sw, int64_t n,
+                     double c_scale, double s_scale, float* cf, float* sf);
   // cf[j] = float(c[j] * c_scale), sf[j] = float(s[j] * s_scale).
   void (*cos_sin_to_float)(const double* c, const double* s, int64_t n, double c_scale,
                            double s_scale, float* cf, float* sf);

@@ -32,11 +32,16 @@ void SinCosF64(const double* __restrict p, int64_t p_stride, const double* __res
 }
 
 void AngleStep(double* __restrict c, double* __restrict s, const double* __restrict cw,
-               const double* __restrict sw, int64_t n) {
+               const double* __restrict sw, int64_t n, double c_scale, double s_scale,
+               float* __restrict cf, float* __restrict sf) {
   for (int64_t j = 0; j < n; ++j) {
     const double cj = c[j], sj = s[j];
-    c[j] = cj * cw[j] - sj * sw[j];
-    s[j] = sj * cw[j] + cj * sw[j];
+    const double cn = cj * cw[j] - sj * sw[j];
+    const double sn = sj * cw[j] + cj * sw[j];
+    c[j] = cn;
+    s[j] = sn;
+    cf[j] = static_cast<float>(cn * c_scale);
+    sf[j] = static_cast<float>(sn * s_scale);
   }
 }
 

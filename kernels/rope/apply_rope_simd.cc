@@ -155,107 +155,143 @@ void RotateHalfPairs(const uint16_t* in, uint16_t* out, const HalfRopeFactors& f
 #if defined(__AVX512F__) || defined(__AVX2__)
 
 // ---- float lanes -----------------------------------------------------------------------------
-// Vf: the level's vector of floats, with what rope_math.h's RotatePairInFloat needs (found by
-// argument-dependent lookup).
+// The level's vectors, one set of wrappers over the vector width W in bytes (64 on AVX-512, 32 on
+// AVX2): Vf, kLanes floats with what rope_math.h's RotatePairInFloat needs (found by
+// argument-dependent lookup), Dwords, kLanes 32-bit lanes, and Words, kLanes 16-bit ones.
+// Arithmetic in the compilers' vector extensions (which is what the intrinsics are); an
+// intrinsic, picked by the width, where there is no generic form.
 #if defined(__AVX512F__)
-struct Vf {
-  __m512 v;
-};
-constexpr int64_t kLanes = 16;
-inline Vf LoadF(const float* p) { return {_mm512_loadu_ps(p)}; }
-inline Vf operator*(Vf a, Vf b) { return {_mm512_mul_ps(a.v, b.v)}; }
-inline Vf Fma(Vf a, Vf b, Vf c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
-inline Vf Fnma(Vf a, Vf b, Vf c) { return {_mm512_fnmadd_ps(a.v, b.v, c.v)}; }
-inline __m512i Bits(Vf a) { return _mm512_castps_si512(a.v); }
-inline Vf FromBits(__m512i b) { return {_mm512_castsi512_ps(b)}; }
-
-inline Vf Add(Vf a, Vf b) { return {_mm512_add_ps(a.v, b.v)}; }
-inline Vf Sub(Vf a, Vf b) { return {_mm512_sub_ps(a.v, b.v)}; }
-
-// Whether a lane is inf or NaN (fpclass categories 0x01 QNaN, 0x08 +inf, 0x10 -inf, 0x80 SNaN).
-inline bool AnyNotFinite(Vf a) {
-  const __mmask16 m = _mm512_fpclass_ps_mask(a.v, 0x99);
-  return _kortestz_mask16_u8(m, m) == 0;
-}
-
-// 16 words from the low halves of 16 dwords, and back (zero-extended).
-inline __m256i LowWords(__m512i w) { return _mm512_cvtepi32_epi16(w); }
-inline __m512i Widen(__m256i h) { return _mm512_cvtepu16_epi32(h); }
-inline __m256i LoadWords(const uint16_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-inline void StoreWords(uint16_t* p, __m256i h) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
-}
-inline __m512i LoadDwords(const uint16_t* p) { return _mm512_loadu_si512(p); }
-inline void StoreDwords(uint16_t* p, __m512i w) { _mm512_storeu_si512(p, w); }
-inline Vf HalfToVf(__m256i h) { return {_mm512_cvtph_ps(h)}; }
-inline __m256i VfToHalf(Vf v) {
-  return _mm512_cvtps_ph(v.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-}
+constexpr int kVecBytes = 64;
 #else
-struct Vf {
-  __m256 v;
+constexpr int kVecBytes = 32;
+#endif
+constexpr int64_t kLanes = kVecBytes / sizeof(float);
+template <int W>
+struct RawOf;
+template <>
+struct RawOf<64> {
+  using F = __m512;
+  using I = __m512i;
+  using H = __m256i;  // kLanes words
 };
-constexpr int64_t kLanes = 8;
-inline Vf LoadF(const float* p) { return {_mm256_loadu_ps(p)}; }
-inline Vf operator*(Vf a, Vf b) { return {_mm256_mul_ps(a.v, b.v)}; }
-inline Vf Fma(Vf a, Vf b, Vf c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
-inline Vf Fnma(Vf a, Vf b, Vf c) { return {_mm256_fnmadd_ps(a.v, b.v, c.v)}; }
-inline __m256i Bits(Vf a) { return _mm256_castps_si256(a.v); }
-inline Vf FromBits(__m256i b) { return {_mm256_castsi256_ps(b)}; }
+template <>
+struct RawOf<32> {
+  using F = __m256;
+  using I = __m256i;
+  using H = __m128i;
+};
+using RawF = RawOf<kVecBytes>::F;
+using RawI = RawOf<kVecBytes>::I;
+using RawH = RawOf<kVecBytes>::H;
+using Dwords = uint32_t __attribute__((vector_size(kVecBytes)));
 
-inline Vf Add(Vf a, Vf b) { return {_mm256_add_ps(a.v, b.v)}; }
-inline Vf Sub(Vf a, Vf b) { return {_mm256_sub_ps(a.v, b.v)}; }
+template <int W>
+struct VecF {
+  typename RawOf<W>::F v;
+};
+using Vf = VecF<kVecBytes>;
 
-// Whether a lane is inf or NaN (its magnitude's bits above the largest float's).
-inline bool AnyNotFinite(Vf a) {
-  const __m256i mag = _mm256_and_si256(Bits(a), _mm256_set1_epi32(0x7fffffff));
-  const __m256i bad = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7f7fffff));
-  return !_mm256_testz_si256(bad, bad);
+inline Vf LoadF(const float* p) {
+  Vf v;
+  std::memcpy(&v.v, p, sizeof v.v);
+  return v;
+}
+template <int W>
+inline VecF<W> operator*(VecF<W> a, VecF<W> b) {
+  return {a.v * b.v};
+}
+template <int W>
+inline VecF<W> Add(VecF<W> a, VecF<W> b) {
+  return {a.v + b.v};
+}
+template <int W>
+inline VecF<W> Sub(VecF<W> a, VecF<W> b) {
+  return {a.v - b.v};
+}
+template <int W>
+inline VecF<W> Fma(VecF<W> a, VecF<W> b, VecF<W> c) {
+  if constexpr (W == 64) {
+    return {_mm512_fmadd_ps(a.v, b.v, c.v)};
+  } else {
+    return {_mm256_fmadd_ps(a.v, b.v, c.v)};
+  }
+}
+// c - a * b with one rounding (the compilers fold the negation into VFNMADD).
+template <int W>
+inline VecF<W> Fnma(VecF<W> a, VecF<W> b, VecF<W> c) {
+  return Fma(VecF<W>{-a.v}, b, c);
+}
+inline Dwords Bits(Vf a) { return (Dwords)a.v; }
+inline Vf FromBits(Dwords b) { return {(RawF)b}; }
+
+// Whether a lane is inf or NaN (AVX-512: fpclass categories 0x01 QNaN, 0x08 +inf, 0x10 -inf,
+// 0x80 SNaN; AVX2: its magnitude's bits above the largest float's).
+template <int W>
+inline bool AnyNotFinite(VecF<W> a) {
+  if constexpr (W == 64) {
+    const __mmask16 m = _mm512_fpclass_ps_mask(a.v, 0x99);
+    return _kortestz_mask16_u8(m, m) == 0;
+  } else {
+    const __m256i mag = _mm256_and_si256(_mm256_castps_si256(a.v), _mm256_set1_epi32(0x7fffffff));
+    const __m256i bad = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7f7fffff));
+    return !_mm256_testz_si256(bad, bad);
+  }
 }
 
-// 8 words from the low halves of 8 dwords, and back (zero-extended).
-inline __m128i LowWords(__m256i w) {
-  const __m256i lo = _mm256_and_si256(w, _mm256_set1_epi32(0xffff));
-  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(lo, lo), 0x08));
+// kLanes words from the low halves of kLanes dwords, and back (zero-extended).
+template <int W = kVecBytes>
+inline typename RawOf<W>::H LowWords(Dwords w) {
+  if constexpr (W == 64) {
+    return _mm512_cvtepi32_epi16((typename RawOf<W>::I)w);
+  } else {
+    const auto lo = (typename RawOf<W>::I)(w & 0xffffu);
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(lo, lo), 0x08));
+  }
 }
-inline __m256i Widen(__m128i h) { return _mm256_cvtepu16_epi32(h); }
-inline __m128i LoadWords(const uint16_t* p) {
-  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+template <int W = kVecBytes>
+inline Dwords Widen(typename RawOf<W>::H h) {
+  if constexpr (W == 64) {
+    return (Dwords)_mm512_cvtepu16_epi32(h);
+  } else {
+    return (Dwords)_mm256_cvtepu16_epi32(h);
+  }
 }
-inline void StoreWords(uint16_t* p, __m128i h) {
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
+inline RawH LoadWords(const uint16_t* p) {
+  RawH h;
+  std::memcpy(&h, p, sizeof h);
+  return h;
 }
-inline __m256i LoadDwords(const uint16_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+inline void StoreWords(uint16_t* p, RawH h) { std::memcpy(p, &h, sizeof h); }
+inline Dwords LoadDwords(const uint16_t* p) {
+  Dwords w;
+  std::memcpy(&w, p, sizeof w);
+  return w;
 }
-inline void StoreDwords(uint16_t* p, __m256i w) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), w);
+inline void StoreDwords(uint16_t* p, Dwords w) { std::memcpy(p, &w, sizeof w); }
+template <int W = kVecBytes>
+inline Vf HalfToVf(typename RawOf<W>::H h) {
+  if constexpr (W == 64) {
+    return {_mm512_cvtph_ps(h)};
+  } else {
+    return {_mm256_cvtph_ps(h)};
+  }
 }
-inline Vf HalfToVf(__m128i h) { return {_mm256_cvtph_ps(h)}; }
-inline __m128i VfToHalf(Vf v) {
-  return _mm256_cvtps_ph(v.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+template <int W>
+inline typename RawOf<W>::H VfToHalf(VecF<W> v) {
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  if constexpr (W == 64) {
+    return _mm512_cvtps_ph(v.v, kRound);
+  } else {
+    return _mm256_cvtps_ph(v.v, kRound);
+  }
 }
-#endif
 
-#if defined(__AVX512F__)
-using Dwords = __m512i;
-inline Dwords Set1(uint32_t v) { return _mm512_set1_epi32(static_cast<int>(v)); }
-inline Dwords Add(Dwords a, Dwords b) { return _mm512_add_epi32(a, b); }
-inline Dwords And(Dwords a, Dwords b) { return _mm512_and_si512(a, b); }
-inline Dwords Or(Dwords a, Dwords b) { return _mm512_or_si512(a, b); }
-inline Dwords Shl16(Dwords a) { return _mm512_slli_epi32(a, 16); }
-inline Dwords Shr16(Dwords a) { return _mm512_srli_epi32(a, 16); }
-#else
-using Dwords = __m256i;
-inline Dwords Set1(uint32_t v) { return _mm256_set1_epi32(static_cast<int>(v)); }
-inline Dwords Add(Dwords a, Dwords b) { return _mm256_add_epi32(a, b); }
-inline Dwords And(Dwords a, Dwords b) { return _mm256_and_si256(a, b); }
-inline Dwords Or(Dwords a, Dwords b) { return _mm256_or_si256(a, b); }
-inline Dwords Shl16(Dwords a) { return _mm256_slli_epi32(a, 16); }
-inline Dwords Shr16(Dwords a) { return _mm256_srli_epi32(a, 16); }
-#endif
+inline Dwords Set1(uint32_t v) { return Dwords{} + v; }
+inline Dwords Add(Dwords a, Dwords b) { return a + b; }
+inline Dwords And(Dwords a, Dwords b) { return a & b; }
+inline Dwords Or(Dwords a, Dwords b) { return a | b; }
+inline Dwords Shl16(Dwords a) { return a << 16; }
+inline Dwords Shr16(Dwords a) { return a >> 16; }
 
 // ---- storage formats: kLanes consecutive elements, or kLanes GPT-J pairs ----------------------
 // Load/Store move kLanes consecutive elements; LoadPairs/StorePairs kLanes pairs (2j, 2j + 1),

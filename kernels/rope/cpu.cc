@@ -49,14 +49,39 @@ void TokenCosSin(const CpuContext& cpu, const RopeConfig& config, const RopeFreq
   const int64_t half = freqs.rotary_dim / 2;
   if constexpr (std::is_same_v<T, float>) {
     if (walker != nullptr) {
-      walker->At(positions.IsValid(t) ? static_cast<double>(positions.At(t)) : 0.0);
-      cpu.simd.cos_sin_to_float(walker->c(), walker->s(), half, f.scale, f.sign * f.scale, c, s);
+      walker->At(positions.IsValid(t) ? static_cast<double>(positions.At(t)) : 0.0, f.scale,
+                 f.sign * f.scale, c, s);
       return;
     }
   }
   int64_t stride;
   const double* p = TokenPositions(config, positions, t, half, pbuf->data(), &stride);
   SinCos<T>(cpu.simd, p, stride, w, freqs.inv_freq, half, f.scale, f.sign, c, s);
+}
+
+// Bytes of each table's rows placed before they are stored (RopeCacheT).
+constexpr int64_t kTableBlockBytes = 8192;
+
+// One RopeCache row of cos and of sin in `layout` from the frequencies' values c, s (half each;
+// for COMPACT and NEOX they may already be the row's start, cr and sr): COMPACT as they are, NEOX
+// twice over, GPT-J each value twice.
+template <typename T>
+void PlaceCacheRow(RopeCacheLayout layout, int64_t half, const T* c, const T* s, T* cr, T* sr) {
+  if (layout == RopeCacheLayout::kGptj) {
+    for (int64_t j = 0; j < half; ++j) {
+      cr[2 * j] = cr[2 * j + 1] = c[j];
+      sr[2 * j] = sr[2 * j + 1] = s[j];
+    }
+    return;
+  }
+  if (c != cr) {
+    std::copy(c, c + half, cr);
+    std::copy(s, s + half, sr);
+  }
+  if (layout == RopeCacheLayout::kNeox) {
+    std::copy(c, c + half, cr + half);
+    std::copy(s, s + half, sr + half);
+  }
 }
 
 template <typename T>
@@ -69,44 +94,43 @@ absl::Status RopeCacheT(const CpuContext& cpu, const RopeCachePlan& plan,
   const SplitFrequencies w(freqs.inv_freq);
   const CosSinFactors f(plan.config, freqs);
   const bool walk = std::is_same_v<T, float> && plan.config.mrope_section.empty();
-  // FLOAT32 rows are copied out whole (streamed when the tables are large).
+  // Rows are placed in blocks of kTableBlockBytes per table, each block stored in one piece:
+  // FLOAT32 blocks copied out whole (streamed when the tables are large; a block of rows, not
+  // each row, so that few of the lines are partly written with plain stores: streamed rows of
+  // 512 bytes at the buffer's 16-byte offset had made 131072 x 128 2x slower than plain stores).
   const bool f32 = std::is_same_v<T, float> && cos.dtype == DType::kFloat32;
   const int64_t row_bytes = width * DTypeSize(cos.dtype);
+  const int64_t block_rows =
+      std::max<int64_t>(1, kTableBlockBytes / (width * static_cast<int64_t>(sizeof(T))));
   const CopyFn copy = OutputCopy(cpu.simd, 2 * positions.num_tokens * row_bytes);
   return cpu.pool.ParallelFor(positions.num_tokens, Grain(2 * width), [&](int64_t t0, int64_t t1) {
     const FenceStreams fence(cpu.simd);
     std::vector<T> c(static_cast<size_t>(half)), s(c.size());
-    std::vector<T> cw(static_cast<size_t>(width)), sw(cw.size());
+    std::vector<T> cb(static_cast<size_t>(block_rows * width)), sb(cb.size());
     std::vector<double> pbuf(static_cast<size_t>(half) + 1);
     std::optional<AngleWalker> walker;
     if (walk) walker.emplace(cpu.simd, w, freqs.inv_freq, half);
-    for (int64_t t = t0; t < t1; ++t) {
-      TokenCosSin<T>(cpu, plan.config, freqs, w, f, positions, t, walk ? &*walker : nullptr, &pbuf,
-                     c.data(), s.data());
-      const T* cr = c.data();
-      const T* sr = s.data();
-      if (layout == RopeCacheLayout::kNeox) {
-        std::copy(c.begin(), c.end(), cw.begin());
-        std::copy(c.begin(), c.end(), cw.begin() + half);
-        std::copy(s.begin(), s.end(), sw.begin());
-        std::copy(s.begin(), s.end(), sw.begin() + half);
-        cr = cw.data();
-        sr = sw.data();
-      } else if (layout == RopeCacheLayout::kGptj) {
-        for (int64_t j = 0; j < half; ++j) {
-          cw[2 * j] = cw[2 * j + 1] = c[j];
-          sw[2 * j] = sw[2 * j + 1] = s[j];
-        }
-        cr = cw.data();
-        sr = sw.data();
+    for (int64_t b0 = t0; b0 < t1; b0 += block_rows) {
+      const int64_t b1 = std::min(t1, b0 + block_rows);
+      for (int64_t t = b0; t < b1; ++t) {
+        // COMPACT and NEOX rows take the values where they go; GPT-J's are spread from c, s.
+        T* cr = &cb[(t - b0) * width];
+        T* sr = &sb[(t - b0) * width];
+        const bool gptj = layout == RopeCacheLayout::kGptj;
+        TokenCosSin<T>(cpu, plan.config, freqs, w, f, positions, t, walk ? &*walker : nullptr,
+                       &pbuf, gptj ? c.data() : cr, gptj ? s.data() : sr);
+        PlaceCacheRow<T>(layout, half, gptj ? c.data() : cr, gptj ? s.data() : sr, cr, sr);
       }
+      const int64_t n = (b1 - b0) * width;
       if (f32) {
-        copy(static_cast<unsigned char*>(cos.data) + t * row_bytes, cr, row_bytes);
-        copy(static_cast<unsigned char*>(sin.data) + t * row_bytes, sr, row_bytes);
+        copy(static_cast<unsigned char*>(cos.data) + b0 * row_bytes, cb.data(),
+             n * static_cast<int64_t>(sizeof(T)));
+        copy(static_cast<unsigned char*>(sin.data) + b0 * row_bytes, sb.data(),
+             n * static_cast<int64_t>(sizeof(T)));
         continue;
       }
-      StoreRow<T>(cpu.simd, cr, cos.data, cos.dtype, t * width, width);
-      StoreRow<T>(cpu.simd, sr, sin.data, sin.dtype, t * width, width);
+      StoreRow<T>(cpu.simd, cb.data(), cos.data, cos.dtype, b0 * width, n);
+      StoreRow<T>(cpu.simd, sb.data(), sin.data, sin.dtype, b0 * width, n);
     }
   });
 }

@@ -121,11 +121,12 @@ POSENC_HOST_DEVICE bool IsFiniteFloat(float v) {
 
 // One FLOAT16 (kBf16 false) or BFLOAT16 pair: the float rotation, rounded once from float; where
 // that is not finite (inf/NaN inputs, overflow, the factors' NaN) the double rotation with the
-// exact cos/sin (cd, sd), rounded once from double. Every CPU and CUDA path of these dtypes gives
-// exactly these bits.
-template <bool kBf16>
-POSENC_HOST_DEVICE void RotateHalfPair(uint16_t* a, uint16_t* b, float c, float t_hi, float t_lo,
-                                       double cd, double sd) {
+// exact cos/sin, rounded once from double. exact(&cd, &sd) gives those, called only there (the
+// CUDA kernel keeps them in shared memory and reads them only then). Every CPU and CUDA path of
+// these dtypes gives exactly these bits.
+template <bool kBf16, typename Exact>
+POSENC_HOST_DEVICE void RotateHalfPairWith(uint16_t* a, uint16_t* b, float c, float t_hi,
+                                           float t_lo, const Exact& exact) {
   const float xa = SmallFloatToFloat<kBf16>(*a), xb = SmallFloatToFloat<kBf16>(*b);
   float ra = xa, rb = xb;
   RotatePairInFloat<float>(&ra, &rb, c, t_hi, t_lo);
@@ -134,10 +135,22 @@ POSENC_HOST_DEVICE void RotateHalfPair(uint16_t* a, uint16_t* b, float c, float 
     *b = FloatToSmallFloat<kBf16>(rb);
     return;
   }
+  double cd, sd;
+  exact(&cd, &sd);
   double da = xa, db = xb;
   RotatePair<double>(&da, &db, cd, sd);
   *a = DoubleToSmallFloat<kBf16>(da);
   *b = DoubleToSmallFloat<kBf16>(db);
+}
+
+// The same with the exact cos/sin (cd, sd) at hand.
+template <bool kBf16>
+POSENC_HOST_DEVICE void RotateHalfPair(uint16_t* a, uint16_t* b, float c, float t_hi, float t_lo,
+                                       double cd, double sd) {
+  RotateHalfPairWith<kBf16>(a, b, c, t_hi, t_lo, [cd, sd](double* c_out, double* s_out) {
+    *c_out = cd;
+    *s_out = sd;
+  });
 }
 
 // Pair j of a head row of rotary width 2*half: the channels of its two elements.
