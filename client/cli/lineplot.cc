@@ -142,6 +142,10 @@ absl::StatusOr<PanelGeometry> MeasurePanel(const LinePlot& p, size_t index) {
       ys.push_back(probe_y.Unit(s.y[i]));
     }
   }
+  if (g.skipped > 0) {  // the legend's last line
+    g.legend_w =
+        std::max(g.legend_w, Canvas::TextWidth(absl::StrCat(g.skipped, " points not drawn")));
+  }
   if (xs.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("line plot '", p.title.empty() ? absl::StrCat("panel ", index) : p.title,

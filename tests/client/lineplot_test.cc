@@ -168,8 +168,8 @@ TEST(LinePlotTest, NonFiniteValuesBreakTheLineAndAreCounted) {
   ASSERT_TRUE(canvas.ok()) << canvas.status();
   const Picture p = WriteAndRead(*canvas, "/lineplot_gaps.png");
   const Frame f = FindFrame(p);
-  EXPECT_TRUE(
-      TextAt(p, f.right + 1 + 16, f.top + 2 * (Canvas::TextHeight() + 6), "3 points not drawn"));
+  EXPECT_TRUE(TextAt(p, f.right + 1 + 16, f.top + 2 * (Canvas::TextHeight() + 6),
+                     "3 points not drawn", kGreyPx));
 }
 
 TEST(LinePlotTest, ManySeriesRepeatTheColoursDashed) {

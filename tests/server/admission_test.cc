@@ -165,8 +165,19 @@ TEST(AdmissionServerTest, OneTableCacheScratchIsAdmitted) {
     v1::RopeCacheResponse resp;
     return stub->RopeCache(&context, req, &resp);
   };
-  EXPECT_TRUE(call(v1::ROPE_CACHE_LAYOUT_COMPACT, 4096).ok());
-  EXPECT_TRUE(call(v1::ROPE_CACHE_LAYOUT_COMPLEX, 2048).ok());  // 1 + 1 + 1 MiB
+  // The server releases a call's bytes just after writing its response, so the next call may
+  // still find them counted for a moment (seen under the whole suite's load): a call that fits
+  // the budget alone is retried until the last one's bytes are gone.
+  auto admitted = [&](v1::RopeCacheLayout layout, int64_t tokens) {
+    grpc::Status s = call(layout, tokens);
+    for (int i = 0; i < 100 && s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      s = call(layout, tokens);
+    }
+    return s;
+  };
+  EXPECT_TRUE(admitted(v1::ROPE_CACHE_LAYOUT_COMPACT, 4096).ok());
+  EXPECT_TRUE(admitted(v1::ROPE_CACHE_LAYOUT_COMPLEX, 2048).ok());  // 1 + 1 + 1 MiB
   for (v1::RopeCacheLayout layout :
        {v1::ROPE_CACHE_LAYOUT_FUSED_COS_SIN, v1::ROPE_CACHE_LAYOUT_COMPLEX}) {
     const grpc::Status s = call(layout, 4096);
