@@ -97,17 +97,10 @@ absl::StatusOr<AlibiBiasPlan> AlibiRowsPlan(const AnalysisEncoding& e, int64_t f
 // column j = distance first + n-1-j.
 absl::StatusOr<RelativeBiasPlan> T5RowsPlan(const AnalysisEncoding& e, int64_t first, int64_t n,
                                             DType dtype) {
-  RelativeBiasParams p;
-  p.q_len = 1;
-  p.k_len = n;
-  p.query_offset = first + n - 1;
-  p.bidirectional = e.t5.bidirectional;
-  p.num_buckets = e.t5.num_buckets;
-  p.max_distance = e.t5.max_distance;
-  p.table = e.t5.table;
-  p.form = e.t5.table.empty() ? BiasForm::kBuckets : BiasForm::kFull;
-  RelativeBiasArgs args{p, std::nullopt};
-  if (!e.t5.table.empty()) args.output_dtype = dtype;
+  RelativeBiasArgs args = T5BiasArgs(e.t5, dtype);
+  args.params.q_len = 1;
+  args.params.k_len = n;
+  args.params.query_offset = first + n - 1;
   absl::StatusOr<RelativeBiasPlan> plan = PlanRelativeBias(std::move(args));
   if (!plan.ok()) return Prefixed(plan.status(), "t5.");
   return plan;
@@ -297,6 +290,17 @@ int64_t WorkingBytes(const AnalysisPlan& p) {
 }
 
 }  // namespace
+
+RelativeBiasArgs T5BiasArgs(const T5AnalysisParams& t, DType dtype) {
+  RelativeBiasArgs args;
+  args.params.bidirectional = t.bidirectional;
+  args.params.num_buckets = t.num_buckets;
+  args.params.max_distance = t.max_distance;
+  args.params.table = t.table;
+  args.params.form = t.table.empty() ? BiasForm::kBuckets : BiasForm::kFull;
+  if (!t.table.empty()) args.output_dtype = dtype;
+  return args;
+}
 
 absl::StatusOr<AnalysisPlan> PlanAnalysis(AnalysisArgs args) {
   POSENC_RETURN_IF_ERROR(CheckRange(args));

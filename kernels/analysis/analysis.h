@@ -40,6 +40,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/absolute/sinusoidal.h"
 #include "kernels/bias/alibi.h"
+#include "kernels/bias/relative.h"
 #include "kernels/common/types.h"
 #include "kernels/rope/config.h"
 
@@ -72,6 +73,10 @@ struct T5AnalysisParams {
   int64_t max_distance = 128;
   ConstTensorView table;  // [num_buckets, H], float dtype; empty: bucket ids
 };
+
+// The RelativeBias arguments of these parameters: the table's values in `dtype`, or bucket ids
+// without a table. The caller sets the lengths and offsets.
+RelativeBiasArgs T5BiasArgs(const T5AnalysisParams& t, DType dtype);
 
 // The encoding: `family` says which of the members is read.
 struct AnalysisEncoding {

@@ -159,16 +159,9 @@ absl::StatusOr<std::vector<double>> BiasWindow(const Backend& backend, const Ana
                                         {DType::kFloat64, plan_.slopes.shape, slopes.data()}));
     return out;
   }
-  RelativeBiasParams p;
-  p.q_len = p.k_len = w;
-  p.query_offset = p.key_offset = plan.args.start;
-  p.bidirectional = e.t5.bidirectional;
-  p.num_buckets = e.t5.num_buckets;
-  p.max_distance = e.t5.max_distance;
-  p.table = e.t5.table;
-  p.form = e.t5.table.empty() ? BiasForm::kBuckets : BiasForm::kFull;
-  RelativeBiasArgs args{p, std::nullopt};
-  if (!p.table.empty()) args.output_dtype = DType::kFloat64;
+  RelativeBiasArgs args = T5BiasArgs(e.t5, DType::kFloat64);
+  args.params.q_len = args.params.k_len = w;
+  args.params.query_offset = args.params.key_offset = plan.args.start;
   POSENC_ASSIGN_OR_RETURN(RelativeBiasPlan plan_, PlanRelativeBias(std::move(args)));
   if (plan_.bias.dtype == DType::kFloat64) {
     POSENC_RETURN_IF_ERROR(
