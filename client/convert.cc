@@ -23,7 +23,7 @@ static_assert(static_cast<int>(RopeStyle::kDeepseek) == v1::RopeStyle_MAX);
 static_assert(static_cast<int>(RopeScalingType::kProportional) == v1::RopeScalingType_MAX);
 static_assert(static_cast<int>(MropeLayout::kVision2dEvenOdd) == v1::MropeLayout_MAX);
 static_assert(static_cast<int>(RopeCacheLayout::kComplex) == v1::RopeCacheLayout_MAX);
-static_assert(static_cast<int>(MultimodalFamily::kGlm4v) == v1::MultimodalFamily_MAX);
+static_assert(static_cast<int>(MultimodalFamily::kErnie45Vl) == v1::MultimodalFamily_MAX);
 static_assert(static_cast<int>(VisionTower::kLlama4) == v1::VisionTower_MAX);
 static_assert(static_cast<int>(TensorLayout::kTHD) == v1::TensorLayout_MAX);
 static_assert(static_cast<int>(AlibiMode::kBloom) == v1::AlibiMode_MAX);

@@ -92,6 +92,7 @@ absl::StatusOr<v1::MultimodalPositionsRequest> ToRequest(
   SetTokenIds(options.token_ids, request.mutable_token_ids());
   if (options.spatial_merge_size) request.set_spatial_merge_size(*options.spatial_merge_size);
   if (options.tokens_per_second) request.set_tokens_per_second(*options.tokens_per_second);
+  if (options.temporal_merge_size) request.set_temporal_merge_size(*options.temporal_merge_size);
   POSENC_RETURN_IF_ERROR(ToPrompt(options, &request));
   return request;
 }

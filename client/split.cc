@@ -108,11 +108,31 @@ struct Grid {
   int64_t seq = 1;
 };
 
+// The length of the first "mrope_section": [...] array in a config.json's text (the key the
+// server's normalizer reads), 0 when there is none or it is not a list of numbers.
+int SectionsInJson(const std::string& json) {
+  const size_t key = json.find("\"mrope_section\"");
+  if (key == std::string::npos) return 0;
+  size_t i = json.find_first_not_of(" \t\r\n:", key + 15);
+  if (i == std::string::npos || json[i] != '[') return 0;
+  int count = 0;
+  bool in_number = false;
+  for (++i; i < json.size() && json[i] != ']'; ++i) {
+    const char c = json[i];
+    const bool digit = (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.';
+    if (!digit && c != ',' && c != ' ' && c != '\t' && c != '\r' && c != '\n') return 0;
+    if (digit && !in_number) ++count;
+    in_number = digit;
+  }
+  return i < json.size() ? count : 0;
+}
+
 // The number of position axes the config reads (ids [A, ...] when A > 1), as the kernels'
 // RopePositionAxes: frequency_axes (the largest + 1), the VISION layouts or layer_type "vision"
 // of a config.json (2: every vision tower posenc knows is 2-D), mrope_section (its length), or a
-// config.json that names sections (3: the client does not normalize config.json; a wrong guess
-// is the server's INVALID_ARGUMENT, never a wrong result).
+// config.json's mrope_section (the length of its first one: HunYuan's 4, Qwen's 3; the client
+// does not normalize config.json, so a file with several differing sections may be guessed
+// wrong: the server's INVALID_ARGUMENT, never a wrong result).
 int PositionAxes(const RopeConfig& config) {
   if (!config.frequency_axes.empty()) {
     const int64_t most =
@@ -125,7 +145,8 @@ int PositionAxes(const RopeConfig& config) {
     return 2;
   }
   if (!config.mrope_section.empty()) return static_cast<int>(config.mrope_section.size());
-  return config.hf_config_json.find("\"mrope_section\"") != std::string::npos ? 3 : 1;
+  const int sections = SectionsInJson(config.hf_config_json);
+  return sections > 1 ? std::min(sections, 4) : 1;
 }
 
 int64_t LargestId(const Tensor& ids) {

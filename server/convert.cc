@@ -39,8 +39,8 @@ static_assert(static_cast<int>(kernels::TensorLayout::kTHD) + 1 == v1::TENSOR_LA
 static_assert(static_cast<int>(kernels::AlibiMode::kBloom) + 1 == v1::ALIBI_MODE_BLOOM);
 static_assert(static_cast<int>(kernels::FutureMode::kLinear) + 1 == v1::FUTURE_MODE_LINEAR);
 static_assert(static_cast<int>(kernels::BiasForm::kBuckets) + 1 == v1::BIAS_FORM_BUCKETS);
-static_assert(static_cast<int>(kernels::MultimodalFamily::kGlm4v) + 1 ==
-              v1::MULTIMODAL_FAMILY_GLM4V);
+static_assert(static_cast<int>(kernels::MultimodalFamily::kErnie45Vl) + 1 ==
+              v1::MULTIMODAL_FAMILY_ERNIE4_5_VL);
 static_assert(static_cast<int>(kernels::VisionTower::kLlama4) + 1 == v1::VISION_TOWER_LLAMA4);
 
 absl::string_view AllowedNames(DTypeClass allowed) {

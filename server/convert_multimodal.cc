@@ -22,6 +22,15 @@ absl::Status TopLevelJsonField(absl::Status status) {
                       absl::StrCat("hf_config_json: ", status.message().substr(kNested.size())));
 }
 
+// The families' names, from the rules' table: "qwen2_vl, qwen2_5_vl, ...".
+std::string RuleNames() {
+  std::string out;
+  for (const kernels::MultimodalRule& r : kernels::MultimodalRules()) {
+    absl::StrAppend(&out, out.empty() ? "" : ", ", r.name);
+  }
+  return out;
+}
+
 // The family: the request's, else the config.json's model_type.
 absl::StatusOr<kernels::MultimodalFamily> Family(const v1::MultimodalPositionsRequest& req,
                                                  const hf::MultimodalConfig* file) {
@@ -32,8 +41,7 @@ absl::StatusOr<kernels::MultimodalFamily> Family(const v1::MultimodalPositionsRe
   if (file != nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "hf_config_json: model_type '", kernels::Abbreviate(file->model_type),
-        "' has no multimodal position rule in posenc (qwen2_vl, qwen2_5_vl, qwen3_vl, glm4v); "
-        "set family"));
+        "' has no multimodal position rule in posenc (", RuleNames(), "); set family"));
   }
   return absl::InvalidArgumentError(
       "family: required without hf_config_json (MULTIMODAL_FAMILY_QWEN2_VL, ...)");
@@ -130,12 +138,20 @@ absl::StatusOr<kernels::MultimodalPositionsArgs> ToMultimodalPositionsArgs(
     args.token_ids = file->token_ids;
     args.spatial_merge_size = file->spatial_merge_size.value_or(2);
     args.tokens_per_second = file->tokens_per_second.value_or(0);
+    args.temporal_merge_size = file->temporal_merge_size.value_or(0);
   }
   TokenIds(req.token_ids(), &args.token_ids);
   if (req.has_spatial_merge_size()) args.spatial_merge_size = req.spatial_merge_size();
   if (req.has_tokens_per_second()) {
     POSENC_RETURN_IF_ERROR(CheckFinite(req.tokens_per_second(), "tokens_per_second"));
     args.tokens_per_second = req.tokens_per_second();
+  }
+  if (req.has_temporal_merge_size()) {
+    if (req.temporal_merge_size() < 1) {
+      return kernels::Invalid("temporal_merge_size",
+                              absl::StrCat("expected 1 .. 64, got ", req.temporal_merge_size()));
+    }
+    args.temporal_merge_size = req.temporal_merge_size();
   }
   POSENC_RETURN_IF_ERROR(ToPromptTensors(req, &args));
   return args;

@@ -26,7 +26,8 @@ const FlagGroup& MmPositionsFlags() {
       EnumFlagSpec<client::MultimodalFamily>(
           "family", "the model family's rule (default: model_type of --hf-config)"),
       {"hf-config", FlagType::kString, "FILE",
-       "a VL config.json: model_type, spatial_merge_size, tokens_per_second, token ids"},
+       "a VL config.json: model_type, spatial_merge_size, tokens_per_second, "
+       "temporal_merge_size, token ids"},
       {"input-ids", FlagType::kString, "IDS", "token ids: a list 1,2,3 ([1, n]) or ids.npy [B, S]"},
       {"mask", FlagType::kString, "MASK", "with --input-ids: attention mask, a list or mask.npy"},
       {"image-grid", FlagType::kIntList, "T,H,W,...", "with --input-ids: every image's grid"},
@@ -41,8 +42,12 @@ const FlagGroup& MmPositionsFlags() {
       {"image-token-id", FlagType::kInt, "ID", "override the image token id"},
       {"video-token-id", FlagType::kInt, "ID", "override the video token id"},
       {"vision-start-token-id", FlagType::kInt, "ID", "override the vision start token id"},
+      {"video-start-token-id", FlagType::kInt, "ID", "override the video start token id"},
+      {"video-end-token-id", FlagType::kInt, "ID", "override the video end token id"},
       {"spatial-merge-size", FlagType::kInt, "M", "override vision_config.spatial_merge_size"},
       {"tokens-per-second", FlagType::kDouble, "X", "override tokens_per_second"},
+      {"temporal-merge-size", FlagType::kInt, "N",
+       "override vision_config.temporal_merge_size (ERNIE-4.5-VL)"},
       {"npy", FlagType::kString, "FILE", "write position_ids [3, B, S] to FILE as .npy"},
       {"out-deltas", FlagType::kString, "FILE", "write mrope_position_deltas [B, 1] as .npy"},
       kPngFlag,
@@ -207,8 +212,11 @@ absl::StatusOr<client::MultimodalPositionsOptions> MmOptions(const ParsedFlags& 
   o.token_ids.image_token_id = flags.Int("image-token-id");
   o.token_ids.video_token_id = flags.Int("video-token-id");
   o.token_ids.vision_start_token_id = flags.Int("vision-start-token-id");
+  o.token_ids.video_start_token_id = flags.Int("video-start-token-id");
+  o.token_ids.video_end_token_id = flags.Int("video-end-token-id");
   o.spatial_merge_size = flags.Int("spatial-merge-size");
   o.tokens_per_second = flags.Double("tokens-per-second");
+  o.temporal_merge_size = flags.Int("temporal-merge-size");
   if (flags.Has("input-ids")) {
     POSENC_RETURN_IF_ERROR(ReadTokenForm(flags, &o));
   } else if (std::optional<std::string> spans = flags.String("spans")) {

@@ -231,6 +231,11 @@ absl::StatusOr<MultimodalConfig> ParseMultimodalConfig(absl::string_view json_te
         Get<int64_t>(*vision, "spatial_merge_size", "vision_config.spatial_merge_size"));
     POSENC_ASSIGN_OR_RETURN(out.tokens_per_second, Get<double>(*vision, "tokens_per_second",
                                                                "vision_config.tokens_per_second"));
+    if (out.rule != nullptr && out.rule->temporal_merge_size > 0) {
+      POSENC_ASSIGN_OR_RETURN(
+          out.temporal_merge_size,
+          Get<int64_t>(*vision, "temporal_merge_size", "vision_config.temporal_merge_size"));
+    }
   }
   return out;
 }

@@ -46,6 +46,7 @@ struct MultimodalConfig {
   kernels::MultimodalTokenIds token_ids;  // -1 where the file does not give one
   std::optional<int64_t> spatial_merge_size;
   std::optional<double> tokens_per_second;
+  std::optional<int64_t> temporal_merge_size;  // ERNIE-4.5-VL
 };
 
 absl::StatusOr<MultimodalConfig> ParseMultimodalConfig(absl::string_view json_text);

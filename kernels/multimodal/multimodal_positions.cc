@@ -44,6 +44,13 @@ absl::Status CheckGrid(int64_t t, int64_t h, int64_t w, int64_t merge, absl::str
   return absl::OkStatus();
 }
 
+// A video's t: a multiple of the temporal merge size (ERNIE-4.5-VL's resampler pairs frames).
+absl::Status CheckTemporalMerge(const PlannedGrid& g, absl::string_view field) {
+  if (g.t % g.t_merge == 0) return absl::OkStatus();
+  return Invalid(field, absl::StrCat("expected t a multiple of temporal_merge_size ", g.t_merge,
+                                     ", got [", g.t, ", ", g.h, ", ", g.w, "]"));
+}
+
 // The rows of an [N, 3] grid tensor, checked; the videos' seconds per grid (Qwen2.5-VL).
 absl::Status ReadGrids(const MultimodalPositionsPlan& plan, const ConstTensorView& grid,
                        absl::string_view field, const ConstTensorView& seconds,
@@ -57,6 +64,10 @@ absl::Status ReadGrids(const MultimodalPositionsPlan& plan, const ConstTensorVie
     g.h = LoadAsInt64(grid.data, grid.dtype, 3 * i + 1);
     g.w = LoadAsInt64(grid.data, grid.dtype, 3 * i + 2);
     POSENC_RETURN_IF_ERROR(CheckGrid(g.t, g.h, g.w, plan.merge, g.row));
+    if (field[0] == 'v') {
+      g.t_merge = plan.temporal_merge;
+      POSENC_RETURN_IF_ERROR(CheckTemporalMerge(g, g.row));
+    }
     if (seconds.data != nullptr) {
       g.seconds = LoadAsDouble(seconds.data, seconds.dtype, i);
       g.seconds_float32 = seconds.dtype == DType::kFloat32;
@@ -161,7 +172,12 @@ absl::Status PlanSpanForm(MultimodalPositionsArgs& args, MultimodalPositionsPlan
           return Invalid(field, absl::StrCat("expected second_per_grid finite and >= 0, got ",
                                              s.second_per_grid));
         }
-        n = s.t * (s.h / plan->merge) * (s.w / plan->merge);
+        if (s.kind == Kind::kVideo) {
+          POSENC_RETURN_IF_ERROR(CheckTemporalMerge(
+              {.t = s.t, .h = s.h, .w = s.w, .t_merge = plan->temporal_merge}, field));
+        }
+        n = (s.kind == Kind::kVideo ? s.t / plan->temporal_merge : s.t) * (s.h / plan->merge) *
+            (s.w / plan->merge);
       }
       if (!CheckedAdd(length, n, &length) || length > kMaxPosition) {
         return Invalid(absl::StrCat("sequences[", b, "]"), "expected fewer than 2^31 tokens");
@@ -192,7 +208,7 @@ class SequenceLayout {
   absl::Status Vision(const PlannedGrid& g, bool video, absl::string_view what) {
     const int64_t hh = g.h / plan_.merge, ww = g.w / plan_.merge, p = next_;
     int64_t top = p;
-    for (int64_t i = 0; i < g.t; ++i) {
+    for (int64_t i = 0; i < g.t / g.t_merge; ++i) {
       const int64_t ti = TemporalOffset(g, video, i);
       if (ti > kMaxPosition - p || hh - 1 > kMaxPosition - p || ww - 1 > kMaxPosition - p) {
         return Invalid(
@@ -241,6 +257,7 @@ struct GridQueue {
   const std::vector<PlannedGrid>* grids;
   const char* kind;   // "image" or "video"
   const char* field;  // "image_grid_thw" or "video_grid_thw"
+  const char* unit;   // what a grid row is: "images", "videos" or "video frame spans"
   size_t next = 0;
 };
 
@@ -271,18 +288,20 @@ absl::Status TakeSpan(const MultimodalPositionsPlan& plan, SequenceLayout* layou
   const std::string where = absl::StrCat("input_ids[", b, "]");
   const bool video = queue->field[0] == 'v';
   if (queue->next >= queue->grids->size()) {
-    return Invalid(where, absl::StrCat("the ", queue->kind, " span at token ", i, " has no grid: ",
-                                       queue->field, " holds ", queue->grids->size(),
-                                       video ? " video frame spans" : " images",
-                                       " for the whole batch, all taken by earlier spans"));
+    return Invalid(
+        where, absl::StrCat("the ", queue->kind, " span at token ", i,
+                            " has no grid: ", queue->field, " holds ", queue->grids->size(), " ",
+                            queue->unit, " for the whole batch, all taken by earlier spans"));
   }
   const PlannedGrid& g = (*queue->grids)[queue->next++];
-  const int64_t expected = g.t * (g.h / plan.merge) * (g.w / plan.merge);
+  const int64_t expected = g.t / g.t_merge * (g.h / plan.merge) * (g.w / plan.merge);
   if (run != expected) {
     return Invalid(
         where, absl::StrCat(queue->kind, " span at token ", i, " (", g.row, " = [", g.t, ", ", g.h,
-                            ", ", g.w, "], ", plan.merge, "x", plan.merge, " merged): expected ",
-                            expected, " ", queue->kind, " tokens (", token, "), got ", run));
+                            ", ", g.w, "], ", plan.merge, "x", plan.merge, " merged",
+                            g.t_merge > 1 ? absl::StrCat(", t by ", g.t_merge) : std::string(),
+                            "): expected ", expected, " ", queue->kind, " tokens (", token,
+                            "), got ", run));
   }
   return layout->Vision(g, video, absl::StrCat(queue->kind, " span at token ", i));
 }
@@ -315,24 +334,44 @@ absl::Status LayoutQwen(const MultimodalPositionsPlan& plan, const std::vector<i
   return absl::OkStatus();
 }
 
-// GLM-4V: runs of the image token, video frames between <video_start> and <video_end>.
-absl::Status LayoutGlm(const MultimodalPositionsPlan& plan, const std::vector<int64_t>& tokens,
-                       int64_t b, GridQueue* images, GridQueue* videos, SequenceLayout* layout) {
+// GLM-4V and ERNIE-4.5-VL: runs of the vision tokens, typed by whether they lie between
+// <video_start> and <video_end>. GLM-4V: the image token, a video frame inside, an image outside.
+// ERNIE-4.5-VL: the image token outside is an image, the video token inside a whole video; either
+// elsewhere is text.
+absl::Status LayoutRuns(const MultimodalPositionsPlan& plan, const std::vector<int64_t>& tokens,
+                        int64_t b, GridQueue* images, GridQueue* videos, SequenceLayout* layout) {
   const MultimodalTokenIds& id = plan.token_ids;
+  const bool typed = plan.rule->spans == SpanMarking::kTypedRunsInVideoContext;
   bool in_video = false;
   size_t i = 0;
   while (i < tokens.size()) {
     const int64_t tok = tokens[i];
-    if (tok != id.image) {
-      if (tok == id.video_start) in_video = true;
-      if (tok == id.video_end) in_video = false;
+    if (tok == id.video_start) in_video = true;
+    if (tok == id.video_end) in_video = false;
+    GridQueue* queue = nullptr;
+    if (tok == id.image && !(typed && in_video)) queue = in_video ? videos : images;
+    if (typed && in_video && tok == id.video) queue = videos;
+    if (queue == nullptr) {
       layout->Text(1);
       ++i;
       continue;
     }
     const int64_t run = RunLength(tokens, i, tok);
-    POSENC_RETURN_IF_ERROR(TakeSpan(plan, layout, in_video ? videos : images, b, i, run, tok));
+    POSENC_RETURN_IF_ERROR(TakeSpan(plan, layout, queue, b, i, run, tok));
     i += static_cast<size_t>(run);
+  }
+  return absl::OkStatus();
+}
+
+// The family's way of finding spans.
+absl::Status LayoutTokens(const MultimodalPositionsPlan& plan, const std::vector<int64_t>& tokens,
+                          int64_t b, GridQueue* images, GridQueue* videos, SequenceLayout* layout) {
+  switch (plan.rule->spans) {
+    case SpanMarking::kVisionStartThenPad:
+      return LayoutQwen(plan, tokens, b, images, videos, layout);
+    case SpanMarking::kTokenRunsInVideoContext:
+    case SpanMarking::kTypedRunsInVideoContext:
+      return LayoutRuns(plan, tokens, b, images, videos, layout);
   }
   return absl::OkStatus();
 }
@@ -341,8 +380,7 @@ absl::Status LayoutGlm(const MultimodalPositionsPlan& plan, const std::vector<in
 absl::Status CheckAllTaken(const GridQueue& q) {
   if (q.next == q.grids->size()) return absl::OkStatus();
   return Invalid(q.field,
-                 absl::StrCat(q.grids->size(), q.field[0] == 'v' ? " video frame spans" : " images",
-                              " given, the input_ids hold ", q.next,
+                 absl::StrCat(q.grids->size(), " ", q.unit, " given, the input_ids hold ", q.next,
                               " (the first without a span: ", (*q.grids)[q.next].row, ")"));
 }
 
@@ -356,7 +394,11 @@ absl::Status LayoutSpans(const MultimodalPositionsPlan& plan, int64_t b, Sequenc
       continue;
     }
     const bool video = s.kind == Kind::kVideo;
-    const PlannedGrid g{.t = s.t, .h = s.h, .w = s.w, .seconds = s.second_per_grid};
+    const PlannedGrid g{.t = s.t,
+                        .h = s.h,
+                        .w = s.w,
+                        .t_merge = video ? plan.temporal_merge : 1,
+                        .seconds = s.second_per_grid};
     const std::string what = absl::StrCat("spans[", i, "]");
     if (video && plan.rule->split_video_frames) {
       PlannedGrid frame = g;
@@ -417,6 +459,18 @@ absl::StatusOr<MultimodalPositionsPlan> PlanMultimodalPositions(MultimodalPositi
   }
   plan.tokens_per_second =
       args.tokens_per_second > 0 ? args.tokens_per_second : plan.rule->tokens_per_second;
+  if (args.temporal_merge_size != 0 && plan.rule->temporal_merge_size == 0) {
+    return Invalid("temporal_merge_size",
+                   absl::StrCat("not read by family ", plan.rule->name,
+                                " (only ERNIE-4.5-VL's rule merges a video's frames)"));
+  }
+  if (args.temporal_merge_size < 0 || args.temporal_merge_size > 64) {
+    return Invalid("temporal_merge_size",
+                   absl::StrCat("expected 1 .. 64, got ", args.temporal_merge_size));
+  }
+  plan.temporal_merge = args.temporal_merge_size > 0         ? args.temporal_merge_size
+                        : plan.rule->temporal_merge_size > 0 ? plan.rule->temporal_merge_size
+                                                             : 1;
   if (args.input_ids.data != nullptr) {
     if (!args.sequences.empty()) {
       return Invalid("sequences", "give the prompt as input_ids or as sequences, not both");
@@ -436,8 +490,9 @@ absl::StatusOr<MultimodalPositionsPlan> PlanMultimodalPositions(MultimodalPositi
 
 absl::Status RunMultimodalPositions(const MultimodalPositionsPlan& plan,
                                     const TensorView& position_ids, const TensorView& deltas) {
-  GridQueue images{&plan.images, "image", "image_grid_thw"};
-  GridQueue videos{&plan.videos, "video", "video_grid_thw"};
+  GridQueue images{&plan.images, "image", "image_grid_thw", "images"};
+  GridQueue videos{&plan.videos, "video", "video_grid_thw",
+                   plan.rule->split_video_frames ? "video frame spans" : "videos"};
   auto* out = static_cast<int64_t*>(position_ids.data);
   auto* delta = static_cast<int64_t*>(deltas.data);
   for (int64_t b = 0; b < plan.batch; ++b) {
@@ -446,9 +501,7 @@ absl::Status RunMultimodalPositions(const MultimodalPositionsPlan& plan,
       POSENC_RETURN_IF_ERROR(LayoutSpans(plan, b, &layout));
     } else {
       const std::vector<int64_t> tokens = RealTokens(plan, b);
-      POSENC_RETURN_IF_ERROR(plan.rule->spans == SpanMarking::kVisionStartThenPad
-                                 ? LayoutQwen(plan, tokens, b, &images, &videos, &layout)
-                                 : LayoutGlm(plan, tokens, b, &images, &videos, &layout));
+      POSENC_RETURN_IF_ERROR(LayoutTokens(plan, tokens, b, &images, &videos, &layout));
     }
     WriteSequence(plan, b, layout, out, delta + b);
   }

@@ -10,8 +10,9 @@
 //   sequence is max(its positions) + 1 - S (S the padded length); decode step k of a sequence
 //   whose prompt is S long has position S + k + delta on all three axes.
 // What differs per family is in the table of rules (multimodal_rules.cc, each naming its
-// transformers source): how spans are found in the token ids, T(i), and whether a video's
-// temporal patches are spans of their own.
+// transformers source): how spans are found in the token ids, T(i), whether a video's
+// temporal patches are spans of their own, and whether they are merged first (ERNIE-4.5-VL: a
+// video grid t x h x w is a span of t / temporal_merge_size frames).
 //
 // Input: token ids [B, S] with the model's special token ids (spans are found as transformers
 // finds them; every span's token count is checked against its grid, naming the span, the grid row
@@ -34,7 +35,7 @@
 
 namespace posenc::kernels {
 
-enum class MultimodalFamily { kQwen2Vl, kQwen25Vl, kQwen3Vl, kGlm4v };
+enum class MultimodalFamily { kQwen2Vl, kQwen25Vl, kQwen3Vl, kGlm4v, kErnie45Vl };
 
 // How a family finds its vision spans in the token ids.
 enum class SpanMarking {
@@ -44,6 +45,10 @@ enum class SpanMarking {
   // GLM-4V: every run of the image token is a span, a video frame inside <video_start> ..
   // <video_end>, an image outside (Glm4vModel.get_rope_index).
   kTokenRunsInVideoContext,
+  // ERNIE-4.5-VL: a run of the image token outside <video_start> .. <video_end> is an image, a
+  // run of the video token inside is a video (a whole video, all its frames); either token
+  // elsewhere is text (Ernie4_5_VLModel.get_rope_index's token types).
+  kTypedRunsInVideoContext,
 };
 
 // T(i), the temporal offset of a span's frame i.
@@ -63,7 +68,10 @@ struct MultimodalRule {
   absl::string_view source;                    // the transformers file and function
   SpanMarking spans;
   TemporalRule temporal;
-  bool split_video_frames;       // each temporal patch of a video is a [1, h, w] span of its own
+  bool split_video_frames;  // each temporal patch of a video is a [1, h, w] span of its own
+  // A video's temporal patches merged by vision_config.temporal_merge_size (its t' = t / that):
+  // the default, 0 where the rule reads none (ERNIE-4.5-VL: 2).
+  int64_t temporal_merge_size = 0;
   double tokens_per_second = 0;  // Qwen2.5-VL's default (vision_config.tokens_per_second)
   // The special token ids of the published checkpoints (config.json's defaults).
   int64_t image_token = -1, video_token = -1, vision_start = -1, video_start = -1, video_end = -1;
@@ -76,11 +84,12 @@ const std::vector<MultimodalRule>& MultimodalRules();
 
 // The special token ids the rule reads (-1: the family's default).
 struct MultimodalTokenIds {
-  int64_t image = -1;         // Qwen <|image_pad|>; GLM <|image|> (images and video frames)
-  int64_t video = -1;         // Qwen <|video_pad|>
+  int64_t image = -1;  // Qwen <|image_pad|>; GLM <|image|> (images and video frames); ERNIE's image
+                       // placeholder
+  int64_t video = -1;  // Qwen <|video_pad|>; ERNIE's video placeholder
   int64_t vision_start = -1;  // Qwen <|vision_start|>
-  int64_t video_start = -1;   // GLM <|begin_of_video|>
-  int64_t video_end = -1;     // GLM <|end_of_video|>
+  int64_t video_start = -1;   // GLM <|begin_of_video|>; ERNIE's video start
+  int64_t video_end = -1;     // GLM <|end_of_video|>; ERNIE's video end
 };
 
 // One span of a sequence given as spans.
@@ -96,7 +105,8 @@ struct MultimodalPositionsArgs {
   MultimodalFamily family = MultimodalFamily::kQwen2Vl;
   MultimodalTokenIds token_ids;
   int64_t spatial_merge_size = 2;
-  double tokens_per_second = 0;  // 0: the family's default
+  double tokens_per_second = 0;     // 0: the family's default
+  int64_t temporal_merge_size = 0;  // 0: the family's default (only ERNIE-4.5-VL's rule reads it)
   // Token form.
   ConstTensorView input_ids;           // INT32/INT64 [B, S]
   ConstTensorView image_grid_thw;      // INT32/INT64 [N, 3], in order over the batch
@@ -110,6 +120,7 @@ struct MultimodalPositionsArgs {
 // A vision span resolved: its grid (before merging) and seconds per temporal patch.
 struct PlannedGrid {
   int64_t t = 0, h = 0, w = 0;
+  int64_t t_merge = 1;  // the span has t / t_merge frames (ERNIE-4.5-VL's videos)
   double seconds = 1.0;
   bool seconds_float32 = false;  // T(i) in float arithmetic (the seconds came as FLOAT32)
   std::string row;               // the grid row it came from ("video_grid_thw[1]"), for errors
@@ -119,6 +130,7 @@ struct MultimodalPositionsPlan {
   const MultimodalRule* rule = nullptr;
   MultimodalTokenIds token_ids;  // the family's defaults filled in
   int64_t merge = 2;
+  int64_t temporal_merge = 1;  // the videos' grids below are already divided by it
   double tokens_per_second = 0;
   int64_t batch = 0, seq = 0;
   ConstTensorView input_ids, attention_mask;

@@ -1,9 +1,5 @@
 // The table of multimodal position rules (multimodal_positions.h): one row per family, each
-// naming the transformers function it repeats. ERNIE-4.5-VL is not a row: transformers' only
-// implementation (Ernie4_5_VLMoeModel.get_rope_index, v5) starts the text after a vision span at
-// start + max(h', w') rather than at the span's largest position + 1, and shares the v5 video
-// code whose temporal ids are transformers issue #45381; its rule cannot be confirmed from a
-// second source. (Its frequency layout is: MropeLayout ALTERNATING.)
+// naming the transformers function it repeats.
 #include "kernels/multimodal/multimodal_positions.h"
 
 namespace posenc::kernels {
@@ -55,6 +51,28 @@ const std::vector<MultimodalRule>& MultimodalRules() {
        .image_token = 151343,
        .video_start = 151341,
        .video_end = 151342},
+      // ERNIE-4.5-VL, as transformers 4.57 states it (models/ernie4_5_vl/modular_ernie4_5_vl.py,
+      // Ernie4_5_VLModel.get_rope_index; ernie4_5_vl_moe's first version, which reads the same
+      // token types from mm_token_type_ids, agrees): an image run of grid t x h x w is t x h' x w'
+      // tokens at (p + i, p + j, p + k); a video run is (t / temporal_merge_size) x h' x w' tokens
+      // laid out alike; the next token starts at the span's largest position + 1; padding slots
+      // hold 1; deltas as Qwen's. transformers 5's rewrite (Ernie4_5_VLMoeModel.get_rope_index
+      // with Qwen2VLModel.get_vision_position_ids) starts the next token at p + max(h', w') and
+      // writes padding 0: the same ids for every image and for every video whose t / 2 <=
+      // max(h', w'), other ids for longer videos and padding (README, "ERNIE-4.5-VL").
+      {.family = MultimodalFamily::kErnie45Vl,
+       .name = "ernie4_5_vl",
+       .model_types = {"ernie4_5_vl", "ernie4_5_vl_moe", "ernie4_5_vl_moe_text"},
+       .source = "models/ernie4_5_vl/modular_ernie4_5_vl.py, Ernie4_5_VLModel.get_rope_index "
+                 "(transformers 4.57; videos merged by vision_config.temporal_merge_size)",
+       .spans = SpanMarking::kTypedRunsInVideoContext,
+       .temporal = TemporalRule::kIndex,
+       .split_video_frames = false,
+       .temporal_merge_size = 2,  // Ernie4_5_VLMoeVisionConfig's default
+       .image_token = 100295,
+       .video_token = 103367,
+       .video_start = 101306,
+       .video_end = 101307},
   };
   return *rules;
 }

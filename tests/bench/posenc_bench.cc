@@ -227,18 +227,21 @@ BENCHMARK(BM_ApplyRope)->Apply(ApplyRopeArgs);
 
 // ---- tables ------------------------------------------------------------------------------------
 
-void BM_RopeCache(benchmark::State& state) {
-  const int64_t n = state.range(0), d = state.range(1);
-  const int threads = static_cast<int>(state.range(2));
+// A FLOAT32 RopeCache plan of positions 0 .. n-1, head_dim d, default RoPE.
+absl::StatusOr<RopeCachePlan> RangeTablePlan(int64_t n, int64_t d, RopeCacheLayout layout) {
   RopeConfig config;
   config.head_dim = d;
   PositionSpec spec;
   spec.kind = PositionSpec::Kind::kRange;
   spec.count = n;
-  auto plan = PlanRopeCache({.config = config,
-                             .layout = RopeCacheLayout::kNeox,
-                             .positions = spec,
-                             .output_dtype = DType::kFloat32});
+  return PlanRopeCache(
+      {.config = config, .layout = layout, .positions = spec, .output_dtype = DType::kFloat32});
+}
+
+void BM_RopeCache(benchmark::State& state) {
+  const int64_t n = state.range(0), d = state.range(1);
+  const int threads = static_cast<int>(state.range(2));
+  auto plan = RangeTablePlan(n, d, RopeCacheLayout::kNeox);
   if (!Ready(state, plan)) return;
   auto in = PrepareRopeRun(plan->positions, plan->config, /*cache=*/nullptr);
   if (!Ready(state, in)) return;
@@ -253,6 +256,29 @@ void BM_RopeCache(benchmark::State& state) {
 BENCHMARK(BM_RopeCache)
     ->ArgNames({"n", "d", "threads"})
     ->ArgsProduct({{4096, 32768, 131072}, {128}, {1, 2}})
+    ->UseRealTime();
+
+// The whole RopeCache op (RunRopeCache: positions, frequencies, the backend) in the COMPACT
+// layout (cos and sin [n, d/2]) and in the one-table layouts built from it chunk by chunk
+// (FUSED_COS_SIN [n, d], COMPLEX [n, d/2, 2]): the same n * d FLOAT32 values each, so the
+// difference is the chunked assembly's cost (#21). Layout 0 COMPACT, 3 FUSED_COS_SIN, 4 COMPLEX.
+void BM_RopeCacheLayout(benchmark::State& state) {
+  const int64_t n = state.range(0), d = state.range(1);
+  const auto layout = static_cast<RopeCacheLayout>(state.range(2));
+  const int threads = static_cast<int>(state.range(3));
+  auto plan = RangeTablePlan(n, d, layout);
+  if (!Ready(state, plan)) return;
+  Buffer cos(plan->cos), sin(plan->sin);
+  const Backend& backend = Cpu(threads);
+  TimeRuns(state, [&]() -> absl::Status {
+    return RunRopeCache(backend, *plan, /*cache=*/nullptr, cos.view, sin.view).status();
+  });
+  state.SetItemsProcessed(state.iterations() * n * d);
+  state.SetBytesProcessed(state.iterations() * n * d * 4);
+}
+BENCHMARK(BM_RopeCacheLayout)
+    ->ArgNames({"n", "d", "layout", "threads"})
+    ->ArgsProduct({{131072}, {128}, {0, 3, 4}, {1, 2}})
     ->UseRealTime();
 
 void BM_Sinusoidal(benchmark::State& state) {

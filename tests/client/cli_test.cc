@@ -819,6 +819,41 @@ TEST_F(CliTest, MmPositionsOfSpansAndOfTokensAgree) {
                "position_ids: INT64 [3, 1, 8]");
 }
 
+// ERNIE-4.5-VL through the CLI: the hand-derived video case (tests/golden_multimodal/
+// hand_ernie45vl_one_video: text, <video_start>, a video [4, 4, 6] of 2 merged frames of 2 x 3,
+// <video_end>, text) as token ids with every token id given, as spans, and from a config.json.
+TEST_F(CliTest, MmPositionsOfErnie) {
+  const nlohmann::json want = {0, 1, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 5, 6,
+                               0, 1, 2, 2, 2, 3, 3, 3, 2, 2, 2, 3, 3, 3, 5, 6,
+                               0, 1, 2, 3, 4, 2, 3, 4, 2, 3, 4, 2, 3, 4, 5, 6};
+  const std::string tokens = "1,7,6,6,6,6,6,6,6,6,6,6,6,6,8,2";
+  const std::string ids =
+      " --image-token-id 5 --video-token-id 6 --video-start-token-id 7 --video-end-token-id 8";
+  CliResult r = Run(absl::StrCat("--format json mm-positions --family ernie4_5_vl --input-ids ",
+                                 tokens, " --video-grid 4,4,6", ids));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["position_ids"]["data"], want);
+  EXPECT_EQ(j["mrope_position_deltas"]["data"], nlohmann::json({-9}));
+  EXPECT_EQ(j["family"], "ernie4_5_vl");
+  r = Run("--format json mm-positions --family ernie4_5_vl --spans text:2,video:4x4x6,text:2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["position_ids"]["data"], want);
+  std::ofstream(Path("ernie.json"))
+      << R"({"model_type": "ernie4_5_vl_moe", "image_token_id": 5, "video_token_id": 6, )"
+      << R"("video_start_token_id": 7, "video_end_token_id": 8, )"
+      << R"("vision_config": {"spatial_merge_size": 2, "temporal_merge_size": 2}})";
+  r = Run(absl::StrCat("--format json mm-positions --hf-config ", Path("ernie.json"),
+                       " --input-ids ", tokens, " --video-grid 4,4,6"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["position_ids"]["data"], want);
+  // --temporal-merge-size 1: the grid is 4 frames (24 tokens), the prompt holds 12.
+  r = Run(absl::StrCat("mm-positions --hf-config ", Path("ernie.json"), " --input-ids ", tokens,
+                       " --video-grid 4,4,6 --temporal-merge-size 1"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("expected 24 video tokens (6), got 12"), std::string::npos) << r.err;
+}
+
 TEST_F(CliTest, MmPositionsPngHasAPanelPerAxis) {
   const CliResult r =
       Run(absl::StrCat("mm-positions --family qwen2_5_vl --format none --spans "

@@ -1,9 +1,10 @@
 // The multimodal golden cases (tests/golden_multimodal, #21) through the C++ client and the shared
-// in-process server over TCP: MultimodalPositions (ids and deltas exact; decode steps),
-// VisionPositions (Qwen and Qwen2.5-VL window order, Pixtral flat ids exact), the M-RoPE
-// application cases and the vision towers' cos/sin tables through RopeCache and ApplyRope, and
-// RerotateKeys (float64 within the case's atol, float32 within 1e-6 relative), the one-table
-// RopeCache layouts, and a grid that disagrees with the tokens failing with the span named.
+// in-process servers over TCP, on the reference and cpu backends: MultimodalPositions (ids and
+// deltas exact; decode steps), VisionPositions (Qwen and Qwen2.5-VL window order, Pixtral flat ids
+// exact), the M-RoPE application cases and the vision towers' cos/sin tables through RopeCache and
+// ApplyRope, and RerotateKeys (float64 within the case's atol, float32 within 1e-6 relative), the
+// one-table RopeCache layouts, and a grid that disagrees with the tokens failing with the span
+// named.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -60,6 +61,7 @@ MultimodalFamily FamilyOf(const std::string& model) {
   if (model == "qwen2_vl") return MultimodalFamily::kQwen2Vl;
   if (model == "qwen2_5_vl") return MultimodalFamily::kQwen25Vl;
   if (model == "qwen3_vl") return MultimodalFamily::kQwen3Vl;
+  if (model == "ernie4_5_vl") return MultimodalFamily::kErnie45Vl;
   EXPECT_EQ(model, "glm4v");
   return MultimodalFamily::kGlm4v;
 }
@@ -192,17 +194,23 @@ RopeConfig VisionConfig(int64_t head_dim, double theta, MropeLayout layout) {
   return config;
 }
 
-class ClientMultimodalTest : public ::testing::Test {
+// Every case against a server on each host backend (reference and cpu).
+class ClientMultimodalTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    client_ = ConnectToSharedServer();
+    client_ = ConnectToSharedServer(GetParam());
     ASSERT_NE(client_, nullptr);
   }
 
   std::unique_ptr<Client> client_;
 };
 
-TEST_F(ClientMultimodalTest, RopeIndexOfEveryCaseIsExact) {
+INSTANTIATE_TEST_SUITE_P(Backends, ClientMultimodalTest, ::testing::Values("reference", "cpu"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+TEST_P(ClientMultimodalTest, RopeIndexOfEveryCaseIsExact) {
   const std::vector<GoldenCase> cases = Cases("mrope_rope_index");
   ASSERT_GE(cases.size(), 8u);
   for (const GoldenCase& c : cases) {
@@ -217,7 +225,7 @@ TEST_F(ClientMultimodalTest, RopeIndexOfEveryCaseIsExact) {
   }
 }
 
-TEST_F(ClientMultimodalTest, DecodeStepsOfEveryCaseAreExact) {
+TEST_P(ClientMultimodalTest, DecodeStepsOfEveryCaseAreExact) {
   const std::vector<GoldenCase> cases = Cases("mrope_decode_position_ids");
   ASSERT_GE(cases.size(), 2u);
   for (const GoldenCase& c : cases) {
@@ -233,7 +241,7 @@ TEST_F(ClientMultimodalTest, DecodeStepsOfEveryCaseAreExact) {
   }
 }
 
-TEST_F(ClientMultimodalTest, GridDisagreeingWithTheTokensNamesTheSpan) {
+TEST_P(ClientMultimodalTest, GridDisagreeingWithTheTokensNamesTheSpan) {
   const std::vector<GoldenCase> cases = Cases("mrope_rope_index");
   ASSERT_FALSE(cases.empty());
   MultimodalPositionsOptions o = RopeIndexOptions(cases.front());
@@ -247,7 +255,7 @@ TEST_F(ClientMultimodalTest, GridDisagreeingWithTheTokensNamesTheSpan) {
   EXPECT_NE(r.status().message().find("expected"), std::string::npos) << r.status();
 }
 
-TEST_F(ClientMultimodalTest, QwenVisionPositionsAndWindowsAreExact) {
+TEST_P(ClientMultimodalTest, QwenVisionPositionsAndWindowsAreExact) {
   std::vector<GoldenCase> cases = Cases("qwen_vision_rope");
   for (GoldenCase& c : Cases("qwen25vl_vision_window_rope")) cases.push_back(std::move(c));
   ASSERT_GE(cases.size(), 3u);
@@ -274,7 +282,7 @@ TEST_F(ClientMultimodalTest, QwenVisionPositionsAndWindowsAreExact) {
   }
 }
 
-TEST_F(ClientMultimodalTest, PixtralFlatIdsAreExact) {
+TEST_P(ClientMultimodalTest, PixtralFlatIdsAreExact) {
   const std::vector<GoldenCase> cases = Cases("pixtral_rope_2d");
   ASSERT_FALSE(cases.empty());
   for (const GoldenCase& c : cases) {
@@ -289,7 +297,7 @@ TEST_F(ClientMultimodalTest, PixtralFlatIdsAreExact) {
   }
 }
 
-TEST_F(ClientMultimodalTest, RerotateKeysOfEveryCaseInFloat64AndFloat32) {
+TEST_P(ClientMultimodalTest, RerotateKeysOfEveryCaseInFloat64AndFloat32) {
   const std::vector<GoldenCase> cases = Cases("kv_rerotate");
   ASSERT_GE(cases.size(), 3u);
   for (const GoldenCase& c : cases) {
@@ -311,7 +319,7 @@ TEST_F(ClientMultimodalTest, RerotateKeysOfEveryCaseInFloat64AndFloat32) {
   }
 }
 
-TEST_F(ClientMultimodalTest, MropeApplicationOfEveryCase) {
+TEST_P(ClientMultimodalTest, MropeApplicationOfEveryCase) {
   const std::vector<GoldenCase> cases = Cases("mrope_apply");
   ASSERT_GE(cases.size(), 5u);
   for (const GoldenCase& c : cases) {
@@ -321,7 +329,7 @@ TEST_F(ClientMultimodalTest, MropeApplicationOfEveryCase) {
 
 // The vision towers' tables: the patch ids from VisionPositions, then RopeCache and ApplyRope
 // with the tower's 2-D layout.
-TEST_F(ClientMultimodalTest, VisionCosSinOfEveryCase) {
+TEST_P(ClientMultimodalTest, VisionCosSinOfEveryCase) {
   std::vector<GoldenCase> qwen = Cases("qwen_vision_rope");
   for (GoldenCase& c : Cases("qwen25vl_vision_window_rope")) qwen.push_back(std::move(c));
   ASSERT_GE(qwen.size(), 3u);
@@ -349,7 +357,7 @@ TEST_F(ClientMultimodalTest, VisionCosSinOfEveryCase) {
   }
 }
 
-TEST_F(ClientMultimodalTest, Llama4VisionCosSin) {
+TEST_P(ClientMultimodalTest, Llama4VisionCosSin) {
   const std::vector<GoldenCase> cases = Cases("llama4_vision_rope");
   ASSERT_FALSE(cases.empty());
   for (const GoldenCase& c : cases) {
@@ -367,7 +375,7 @@ TEST_F(ClientMultimodalTest, Llama4VisionCosSin) {
   }
 }
 
-TEST_F(ClientMultimodalTest, OneTableCacheLayoutsAreCompactRearranged) {
+TEST_P(ClientMultimodalTest, OneTableCacheLayoutsAreCompactRearranged) {
   RopeCacheOptions o{.positions = Positions::Range(0, 5)};
   o.config.head_dim = 16;
   absl::StatusOr<RopeCacheResult> compact = client_->RopeCache(o);

@@ -193,19 +193,29 @@ TEST_F(SplitTest, MaskOfEveryAxisCountIsCutAlongTokens) {
   ApplyRopeOptions options;
   options.q = Ramp({2, 4096, 1, 64});  // one head of 2 MiB
   options.positions = Positions::AttentionMask(mask, {2, 4096});
-  std::vector<RopeConfig> configs(4);
+  std::vector<RopeConfig> configs(6);
   configs[0].mrope_layout = MropeLayout::kVision2d;
   configs[1].mrope_layout = MropeLayout::kVision2dEvenOdd;
   configs[2].mrope_section = {8, 12, 12};
   configs[3].frequency_axes.assign(32, 0);
   for (size_t j = 16; j < 32; ++j) configs[3].frequency_axes[j] = 1 + static_cast<int64_t>(j % 2);
+  // A config.json's sections: four axes (HunYuan-style; before, every such file was taken as 3)
+  // and three.
+  const char* sections[] = {"[8, 8, 8, 8]", "[8,12,12]"};
+  for (size_t j = 0; j < 2; ++j) {
+    configs[4 + j].hf_config_json =
+        absl::StrCat(R"({"model_type": "qwen2_vl", "hidden_size": 64, "num_attention_heads": 1, )",
+                     R"("max_position_embeddings": 8192, "rope_theta": 10000.0, )",
+                     R"("rope_scaling": {"type": "mrope", "mrope_section": )", sections[j], "}}");
+  }
   for (const RopeConfig& config : configs) {
     options.config = config;
     const auto whole = whole_->ApplyRope(options);
     ASSERT_TRUE(whole.ok()) << whole.status();
     const auto split = split_->ApplyRope(options);
     ASSERT_TRUE(split.ok()) << split.status();
-    ExpectSameTensor(split->q, whole->q, absl::StrCat("q, layout ", config.mrope_layout));
+    ExpectSameTensor(split->q, whole->q,
+                     absl::StrCat("q, layout ", config.mrope_layout, " ", config.hf_config_json));
   }
 }
 

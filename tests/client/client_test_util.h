@@ -8,7 +8,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <utility>
@@ -23,28 +25,34 @@
 
 namespace posenc::client::testing {
 
-// The server of the whole test binary (reference backend, 127.0.0.1, a free port), started on
-// first use and kept until the process exits.
-inline server::PosencServer& SharedServer() {
-  static server::PosencServer* const server = [] {
+// The server of the whole test binary on `backend` (reference by default; 127.0.0.1, a free
+// port), started on first use and kept until the process exits.
+inline server::PosencServer& SharedServer(const std::string& backend = "reference") {
+  static auto* const servers = new std::map<std::string, server::PosencServer*>();
+  static auto* const lock = new std::mutex();
+  std::lock_guard<std::mutex> guard(*lock);
+  server::PosencServer*& server = (*servers)[backend];
+  if (server == nullptr) {
     server::ServerOptions options;
     options.listen_address = "127.0.0.1:0";
-    options.backend = "reference";
+    options.backend = backend;
     auto started = server::PosencServer::Start(options);
     if (!started.ok()) {
       ADD_FAILURE() << "cannot start the server: " << started.status();
       std::abort();
     }
-    return started->release();
-  }();
+    server = started->release();
+  }
   return *server;
 }
 
-inline std::string ServerAddress() { return absl::StrCat("127.0.0.1:", SharedServer().port()); }
+inline std::string ServerAddress(const std::string& backend = "reference") {
+  return absl::StrCat("127.0.0.1:", SharedServer(backend).port());
+}
 
-// A client over real TCP to the shared server.
-inline std::unique_ptr<Client> ConnectToSharedServer() {
-  auto client = Client::Connect(ServerAddress(), ClientOptions());
+// A client over real TCP to the shared server on `backend`.
+inline std::unique_ptr<Client> ConnectToSharedServer(const std::string& backend = "reference") {
+  auto client = Client::Connect(ServerAddress(backend), ClientOptions());
   EXPECT_TRUE(client.ok()) << client.status();
   return client.ok() ? *std::move(client) : nullptr;
 }

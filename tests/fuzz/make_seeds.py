@@ -189,6 +189,13 @@ RPC_SEEDS = {
         "family: MULTIMODAL_FAMILY_GLM4V token_ids { video_start_token_id: 5 } "
         "decode { deltas { %s } prompt_length: 9 num_steps: 3 }"
         % tensor_text("DTYPE_INT64", [2, 1], i64([-3, 0]))),
+    "mm_positions_ernie_video": (
+        "MultimodalPositions",
+        "hf_config_json: %s input_ids { %s } video_grid_thw { %s } temporal_merge_size: 2"
+        % (json.dumps(json.dumps({"model_type": "ernie4_5_vl_moe", "vision_config": {
+            "spatial_merge_size": 2, "temporal_merge_size": 2}})),
+           tensor_text("DTYPE_INT64", [1, 8], i64([9, 101306] + [103367] * 4 + [101307, 9])),
+           tensor_text("DTYPE_INT64", [1, 3], i64([2, 4, 4])))),
     "vision_positions_qwen_window": (
         "VisionPositions",
         "tower: VISION_TOWER_QWEN grid { %s } spatial_merge_size: 2 window_size: 56 "

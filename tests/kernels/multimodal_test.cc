@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/common/status.h"
 #include "kernels/ops.h"
 #include "tests/common/buffers.h"
 #include "tests/common/cuda_math_backend.h"
@@ -264,7 +266,7 @@ struct Restated {
 };
 
 Restated Restate(const std::vector<std::vector<MultimodalSpan>>& seqs, MultimodalFamily family,
-                 int64_t merge, double tps, int64_t seq) {
+                 int64_t merge, double tps, int64_t seq, int64_t video_t_merge = 1) {
   const auto b_count = static_cast<int64_t>(seqs.size());
   Restated r{std::vector<int64_t>(3 * b_count * seq, 1), {}};
   for (int64_t b = 0; b < b_count; ++b) {
@@ -280,7 +282,9 @@ Restated Restate(const std::vector<std::vector<MultimodalSpan>>& seqs, Multimoda
           s.kind == MultimodalSpan::Kind::kVideo &&
           (family == MultimodalFamily::kQwen3Vl || family == MultimodalFamily::kGlm4v);
       for (int64_t part = 0; part < (split ? s.t : 1); ++part) {
-        const int64_t frames = split ? 1 : s.t;
+        const int64_t frames = split                                    ? 1
+                               : s.kind == MultimodalSpan::Kind::kVideo ? s.t / video_t_merge
+                                                                        : s.t;
         int64_t top = next;
         for (int64_t i = 0; i < frames; ++i) {
           int64_t ti = i;
@@ -309,8 +313,8 @@ Restated Restate(const std::vector<std::vector<MultimodalSpan>>& seqs, Multimoda
 }
 
 // The token form of spans (Qwen: <vs> pads per image, per video or per frame; GLM: <boi>
-// <|image|>... <eoi> for images, <bov> frames with a text token between <eov>), left padded;
-// text tokens random ids.
+// <|image|>... <eoi> for images, <bov> frames with a text token between <eov>; ERNIE: as GLM
+// with its own video token, a video one run), left padded; text tokens random ids.
 struct Tokens {
   std::vector<int64_t> ids, mask, images, videos;  // images/videos: [N, 3] rows
   std::vector<double> seconds;
@@ -318,7 +322,7 @@ struct Tokens {
 };
 
 Tokens Tokenize(const std::vector<std::vector<MultimodalSpan>>& seqs, const MultimodalRule& rule,
-                int64_t merge, int64_t seq) {
+                int64_t merge, int64_t seq, int64_t t_merge = 1) {
   Tokens t;
   t.seq = seq;
   std::mt19937 rng(3);
@@ -337,17 +341,21 @@ Tokens Tokenize(const std::vector<std::vector<MultimodalSpan>>& seqs, const Mult
       if (video) t.seconds.push_back(s.second_per_grid);
       const int64_t frame = (s.h / merge) * (s.w / merge);
       const bool split = video && rule.split_video_frames;
-      const int64_t pad = qwen && video ? rule.video_token : rule.image_token;
+      const bool ernie = rule.spans == SpanMarking::kTypedRunsInVideoContext;
+      const int64_t pad = (qwen || ernie) && video ? rule.video_token : rule.image_token;
+      const int64_t frames = video && ernie ? s.t / t_merge : s.t;
+      // GLM <|begin_of_image|> <|end_of_image|>; ERNIE <|IMAGE_START|> <|IMAGE_END|>.
+      const int64_t image_start = ernie ? 101304 : 151339, image_end = ernie ? 101305 : 151340;
       for (int64_t part = 0; part < (split ? s.t : 1); ++part) {
         // The text the rule expects between the sub-spans (a timestamp); it must be text, and
         // the model's (already given) span before the first counts as text too.
         if (part > 0) row.push_back(1000 + rng() % 40000);
         if (qwen) row.push_back(rule.vision_start);
         if (!qwen && video && part == 0) row.push_back(rule.video_start);
-        if (!qwen && !video) row.push_back(151339);  // GLM <|begin_of_image|>
-        row.insert(row.end(), static_cast<size_t>(split ? frame : s.t * frame), pad);
-        if (!qwen && !video) row.push_back(151340);  // <|end_of_image|>
-        if (!qwen && video && part == s.t - 1) row.push_back(rule.video_end);
+        if (!qwen && !video) row.push_back(image_start);
+        row.insert(row.end(), static_cast<size_t>(split ? frame : frames * frame), pad);
+        if (!qwen && !video) row.push_back(image_end);
+        if (!qwen && video && part == (split ? s.t - 1 : 0)) row.push_back(rule.video_end);
       }
     }
     rows.push_back(row);
@@ -391,7 +399,7 @@ std::vector<std::vector<MultimodalSpan>> WithMarkers(
         MultimodalSpan piece = s;
         if (split) piece.t = 1;
         row.push_back(piece);
-        if (!qwen && (!video || part == s.t - 1)) row.push_back(text(1));
+        if (!qwen && (!video || part == (split ? s.t - 1 : 0))) row.push_back(text(1));
       }
     }
     out.push_back(row);
@@ -435,9 +443,12 @@ TEST(MultimodalPositionsTest, TokenAndSpanFormsAgreeWithTheRuleOverGridsBatchesA
         // Token form.
         const Tokens tok = Tokenize(prompt, rule, merge, seq);
         const auto b = static_cast<int64_t>(prompt.size());
+        // ERNIE's videos here have odd t: merged by 1 (by 2: ErnieHandMadeCases).
+        const int64_t t_merge = rule.temporal_merge_size > 0 ? 1 : 0;
         MultimodalPositionsArgs args{.family = rule.family,
                                      .spatial_merge_size = merge,
                                      .tokens_per_second = 3.0,
+                                     .temporal_merge_size = t_merge,
                                      .input_ids = Ints(tok.ids, {b, seq}),
                                      .attention_mask = Ints(tok.mask, {b, seq})};
         if (!tok.images.empty()) {
@@ -461,6 +472,7 @@ TEST(MultimodalPositionsTest, TokenAndSpanFormsAgreeWithTheRuleOverGridsBatchesA
         auto span_plan = PlanMultimodalPositions({.family = rule.family,
                                                   .spatial_merge_size = merge,
                                                   .tokens_per_second = 3.0,
+                                                  .temporal_merge_size = t_merge,
                                                   .sequences = spans});
         ASSERT_TRUE(span_plan.ok()) << what << ": " << span_plan.status();
         Buffer sids(span_plan->position_ids), sdeltas(span_plan->mrope_position_deltas);
@@ -503,6 +515,157 @@ TEST(MultimodalPositionsTest, GridsAndTokensThatDisagreeNameTheSpan) {
   ids = {7, vs, img, 8, 9, 9};
   std::vector<int64_t> none;
   EXPECT_THAT(run(none, {0, 3}).message(), HasSubstr("has no grid"));
+}
+
+// ERNIE-4.5-VL's rule as transformers 4.57 writes it (models/ernie4_5_vl/modular_ernie4_5_vl.py,
+// Ernie4_5_VLModel.get_rope_index), derived by hand. Token types: the image token outside
+// <video_start> .. <video_end> is image, the video token inside is video, all else text; each run
+// of one type is a group. A text group of n at p: (p+k, p+k, p+k). An image group of grid
+// [t, h, w] at p: t x h/2 x w/2 tokens (spatial_merge_size 2), (p + i, p + j, p + k) in raster
+// order; a video group alike with t / temporal_merge_size (2) frames. Every group starts at the
+// previous group's largest position + 1. Padding slots (mask 0) hold 1; delta = max + 1 - S.
+// Without grids: cumsum(mask) - 1, padding 1, delta = max + 1 - S (0 without a mask).
+// Token ids here: image 5, video 6, video start 7, video end 8; text anything else.
+struct ErnieCase {
+  std::string name;
+  std::vector<int64_t> ids, mask, images, videos;  // grids: rows of 3
+  int64_t batch;
+  std::vector<int64_t> want_ids, want_deltas;  // [3, B, S], [B]
+};
+
+std::vector<ErnieCase> ErnieHandMadeCases() {
+  return {
+      // Text only, no grids, no mask: 0..3, delta 0.
+      {"text only", {1, 2, 3, 4}, {}, {}, {}, 1, {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3}, {0}},
+      // Text only with left padding (no grids: transformers' text branch): [1, 0, 1] (max 1,
+      // delta 1 + 1 - 3 = -1) and [0, 1, 2] (delta 0).
+      {"text with mask",
+       {0, 1, 2, 1, 2, 3},
+       {0, 1, 1, 1, 1, 1},
+       {},
+       {},
+       2,
+       {1, 0, 1, 0, 1, 2, 1, 0, 1, 0, 1, 2, 1, 0, 1, 0, 1, 2},
+       {-1, 0}},
+      // One image [1, 4, 4] (2 x 2 tokens) after two text tokens: at p = 2 t = 2, h = 2 2 3 3,
+      // w = 2 3 2 3; max 3, the text after at 4, 5; delta 5 + 1 - 8 = -2.
+      {"one image",
+       {1, 2, 5, 5, 5, 5, 3, 4},
+       {},
+       {1, 4, 4},
+       {},
+       1,
+       {0, 1, 2, 2, 2, 2, 4, 5, 0, 1, 2, 2, 3, 3, 4, 5, 0, 1, 2, 3, 2, 3, 4, 5},
+       {-2}},
+      // One video [4, 4, 6]: 4 / 2 = 2 frames of 2 x 3. Text 1 at 0, <video_start> at 1, the
+      // video at p = 2: frame 0 t = 2, frame 1 t = 3; h = 2 2 2 3 3 3, w = 2 3 4 2 3 4 per
+      // frame; max 4, so <video_end> at 5 and text at 6; delta 6 + 1 - 16 = -9.
+      {"one video",
+       {1, 7, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 8, 2},
+       {},
+       {},
+       {4, 4, 6},
+       1,
+       {0, 1, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 5, 6,   // t
+        0, 1, 2, 2, 2, 3, 3, 3, 2, 2, 2, 3, 3, 3, 5, 6,   // h
+        0, 1, 2, 3, 4, 2, 3, 4, 2, 3, 4, 2, 3, 4, 5, 6},  // w
+       {-9}},
+      // Two images in sequence 0 ([1, 4, 4] at p = 1: t 1, h 1 1 2 2, w 1 2 1 2, next 3; text
+      // at 3; [1, 2, 4] at p = 4: t 4 4, h 4 4, w 4 5, next 6; text at 6), left-padded by 2:
+      // delta 6 + 1 - 11 = -4. Sequence 1 text only (padded by 5): 0..5, delta 5 + 1 - 11 = -5.
+      {"two images, left padding",
+       {0, 0, 1, 5, 5, 5, 5, 2, 5, 5, 3, 0, 0, 0, 0, 0, 1, 2, 3, 4, 9, 10},
+       {0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1},
+       {1, 4, 4, 1, 2, 4},
+       {},
+       2,
+       {1, 1, 0, 1, 1, 1, 1, 3, 4, 4, 6, 1, 1, 1, 1, 1, 0, 1, 2, 3, 4, 5,   // t
+        1, 1, 0, 1, 1, 2, 2, 3, 4, 4, 6, 1, 1, 1, 1, 1, 0, 1, 2, 3, 4, 5,   // h
+        1, 1, 0, 1, 2, 1, 2, 3, 4, 5, 6, 1, 1, 1, 1, 1, 0, 1, 2, 3, 4, 5},  // w
+       {-4, -5}},
+      // The context decides: the video token before <video_start> and the image token inside
+      // the video are text. Video [2, 2, 4]: 1 frame of 1 x 2 at p = 3: (3, 3, 3), (3, 3, 4);
+      // next 5. delta 6 + 1 - 7 = 0.
+      {"token types by video context",
+       {1, 6, 7, 6, 6, 5, 8},
+       {},
+       {},
+       {2, 2, 4},
+       1,
+       {0, 1, 2, 3, 3, 5, 6, 0, 1, 2, 3, 3, 5, 6, 0, 1, 2, 3, 4, 5, 6},
+       {0}},
+  };
+}
+
+absl::StatusOr<std::pair<std::vector<int64_t>, std::vector<int64_t>>> RunErnie(const ErnieCase& c) {
+  const auto s = static_cast<int64_t>(c.ids.size()) / c.batch;
+  MultimodalPositionsArgs args{
+      .family = MultimodalFamily::kErnie45Vl,
+      .token_ids = {.image = 5, .video = 6, .video_start = 7, .video_end = 8},
+      .input_ids = Ints(c.ids, {c.batch, s})};
+  if (!c.mask.empty()) args.attention_mask = Ints(c.mask, {c.batch, s});
+  if (!c.images.empty()) {
+    args.image_grid_thw = Ints(c.images, {static_cast<int64_t>(c.images.size()) / 3, 3});
+  }
+  if (!c.videos.empty()) {
+    args.video_grid_thw = Ints(c.videos, {static_cast<int64_t>(c.videos.size()) / 3, 3});
+  }
+  POSENC_ASSIGN_OR_RETURN(MultimodalPositionsPlan plan, PlanMultimodalPositions(args));
+  Buffer ids(plan.position_ids), deltas(plan.mrope_position_deltas);
+  POSENC_RETURN_IF_ERROR(RunMultimodalPositions(plan, ids.view, deltas.view));
+  return std::make_pair(Int64s(ids), Int64s(deltas));
+}
+
+TEST(MultimodalPositionsTest, ErnieHandDerivedCases) {
+  for (const ErnieCase& c : ErnieHandMadeCases()) {
+    auto got = RunErnie(c);
+    ASSERT_TRUE(got.ok()) << c.name << ": " << got.status();
+    EXPECT_EQ(got->first, c.want_ids) << c.name;
+    EXPECT_EQ(got->second, c.want_deltas) << c.name;
+  }
+  // Decode from the two-image case's deltas [-4, -5] after its 11 tokens: 7, 8 and 6, 7.
+  const std::vector<int64_t> deltas = {-4, -5};
+  auto plan =
+      PlanMultimodalDecode({.deltas = Ints(deltas, {2, 1}), .prompt_length = 11, .num_steps = 2});
+  ASSERT_TRUE(plan.ok());
+  Buffer out(plan->position_ids);
+  ASSERT_TRUE(RunMultimodalDecode(*plan, out.view).ok());
+  EXPECT_EQ(Int64s(out), (std::vector<int64_t>{7, 8, 6, 7, 7, 8, 6, 7, 7, 8, 6, 7}));
+  // The span form of the video case: text 2, video [4, 4, 6], text 2.
+  auto spans = PlanMultimodalPositions(
+      {.family = MultimodalFamily::kErnie45Vl, .sequences = {{Text(2), Video(4, 4, 6), Text(2)}}});
+  ASSERT_TRUE(spans.ok()) << spans.status();
+  Buffer ids(spans->position_ids), d(spans->mrope_position_deltas);
+  ASSERT_TRUE(RunMultimodalPositions(*spans, ids.view, d.view).ok());
+  EXPECT_EQ(Int64s(ids), ErnieHandMadeCases()[3].want_ids);
+  EXPECT_EQ(Int64s(d), ErnieHandMadeCases()[3].want_deltas);
+}
+
+TEST(MultimodalPositionsTest, ErnieGridsThatDisagreeNameTheSpan) {
+  ErnieCase c = ErnieHandMadeCases()[3];  // one video, 12 tokens
+  c.videos = {4, 4, 4};                   // 2 frames of 2 x 2: 8 tokens
+  EXPECT_THAT(RunErnie(c).status().message(),
+              HasSubstr("input_ids[0]: video span at token 2 (video_grid_thw[0] = [4, 4, 4], 2x2 "
+                        "merged, t by 2): expected 8 video tokens (6), got 12"));
+  c.videos = {3, 4, 6};
+  EXPECT_THAT(RunErnie(c).status().message(),
+              HasSubstr("video_grid_thw[0]: expected t a multiple of temporal_merge_size 2, got "
+                        "[3, 4, 6]"));
+  c.videos = {4, 4, 6, 2, 2, 2};
+  EXPECT_THAT(RunErnie(c).status().message(),
+              HasSubstr("video_grid_thw: 2 videos given, the input_ids hold 1"));
+  c = ErnieHandMadeCases()[2];  // one image
+  c.images = {};
+  c.videos = {2, 4, 4};  // grids present, but the image run has none
+  EXPECT_THAT(RunErnie(c).status().message(), HasSubstr("the image span at token 2 has no grid"));
+  auto qwen = PlanMultimodalPositions(
+      {.family = MultimodalFamily::kQwen2Vl, .temporal_merge_size = 2, .sequences = {{Text(1)}}});
+  EXPECT_THAT(qwen.status().message(), HasSubstr("temporal_merge_size: not read by family "
+                                                 "qwen2_vl"));
+  auto odd = PlanMultimodalPositions(
+      {.family = MultimodalFamily::kErnie45Vl, .sequences = {{Video(3, 2, 2)}}});
+  EXPECT_THAT(odd.status().message(),
+              HasSubstr("sequences[0].spans[0]: expected t a multiple of temporal_merge_size 2"));
 }
 
 TEST(MultimodalPositionsTest, DecodeStepsContinueFromTheDeltas) {

@@ -1,12 +1,14 @@
 """The multimodal golden cases (tests/golden_multimodal, #21) through the Python client and a
 real posenc-server: get_rope_index position ids and decode steps (MultimodalPositions, exact),
-the vision towers' patch positions (VisionPositions, exact), KV re-rotation (RerotateKeys) and
-M-RoPE application (ApplyRope) in float64 within the case's atol and in float32 within 1e-6
+the vision towers' patch positions (VisionPositions, exact) and their cos/sin tables and
+rotations (RopeCache, ApplyRope), KV re-rotation (RerotateKeys) and M-RoPE application
+(ApplyRope) in float64 within the case's atol and in float32 within 1e-6
 relative, and the engines' one-table cache layouts (RopeCache FUSED_COS_SIN, COMPLEX) against
 COMPACT. The same checks as tests/kernels/golden_multimodal_test.cc, here end to end over gRPC,
 on the cpu and the reference backends.
 """
 
+import itertools
 import os
 import unittest
 
@@ -89,12 +91,31 @@ class GoldenMultimodalTest(unittest.TestCase):
             tokens_per_second=p.get("tokens_per_second"))
         np.testing.assert_array_equal(r.position_ids, c["outputs"]["position_ids"])
 
+    def test_ernie_family_and_temporal_merge_from_config_json(self):
+        # hand_ernie45vl_one_video: a video [4, 4, 6], 2 frames after merging t by 2. The
+        # config.json's model_type picks ERNIE-4.5-VL, its vision_config the merge sizes, its top
+        # level the token ids; temporal_merge_size 1 reads the same grid as 4 frames.
+        c = next(c for c in load_cases("mrope_rope_index")
+                 if c["name"] == "hand_ernie45vl_one_video")
+        p, i = c["params"], c["inputs"]
+        config = dict(token_ids(p), model_type="ernie4_5_vl_moe",
+                      vision_config={"spatial_merge_size": 2, "temporal_merge_size": 2})
+        r = CLIENTS["cpu"].multimodal_positions(i["input_ids"], config=config,
+                                                video_grid_thw=i["video_grid_thw"])
+        self.assertEqual(r.family, posenc.MultimodalFamily.ERNIE4_5_VL)
+        np.testing.assert_array_equal(r.position_ids, c["outputs"]["position_ids"])
+        with self.assertRaises(posenc.InvalidArgumentError) as e:
+            CLIENTS["cpu"].multimodal_positions(i["input_ids"], config=config,
+                                                video_grid_thw=i["video_grid_thw"],
+                                                temporal_merge_size=1)
+        self.assertIn("expected 24 video tokens (6), got 12", str(e.exception))
+
     def test_decode_every_case_exact(self):
         cases = load_cases("mrope_decode_position_ids")
         self.assertGreaterEqual(len(cases), 2)
-        for c in cases:
-            with self.subTest(case=c["name"]):
-                r = CLIENTS["cpu"].multimodal_decode(
+        for (backend, client), c in itertools.product(CLIENTS.items(), cases):
+            with self.subTest(case=c["name"], backend=backend):
+                r = client.multimodal_decode(
                     c["inputs"]["mrope_position_deltas"], c["params"]["prompt_length"],
                     c["params"]["num_steps"], family=c["params"]["model"])
                 np.testing.assert_array_equal(r.position_ids, c["outputs"]["position_ids"])
@@ -170,15 +191,72 @@ class GoldenMultimodalTest(unittest.TestCase):
                 mrope_layout="interleaved" if p["model"] == "qwen3_vl" else None,
                 style="gptj" if glm else None, rotary_dim=p["rotary_dim"] if glm else None)
             scale = float(max(np.abs(i["q"]).max(), np.abs(i["k"]).max()))
-            for dtype in ("float64", "float32"):
-                with self.subTest(case=c["name"], dtype=dtype):
-                    r = CLIENTS["cpu"].apply_rope(i["q"].astype(dtype), i["k"].astype(dtype),
-                                                  positions=i["position_ids"], config=config,
-                                                  layout="bhsd")
+            runs = itertools.product(CLIENTS.items(), ("float64", "float32"))
+            for (backend, client), dtype in runs:
+                with self.subTest(case=c["name"], dtype=dtype, backend=backend):
+                    r = client.apply_rope(i["q"].astype(dtype), i["k"].astype(dtype),
+                                          positions=i["position_ids"], config=config,
+                                          layout="bhsd")
                     self.assert_near(r.q, c["outputs"]["q_embed"], dtype,
                                      c["tolerance"]["atol"], scale, c["name"] + " q")
                     self.assert_near(r.k, c["outputs"]["k_embed"], dtype,
                                      c["tolerance"]["atol"], scale, c["name"] + " k")
+
+    def rope_at_ids(self, client, c, ids, config, layout, qk_layout):
+        """RopeCache (cos, sin in ``layout``) and ApplyRope (the case's q and k, if any) at
+        ``ids`` against the case, in float64 and float32 (as the C++ client's
+        ExpectRopeAtIds)."""
+        i, out, atol = c["inputs"], c["outputs"], c["tolerance"]["atol"]
+        for dtype in ("float64", "float32"):
+            cos, sin, _ = client.rope_cache(ids, config, dtype=dtype, layout=layout)
+            self.assert_near(cos, out["cos"], dtype, atol, 1.0, c["name"] + " cos")
+            self.assert_near(sin, out["sin"], dtype, atol, 1.0, c["name"] + " sin")
+            if "q" not in i:
+                continue
+            q, k = i["q"], i["k"]
+            if q.ndim == 3:  # [L, H, D]: one sequence
+                q, k = q[None], k[None]
+            r = client.apply_rope(q.astype(dtype), k.astype(dtype), positions=ids,
+                                  config=config, layout=qk_layout)
+            scale = float(max(np.abs(q).max(), np.abs(k).max()))
+            self.assert_near(r.q.reshape(out["q_embed"].shape), out["q_embed"], dtype, atol,
+                             scale, c["name"] + " q")
+            self.assert_near(r.k.reshape(out["k_embed"].shape), out["k_embed"], dtype, atol,
+                             scale, c["name"] + " k")
+
+    def test_vision_cos_sin_every_case(self):
+        # The towers' tables: the patch ids from vision_positions, then rope_cache and
+        # apply_rope with the tower's 2-D layout (Qwen, Qwen2.5-VL window order, Pixtral,
+        # Llama 4), on both backends.
+        qwen = load_cases("qwen_vision_rope") + load_cases("qwen25vl_vision_window_rope")
+        pixtral, llama4 = load_cases("pixtral_rope_2d"), load_cases("llama4_vision_rope")
+        self.assertGreaterEqual(len(qwen), 3)
+        self.assertTrue(pixtral and llama4)
+        for backend, client in CLIENTS.items():
+            for c in qwen:
+                p = c["params"]
+                with self.subTest(case=c["name"], backend=backend):
+                    ids = client.vision_positions(
+                        c["inputs"]["grid_thw"], tower="qwen",
+                        spatial_merge_size=p["spatial_merge_size"],
+                        window_size=p.get("window_size", 0),
+                        patch_size=p.get("patch_size")).position_ids
+                    config = posenc.RopeConfig(head_dim=p["vision_head_dim"], base=p["theta"],
+                                               mrope_layout="vision_2d")
+                    self.rope_at_ids(client, c, ids, config, "neox", "bshd")
+            for c, pix in [(c, True) for c in pixtral] + [(c, False) for c in llama4]:
+                p = c["params"]
+                with self.subTest(case=c["name"], backend=backend):
+                    ids = client.vision_positions(
+                        c["inputs"]["patch_grid_hw"] if pix else None,
+                        tower="pixtral" if pix else "llama4", patch_size=p["patch_size"],
+                        image_size=p["image_size"]).position_ids
+                    config = posenc.RopeConfig(
+                        head_dim=p["head_dim"], base=p["rope_theta"],
+                        mrope_layout="vision_2d_even_odd" if pix else "vision_2d",
+                        style=None if pix else "gptj")
+                    self.rope_at_ids(client, c, ids, config, "neox" if pix else "compact",
+                                     "bhsd" if pix else "bshd")
 
     def test_fused_cache_layouts_are_compact_rearranged(self):
         config = posenc.RopeConfig(head_dim=64, base=10000.0)

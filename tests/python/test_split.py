@@ -236,11 +236,19 @@ class SplitBehaviourTest(unittest.TestCase):
         mask = np.ones((2, 2048), np.int64)
         mask[0, :300] = 0
         axes = [0] * 16 + [1 + j % 2 for j in range(16)]
-        for config in (posenc.RopeConfig(mrope_layout="vision_2d"),
+        # A config.json's sections: four axes (HunYuan-style; once every such file was taken
+        # as 3) and three.
+        files = [posenc.RopeConfig(hf_config_json=json.dumps({
+            "model_type": "qwen2_vl", "hidden_size": 64, "num_attention_heads": 1,
+            "max_position_embeddings": 8192, "rope_theta": 10000.0,
+            "rope_scaling": {"type": "mrope", "mrope_section": sections}}))
+            for sections in ([8, 8, 8, 8], [8, 12, 12])]
+        for config in [posenc.RopeConfig(mrope_layout="vision_2d"),
                        posenc.RopeConfig(mrope_layout="vision_2d_even_odd"),
                        posenc.RopeConfig(mrope_section=[8, 12, 12]),
-                       posenc.RopeConfig(frequency_axes=axes)):
-            with self.subTest(str(config.mrope_layout or config.mrope_section or "axes")):
+                       posenc.RopeConfig(frequency_axes=axes)] + files:
+            with self.subTest(str(config.mrope_layout or config.mrope_section or "axes") +
+                              config.hf_config_json):
                 positions = posenc.Positions.attention_mask(mask)
                 got, calls = self.count("ApplyRope", lambda: self.client.apply_rope(
                     q, positions=positions, config=config))

@@ -117,6 +117,16 @@ void NoInputIds(v1::MultimodalPositionsRequest& r) {
   r.clear_image_grid_thw();
 }
 
+// ERNIE-4.5-VL: text, <video_start>, 4 video tokens, <video_end>, and a video grid [2, 4, 4]
+// (t merged by 2: 1 frame of 2 x 2 tokens).
+void Ernie(v1::MultimodalPositionsRequest& r) {
+  r.set_family(v1::MULTIMODAL_FAMILY_ERNIE4_5_VL);
+  *r.mutable_input_ids() =
+      Int64Tensor({1, 7}, {100, 101306, 103367, 103367, 103367, 103367, 101307});
+  r.clear_image_grid_thw();
+  *r.mutable_video_grid_thw() = Int64Tensor({1, 3}, {2, 4, 4});
+}
+
 // The decode form of the same request: no prompt, decode steps after it.
 void Decode(v1::MultimodalPositionsRequest& r) {
   r.clear_input_ids();
@@ -466,6 +476,19 @@ std::vector<BadCase> AllCases() {
       Mm("second_per_grid_ts_for_qwen2_vl", Put("second_per_grid_ts", FloatTensor({1})),
          "second_per_grid_ts"),
       Mm("prompt_twice", "sequences { spans { text_tokens: 3 } }", "sequences"),
+      Mm("temporal_merge_size_for_qwen2_vl", "temporal_merge_size: 2", "temporal_merge_size"),
+      Mm("ernie_temporal_merge_size_zero", {Ernie, "temporal_merge_size: 0"},
+         "temporal_merge_size"),
+      Mm("ernie_video_tokens_disagree", {Ernie, "temporal_merge_size: 1"},
+         "input_ids[0]: video span at token 2 (video_grid_thw[0] = [2, 4, 4], 2x2 merged): "
+         "expected 8 video tokens"),
+      Mm(
+          "ernie_video_t_not_merge_multiple",
+          [](v1::MultimodalPositionsRequest& r) {
+            Ernie(r);
+            *r.mutable_video_grid_thw() = Int64Tensor({1, 3}, {3, 4, 4});
+          },
+          "video_grid_thw[0]: expected t a multiple of temporal_merge_size 2"),
       Mm("span_empty", {NoInputIds, "sequences { spans { } }"}, "sequences[0].spans[0]"),
       Mm("span_text_zero", {NoInputIds, "sequences { spans { text_tokens: 0 } }"},
          "sequences[0].spans[0]"),

@@ -126,7 +126,7 @@ TEST(VocabularyTest, EveryKernelMirrorHasEveryWireValue) {
   ExpectKernelMirror<RopeScalingType>(kernels::RopeScalingType::kProportional);
   ExpectKernelMirror<MropeLayout>(kernels::MropeLayout::kVision2dEvenOdd);
   ExpectKernelMirror<RopeCacheLayout>(kernels::RopeCacheLayout::kComplex);
-  ExpectKernelMirror<MultimodalFamily>(kernels::MultimodalFamily::kGlm4v);
+  ExpectKernelMirror<MultimodalFamily>(kernels::MultimodalFamily::kErnie45Vl);
   ExpectKernelMirror<VisionTower>(kernels::VisionTower::kLlama4);
   ExpectKernelMirror<TensorLayout>(kernels::TensorLayout::kTHD);
   ExpectKernelMirror<AlibiMode>(kernels::AlibiMode::kBloom);

@@ -335,15 +335,15 @@ struct RerotateKeysResult {
 // Multimodal and vision positions.
 // ---------------------------------------------------------------------------------------------
 // posenc.proto MultimodalFamily; unspecified: from hf_config_json's model_type.
-enum class MultimodalFamily { kUnspecified, kQwen2Vl, kQwen25Vl, kQwen3Vl, kGlm4v };
+enum class MultimodalFamily { kUnspecified, kQwen2Vl, kQwen25Vl, kQwen3Vl, kGlm4v, kErnie45Vl };
 
 // The special token ids (unset: the config.json's, else the family's published ones).
 struct MultimodalTokenIds {
   std::optional<int64_t> image_token_id;
   std::optional<int64_t> video_token_id;
   std::optional<int64_t> vision_start_token_id;
-  std::optional<int64_t> video_start_token_id;  // GLM-4V
-  std::optional<int64_t> video_end_token_id;    // GLM-4V
+  std::optional<int64_t> video_start_token_id;  // GLM-4V, ERNIE-4.5-VL
+  std::optional<int64_t> video_end_token_id;    // GLM-4V, ERNIE-4.5-VL
 };
 
 // One span of a sequence given as spans: a text run, or an image / video with its grid in patches
@@ -379,6 +379,7 @@ struct MultimodalPositionsOptions {
   MultimodalTokenIds token_ids;
   std::optional<int64_t> spatial_merge_size;
   std::optional<double> tokens_per_second;
+  std::optional<int64_t> temporal_merge_size;          // ERNIE-4.5-VL (default 2)
   std::optional<Tensor> input_ids;                     // INT32/INT64 [B, S]
   std::optional<Tensor> attention_mask;                // [B, S]
   std::optional<Tensor> image_grid_thw;                // [N, 3]

@@ -27,6 +27,7 @@ messages with a join for their responses.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import grpc
@@ -125,7 +126,7 @@ def _position_axes(config: Any) -> int:
     """The number of position axes the config reads (ids ``[A, ...]`` when A > 1; 1: none), as
     the C++ client's PositionAxes (client/split.cc, docs/splitting.md): frequency_axes (the
     largest + 1), a VISION layout or layer_type "vision" of a config.json (2), mrope_section
-    (its length), a config.json naming sections (3)."""
+    (its length), a config.json's first mrope_section (its length: HunYuan's 4, Qwen's 3)."""
     if len(config.frequency_axes) > 0:
         return min(max(max(config.frequency_axes) + 1, 1), 4)
     if config.mrope_layout in (MropeLayout.VISION_2D, MropeLayout.VISION_2D_EVEN_ODD) or (
@@ -133,7 +134,18 @@ def _position_axes(config: Any) -> int:
         return 2
     if len(config.mrope_section) > 0:
         return len(config.mrope_section)
-    return 3 if '"mrope_section"' in config.hf_config_json else 1
+    sections = _sections_in_json(config.hf_config_json)
+    return min(sections, 4) if sections > 1 else 1
+
+
+def _sections_in_json(text: str) -> int:
+    """The length of the first ``"mrope_section": [...]`` list of numbers in a config.json's
+    text (the key the server's normalizer reads), 0 without one (as SectionsInJson in
+    client/split.cc)."""
+    match = re.search(r'"mrope_section"\s*:\s*\[([-+0-9.,\s]*)\]', text)
+    if match is None:
+        return 0
+    return len([part for part in match.group(1).split(",") if part.strip()])
 
 
 class _Positions:

@@ -431,8 +431,9 @@ class Client:
 
     @staticmethod
     def _multimodal_request(config: Any, family: Any, token_ids: Any,
-                            spatial_merge_size: Optional[int],
-                            tokens_per_second: Optional[float]) -> Any:
+                            spatial_merge_size: Optional[int] = None,
+                            tokens_per_second: Optional[float] = None,
+                            temporal_merge_size: Optional[int] = None) -> Any:
         request = pb.MultimodalPositionsRequest()
         if config is not None:
             request.hf_config_json = config_json_text(config)
@@ -445,12 +446,15 @@ class Client:
             request.spatial_merge_size = int(spatial_merge_size)
         if tokens_per_second is not None:
             request.tokens_per_second = float(tokens_per_second)
+        if temporal_merge_size is not None:
+            request.temporal_merge_size = int(temporal_merge_size)
         return request
 
     def multimodal_positions(self, input_ids: Any = None, *, config: Any = None,
                              family: Any = None, token_ids: Any = None,
                              spatial_merge_size: Optional[int] = None,
                              tokens_per_second: Optional[float] = None,
+                             temporal_merge_size: Optional[int] = None,
                              attention_mask: Any = None, image_grid_thw: Any = None,
                              video_grid_thw: Any = None, second_per_grid_ts: Any = None,
                              sequences: Any = None, timeout: Optional[float] = None
@@ -465,13 +469,14 @@ class Client:
           sequences: spans per sequence (left-padded to the longest): ``("text", n)``,
             ``("image", t, h, w)``, ``("video", t, h, w[, second_per_grid])``.
           config: the model's config.json (dict, JSON text, path): model_type picks the family,
-            vision_config gives spatial_merge_size and tokens_per_second, the top level the
-            token ids. ``family`` (``"qwen2_vl"``, ``"qwen2_5_vl"``, ``"qwen3_vl"``,
-            ``"glm4v"``), ``token_ids`` (a :class:`MultimodalTokenIds` or dict),
-            ``spatial_merge_size`` and ``tokens_per_second`` override it.
+            vision_config gives spatial_merge_size, tokens_per_second and (ERNIE-4.5-VL)
+            temporal_merge_size, the top level the token ids. ``family`` (``"qwen2_vl"``,
+            ``"qwen2_5_vl"``, ``"qwen3_vl"``, ``"glm4v"``, ``"ernie4_5_vl"``), ``token_ids``
+            (a :class:`MultimodalTokenIds` or dict), ``spatial_merge_size``,
+            ``tokens_per_second`` and ``temporal_merge_size`` override it.
         """
         request = self._multimodal_request(config, family, token_ids, spatial_merge_size,
-                                           tokens_per_second)
+                                           tokens_per_second, temporal_merge_size)
         for name, value in (("input_ids", input_ids), ("attention_mask", attention_mask),
                             ("image_grid_thw", image_grid_thw),
                             ("video_grid_thw", video_grid_thw)):
@@ -491,7 +496,7 @@ class Client:
         """The position ids ``[3, B, num_steps]`` of the decode steps after a prompt of padded
         length ``prompt_length`` whose ``mrope_position_deltas`` are ``deltas`` ([B] or
         [B, 1]): ``prompt_length + k + deltas[b]`` on every axis (MultimodalPositions)."""
-        request = self._multimodal_request(config, family, None, None, None)
+        request = self._multimodal_request(config, family, None)
         set_int_tensor(request.decode.deltas, np.asarray(deltas), "decode.deltas")
         request.decode.prompt_length = int(prompt_length)
         request.decode.num_steps = int(num_steps)
