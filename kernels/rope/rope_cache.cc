@@ -2,6 +2,7 @@
 #include "kernels/rope/rope_cache.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -106,20 +107,33 @@ ResolvedPositions SliceTokens(const ResolvedPositions& all, int64_t t0, int64_t 
   return out;
 }
 
+// `bytes` of cos `c` and sin `s` as (cos_j, sin_j) pairs of elements of T's size at `dst` (a
+// fixed-size copy per element: the compiler makes it one load and one store).
+template <typename T>
+void InterleavePairs(const unsigned char* c, const unsigned char* s, size_t bytes,
+                     unsigned char* dst) {
+  for (size_t j = 0; j < bytes; j += sizeof(T)) {
+    T cv, sv;
+    std::memcpy(&cv, c + j, sizeof(T));
+    std::memcpy(&sv, s + j, sizeof(T));
+    std::memcpy(dst + 2 * j, &cv, sizeof(T));
+    std::memcpy(dst + 2 * j + sizeof(T), &sv, sizeof(T));
+  }
+}
+
 // `rows` COMPACT rows of cos `c` and sin `s` (`row` bytes each, elements of `esize`) into the
 // one-table `layout` at `dst`: FUSED_COS_SIN [cos row | sin row], COMPLEX (cos_j, sin_j) pairs.
 void Rearrange(RopeCacheLayout layout, const unsigned char* c, const unsigned char* s, int64_t rows,
                size_t row, size_t esize, unsigned char* dst) {
+  const size_t bytes = static_cast<size_t>(rows) * row;
+  if (layout == RopeCacheLayout::kComplex) {  // rows are contiguous: one run of pairs
+    if (esize == 2) return InterleavePairs<uint16_t>(c, s, bytes, dst);
+    if (esize == 4) return InterleavePairs<uint32_t>(c, s, bytes, dst);
+    return InterleavePairs<uint64_t>(c, s, bytes, dst);
+  }
   for (int64_t t = 0; t < rows; ++t, c += row, s += row, dst += 2 * row) {
-    if (layout == RopeCacheLayout::kFusedCosSin) {
-      std::memcpy(dst, c, row);
-      std::memcpy(dst + row, s, row);
-      continue;
-    }
-    for (size_t j = 0; j < row; j += esize) {
-      std::memcpy(dst + 2 * j, c + j, esize);
-      std::memcpy(dst + 2 * j + esize, s + j, esize);
-    }
+    std::memcpy(dst, c, row);
+    std::memcpy(dst + row, s, row);
   }
 }
 
