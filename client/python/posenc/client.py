@@ -569,7 +569,8 @@ class Client:
                          distances: Sequence[int] = (), samples: Optional[int] = None,
                          seed: int = 0, window: Optional[int] = None,
                          max_cells: Optional[int] = None, embeddings: Any = None,
-                         scalings: Sequence[Any] = (), timeout: Optional[float] = None
+                         scalings: Sequence[Any] = (), keys: Any = None,
+                         timeout: Optional[float] = None
                          ) -> AnalyzeEncodingResult:
         """The properties of an encoding over positions ``start .. start + count - 1``
         (AnalyzeEncoding): uniqueness (and the first FLOAT16/BFLOAT16 collision), bounds and
@@ -583,6 +584,10 @@ class Client:
             ``bidirectional``, ``num_buckets``, ``max_distance`` and ``table`` (array or name).
           properties: names or :class:`AnalysisProperty` members; empty: all six.
           collision_dtype: "float16" or "bfloat16": look for the first collision.
+          embeddings: float array [n, D]: DECAY's query rows (and, without ``keys``, its key
+            rows) and SIMILARITY's token embeddings; None: random ones from ``seed``.
+          keys: float array of the shape of ``embeddings``: DECAY's key rows, paired row by
+            row with the query rows.
         """
         request = pb.AnalyzeEncodingRequest(start=int(start), count=int(count), seed=int(seed))
         self._set_analysis_encoding(request, sinusoidal, learned, config, alibi, t5)
@@ -596,6 +601,8 @@ class Client:
                 setattr(request, name, int(value))
         if embeddings is not None:
             set_float_tensor(request.embeddings, embeddings, "embeddings")
+        if keys is not None:
+            set_float_tensor(request.keys, keys, "keys")
         for i, scaling in enumerate(scalings):
             to_message(RopeScaling.from_dict(scaling) if isinstance(scaling, Mapping) else scaling,
                        request.scalings.add(), f"scalings[{i}]")
