@@ -297,8 +297,13 @@ int64_t WorkingBytes(const AnalysisPlan& p) {
     bytes += std::min(p.args.count, kExactUniquenessPositions) * row_bytes;
     if (p.args.collision_dtype) bytes += 16 * p.args.count;
   }
+  // RELATIVE: biases compare a FULL window (and its copy); rotation fits read two chunks.
+  const AnalysisFamily family = p.args.encoding.family;
   const int64_t w = std::min(p.args.count, kMaxBiasWindow);
-  if (p.Wants(AnalysisProperty::kRelative)) bytes += 2 * w * w * p.width * 8;
+  if (p.Wants(AnalysisProperty::kRelative) &&
+      (family == AnalysisFamily::kAlibi || family == AnalysisFamily::kT5)) {
+    bytes += 2 * w * w * p.width * 8;
+  }
   if (p.Wants(AnalysisProperty::kSimilarity)) {
     const int64_t sw = std::min(p.args.window, p.args.count);
     bytes += sw * sw * 8 + sw * row_bytes * 2;

@@ -219,6 +219,17 @@ TEST(AnalysisTest, T5BucketEdgesFollowTheFormula) {
   EXPECT_TRUE(rel->bias->depends_on_distance_only);
 }
 
+// What the server admits: chunks for the rotation fits (no bias window for sinusoidal/RoPE, which
+// once asked 17 GB for a d 512 table), the bias window for ALiBi.
+TEST(AnalysisTest, WorkingBytesCountTheBiasWindowForBiasesOnly) {
+  const AnalysisPlan table =
+      Plan(Sinusoidal(512, SinusoidalLayout::kInterleaved, 0, 8192), {AnalysisProperty::kRelative});
+  EXPECT_EQ(table.working_bytes, 4 * table.chunk_rows * 512 * 8);
+  EXPECT_LE(table.working_bytes, 4 * kAnalysisChunkBytes);
+  const AnalysisPlan alibi = Plan(Alibi(8, 0, 4096), {AnalysisProperty::kRelative});
+  EXPECT_EQ(alibi.working_bytes, 4 * alibi.chunk_rows * 8 * 8 + 2 * 1024 * 1024 * 8 * 8);
+}
+
 TEST(AnalysisTest, BadInputsAreNamed) {
   auto error = [](AnalysisArgs a) { return PlanAnalysis(std::move(a)).status(); };
   AnalysisArgs ok = Sinusoidal(8, SinusoidalLayout::kInterleaved, 0, 100);
