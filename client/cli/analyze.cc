@@ -1,4 +1,5 @@
 // The analyze command (AnalyzeEncoding): the properties of an encoding over a position range.
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -336,8 +337,22 @@ std::vector<PlotSeries> Series(const std::vector<client::AnalysisCurve>& curves,
   return out;
 }
 
+// A distance axis over more than three decades is drawn log (distance 0 is then left out).
+AxisScale DistanceScale(const std::vector<PlotSeries>& series) {
+  double lo = 0, hi = 0;
+  for (const PlotSeries& s : series) {
+    for (double x : s.x) {
+      if (x > 0 && (lo == 0 || x < lo)) lo = x;
+      hi = std::max(hi, x);
+    }
+  }
+  return lo > 0 && hi > 1000 * lo ? AxisScale::kLog : AxisScale::kLinear;
+}
+
 void AppendExtrapolation(const client::ExtrapolationAnalysis& e, std::vector<LinePlot>* panels) {
-  LinePlot curves{.title = "extrapolation", .x_axis = "distance", .y_axis = "|q.k|"};
+  LinePlot curves{.title = "extrapolation: mean |q.k| and RoFormer bound B per scaling",
+                  .x_axis = "distance",
+                  .y_axis = "|q.k|, B"};
   LinePlot waves{.title = "wavelength per frequency slot (tokens)",
                  .x_axis = "slot j",
                  .y_axis = "wavelength",
@@ -350,8 +365,18 @@ void AppendExtrapolation(const client::ExtrapolationAnalysis& e, std::vector<Lin
       waves.series.push_back(std::move(p));
     }
   }
+  curves.x_scale = DistanceScale(curves.series);
   if (e.original_context > 0) {
     curves.markers.push_back({static_cast<double>(e.original_context), "trained length"});
+    // A slot whose wavelength lies above this line never completed a period in training.
+    double last_slot = 0;
+    for (const PlotSeries& w : waves.series) {
+      if (!w.x.empty()) last_slot = std::max(last_slot, w.x.back());
+    }
+    const double context = static_cast<double>(e.original_context);
+    if (!waves.series.empty()) {
+      waves.series.push_back({"trained length", {0, last_slot}, {context, context}});
+    }
   }
   if (!curves.series.empty()) panels->push_back(std::move(curves));
   if (!waves.series.empty()) panels->push_back(std::move(waves));
@@ -410,9 +435,16 @@ absl::Status MaybeWritePng(const ParsedFlags& flags, const client::AnalyzeEncodi
   std::vector<LinePlot> panels;
   if (r.relative.has_value()) AppendRelative(*r.relative, &panels);
   if (r.decay.has_value()) {
-    LinePlot decay{
-        .title = "decay", .x_axis = "distance", .y_axis = r.family == "rope" ? "|q.k|" : "bias"};
+    const bool rope = r.family == "rope";
+    LinePlot decay{.title = rope ? "decay: mean |q.k| and the RoFormer bound B per distance"
+                                 : "decay: bias per distance, per head",
+                   .x_axis = "distance",
+                   .y_axis = rope ? "|q.k|, B" : "bias"};
     decay.series = Series(r.decay->curves, "", false);
+    if (rope) decay.x_scale = DistanceScale(decay.series);
+    if (r.decay->decay_stops_at >= 0) {
+      decay.markers.push_back({static_cast<double>(r.decay->decay_stops_at), "B stops decaying"});
+    }
     if (!decay.series.empty()) panels.push_back(std::move(decay));
   }
   if (r.extrapolation.has_value()) AppendExtrapolation(*r.extrapolation, &panels);
