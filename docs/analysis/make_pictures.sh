@@ -12,16 +12,10 @@ cd "$(dirname "$0")/../.."
 build="${1:-build/release}"
 out=docs/analysis
 llama="$out/meta-llama-3.1-8b.config.json"
-socket_dir="$(mktemp -d)"
-socket="unix:$socket_dir/posenc.sock"
-
-"$build/posenc-server" --listen "$socket" --max_output_elements 16777216 >"$socket_dir/log" 2>&1 &
-server=$!
-trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; rm -rf "$socket_dir"' EXIT
-for _ in $(seq 50); do
-  "$build/posenc" --server "$socket" health >/dev/null 2>&1 && break
-  sleep 0.1
-done
+# shellcheck source=tests/local_server.sh
+source tests/local_server.sh
+start_local_server "$build"
+socket="$local_server"
 
 analyze() {
   echo "posenc analyze $*" >&2

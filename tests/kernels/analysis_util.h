@@ -19,34 +19,34 @@ inline const Backend& Cpu() {
   return *backend;
 }
 
-inline AnalysisArgs Sinusoidal(int64_t dim, SinusoidalLayout layout, int64_t start, int64_t count) {
+// The positions (biases: distances) start .. start+count-1 of an encoding of `family`.
+inline AnalysisArgs Range(AnalysisFamily family, int64_t start, int64_t count) {
   AnalysisArgs a;
-  a.encoding.family = AnalysisFamily::kSinusoidal;
-  a.encoding.sinusoidal.dim = dim;
-  a.encoding.sinusoidal.layout = layout;
+  a.encoding.family = family;
   a.start = start;
   a.count = count;
   return a;
 }
 
+inline AnalysisArgs Sinusoidal(int64_t dim, SinusoidalLayout layout, int64_t start, int64_t count) {
+  AnalysisArgs a = Range(AnalysisFamily::kSinusoidal, start, count);
+  a.encoding.sinusoidal.dim = dim;
+  a.encoding.sinusoidal.layout = layout;
+  return a;
+}
+
 inline AnalysisArgs Rope(int64_t head_dim, double base, int64_t start, int64_t count) {
-  AnalysisArgs a;
-  a.encoding.family = AnalysisFamily::kRope;
+  AnalysisArgs a = Range(AnalysisFamily::kRope, start, count);
   a.encoding.rope.head_dim = head_dim;
   a.encoding.rope.base = base;
-  a.start = start;
-  a.count = count;
   return a;
 }
 
 inline AnalysisArgs Alibi(int64_t heads, int64_t start, int64_t count,
                           AlibiMode mode = AlibiMode::kCausal) {
-  AnalysisArgs a;
-  a.encoding.family = AnalysisFamily::kAlibi;
+  AnalysisArgs a = Range(AnalysisFamily::kAlibi, start, count);
   a.encoding.alibi.num_heads = heads;
   a.encoding.alibi.mode = mode;
-  a.start = start;
-  a.count = count;
   return a;
 }
 
