@@ -504,39 +504,40 @@ void RotatePass(const typename Fmt::Elem* in, int64_t in_stride, typename Fmt::E
   using E = typename Fmt::Elem;
   // Locals: the vector stores may alias anything, so fields of `a` would be reloaded each row.
   const int64_t half = a.half, rows = a.rows, ts = a.table_stride;
-  const int64_t group = a.group, gs = a.group_stride;
-  Lanes shared[kVecs];
-  if constexpr (kShared) {
-    for (int u = 0; u < kVecs; ++u) shared[u] = Lanes(tab, j + u * kLanes);
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = r * ts;
-    if constexpr (!kShared) {
-      for (int u = 0; u < kVecs; ++u) shared[u] = Lanes(tab, t + j + u * kLanes);
+  // One row (its tables in `l`, entry t on).
+  auto rotate_row = [&](const E* in_r, E* out_r, int64_t t, const Lanes* l) {
+    Vf xa[kVecs], xb[kVecs];
+    for (int u = 0; u < kVecs; ++u) {
+      LoadPairsAt<Fmt, kGptjIn>(in_r, half, j + u * kLanes, &xa[u], &xb[u]);
     }
-    for (int64_t g = 0; g < group; ++g) {
-      const E* in_r = in + r * in_stride + g * gs;
-      E* out_r = out + r * out_stride + g * gs;
-      Vf xa[kVecs], xb[kVecs];
-      for (int u = 0; u < kVecs; ++u) {
-        LoadPairsAt<Fmt, kGptjIn>(in_r, half, j + u * kLanes, &xa[u], &xb[u]);
-      }
-      for (int u = 0; u < kVecs; ++u) Rot::Rotate(&xa[u], &xb[u], shared[u]);
-      if (__builtin_expect(Rot::template AnyNotFinite<Fmt, kVecs>(xa, xb), 0)) {
-        if constexpr (kGptjIn != kGptjOut) {
-          if (in_r == out_r) {  // DEEPSEEK in one pass: the pairs one by one from a copy of the row
-            E row[int64_t{2} * kMaxVecs * kLanes];
-            std::memcpy(row, in_r, static_cast<size_t>(2 * half) * sizeof(E));
-            Rot::template Pairs<Fmt>(row, out_r, tab, t, half, kGptjIn, kGptjOut, 0, half);
-            continue;
-          }
+    for (int u = 0; u < kVecs; ++u) Rot::Rotate(&xa[u], &xb[u], l[u]);
+    if (__builtin_expect(Rot::template AnyNotFinite<Fmt, kVecs>(xa, xb), 0)) {
+      if constexpr (kGptjIn != kGptjOut) {
+        if (in_r == out_r) {  // DEEPSEEK in one pass: the pairs one by one from a copy of the row
+          E row[int64_t{2} * kMaxVecs * kLanes];
+          std::memcpy(row, in_r, static_cast<size_t>(2 * half) * sizeof(E));
+          Rot::template Pairs<Fmt>(row, out_r, tab, t, half, kGptjIn, kGptjOut, 0, half);
+          return;
         }
-        Rot::template Pairs<Fmt>(in_r, out_r, tab, t, half, kGptjIn, kGptjOut, j,
-                                 j + kVecs * kLanes);
-        continue;
       }
-      for (int u = 0; u < kVecs; ++u) {
-        StorePairsAt<Fmt, kGptjOut>(out_r, half, j + u * kLanes, xa[u], xb[u]);
+      Rot::template Pairs<Fmt>(in_r, out_r, tab, t, half, kGptjIn, kGptjOut, j, j + kVecs * kLanes);
+      return;
+    }
+    for (int u = 0; u < kVecs; ++u) {
+      StorePairsAt<Fmt, kGptjOut>(out_r, half, j + u * kLanes, xa[u], xb[u]);
+    }
+  };
+  Lanes l[kVecs];
+  if constexpr (kShared) {
+    for (int u = 0; u < kVecs; ++u) l[u] = Lanes(tab, j + u * kLanes);
+    for (int64_t r = 0; r < rows; ++r) rotate_row(in + r * in_stride, out + r * out_stride, 0, l);
+  } else {
+    const int64_t group = a.group, gs = a.group_stride;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t t = r * ts;
+      for (int u = 0; u < kVecs; ++u) l[u] = Lanes(tab, t + j + u * kLanes);
+      for (int64_t g = 0; g < group; ++g) {
+        rotate_row(in + r * in_stride + g * gs, out + r * out_stride + g * gs, t, l);
       }
     }
   }
