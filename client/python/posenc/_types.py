@@ -392,7 +392,7 @@ class ApplyRopeResult(NamedTuple):
 
 class RerotateKeysResult(NamedTuple):
     """The keys moved to positions + delta, in the input dtype; ``derived``."""
-    k: np.ndarray
+    k: Array
     derived: RopeDerived
 
 
