@@ -32,10 +32,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import grpc
 import numpy as np
 
+from ._direct import copied, like, message_of, put_tensor
 from ._enums import BiasForm, Combine, DType, MropeLayout, TensorLayout
 from ._errors import InternalError, local_error
 from ._protos import posenc_pb2 as pb
-from ._direct import copied, like, message_of, put_tensor
 from ._tensor import FLOAT_DTYPES, fill_tensor, itemsize, wire_array
 
 __all__ = ["Limits", "Plan", "OVERHEAD_BYTES", "even_ranges", "plan_apply_rope",
