@@ -117,12 +117,27 @@ class EncodeTest(unittest.TestCase):
         self.assertEqual(_direct.encode(_direct.WireMessage(plain)), plain.SerializeToString())
         self.assertEqual(_direct.encode(plain), plain.SerializeToString())
 
-    def test_put_checks_the_field_and_the_layout(self):
+    def test_put_checks_the_field_and_the_byte_order(self):
         wire = _direct.WireMessage(pb.ApplyRopeRequest())
         with self.assertRaises(KeyError):
             wire.put("config", np.zeros(2, np.float32))
         with self.assertRaises(ValueError):
-            wire.put("q", np.zeros((4, 4), np.float32)[:, ::2])
+            wire.put("q", np.zeros((4, 4), ">f4"))
+
+    def test_strided_views_are_sent_in_c_order(self):
+        """A split piece's heads (blocks of >= 4 KiB joined one by one), small blocks and
+        reversed axes (copied first): the bytes of the C-order array."""
+        base = rng(3).standard_normal((2, 40, 8, 256)).astype(np.float32)
+        for view in (base[:, :, 2:6, :], base[:, 3:30], base[..., ::2], base[:, ::-1],
+                     base.transpose(0, 2, 1, 3), base[:, :0]):
+            request = pb.ApplyRopeRequest()
+            wire = _direct.WireMessage(pb.ApplyRopeRequest())
+            fill_tensor(request.q, DType.FLOAT32, view)
+            wire.put("q", describe_tensor(wire.message.q, DType.FLOAT32, view, contiguous=False))
+            encoded = _direct.encode(wire)
+            self.assertEqual(pb.ApplyRopeRequest.FromString(encoded), request)
+            self.assertEqual((len(encoded), wire.ByteSize()), (request.ByteSize(),) * 2)
+            self.assertEqual(bytes(wire.q.data), request.q.data)
 
     def test_big_sizes_are_framed_right(self):
         """Lengths of several varint bytes (1, 2, 3, 4 bytes) around their boundaries."""

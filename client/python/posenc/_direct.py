@@ -10,8 +10,9 @@ copies), and reading one back ``FromString``, ``.data`` and the result's copy. H
   as arrays beside it. :func:`encode` writes the protobuf wire format of the whole message: the
   message without those fields by ``SerializeToString``, then each tensor field as one
   length-delimited field whose body is the tensor's small fields (``SerializeToString`` of the
-  tensor without data) followed by its ``data`` field, the array's bytes taken from its buffer.
-  One ``bytes.join``: the arrays' bytes are copied once. Protobuf parsers accept fields in any
+  tensor without data) followed by its ``data`` field, the array's bytes taken from its buffer
+  (a strided view, such as a split piece's heads, block by block). One ``bytes.join``: the
+  arrays' bytes are copied once. Protobuf parsers accept fields in any
   order, so this parses to the same message as the plain serialization (tests/python/
   test_direct.py checks it for every op).
 - :func:`decode` scans the top-level fields of a response: for every non-repeated
@@ -31,6 +32,7 @@ memoryview of the array's bytes.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple, Type, Union
 
 import numpy as np
@@ -46,6 +48,7 @@ __all__ = ["WireMessage", "WireTensor", "Malformed", "encode", "decode", "messag
 _TENSOR = pb.Tensor.DESCRIPTOR
 _DATA = _TENSOR.fields_by_name["data"].number
 _LENGTH_DELIMITED = 2
+_LITTLE = sys.byteorder == "little"
 
 
 def _varint(value: int) -> bytes:
@@ -86,8 +89,31 @@ def _is_repeated(fd: Any) -> bool:
 
 
 def _bytes_of(array: np.ndarray) -> np.ndarray:
-    """The bytes of a C-contiguous array as a flat uint8 array (a view)."""
-    return array.reshape(-1).view(np.uint8)
+    """The bytes of an array in C order as a flat uint8 array (a view when it is C-contiguous)."""
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+
+# A strided array is joined block by block when its C-contiguous trailing block has at least
+# this many bytes and it has at most _MOST_BLOCKS of them (else it is copied contiguous first).
+_LEAST_BLOCK = 4096
+_MOST_BLOCKS = 1 << 16
+
+
+def _chunks(array: np.ndarray) -> List[Any]:
+    """Buffers whose concatenation is the array's bytes in C order: the array's own memory
+    (one buffer, or one per contiguous block of a strided view such as a split piece's heads),
+    without a copy."""
+    if array.flags.c_contiguous:
+        return [_bytes_of(array).data] if array.nbytes else []
+    block, axes = array.itemsize, array.ndim
+    while axes > 0 and (array.shape[axes - 1] == 1 or array.strides[axes - 1] == block):
+        block *= array.shape[axes - 1]
+        axes -= 1
+    blocks = int(np.prod(array.shape[:axes]))
+    if block < _LEAST_BLOCK or blocks > _MOST_BLOCKS:
+        return [_bytes_of(array).data]
+    rows = array.reshape((blocks,) + array.shape[axes:])
+    return [row.reshape(-1).view(np.uint8).data for row in rows]
 
 
 class WireTensor:
@@ -120,13 +146,14 @@ class WireMessage:
         self.owned: Set[str] = set()
 
     def put(self, name: str, array: np.ndarray, owned: bool = False) -> None:
-        """Holds ``array`` (C-contiguous, the wire's dtype and byte order) as the bytes of
-        tensor field ``name``, whose dtype and shape the message has already; ``owned``: a
-        result the client made, which the caller may get without a copy."""
+        """Holds ``array`` (the wire's dtype and byte order, any strides: its bytes go in C
+        order) as the bytes of tensor field ``name``, whose dtype and shape the message has
+        already; ``owned``: a result the client made, which the caller may get without a
+        copy."""
         if name not in tensor_fields(self.message.DESCRIPTOR):
             raise KeyError(f"{self.message.DESCRIPTOR.full_name} has no Tensor field {name!r}")
-        if not array.flags.c_contiguous:
-            raise ValueError(f"{name}: the array must be C-contiguous")
+        if array.dtype.byteorder == ">" or (array.dtype.byteorder == "=" and not _LITTLE):
+            raise ValueError(f"{name}: the array must be little-endian, got {array.dtype}")
         getattr(self.message, name).SetInParent()
         self.arrays[name] = array
         if owned:
@@ -196,7 +223,8 @@ def put_tensor(target: Any, name: str, dtype: DType, array: np.ndarray,
     WireMessage (``owned``: made by the client, see WireMessage.put), else written into the
     message's bytes (fill_tensor)."""
     if isinstance(target, WireMessage):
-        target.put(name, describe_tensor(getattr(target.message, name), dtype, array), owned)
+        target.put(name, describe_tensor(getattr(target.message, name), dtype, array,
+                                         contiguous=False), owned)
     else:
         fill_tensor(getattr(target, name), dtype, array)
 
@@ -227,8 +255,7 @@ def encode(value: Any) -> bytes:
         n = array.nbytes
         header = _key(_DATA) + _varint(n) if n else b""
         parts.append(_key(numbers[name]) + _varint(len(small) + len(header) + n) + small + header)
-        if n:
-            parts.append(_bytes_of(array).data)
+        parts.extend(_chunks(array))
     return b"".join(parts)
 
 

@@ -254,14 +254,19 @@ def int_array(value: Any, field: str) -> Tuple[DType, np.ndarray]:
     raise local_error(field, f"dtype {a.dtype} is not an integer type")
 
 
-def describe_tensor(msg: Any, dtype: DType, a: np.ndarray) -> np.ndarray:
+def describe_tensor(msg: Any, dtype: DType, a: np.ndarray, contiguous: bool = True
+                    ) -> np.ndarray:
     """Sets the dtype and shape of a posenc.v1.Tensor message for ``a`` (already in ``dtype``'s
-    numpy type, any byte order and strides) and returns ``a`` as the wire's bytes: C-contiguous
-    and little-endian (``a`` itself when it is so already)."""
+    numpy type, any byte order and strides) and returns ``a`` in the wire's byte order
+    (little-endian), C-contiguous unless ``contiguous`` is False (``a`` itself when it is so
+    already)."""
     msg.dtype = int(dtype)
     del msg.shape[:]
     msg.shape.extend(int(d) for d in a.shape)
-    return np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
+    wire = a.dtype.newbyteorder("<")
+    if not contiguous:
+        return a.astype(wire, copy=False)
+    return np.ascontiguousarray(a, dtype=wire)
 
 
 def fill_tensor(msg: Any, dtype: DType, a: np.ndarray) -> None:
