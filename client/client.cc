@@ -29,6 +29,7 @@
 #include "kernels/common/status.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "proto/posenc/v1/byte_buffer.h"
+#include "proto/posenc/v1/freed_memory.h"
 
 namespace posenc::client {
 namespace {
@@ -455,6 +456,10 @@ std::string_view HealthStatusName(HealthStatus status) {
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
+
+bool RetainFreedMemory(int64_t retain_bytes) { return v1::RetainFreedMemory(retain_bytes); }
+
+void ReleaseFreedMemory() { v1::ReleaseFreedMemory(); }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& target,
                                                         const ClientOptions& options) {
