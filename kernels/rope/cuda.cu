@@ -114,6 +114,26 @@ __device__ __forceinline__ void RotateStored(S* a, S* b, const ChunkAngles<T>& g
   }
 }
 
+// Item `item` of a chunk walk over the group's tokens, per_head items per head (each `step` pairs
+// wide), heads of q first, then those of k: its token tt, its first pair jj and the start of its
+// head's row; row is null for a padding token.
+template <typename S>
+struct ItemRow {
+  int tt, jj;
+  S* row;
+};
+template <typename S>
+__device__ __forceinline__ ItemRow<S> ItemRowOf(const ApplyRopeLaunch& a, const GroupRows& rows,
+                                                int item, int per_head, int per_token, int step) {
+  const int q_heads = static_cast<int>(a.q_heads);
+  const int tt = item / per_token, rest = item % per_token;
+  const int h = rest / per_head, jj = (rest % per_head) * step;
+  if (rows.q[tt] < 0) return {tt, jj, nullptr};
+  S* row = h < q_heads ? static_cast<S*>(a.q) + rows.q[tt] + h * a.q_head
+                       : static_cast<S*>(a.k) + rows.k[tt] + (h - q_heads) * a.k_head;
+  return {tt, jj, row};
+}
+
 // Rotates pairs [j0, j0 + n) in every head of the group's `group` tokens (their angles n apart
 // in g); heads of q come first, then those of k. V storage elements per access.
 template <typename S, typename T, int V>
@@ -123,18 +143,13 @@ __device__ void RotateChunk(const ApplyRopeLaunch& a, const GroupRows& rows, int
   // 32-bit item arithmetic (the host guarantees heads * kRopeChunk * 2 < 2^31): 64-bit integer
   // division is slow on the GPU.
   const int heads = static_cast<int>(a.q_heads + a.k_heads);
-  const int q_heads = static_cast<int>(a.q_heads);
-  S* const q = static_cast<S*>(a.q);
-  S* const k = static_cast<S*>(a.k);
   if (a.style == 0) {  // NEOX: V consecutive pairs, halves at j and j + half
     const int per_head = n / V, per_token = heads * per_head;
     for (int item = threadIdx.x; item < group * per_token; item += blockDim.x) {
-      const int tt = item / per_token, rest = item % per_token;
-      if (rows.q[tt] < 0) continue;  // padding
-      const int h = rest / per_head, jj = (rest % per_head) * V;
-      S* row =
-          h < q_heads ? q + rows.q[tt] + h * a.q_head : k + rows.k[tt] + (h - q_heads) * a.k_head;
-      S* pa = row + j0 + jj;
+      const ItemRow<S> r = ItemRowOf<S>(a, rows, item, per_head, per_token, V);
+      if (r.row == nullptr) continue;  // padding
+      const int tt = r.tt, jj = r.jj;
+      S* pa = r.row + j0 + jj;
       S* pb = pa + half;
       const ChunkAngles<T> gt = g.At(tt * n);
       const RunFactors<V> f = RunOf<S, T, V>(gt, jj);
@@ -156,12 +171,10 @@ __device__ void RotateChunk(const ApplyRopeLaunch& a, const GroupRows& rows, int
   constexpr int kElems = 2 * kPairs;
   const int per_head = n / kPairs, per_token = heads * per_head;
   for (int item = threadIdx.x; item < group * per_token; item += blockDim.x) {
-    const int tt = item / per_token, rest = item % per_token;
-    if (rows.q[tt] < 0) continue;  // padding
-    const int h = rest / per_head, jj = (rest % per_head) * kPairs;
-    S* row =
-        h < q_heads ? q + rows.q[tt] + h * a.q_head : k + rows.k[tt] + (h - q_heads) * a.k_head;
-    S* at = row + 2 * (j0 + jj);
+    const ItemRow<S> r = ItemRowOf<S>(a, rows, item, per_head, per_token, kPairs);
+    if (r.row == nullptr) continue;  // padding
+    const int tt = r.tt, jj = r.jj;
+    S* at = r.row + 2 * (j0 + jj);
     const ChunkAngles<T> gt = g.At(tt * n);
     const RunFactors<kPairs> f = RunOf<S, T, kPairs>(gt, jj);
     S v[kElems];
