@@ -424,6 +424,9 @@ absl::StatusOr<v1::AnalyzeEncodingRequest> ToRequest(const AnalyzeEncodingOption
     POSENC_RETURN_IF_ERROR(
         ToProto(*options.embeddings, "embeddings", request.mutable_embeddings()));
   }
+  if (options.keys.has_value()) {
+    POSENC_RETURN_IF_ERROR(ToProto(*options.keys, "keys", request.mutable_keys()));
+  }
   for (const RopeScaling& s : options.scalings) ToProto(s, request.add_scalings());
   return request;
 }

@@ -669,6 +669,9 @@ absl::Status AnalyzeEncoding(const HandlerContext& ctx, const v1::AnalyzeEncodin
     POSENC_ASSIGN_OR_RETURN(args.embeddings,
                             ToConstView(req.embeddings(), DTypeClass::kFloat, "embeddings"));
   }
+  if (req.has_keys()) {
+    POSENC_ASSIGN_OR_RETURN(args.keys, ToConstView(req.keys(), DTypeClass::kFloat, "keys"));
+  }
   POSENC_ASSIGN_OR_RETURN(kernels::AnalysisPlan plan, kernels::PlanAnalysis(std::move(args)));
   POSENC_RETURN_IF_ERROR(AdmitAnalysis(ctx, plan));
   // Chunks of positions, on the host backend (a device backend's chunks would be small calls).

@@ -1,4 +1,5 @@
 // The analyze command (AnalyzeEncoding): the properties of an encoding over a position range.
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "client/cli/canvas.h"
 #include "client/cli/commands.h"
+#include "client/cli/heatmap.h"
 #include "client/cli/inputs.h"
 #include "client/cli/lineplot.h"
 #include "client/cli/rope_config.h"
@@ -37,6 +39,9 @@ const FlagGroup& AnalyzeFlags() {
       {"seed", FlagType::kInt, "N", "decay/similarity: seed of the random draws (default 0)"},
       {"window", FlagType::kInt, "N", "similarity: positions in the window (default 256)"},
       {"max-cells", FlagType::kInt, "N", "similarity: cells per axis (default 256)"},
+      {"embeddings", FlagType::kString, "FILE",
+       "decay: q rows (and k rows without --keys), similarity: token rows, from a .npy [n, D]"},
+      {"keys", FlagType::kString, "FILE", "decay: k rows from a .npy of the shape of --embeddings"},
       {"dim", FlagType::kInt, "D", "sinusoidal: table width"},
       EnumFlagSpec<client::SinusoidalLayout>("layout", "sinusoidal column layout"),
       EnumFlagSpec<client::FreqScheme>("freq", "sinusoidal frequency scheme"),
@@ -51,7 +56,8 @@ const FlagGroup& AnalyzeFlags() {
       {"random-table", FlagType::kInt, "SEED", "learned/t5: a random table for a demo"},
       {"table-offset", FlagType::kInt, "N", "learned: position p reads row p + N"},
       {"json", FlagType::kSwitch, "", "print JSON (as --format json)"},
-      {"png", FlagType::kString, "FILE", "draw the decay and extrapolation curves into FILE"},
+      {"png", FlagType::kString, "FILE",
+       "draw the relative residuals, decay/extrapolation curves and similarity heatmap into FILE"},
   };
   return *kFlags;
 }
@@ -131,6 +137,12 @@ absl::StatusOr<client::AnalyzeEncodingOptions> ReadAnalyzeOptions(const ParsedFl
   o.seed = static_cast<uint64_t>(flags.Int("seed").value_or(0));
   o.window = flags.Int("window");
   o.max_cells = flags.Int("max-cells");
+  if (const std::optional<std::string> path = flags.String("embeddings"); path.has_value()) {
+    POSENC_ASSIGN_OR_RETURN(o.embeddings, FloatTensorFromFile(flags, *path));
+  }
+  if (const std::optional<std::string> path = flags.String("keys"); path.has_value()) {
+    POSENC_ASSIGN_OR_RETURN(o.keys, FloatTensorFromFile(flags, *path));
+  }
   return o;
 }
 
@@ -325,8 +337,22 @@ std::vector<PlotSeries> Series(const std::vector<client::AnalysisCurve>& curves,
   return out;
 }
 
+// A distance axis over more than three decades is drawn log (distance 0 is then left out).
+AxisScale DistanceScale(const std::vector<PlotSeries>& series) {
+  double lo = 0, hi = 0;
+  for (const PlotSeries& s : series) {
+    for (double x : s.x) {
+      if (x > 0 && (lo == 0 || x < lo)) lo = x;
+      hi = std::max(hi, x);
+    }
+  }
+  return lo > 0 && hi > 1000 * lo ? AxisScale::kLog : AxisScale::kLinear;
+}
+
 void AppendExtrapolation(const client::ExtrapolationAnalysis& e, std::vector<LinePlot>* panels) {
-  LinePlot curves{.title = "extrapolation", .x_axis = "distance", .y_axis = "|q.k|"};
+  LinePlot curves{.title = "extrapolation: mean |q.k| and RoFormer bound B per scaling",
+                  .x_axis = "distance",
+                  .y_axis = "|q.k|, B"};
   LinePlot waves{.title = "wavelength per frequency slot (tokens)",
                  .x_axis = "slot j",
                  .y_axis = "wavelength",
@@ -339,30 +365,102 @@ void AppendExtrapolation(const client::ExtrapolationAnalysis& e, std::vector<Lin
       waves.series.push_back(std::move(p));
     }
   }
+  curves.x_scale = DistanceScale(curves.series);
   if (e.original_context > 0) {
     curves.markers.push_back({static_cast<double>(e.original_context), "trained length"});
+    // A slot whose wavelength lies above this line never completed a period in training.
+    double last_slot = 0;
+    for (const PlotSeries& w : waves.series) {
+      if (!w.x.empty()) last_slot = std::max(last_slot, w.x.back());
+    }
+    const double context = static_cast<double>(e.original_context);
+    if (!waves.series.empty()) {
+      waves.series.push_back({"trained length", {0, last_slot}, {context, context}});
+    }
   }
   if (!curves.series.empty()) panels->push_back(std::move(curves));
   if (!waves.series.empty()) panels->push_back(std::move(waves));
 }
 
+// RELATIVE's rotation fits: the residual per distance k (log axes; exact zeros cannot be drawn on
+// a log axis and are counted as not drawn, a linear axis is used when every residual is 0).
+void AppendRelative(const client::RelativeAnalysis& rel, std::vector<LinePlot>* panels) {
+  if (rel.rotations.empty()) return;
+  LinePlot plot{.title = "relative: residual of the best rotation taking PE(p) to PE(p+k)",
+                .x_axis = "distance k",
+                .y_axis = "relative residual",
+                .x_scale = AxisScale::kLog};
+  PlotSeries all{.label = "all pairs"}, worst{.label = "worst frequency pair"};
+  bool positive = false;
+  for (const client::RotationFit& f : rel.rotations) {
+    all.x.push_back(static_cast<double>(f.distance));
+    all.y.push_back(f.residual);
+    worst.x.push_back(static_cast<double>(f.distance));
+    worst.y.push_back(f.worst_pair_residual);
+    positive = positive || f.residual > 0 || f.worst_pair_residual > 0;
+  }
+  plot.y_scale = positive ? AxisScale::kLog : AxisScale::kLinear;
+  plot.series = {std::move(all), std::move(worst)};
+  panels->push_back(std::move(plot));
+}
+
+// The similarity matrix as a heatmap (heatmap.h): cell (i, j) is the mean cosine similarity of
+// the positions of cells i and j; axes labelled with each cell's first position.
+absl::StatusOr<std::optional<Canvas>> SimilarityHeatmap(const client::AnalyzeEncodingResult& r) {
+  if (!r.similarity.has_value() || r.similarity->matrix.empty()) return std::nullopt;
+  const client::SimilarityAnalysis& s = *r.similarity;
+  MatrixHeatmap map{
+      .title = absl::StrCat("cosine similarity of ", r.family, " encodings, positions ",
+                            s.window_start, " .. ", s.window_start + s.window - 1),
+      .row_axis = "position p",
+      .col_axis = "position q",
+      .row_start = s.window_start,
+      .row_step = s.cell,
+      .col_start = s.window_start,
+      .col_step = s.cell};
+  if (s.cell > 1) {
+    map.notes.push_back(absl::StrCat("each cell: the mean over ", s.cell, " x ", s.cell,
+                                     " position pairs (labels: a cell's first position)"));
+  }
+  POSENC_ASSIGN_OR_RETURN(map.matrix, client::Tensor::FromDoubles(s.matrix, {s.rows, s.cols}));
+  POSENC_ASSIGN_OR_RETURN(Canvas canvas, RenderMatrixHeatmap(map));
+  return canvas;
+}
+
+// The curves as line plots (relative, decay, extrapolation), the similarity matrix as a heatmap
+// beside them.
 absl::Status MaybeWritePng(const ParsedFlags& flags, const client::AnalyzeEncodingResult& r) {
   const std::optional<std::string> path = flags.String("png");
   if (!path.has_value()) return absl::OkStatus();
   std::vector<LinePlot> panels;
+  if (r.relative.has_value()) AppendRelative(*r.relative, &panels);
   if (r.decay.has_value()) {
-    LinePlot decay{
-        .title = "decay", .x_axis = "distance", .y_axis = r.family == "rope" ? "|q.k|" : "bias"};
+    const bool rope = r.family == "rope";
+    LinePlot decay{.title = rope ? "decay: mean |q.k| and the RoFormer bound B per distance"
+                                 : "decay: bias per distance, per head",
+                   .x_axis = "distance",
+                   .y_axis = rope ? "|q.k|, B" : "bias"};
     decay.series = Series(r.decay->curves, "", false);
+    if (rope) decay.x_scale = DistanceScale(decay.series);
+    if (r.decay->decay_stops_at >= 0) {
+      decay.markers.push_back({static_cast<double>(r.decay->decay_stops_at), "B stops decaying"});
+    }
     if (!decay.series.empty()) panels.push_back(std::move(decay));
   }
   if (r.extrapolation.has_value()) AppendExtrapolation(*r.extrapolation, &panels);
-  if (panels.empty()) {
-    return UsageError("--png: no curves to draw (ask for --properties decay or extrapolation)");
+  POSENC_ASSIGN_OR_RETURN(std::optional<Canvas> heatmap, SimilarityHeatmap(r));
+  if (panels.empty() && !heatmap.has_value()) {
+    return UsageError(
+        "--png: nothing to draw (ask for --properties relative (sinusoidal, rope), decay, "
+        "extrapolation or similarity)");
   }
-  POSENC_ASSIGN_OR_RETURN(Canvas canvas,
-                          RenderLinePlots(absl::StrCat("posenc analyze: ", r.family), {}, panels));
-  return WritePng(*path, canvas);
+  std::optional<Canvas> picture = std::move(heatmap);
+  if (!panels.empty()) {
+    POSENC_ASSIGN_OR_RETURN(
+        Canvas plots, RenderLinePlots(absl::StrCat("posenc analyze: ", r.family), {}, panels));
+    picture = picture.has_value() ? Beside(plots, *picture) : std::move(plots);
+  }
+  return WritePng(*path, *picture);
 }
 
 absl::StatusOr<CommandOutput> RunAnalyze(const ParsedFlags& flags, const client::Client& client) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -52,6 +53,17 @@ Canvas::Canvas(int width, int height, Rgb background)
   for (size_t i = 0; i < pixels_.size(); i += 3) {
     std::copy(background.begin(), background.end(), pixels_.begin() + i);
   }
+}
+
+Canvas Beside(const Canvas& left, const Canvas& right, int gap) {
+  Canvas out(left.width() + gap + right.width(), std::max(left.height(), right.height()));
+  for (const auto& [picture, x0] : {std::pair<const Canvas*, int>{&left, 0},
+                                    std::pair<const Canvas*, int>{&right, left.width() + gap}}) {
+    for (int y = 0; y < picture->height(); ++y) {
+      for (int x = 0; x < picture->width(); ++x) out.Set(x0 + x, y, picture->At(x, y));
+    }
+  }
+  return out;
 }
 
 Rgb Canvas::At(int x, int y) const {

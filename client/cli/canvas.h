@@ -51,6 +51,9 @@ class Canvas {
   std::vector<uint8_t> pixels_;
 };
 
+// `left` and `right` side by side on one white canvas, top-aligned, `gap` px apart.
+Canvas Beside(const Canvas& left, const Canvas& right, int gap = 16);
+
 // Writes `canvas` as an 8-bit RGB PNG; errors name the path.
 absl::Status WritePng(const std::string& path, const Canvas& canvas);
 

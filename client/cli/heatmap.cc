@@ -41,6 +41,7 @@ struct Heatmap {
   std::string row_axis;             // name of the vertical axis (rows, top to bottom)
   std::string col_axis;             // name of the horizontal axis (columns, left to right)
   std::vector<int64_t> row_labels;  // label of each row; empty: the row index
+  std::vector<int64_t> col_labels;  // label of each column; empty: the column index
   std::vector<Panel> panels;        // every panel has the same rows and cols
 };
 
@@ -359,15 +360,17 @@ class Renderer {
     if (!(lo_ <= hi_)) lo_ = hi_ = 0;  // nothing finite
   }
 
-  std::string RowLabel(int64_t i) const {
-    return absl::StrCat(static_cast<size_t>(i) < map_.row_labels.size() ? map_.row_labels[i] : i);
+  static std::string Label(const std::vector<int64_t>& labels, int64_t i) {
+    return absl::StrCat(static_cast<size_t>(i) < labels.size() ? labels[i] : i);
   }
+  std::string RowLabel(int64_t i) const { return Label(map_.row_labels, i); }
+  std::string ColLabel(int64_t i) const { return Label(map_.col_labels, i); }
 
   // Ticks, labels and the layout: margins, a header, a grid of panel cells, the colour bar on
   // the right.
   void ComputeLayout() {
     row_ticks_ = Ticks(rows_, std::max(2, ph_ / (text_h_ + 32)));
-    const int col_label_w = Canvas::TextWidth(absl::StrCat(cols_ - 1));
+    const int col_label_w = Canvas::TextWidth(ColLabel(cols_ - 1));
     col_ticks_ = Ticks(cols_, std::max(2, pw_ / (col_label_w + 16)));
     int row_label_w = 0;
     for (int64_t i : row_ticks_)
@@ -433,7 +436,7 @@ class Renderer {
     for (int64_t t : col_ticks_) {
       const int x = px + static_cast<int>(t / fc_) * sx_ + sx_ / 2;
       canvas->FillRect(x, py + ph_ + 1, 1, 4, kBlack);
-      const std::string label = absl::StrCat(t);
+      const std::string label = ColLabel(t);
       canvas->Text(x - Canvas::TextWidth(label) / 2, py + ph_ + 8, label, kBlack);
     }
     canvas->Text(px + (pw_ - Canvas::TextWidth(map_.col_axis)) / 2, py + ph_ + 8 + text_h_ + 6,
@@ -496,6 +499,32 @@ absl::Status MaybeWriteHeatmap(std::string_view command, const ParsedFlags& flag
   std::cerr << "wrote " << *path << " (PNG " << canvas.width() << "x" << canvas.height()
             << ": heatmap of " << output.tensors[0].name << ")\n";
   return absl::OkStatus();
+}
+
+namespace {
+
+std::vector<int64_t> AxisLabels(int64_t n, int64_t start, int64_t step) {
+  std::vector<int64_t> labels(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = start + i * step;
+  return labels;
+}
+
+}  // namespace
+
+absl::StatusOr<Canvas> RenderMatrixHeatmap(const MatrixHeatmap& map) {
+  const client::Tensor& t = map.matrix;
+  if (t.shape.size() != 2 || t.NumElements() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a heatmap draws one non-empty matrix, got shape ", ShapeText(t)));
+  }
+  Heatmap heatmap{map.title,
+                  map.notes,
+                  map.row_axis,
+                  map.col_axis,
+                  AxisLabels(t.shape[0], map.row_start, map.row_step),
+                  AxisLabels(t.shape[1], map.col_start, map.col_step),
+                  {Panel{&t, "", 0, t.shape[1], 1, t.shape[0], t.shape[1]}}};
+  return Render(std::move(heatmap));
 }
 
 namespace {

@@ -17,8 +17,11 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/cli/canvas.h"
 #include "client/cli/flags.h"
 #include "client/cli/output.h"
 
@@ -38,6 +41,22 @@ inline constexpr int kMaxPanels = 16;
 // the result cannot be drawn (an empty tensor).
 absl::Status MaybeWriteHeatmap(std::string_view command, const ParsedFlags& flags,
                                const CommandOutput& output);
+
+// One matrix drawn as the commands' heatmaps are (one panel, same scale, ticks, colour bar and
+// block averaging of axes longer than 1024 px), for pictures of results that are not a command's
+// tensor (`posenc analyze`'s similarity matrix). Row i is labelled row_start + i * row_step on the
+// axis, column j col_start + j * col_step.
+struct MatrixHeatmap {
+  std::string title;
+  std::vector<std::string> notes;  // lines under the title
+  std::string row_axis, col_axis;
+  int64_t row_start = 0, row_step = 1;
+  int64_t col_start = 0, col_step = 1;
+  client::Tensor matrix;  // [rows, cols], any dtype
+};
+
+// INVALID_ARGUMENT when `map.matrix` is not 2-D with at least one element.
+absl::StatusOr<Canvas> RenderMatrixHeatmap(const MatrixHeatmap& map);
 
 // The help lines about --png of `command` (with an example); empty when it draws nothing.
 std::string HeatmapHelp(std::string_view command);

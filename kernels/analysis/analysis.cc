@@ -93,14 +93,16 @@ absl::StatusOr<AlibiBiasPlan> AlibiRowsPlan(const AnalysisEncoding& e, int64_t f
   return plan;
 }
 
-// T5 rows: relative position -p (keys before the query), [H, 1, n] (or bucket ids [1, n]) with
-// column j = distance first + n-1-j.
+// T5 rows: relative position -p (keys before the query) or, `after`, +p (keys after it),
+// [H, 1, n] (or bucket ids [1, n]) with column j = distance first + n-1-j (before) or first + j
+// (after).
 absl::StatusOr<RelativeBiasPlan> T5RowsPlan(const AnalysisEncoding& e, int64_t first, int64_t n,
-                                            DType dtype) {
+                                            DType dtype, bool after = false) {
   RelativeBiasArgs args = T5BiasArgs(e.t5, dtype);
   args.params.q_len = 1;
   args.params.k_len = n;
-  args.params.query_offset = first + n - 1;
+  args.params.query_offset = after ? 0 : first + n - 1;
+  args.params.key_offset = after ? first : 0;
   absl::StatusOr<RelativeBiasPlan> plan = PlanRelativeBias(std::move(args));
   if (!plan.ok()) return Prefixed(plan.status(), "t5.");
   return plan;
@@ -136,6 +138,18 @@ absl::Status LearnedRows(const AnalysisEncoding& e, int64_t first, int64_t n, DT
   return absl::OkStatus();
 }
 
+absl::Status T5Rows(const Backend& backend, const AnalysisEncoding& e, int64_t first, int64_t n,
+                    DType dtype, bool after, std::vector<double>* out) {
+  POSENC_ASSIGN_OR_RETURN(RelativeBiasPlan plan, T5RowsPlan(e, first, n, dtype, after));
+  const int64_t heads = std::max<int64_t>(plan.heads, 1);
+  std::vector<double> hn;
+  POSENC_RETURN_IF_ERROR(RunInto(plan.bias, &hn, [&](const TensorView& bias) {
+    return RunRelativeBias(backend, plan, bias);
+  }));
+  BiasColumnsToRows(hn, heads, n, after, out);
+  return absl::OkStatus();
+}
+
 absl::Status BiasRows(const Backend& backend, const AnalysisEncoding& e, int64_t first, int64_t n,
                       DType dtype, std::vector<double>* out) {
   std::vector<double> hn;
@@ -151,13 +165,7 @@ absl::Status BiasRows(const Backend& backend, const AnalysisEncoding& e, int64_t
     BiasColumnsToRows(hn, heads, n, e.alibi.mode == AlibiMode::kBloom, out);
     return absl::OkStatus();
   }
-  POSENC_ASSIGN_OR_RETURN(RelativeBiasPlan plan, T5RowsPlan(e, first, n, dtype));
-  heads = std::max<int64_t>(plan.heads, 1);
-  POSENC_RETURN_IF_ERROR(RunInto(plan.bias, &hn, [&](const TensorView& bias) {
-    return RunRelativeBias(backend, plan, bias);
-  }));
-  BiasColumnsToRows(hn, heads, n, false, out);
-  return absl::OkStatus();
+  return T5Rows(backend, e, first, n, dtype, /*after=*/false, out);
 }
 
 // The width of a row, from a one-position plan of the family's op (which checks the encoding).
@@ -229,6 +237,15 @@ absl::Status CheckOptions(const AnalysisArgs& a) {
     return Invalid("embeddings", absl::StrCat("expected a float tensor [n, D], got ",
                                               DTypeName(t.dtype), " ", ShapeString(t.shape)));
   }
+  const ConstTensorView& k = a.keys;
+  if (!k.empty() && t.empty()) {
+    return Invalid("keys", "given without embeddings (the query rows they pair with)");
+  }
+  if (!k.empty() && (k.shape != t.shape || !IsFloatDType(k.dtype))) {
+    return Invalid("keys", absl::StrCat("expected a float tensor of the shape of embeddings ",
+                                        ShapeString(t.shape), ", got ", DTypeName(k.dtype), " ",
+                                        ShapeString(k.shape)));
+  }
   return absl::OkStatus();
 }
 
@@ -280,8 +297,13 @@ int64_t WorkingBytes(const AnalysisPlan& p) {
     bytes += std::min(p.args.count, kExactUniquenessPositions) * row_bytes;
     if (p.args.collision_dtype) bytes += 16 * p.args.count;
   }
+  // RELATIVE: biases compare a FULL window (and its copy); rotation fits read two chunks.
+  const AnalysisFamily family = p.args.encoding.family;
   const int64_t w = std::min(p.args.count, kMaxBiasWindow);
-  if (p.Wants(AnalysisProperty::kRelative)) bytes += 2 * w * w * p.width * 8;
+  if (p.Wants(AnalysisProperty::kRelative) &&
+      (family == AnalysisFamily::kAlibi || family == AnalysisFamily::kT5)) {
+    bytes += 2 * w * w * p.width * 8;
+  }
   if (p.Wants(AnalysisProperty::kSimilarity)) {
     const int64_t sw = std::min(p.args.window, p.args.count);
     bytes += sw * sw * 8 + sw * row_bytes * 2;
@@ -342,6 +364,14 @@ absl::Status AnalysisRows(const Backend& backend, const AnalysisPlan& plan, int6
     case AnalysisFamily::kT5: return BiasRows(backend, e, first, n, dtype, out);
   }
   return absl::InternalError("unknown encoding family");
+}
+
+absl::Status T5RowsAfter(const Backend& backend, const AnalysisPlan& plan, int64_t first, int64_t n,
+                         std::vector<double>* out, DType dtype) {
+  if (plan.args.encoding.family != AnalysisFamily::kT5) {
+    return absl::InternalError("T5RowsAfter: the plan's encoding is not T5");
+  }
+  return T5Rows(backend, plan.args.encoding, first, n, dtype, /*after=*/true, out);
 }
 
 absl::StatusOr<AnalysisResult> RunAnalysis(const Backend& backend, const AnalysisPlan& plan) {

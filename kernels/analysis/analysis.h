@@ -12,7 +12,8 @@
 //   ALIBI       the bias of a key p tokens before the query, one value per head [H]
 //               (CAUSAL/SYMMETRIC: -m_h*p; BLOOM: +m_h*p, the bias of key position p).
 //   T5          the bias of relative position -p (a key p tokens back) per head [H], from the
-//               caller's table [num_buckets, H]; without a table the bucket id [1].
+//               caller's table [num_buckets, H]; without a table the bucket id [1]. DECAY also
+//               draws the keys p tokens after the query (+p) where the buckets are bidirectional.
 // Properties (each optional, AnalysisProperty):
 //   1 UNIQUENESS   smallest distance ||PE(p) - PE(q)|| over p != q in the range: exact over all
 //                  pairs when count <= kExactUniquenessPositions, else the minimum over offsets
@@ -108,6 +109,9 @@ struct AnalysisArgs {
   // Optional token embeddings [n, D] (float dtype): DECAY's q/k rows (RoPE: D = head_dim) and
   // SIMILARITY's add/concat tokens; empty: random ones from `seed`.
   ConstTensorView embeddings;
+  // DECAY: key rows [n, head_dim] paired row by row with `embeddings` (the query rows, same
+  // shape); empty: k = q.
+  ConstTensorView keys;
   // EXTRAPOLATION: the scalings compared (each replaces rope.scaling); empty: the config's own
   // and default (unscaled).
   std::vector<RopeScaling> scalings;
@@ -134,6 +138,11 @@ absl::StatusOr<AnalysisPlan> PlanAnalysis(AnalysisArgs args);
 // (resized). first .. first+n-1 need not lie in the range (the op's own limits apply).
 absl::Status AnalysisRows(const Backend& backend, const AnalysisPlan& plan, int64_t first,
                           int64_t n, std::vector<double>* out, DType dtype = DType::kFloat64);
+
+// T5: the rows of keys AFTER the query (relative position +p, p = first .. first+n-1) as
+// AnalysisRows gives those before it; with unidirectional buckets they are all bucket 0.
+absl::Status T5RowsAfter(const Backend& backend, const AnalysisPlan& plan, int64_t first, int64_t n,
+                         std::vector<double>* out, DType dtype = DType::kFloat64);
 
 // ---- 1 UNIQUENESS -------------------------------------------------------------------------------
 struct UniquenessResult {
@@ -200,9 +209,17 @@ struct AnalysisCurve {
 };
 
 // 4 DECAY: ROPE: mean |q.k| of rotated random (or given) q/k per distance and the RoFormer
-// bound's relative sum (1/(d/2)) sum_j |S_j|, S_j = sum_{i<j} e^{i k theta_i}, per distance;
-// decay_stops_at: the distance past which the bound no longer decreases (about the longest
-// wavelength 2*pi/omega_min). ALIBI/T5: the bias per distance, one curve per head.
+// bound's relative sum B(k) = (1/(d/2)) sum_j |S_j|, S_j = sum_{i<j} e^{i k theta_i}, per
+// distance. B does not fall monotonically: it swings by ~10 % between neighbouring distances,
+// and its octave means fall only until they reach the random-phase level
+// F = (1/(d/2)) sum_j sqrt(pi j)/2 (the mean |S_j| of j unit vectors with random phases), at
+// about k = 2048 .. 8192 for base 10000, d 128 - far below that base's wavelength limit
+// 2*pi/omega_min = 54410; past it the octave means wander within ~1 % of F.
+// decay_stops_at is therefore the start of the first octave [2^i, 2^(i+1)) of distances whose
+// mean B lies within 5 % of F (-1: not reached in the range); the wavelength limit is a separate
+// figure, given in `note` (with m, the bound's scale and F). ALIBI/T5: the bias per distance of
+// a key r tokens back, one curve per head; T5 with bidirectional buckets also of a key r tokens
+// after the query ("head h, after").
 struct DecayResult {
   std::string method;
   std::vector<AnalysisCurve> curves;

@@ -88,14 +88,16 @@ std::vector<double> BinnedMeans::Means(int series) const {
 
 absl::Status ForEachRowChunk(
     const Backend& backend, const AnalysisPlan& plan, int64_t first, int64_t end,
-    const std::function<absl::Status(int64_t, int64_t, const std::vector<double>&)>& fn) {
+    const std::function<absl::Status(int64_t, int64_t, const std::vector<double>&)>& fn,
+    const RowChunkOptions& options) {
   std::vector<double> rows;
   for (int64_t c = first; c < end; c += plan.chunk_rows) {
     if (const Cancellation* cancel = CurrentCancellation(); cancel != nullptr) {
       POSENC_RETURN_IF_ERROR(cancel->Check());
     }
     const int64_t n = std::min(plan.chunk_rows, end - c);
-    POSENC_RETURN_IF_ERROR(AnalysisRows(backend, plan, c, n, &rows));
+    const int64_t m = std::min(n + options.halo, end - c);
+    POSENC_RETURN_IF_ERROR(options.rows(backend, plan, c, m, &rows, options.dtype));
     POSENC_RETURN_IF_ERROR(fn(c, n, rows));
   }
   return absl::OkStatus();

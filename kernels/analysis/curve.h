@@ -61,12 +61,25 @@ class BinnedMeans {
   std::vector<int64_t> counts_;
 };
 
+// A source of rows with AnalysisRows's signature (AnalysisRows, T5RowsAfter).
+using AnalysisRowsFn = absl::Status (*)(const Backend&, const AnalysisPlan&, int64_t, int64_t,
+                                        std::vector<double>*, DType);
+
+// What ForEachRowChunk computes for each chunk.
+struct RowChunkOptions {
+  int64_t halo = 0;                     // rows of the positions after the chunk too (< end)
+  DType dtype = DType::kFloat64;        // the precision the op computes the rows in
+  AnalysisRowsFn rows = &AnalysisRows;  // where the rows come from
+};
+
 // Calls fn(c, n, rows) for the chunks [c, c+n) of [first, end) (plan.chunk_rows each), rows the
-// encodings AnalysisRows gives for them ([n, plan.width] float64); checks the calling thread's
-// cancellation before each chunk. Stops at the first error of AnalysisRows or fn.
+// encodings `options.rows` gives for c .. min(c + n + halo, end) - 1 ([m, plan.width] float64);
+// checks the calling thread's cancellation before each chunk. Stops at the first error of the
+// rows or fn.
 absl::Status ForEachRowChunk(
     const Backend& backend, const AnalysisPlan& plan, int64_t first, int64_t end,
-    const std::function<absl::Status(int64_t, int64_t, const std::vector<double>&)>& fn);
+    const std::function<absl::Status(int64_t, int64_t, const std::vector<double>&)>& fn,
+    const RowChunkOptions& options = {});
 
 // n standard normal samples from `seed` (Box-Muller over a 64-bit Mersenne Twister): the same on
 // every platform and standard library.

@@ -34,7 +34,8 @@ struct QkPairs {
   std::vector<double> re, im;  // h_j of pair s at [s * half + j]
 };
 
-// q and k as float64 [n, head_dim]: random and independent, or q = k = each embedding row.
+// q and k as float64 [n, head_dim]: random and independent, or the embedding rows as q and the
+// key rows as k (without keys: q = k = each embedding row).
 absl::Status LoadQk(const AnalysisPlan& plan, int64_t head_dim, int64_t* n, std::vector<double>* q,
                     std::vector<double>* k) {
   const ConstTensorView& e = plan.args.embeddings;
@@ -56,9 +57,16 @@ absl::Status LoadQk(const AnalysisPlan& plan, int64_t head_dim, int64_t* n, std:
                                                    "], got ", ShapeString(e.shape)));
   }
   *n = e.shape[0];
-  q->resize(static_cast<size_t>(*n * head_dim));
-  for (size_t i = 0; i < q->size(); ++i) (*q)[i] = LoadAsDouble(e.data, e.dtype, i);
-  *k = *q;
+  const auto load = [](const ConstTensorView& t, std::vector<double>* out) {
+    out->resize(static_cast<size_t>(t.NumElements()));
+    for (size_t i = 0; i < out->size(); ++i) (*out)[i] = LoadAsDouble(t.data, t.dtype, i);
+  };
+  load(e, q);
+  if (plan.args.keys.empty()) {
+    *k = *q;
+  } else {
+    load(plan.args.keys, k);  // the shape of e (PlanAnalysis)
+  }
   return absl::OkStatus();
 }
 
@@ -222,11 +230,13 @@ namespace {
 
 DecayResult RopeDecayResult(const AnalysisPlan& plan, RopeDecay d) {
   DecayResult r;
-  r.method = absl::StrCat(plan.args.encoding.rope.head_dim, "-dim q/k: ",
-                          plan.args.embeddings.empty()
-                              ? absl::StrCat(plan.args.samples, " random N(0, 1) pairs")
-                              : absl::StrCat(plan.args.embeddings.shape[0], " given rows, q = k"),
-                          "; RoFormer relative bound (1/(d/2)) sum_j |S_j|");
+  r.method = absl::StrCat(
+      plan.args.encoding.rope.head_dim, "-dim q/k: ",
+      plan.args.embeddings.empty()
+          ? absl::StrCat(plan.args.samples, " random N(0, 1) pairs")
+          : absl::StrCat(plan.args.embeddings.shape[0],
+                         plan.args.keys.empty() ? " given rows, q = k" : " given q/k row pairs"),
+      "; RoFormer relative bound (1/(d/2)) sum_j |S_j|");
   r.samples = plan.args.embeddings.empty() ? plan.args.samples : plan.args.embeddings.shape[0];
   r.seed = plan.args.seed;
   r.decay_stops_at = d.decay_stops_at;
@@ -240,8 +250,11 @@ DecayResult RopeDecayResult(const AnalysisPlan& plan, RopeDecay d) {
   return r;
 }
 
-absl::StatusOr<DecayResult> BiasDecay(const Backend& backend, const AnalysisPlan& plan) {
-  POSENC_ASSIGN_OR_RETURN(const Bins bins, CurveBins(plan));
+// The binned means per head of the rows `source` gives over the plan's distances: one curve per
+// head, labelled "head h" (or "bucket" for bucket ids) followed by `suffix`.
+absl::Status AppendBiasCurves(const Backend& backend, const AnalysisPlan& plan, const Bins& bins,
+                              AnalysisRowsFn source, const std::string& suffix, bool buckets,
+                              std::vector<AnalysisCurve>* curves) {
   const int heads = static_cast<int>(plan.width);
   BinnedMeans means(bins, heads);
   POSENC_RETURN_IF_ERROR(
@@ -249,16 +262,32 @@ absl::StatusOr<DecayResult> BiasDecay(const Backend& backend, const AnalysisPlan
                       [&](int64_t c, int64_t n, const std::vector<double>& rows) {
                         for (int64_t t = 0; t < n; ++t) means.Add(c + t, &rows[t * heads]);
                         return absl::OkStatus();
-                      }));
+                      },
+                      {.rows = source}));
+  for (int h = 0; h < heads; ++h) {
+    curves->push_back(
+        {absl::StrCat(buckets ? std::string("bucket") : absl::StrCat("head ", h), suffix),
+         Centres(bins), means.Means(h)});
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DecayResult> BiasDecay(const Backend& backend, const AnalysisPlan& plan) {
+  POSENC_ASSIGN_OR_RETURN(const Bins bins, CurveBins(plan));
   DecayResult r;
   const bool alibi = plan.args.encoding.family == AnalysisFamily::kAlibi;
   const bool buckets = !alibi && plan.args.encoding.t5.table.empty();
+  // Bidirectional T5 buckets tell keys after the query apart from those before: both sides.
+  const bool both_sides = !alibi && plan.args.encoding.t5.bidirectional;
   r.method = alibi     ? "ALiBi bias of a key r tokens back, per head"
              : buckets ? "T5 bucket of a key r tokens back (no table given)"
                        : "T5 bias of a key r tokens back, per head";
-  for (int h = 0; h < heads; ++h) {
-    r.curves.push_back({buckets ? std::string("bucket") : absl::StrCat("head ", h), Centres(bins),
-                        means.Means(h)});
+  if (both_sides) absl::StrAppend(&r.method, "; \", after\": a key r tokens after the query");
+  POSENC_RETURN_IF_ERROR(
+      AppendBiasCurves(backend, plan, bins, &AnalysisRows, "", buckets, &r.curves));
+  if (both_sides) {
+    POSENC_RETURN_IF_ERROR(
+        AppendBiasCurves(backend, plan, bins, &T5RowsAfter, ", after", buckets, &r.curves));
   }
   r.note = "each point: the mean over the distances of its bin";
   return r;

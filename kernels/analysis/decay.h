@@ -27,7 +27,9 @@
 // channels add a constant per pair).
 //
 // ALiBi and T5: the plan's rows are the bias per head of a key r tokens back (AnalysisRows:
-// AlibiBias / RelativeBias); one curve per head ("head h"; T5 without a table: "bucket").
+// AlibiBias / RelativeBias); one curve per head ("head h"; T5 without a table: "bucket"). T5 with
+// bidirectional buckets also gives the keys r tokens after the query (T5RowsAfter), one more
+// curve per head ("head h, after"; "bucket, after"): the buckets of the two sides differ.
 // SINUSOIDAL and LEARNED: not applicable (a note).
 //
 // Thread-safety: pure functions of their arguments; thread-safe.

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/analysis/analysis.h"
+#include "kernels/analysis/curve.h"
 #include "kernels/common/cancellation.h"
 #include "kernels/common/status.h"
 
@@ -23,21 +24,6 @@ constexpr int64_t kOffsetWork = int64_t{1} << 34;
 absl::Status CheckCancelled() {
   const Cancellation* c = CurrentCancellation();
   return c == nullptr ? absl::OkStatus() : c->Check();
-}
-
-// Calls fn(c, n, rows) for chunks [c, c+n) of [first, end): rows holds the encodings of
-// c .. min(c + n + halo, limit) - 1.
-template <typename Fn>
-absl::Status ForEachChunk(const Backend& backend, const AnalysisPlan& plan, int64_t first,
-                          int64_t end, int64_t halo, int64_t limit, DType dtype, Fn fn) {
-  std::vector<double> rows;
-  for (int64_t c = first; c < end; c += plan.chunk_rows) {
-    const int64_t n = std::min(plan.chunk_rows, end - c);
-    const int64_t m = std::min(n + halo, limit - c);
-    POSENC_RETURN_IF_ERROR(AnalysisRows(backend, plan, c, m, &rows, dtype));
-    fn(c, n, rows);
-  }
-  return absl::OkStatus();
 }
 
 // ||a - b||^2 over w values, stopping early once it passes `bound`.
@@ -75,16 +61,18 @@ absl::Status ExactClosest(const Backend& backend, const AnalysisPlan& plan, Clos
 absl::Status OffsetClosest(const Backend& backend, const AnalysisPlan& plan, int64_t k_max,
                            Closest* best) {
   const int64_t w = plan.width, end = plan.args.start + plan.args.count;
-  return ForEachChunk(backend, plan, plan.args.start, end, k_max, end, DType::kFloat64,
-                      [&](int64_t c, int64_t n, const std::vector<double>& rows) {
-                        const int64_t m = static_cast<int64_t>(rows.size()) / w;
-                        for (int64_t i = 0; i < n; ++i) {
-                          for (int64_t j = i + 1; j <= i + k_max && j < m; ++j) {
-                            best->Offer(Distance2(&rows[i * w], &rows[j * w], w, best->d2), c + i,
-                                        c + j);
-                          }
-                        }
-                      });
+  return ForEachRowChunk(backend, plan, plan.args.start, end,
+                         [&](int64_t c, int64_t n, const std::vector<double>& rows) {
+                           const int64_t m = static_cast<int64_t>(rows.size()) / w;
+                           for (int64_t i = 0; i < n; ++i) {
+                             for (int64_t j = i + 1; j <= i + k_max && j < m; ++j) {
+                               best->Offer(Distance2(&rows[i * w], &rows[j * w], w, best->d2),
+                                           c + i, c + j);
+                             }
+                           }
+                           return absl::OkStatus();
+                         },
+                         {.halo = k_max});
 }
 
 uint64_t HashRow(const double* row, int64_t w) {
@@ -133,11 +121,14 @@ absl::Status FirstCollision(const Backend& backend, const AnalysisPlan& plan, Un
   const int64_t w = plan.width, end = plan.args.start + plan.args.count;
   std::vector<std::pair<uint64_t, int64_t>> keys;
   keys.reserve(static_cast<size_t>(plan.args.count));
-  POSENC_RETURN_IF_ERROR(ForEachChunk(backend, plan, plan.args.start, end, 0, end, dtype,
-                                      [&](int64_t c, int64_t n, const std::vector<double>& rows) {
-                                        for (int64_t i = 0; i < n; ++i)
-                                          keys.emplace_back(HashRow(&rows[i * w], w), c + i);
-                                      }));
+  POSENC_RETURN_IF_ERROR(
+      ForEachRowChunk(backend, plan, plan.args.start, end,
+                      [&](int64_t c, int64_t n, const std::vector<double>& rows) {
+                        for (int64_t i = 0; i < n; ++i)
+                          keys.emplace_back(HashRow(&rows[i * w], w), c + i);
+                        return absl::OkStatus();
+                      },
+                      {.dtype = dtype}));
   std::sort(keys.begin(), keys.end());
   r->collision_searched = true;
   r->collision_dtype = dtype;
@@ -203,18 +194,20 @@ struct Accumulator {
 absl::StatusOr<BoundsResult> AnalyzeBounds(const Backend& backend, const AnalysisPlan& plan) {
   const int64_t w = plan.width, end = plan.args.start + plan.args.count;
   Accumulator values, norms;
-  POSENC_RETURN_IF_ERROR(ForEachChunk(backend, plan, plan.args.start, end, 0, end, DType::kFloat64,
-                                      [&](int64_t c, int64_t n, const std::vector<double>& rows) {
-                                        for (int64_t i = 0; i < n; ++i) {
-                                          long double sq = 0;
-                                          for (int64_t j = 0; j < w; ++j) {
-                                            const double v = rows[i * w + j];
-                                            values.Add(v, c + i);
-                                            sq += static_cast<long double>(v) * v;
-                                          }
-                                          norms.Add(static_cast<double>(std::sqrt(sq)), c + i);
-                                        }
-                                      }));
+  POSENC_RETURN_IF_ERROR(
+      ForEachRowChunk(backend, plan, plan.args.start, end,
+                      [&](int64_t c, int64_t n, const std::vector<double>& rows) {
+                        for (int64_t i = 0; i < n; ++i) {
+                          long double sq = 0;
+                          for (int64_t j = 0; j < w; ++j) {
+                            const double v = rows[i * w + j];
+                            values.Add(v, c + i);
+                            sq += static_cast<long double>(v) * v;
+                          }
+                          norms.Add(static_cast<double>(std::sqrt(sq)), c + i);
+                        }
+                        return absl::OkStatus();
+                      }));
   return BoundsResult{values.Done(), norms.Done()};
 }
 

@@ -73,20 +73,22 @@ void RotatePairs(const T* in, T* out, const T* c, const T* s, int64_t half, bool
   }
 }
 
-// Calls fn(in, out, r) for each row r: `out` the row, `in` the row itself, or (DEEPSEEK: the orders
-// differ) a copy of its rotary channels in the scratch.
+// Calls fn(in, out, r) for each row of each group r: `out` the row, `in` the row itself, or
+// (DEEPSEEK: the orders differ) a copy of its rotary channels in the scratch.
 template <typename E, typename RowFn>
 void EachRow(const RopeRows& a, RowFn fn) {
   auto* x = static_cast<E*>(a.x);
   auto* scratch = static_cast<E*>(a.scratch);
   const size_t bytes = static_cast<size_t>(2 * a.half) * sizeof(E);
   for (int64_t r = 0; r < a.rows; ++r) {
-    E* row = x + r * a.row_stride;
-    if (a.gptj_in == a.gptj_out) {
-      fn(row, row, r);
-    } else {
-      std::memcpy(scratch, row, bytes);
-      fn(scratch, row, r);
+    for (int64_t g = 0; g < a.group; ++g) {
+      E* row = x + r * a.row_stride + g * a.group_stride;
+      if (a.gptj_in == a.gptj_out) {
+        fn(row, row, r);
+      } else {
+        std::memcpy(scratch, row, bytes);
+        fn(scratch, row, r);
+      }
     }
   }
 }
@@ -488,10 +490,13 @@ struct HalfRotation {
 // Up to this many vectors of pairs per row in one pass (rotary dims to 128 on AVX-512 in one).
 constexpr int kMaxVecs = 4;
 
-// Pairs [j, j + kVecs*kLanes) of every row, row r read from in + r*in_stride and written to
-// out + r*out_stride with the tables from entry r*table_stride: all of a row's pairs are loaded
-// before any is stored (so `in` may be `out` for DEEPSEEK too when one pass covers the row), and
-// where the rows share their tables (kShared, the heads of one token) they stay in registers.
+// Pairs [j, j + kVecs*kLanes) of every row, row (r, g) read from in + r*in_stride +
+// g*group_stride and written to out + r*out_stride + g*group_stride with the tables from entry
+// r*table_stride: all of a row's pairs are loaded before any is stored (so `in` may be `out` for
+// DEEPSEEK too when one pass covers the row). The tables stay in registers for the rows that share
+// them: every row where kShared (the heads of one token), else the rows of one group (a few heads
+// of one token in BHSD: loading the tables for each row had made that layout load three factor
+// vectors per vector of pairs, 0.3 of the in-place limit on FLOAT16).
 template <class Fmt, class Rot, bool kGptjIn, bool kGptjOut, bool kShared, int kVecs>
 void RotatePass(const typename Fmt::Elem* in, int64_t in_stride, typename Fmt::Elem* out,
                 int64_t out_stride, const RopeRows& a, const typename Rot::Tables& tab, int64_t j) {
@@ -499,35 +504,41 @@ void RotatePass(const typename Fmt::Elem* in, int64_t in_stride, typename Fmt::E
   using E = typename Fmt::Elem;
   // Locals: the vector stores may alias anything, so fields of `a` would be reloaded each row.
   const int64_t half = a.half, rows = a.rows, ts = a.table_stride;
-  Lanes shared[kVecs];
-  if constexpr (kShared) {
-    for (int u = 0; u < kVecs; ++u) shared[u] = Lanes(tab, j + u * kLanes);
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    const E* in_r = in + r * in_stride;
-    E* out_r = out + r * out_stride;
-    const int64_t t = r * ts;
+  // One row (its tables in `l`, entry t on).
+  auto rotate_row = [&](const E* in_r, E* out_r, int64_t t, const Lanes* l) {
     Vf xa[kVecs], xb[kVecs];
     for (int u = 0; u < kVecs; ++u) {
       LoadPairsAt<Fmt, kGptjIn>(in_r, half, j + u * kLanes, &xa[u], &xb[u]);
     }
-    for (int u = 0; u < kVecs; ++u) {
-      Rot::Rotate(&xa[u], &xb[u], kShared ? shared[u] : Lanes(tab, t + j + u * kLanes));
-    }
+    for (int u = 0; u < kVecs; ++u) Rot::Rotate(&xa[u], &xb[u], l[u]);
     if (__builtin_expect(Rot::template AnyNotFinite<Fmt, kVecs>(xa, xb), 0)) {
       if constexpr (kGptjIn != kGptjOut) {
         if (in_r == out_r) {  // DEEPSEEK in one pass: the pairs one by one from a copy of the row
           E row[int64_t{2} * kMaxVecs * kLanes];
           std::memcpy(row, in_r, static_cast<size_t>(2 * half) * sizeof(E));
           Rot::template Pairs<Fmt>(row, out_r, tab, t, half, kGptjIn, kGptjOut, 0, half);
-          continue;
+          return;
         }
       }
       Rot::template Pairs<Fmt>(in_r, out_r, tab, t, half, kGptjIn, kGptjOut, j, j + kVecs * kLanes);
-      continue;
+      return;
     }
     for (int u = 0; u < kVecs; ++u) {
       StorePairsAt<Fmt, kGptjOut>(out_r, half, j + u * kLanes, xa[u], xb[u]);
+    }
+  };
+  Lanes l[kVecs];
+  if constexpr (kShared) {
+    for (int u = 0; u < kVecs; ++u) l[u] = Lanes(tab, j + u * kLanes);
+    for (int64_t r = 0; r < rows; ++r) rotate_row(in + r * in_stride, out + r * out_stride, 0, l);
+  } else {
+    const int64_t group = a.group, gs = a.group_stride;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t t = r * ts;
+      for (int u = 0; u < kVecs; ++u) l[u] = Lanes(tab, t + j + u * kLanes);
+      for (int64_t g = 0; g < group; ++g) {
+        rotate_row(in + r * in_stride + g * gs, out + r * out_stride + g * gs, t, l);
+      }
     }
   }
 }
@@ -555,8 +566,11 @@ void RotateRowsInLanes(const typename Fmt::Elem* in, int64_t in_stride, typename
   }
   if (j == a.half) return;
   for (int64_t r = 0; r < a.rows; ++r) {
-    Rot::template Pairs<Fmt>(in + r * in_stride, out + r * out_stride, tab, r * a.table_stride,
-                             a.half, kGptjIn, kGptjOut, j, a.half);
+    for (int64_t g = 0; g < a.group; ++g) {
+      Rot::template Pairs<Fmt>(in + r * in_stride + g * a.group_stride,
+                               out + r * out_stride + g * a.group_stride, tab, r * a.table_stride,
+                               a.half, kGptjIn, kGptjOut, j, a.half);
+    }
   }
 }
 
@@ -588,6 +602,15 @@ void RotateInLanes(const RopeRows& a, const typename Rot::Tables& tab) {
       RotateRowsInLanes<Fmt, Rot, false, true>(x, stride, x, stride, a, tab);
     } else {
       RotateRowsInLanes<Fmt, Rot, false, false>(x, stride, x, stride, a, tab);
+    }
+    return;
+  }
+  if (a.group > 1) {  // the copies below hold one row per table entry: the group's rows in turn
+    RopeRows b = a;
+    b.group = 1;
+    for (int64_t g = 0; g < a.group; ++g) {
+      b.x = x + g * a.group_stride;
+      RotateInLanes<Fmt, Rot>(b, tab);
     }
     return;
   }

@@ -3,23 +3,40 @@
 moving the same bytes, side by side in one run (issue #20; the C++ twin is wire_bench.cc).
 
 Usage: PYTHONPATH=build/release/python tests/bench/wire_bench.py --target ADDR
-           [--sizes 2,8,32,128,256] [--rounds 5]
+           [--sizes 2,8,32,128,256] [--rounds 5] [--paths direct,plain,direct+malloc]
 For each size S (MiB of q + k, float32 numpy arrays [1, T, 32, 128] each), alternating rounds:
   stream: one socket of the target's kind (TCP on 127.0.0.1, or a Unix socket pair) carrying
           2 S MiB one way between two buffers (sendall / recv_into, both touched before timing);
-  wire:   Client.apply_rope(q, k) on arrays the caller keeps, the numpy results received.
-Prints per size the medians: stream GB/s, wire GB/s (2 S MiB over the call's time), the ratio.
+  then each client path, in turn first in a round, each in a process of its own (same
+  interpreter) that times Client.apply_rope(q, k) on arrays it keeps, the numpy results
+  received:
+  direct: the client's default (the tensors' bytes joined into the request and viewed in the
+          response, posenc._direct);
+  plain:  the same through protobuf's Python messages (Client(direct_tensors=False));
+  PATH+malloc: PATH in a process whose glibc malloc keeps freed memory for reuse
+          (MALLOC_MMAP_MAX_=0, MALLOC_TRIM_THRESHOLD_=16 GiB: no fresh, page-faulting buffers
+          per call; the process keeps its peak heap).
+Prints per size the medians: stream GB/s, each path's GB/s (2 S MiB over the call's time), the
+call's p50 and the ratio to the stream.
 """
 
 import argparse
+import os
 import socket
 import statistics
+import subprocess
+import sys
 import threading
 import time
+from typing import Dict, List, Tuple
 
 import numpy as np
 
 import posenc
+
+# The environment of a "+malloc" path: glibc's malloc serves every size from its heap and
+# keeps freed memory (up to 16 GiB) instead of returning it to the kernel.
+KEEP_FREED_MEMORY = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(16 << 30)}
 
 
 def stream_seconds(unix_socket: bool, src: memoryview, dst: memoryview) -> float:
@@ -46,25 +63,75 @@ def stream_seconds(unix_socket: bool, src: memoryview, dst: memoryview) -> float
     return seconds
 
 
-def run_size(client: posenc.Client, unix_socket: bool, mib: int, rounds: int) -> None:
+def tensors(mib: int) -> Tuple[np.ndarray, np.ndarray]:
     tokens = (mib << 20) // 2 // (32 * 128 * 4)
     rng = np.random.default_rng(mib)
-    q = rng.standard_normal((1, tokens, 32, 128), dtype=np.float32)
-    k = rng.standard_normal((1, tokens, 32, 128), dtype=np.float32)
-    nbytes = 2 * (q.nbytes + k.nbytes)
+    return (rng.standard_normal((1, tokens, 32, 128), dtype=np.float32),
+            rng.standard_normal((1, tokens, 32, 128), dtype=np.float32))
+
+
+def worker(target: str, direct: bool) -> None:
+    """A client path's process: reads a size (MiB) per line, answers the call's seconds."""
+    arrays: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
+    with posenc.Client(target, timeout=300, direct_tensors=direct) as client:
+        for line in sys.stdin:
+            mib = int(line)
+            if mib not in arrays:
+                arrays = {mib: tensors(mib)}
+            q, k = arrays[mib]
+            start = time.perf_counter()
+            client.apply_rope(q, k)
+            print(time.perf_counter() - start, flush=True)
+
+
+class Path:
+    """A client path in its own process."""
+
+    def __init__(self, name: str, target: str):
+        base, _, variant = name.partition("+")
+        if base not in ("direct", "plain") or variant not in ("", "malloc"):
+            raise SystemExit(f"unknown path {name!r} (direct, plain, direct+malloc, ...)")
+        env = dict(os.environ, **(KEEP_FREED_MEMORY if variant else {}))
+        self.name = name
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--worker", base, "--target", target], env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def call(self, mib: int) -> float:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(f"{mib}\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise SystemExit(f"the {self.name} path's process failed")
+        return float(line)
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def run_size(paths: List[Path], unix_socket: bool, mib: int, rounds: int) -> None:
+    nbytes = 2 * (mib << 20)
     src = memoryview(bytearray(b"x" * nbytes))
     dst = memoryview(bytearray(nbytes))
-    client.apply_rope(q, k)  # warm-up
-    stream, wire = [], []
-    for _ in range(rounds):
+    for path in paths:
+        path.call(mib)  # warm-up
+    stream: List[float] = []
+    wire: Dict[str, List[float]] = {path.name: [] for path in paths}
+    for r in range(rounds):
         stream.append(stream_seconds(unix_socket, src, dst))
-        start = time.perf_counter()
-        client.apply_rope(q, k)
-        wire.append(time.perf_counter() - start)
+        for path in paths[r % len(paths):] + paths[:r % len(paths)]:  # each first in turn
+            wire[path.name].append(path.call(mib))
     s = nbytes / statistics.median(stream) / 1e9
-    w = nbytes / statistics.median(wire) / 1e9
-    print(f"| {mib} MiB | {'unix' if unix_socket else 'tcp'} | {s:.2f} GB/s | {w:.2f} GB/s | "
-          f"{statistics.median(wire) * 1e3:.1f} ms | {w / s:.2f} |", flush=True)
+    cells = []
+    for path in paths:
+        p50 = statistics.median(wire[path.name])
+        cells.append(f"{nbytes / p50 / 1e9:.2f} GB/s | {p50 * 1e3:.1f} ms | "
+                     f"{nbytes / p50 / 1e9 / s:.2f}")
+    print(f"| {mib} MiB | {'unix' if unix_socket else 'tcp'} | {s:.2f} GB/s | "
+          f"{' | '.join(cells)} |", flush=True)
 
 
 def main() -> None:
@@ -72,13 +139,24 @@ def main() -> None:
     parser.add_argument("--target", required=True)
     parser.add_argument("--sizes", default="2,8,32,128,256")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--paths", default="direct,plain",
+                        help="client paths: direct, plain, direct+malloc, plain+malloc")
+    parser.add_argument("--worker", choices=("direct", "plain"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        worker(args.target, args.worker == "direct")
+        return
     unix_socket = args.target.startswith("unix:")
-    print("| q+k | socket | one stream | Python client apply_rope | call p50 | wire / stream |")
-    print("|---|---|---|---|---|---|")
-    with posenc.Client(args.target, timeout=300) as client:
+    paths = [Path(name, args.target) for name in args.paths.split(",")]
+    head = "".join(f" {path.name}: apply_rope | p50 | of stream |" for path in paths)
+    print(f"| q+k | socket | one stream |{head}")
+    print("|---|---|---|" + "---|---|---|" * len(paths))
+    try:
         for mib in (int(s) for s in args.sizes.split(",")):
-            run_size(client, unix_socket, mib, args.rounds)
+            run_size(paths, unix_socket, mib, args.rounds)
+    finally:
+        for path in paths:
+            path.close()
 
 
 if __name__ == "__main__":

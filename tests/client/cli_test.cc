@@ -214,6 +214,37 @@ TEST_F(CliTest, AnalyzePrintsEachPropertyAndJson) {
              "distances[0]");
 }
 
+TEST_F(CliTest, AnalyzeDrawsTheSimilarityHeatmapBesideTheCurves) {
+  // Similarity alone: the heatmap of the 128 x 128 cells (512 positions in cells of 4).
+  CliResult alone = Run(absl::StrCat(
+      "analyze --encoding sinusoidal --dim 64 --count 512 --properties similarity --window 512 "
+      "--max-cells 128 --png ",
+      Path("similarity.png")));
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  const ::posenc::testing::Picture heatmap = ::posenc::testing::DecodePng(Path("similarity.png"));
+  // 128 cells magnified 4 times (512 px) plus axes, labels and the colour bar.
+  EXPECT_GT(heatmap.width, 512);
+  EXPECT_LT(heatmap.width, 1000);
+  EXPECT_GT(heatmap.height, 512);
+  EXPECT_GT(heatmap.Colourful(), 512 * 512);  // the cells and the colour bar
+  EXPECT_GT(heatmap.DistinctColours(), 50u);  // not constant: the similarity falls off the diagonal
+  // With decay curves: the line plots on the left, the same heatmap on the right.
+  CliResult both = Run(absl::StrCat(
+      "analyze --encoding rope --head-dim 32 --count 512 --properties decay,similarity "
+      "--window 512 --max-cells 128 --png ",
+      Path("both.png")));
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  const ::posenc::testing::Picture picture = ::posenc::testing::DecodePng(Path("both.png"));
+  EXPECT_GT(picture.width, heatmap.width + 400);
+  EXPECT_GE(picture.height, heatmap.height);
+  EXPECT_GT(picture.Colourful(), 512 * 512);
+  // Nothing drawable: a usage error that names the properties that draw.
+  ExpectUsageError(absl::StrCat("analyze --encoding alibi --heads 2 --count 64 --properties bounds "
+                                "--png ",
+                                Path("none.png")),
+                   "--png: nothing to draw");
+}
+
 TEST_F(CliTest, ServerErrorsPrintTheCodeAndExitOne) {
   CliResult r = Run("rope-cache --positions 0:4 --head-dim 8 --rotary-dim 3");
   EXPECT_EQ(r.exit_code, 1);

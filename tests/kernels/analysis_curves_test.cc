@@ -18,46 +18,17 @@
 #include "kernels/backend.h"
 #include "kernels/bias/alibi.h"
 #include "kernels/bias/relative.h"
+#include "tests/kernels/analysis_util.h"
 
 namespace posenc::kernels {
 namespace {
 
+using ::posenc::kernels::analysis_testing::Alibi;
+using ::posenc::kernels::analysis_testing::Cpu;
+using ::posenc::kernels::analysis_testing::Plan;
+using ::posenc::kernels::analysis_testing::Rope;
+using ::posenc::kernels::analysis_testing::TryPlan;
 using ::testing::HasSubstr;
-
-const Backend& Cpu() {
-  static const auto* backend = MakeCpuBackend({2, ""})->release();
-  return *backend;
-}
-
-AnalysisArgs Rope(int64_t head_dim, double base, int64_t start, int64_t count) {
-  AnalysisArgs a;
-  a.encoding.family = AnalysisFamily::kRope;
-  a.encoding.rope.head_dim = head_dim;
-  a.encoding.rope.base = base;
-  a.start = start;
-  a.count = count;
-  return a;
-}
-
-AnalysisArgs Alibi(int64_t heads, int64_t start, int64_t count) {
-  AnalysisArgs a;
-  a.encoding.family = AnalysisFamily::kAlibi;
-  a.encoding.alibi.num_heads = heads;
-  a.start = start;
-  a.count = count;
-  return a;
-}
-
-absl::StatusOr<AnalysisPlan> TryPlan(AnalysisArgs a, AnalysisProperty property) {
-  a.properties = {property};
-  return PlanAnalysis(std::move(a));
-}
-
-AnalysisPlan Plan(AnalysisArgs a, AnalysisProperty property) {
-  absl::StatusOr<AnalysisPlan> plan = TryPlan(std::move(a), property);
-  EXPECT_TRUE(plan.ok()) << plan.status();
-  return *plan;
-}
 
 // ---- bins ---------------------------------------------------------------------------------------
 
@@ -117,7 +88,7 @@ TEST(AnalysisDecayTest, AllOnesQkIsTheClosedFormAndWithinTheRoFormerBound) {
     }
     std::vector<float> ones(64, 1.0f);
     a.embeddings = {DType::kFloat32, {1, 64}, ones.data()};
-    const AnalysisPlan plan = Plan(a, AnalysisProperty::kDecay);
+    const AnalysisPlan plan = Plan(a, {AnalysisProperty::kDecay});
     absl::StatusOr<RopeDecay> d = ComputeRopeDecay(Cpu(), plan);
     ASSERT_TRUE(d.ok()) << d.status();
     const RopeFrequencies f = *ComputeRopeFrequencies(a.encoding.rope, 399);
@@ -145,7 +116,7 @@ TEST(AnalysisDecayTest, RoFormerBoundHoldsForRandomPairsAtEveryDistance) {
     a.samples = 1;  // the mean of one pair is its |q.k|
     for (uint64_t seed : {1u, 2u, 3u}) {
       a.seed = seed;
-      absl::StatusOr<RopeDecay> d = ComputeRopeDecay(Cpu(), Plan(a, AnalysisProperty::kDecay));
+      absl::StatusOr<RopeDecay> d = ComputeRopeDecay(Cpu(), Plan(a, {AnalysisProperty::kDecay}));
       ASSERT_TRUE(d.ok()) << d.status();
       for (size_t r = 0; r < d->bound.y.size(); ++r) {
         EXPECT_LE(d->mean_abs_dot.y[r], d->bound_scale * 64 * d->bound.y[r]) << r;
@@ -159,7 +130,7 @@ TEST(AnalysisDecayTest, RoFormerBoundHoldsForRandomPairsAtEveryDistance) {
 TEST(AnalysisDecayTest, BoundDecaysOverOctavesUntilItStopsBeforeTheWavelengthLimit) {
   AnalysisArgs a = Rope(128, 10000, 0, 1 << 16);
   a.samples = 1;
-  absl::StatusOr<RopeDecay> whole = ComputeRopeDecay(Cpu(), Plan(a, AnalysisProperty::kDecay));
+  absl::StatusOr<RopeDecay> whole = ComputeRopeDecay(Cpu(), Plan(a, {AnalysisProperty::kDecay}));
   ASSERT_TRUE(whole.ok()) << whole.status();
   EXPECT_NEAR(whole->wavelength_limit, 2 * std::numbers::pi * std::pow(10000.0, 126.0 / 128), 1e-6);
   EXPECT_GT(whole->decay_stops_at, 1024);
@@ -168,7 +139,7 @@ TEST(AnalysisDecayTest, BoundDecaysOverOctavesUntilItStopsBeforeTheWavelengthLim
   for (int64_t start = 1; start <= whole->decay_stops_at; start *= 2) {
     AnalysisArgs octave = Rope(128, 10000, start, start);
     octave.samples = 1;
-    absl::StatusOr<RopeDecay> d = ComputeRopeDecay(Cpu(), Plan(octave, AnalysisProperty::kDecay));
+    absl::StatusOr<RopeDecay> d = ComputeRopeDecay(Cpu(), Plan(octave, {AnalysisProperty::kDecay}));
     ASSERT_TRUE(d.ok()) << d.status();
     // Bins of one octave: x is each bin's centre, so the width of bin b is 2 (x[b] - first).
     double sum = 0;
@@ -185,10 +156,45 @@ TEST(AnalysisDecayTest, BoundDecaysOverOctavesUntilItStopsBeforeTheWavelengthLim
   }
 }
 
+// Given q and k rows are paired row by row: the random draws of a seed given as rows give the
+// same curves; without the keys (q = k) they differ.
+TEST(AnalysisDecayTest, GivenKeysPairWithTheQueryRows) {
+  AnalysisArgs a = Rope(64, 10000, 0, 300);
+  a.samples = 3;
+  a.seed = 5;
+  absl::StatusOr<RopeDecay> random = ComputeRopeDecay(Cpu(), Plan(a, {AnalysisProperty::kDecay}));
+  ASSERT_TRUE(random.ok()) << random.status();
+  const std::vector<double> g = GaussianSamples(5, 2 * 3 * 64);  // q rows, then k rows
+  a.embeddings = {DType::kFloat64, {3, 64}, g.data()};
+  a.keys = {DType::kFloat64, {3, 64}, g.data() + 3 * 64};
+  absl::StatusOr<DecayResult> given = AnalyzeDecay(Cpu(), Plan(a, {AnalysisProperty::kDecay}));
+  ASSERT_TRUE(given.ok()) << given.status();
+  ASSERT_EQ(given->curves.size(), 2u);
+  EXPECT_EQ(given->curves[0].y, random->mean_abs_dot.y);
+  EXPECT_EQ(given->curves[1].y, random->bound.y);
+  EXPECT_THAT(given->method, HasSubstr("3 given q/k row pairs"));
+  a.keys = {};
+  absl::StatusOr<DecayResult> self = AnalyzeDecay(Cpu(), Plan(a, {AnalysisProperty::kDecay}));
+  ASSERT_TRUE(self.ok()) << self.status();
+  EXPECT_NE(self->curves[0].y, random->mean_abs_dot.y);
+  EXPECT_THAT(self->method, HasSubstr("q = k"));
+  // Bad keys are named, expected vs received.
+  a.keys = {DType::kFloat64, {2, 64}, g.data()};
+  EXPECT_THAT(TryPlan(a, {AnalysisProperty::kDecay}).status().message(),
+              HasSubstr("keys: expected a float tensor of the shape of embeddings [3, 64], got "));
+  const std::vector<int32_t> ints(3 * 64, 1);
+  a.keys = {DType::kInt32, {3, 64}, ints.data()};
+  EXPECT_THAT(TryPlan(a, {AnalysisProperty::kDecay}).status().message(), HasSubstr("keys:"));
+  a.keys = {DType::kFloat64, {3, 64}, g.data()};
+  a.embeddings = {};
+  EXPECT_THAT(TryPlan(a, {AnalysisProperty::kDecay}).status().message(),
+              HasSubstr("keys: given without embeddings"));
+}
+
 TEST(AnalysisDecayTest, DecayResultCarriesTheCurvesAndTheNote) {
   AnalysisArgs a = Rope(64, 500000, 0, 100000);
   a.samples = 8;
-  absl::StatusOr<DecayResult> r = AnalyzeDecay(Cpu(), Plan(a, AnalysisProperty::kDecay));
+  absl::StatusOr<DecayResult> r = AnalyzeDecay(Cpu(), Plan(a, {AnalysisProperty::kDecay}));
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->curves.size(), 2u);
   EXPECT_EQ(r->curves[0].label, "mean |q.k|");
@@ -204,7 +210,7 @@ TEST(AnalysisDecayTest, DecayResultCarriesTheCurvesAndTheNote) {
 
 TEST(AnalysisDecayTest, AlibiBiasPerDistanceIsMinusSlopeTimesDistance) {
   const AnalysisArgs a = Alibi(12, 1000, 300);
-  absl::StatusOr<DecayResult> r = AnalyzeDecay(Cpu(), Plan(a, AnalysisProperty::kDecay));
+  absl::StatusOr<DecayResult> r = AnalyzeDecay(Cpu(), Plan(a, {AnalysisProperty::kDecay}));
   ASSERT_TRUE(r.ok()) << r.status();
   const std::vector<double> slopes = *AlibiSlopes(12);
   ASSERT_EQ(r->curves.size(), 12u);
@@ -224,9 +230,9 @@ TEST(AnalysisDecayTest, T5BiasPerDistanceIsTheTableAtTheBucket) {
   a.encoding.family = AnalysisFamily::kT5;
   a.encoding.t5.table = {DType::kFloat64, {32, 3}, table.data()};
   a.count = 200;
-  absl::StatusOr<DecayResult> r = AnalyzeDecay(Cpu(), Plan(a, AnalysisProperty::kDecay));
+  absl::StatusOr<DecayResult> r = AnalyzeDecay(Cpu(), Plan(a, {AnalysisProperty::kDecay}));
   ASSERT_TRUE(r.ok()) << r.status();
-  ASSERT_EQ(r->curves.size(), 3u);
+  ASSERT_EQ(r->curves.size(), 6u);  // bidirectional: then the keys after the query
   for (int h = 0; h < 3; ++h) {
     for (int d = 0; d < 200; ++d) {
       EXPECT_EQ(r->curves[h].y[d], table[T5Bucket(-d, true, 32, 128) * 3 + h]) << h << " " << d;
@@ -234,11 +240,53 @@ TEST(AnalysisDecayTest, T5BiasPerDistanceIsTheTableAtTheBucket) {
   }
 }
 
+// Bidirectional buckets: keys before the query use buckets 0 .. 15, keys after it 16 .. 31 (the
+// same edges, float64 closed form: exact below 8, then 8 + floor(ln(d/8) / ln(16) * 8) up to
+// 15); unidirectional buckets have no after side (all bucket 0 there).
+TEST(AnalysisDecayTest, T5BidirectionalBucketsHaveBothSides) {
+  AnalysisArgs a;
+  a.encoding.family = AnalysisFamily::kT5;
+  a.count = 500;  // <= kCurvePoints: one point per distance
+  absl::StatusOr<DecayResult> r = AnalyzeDecay(Cpu(), Plan(a, {AnalysisProperty::kDecay}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->curves.size(), 2u);
+  EXPECT_EQ(r->curves[0].label, "bucket");
+  EXPECT_EQ(r->curves[1].label, "bucket, after");
+  EXPECT_THAT(r->method, HasSubstr("after the query"));
+  for (int64_t d = 0; d < 500; ++d) {
+    const int64_t back =
+        d < 8 ? d
+              : std::min<int64_t>(8 + static_cast<int64_t>(std::log(d / 8.0) / std::log(16.0) * 8),
+                                  15);
+    ASSERT_EQ(r->curves[0].x[d], d);
+    EXPECT_EQ(r->curves[0].y[d], back) << d;
+    EXPECT_EQ(r->curves[1].y[d], d == 0 ? 0 : 16 + back) << d;
+  }
+  // With a table: the table's row at each side's bucket.
+  std::vector<double> table(32 * 2);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = 0.5 * static_cast<double>(i) - 7;
+  a.encoding.t5.table = {DType::kFloat64, {32, 2}, table.data()};
+  r = AnalyzeDecay(Cpu(), Plan(a, {AnalysisProperty::kDecay}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->curves.size(), 4u);
+  EXPECT_EQ(r->curves[3].label, "head 1, after");
+  for (int h = 0; h < 2; ++h) {
+    for (int d = 0; d < 500; ++d) {
+      EXPECT_EQ(r->curves[2 + h].y[d], table[T5Bucket(d, true, 32, 128) * 2 + h]) << h << " " << d;
+    }
+  }
+  a.encoding.t5.table = {};
+  a.encoding.t5.bidirectional = false;
+  r = AnalyzeDecay(Cpu(), Plan(a, {AnalysisProperty::kDecay}));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->curves.size(), 1u);
+}
+
 TEST(AnalysisDecayTest, AbsoluteEncodingsHaveNoDecayOfTheirOwn) {
   AnalysisArgs a;
   a.encoding.sinusoidal.dim = 16;
   a.count = 10;
-  absl::StatusOr<DecayResult> r = AnalyzeDecay(Cpu(), Plan(a, AnalysisProperty::kDecay));
+  absl::StatusOr<DecayResult> r = AnalyzeDecay(Cpu(), Plan(a, {AnalysisProperty::kDecay}));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->method, "not applicable");
   EXPECT_TRUE(r->curves.empty());
@@ -247,12 +295,12 @@ TEST(AnalysisDecayTest, AbsoluteEncodingsHaveNoDecayOfTheirOwn) {
 TEST(AnalysisDecayTest, BadInputsAreNamed) {
   AnalysisArgs a = Rope(64, 10000, 0, 100);
   a.samples = kMaxAnalysisSamples + 1;
-  EXPECT_THAT(AnalyzeDecay(Cpu(), Plan(a, AnalysisProperty::kDecay)).status().message(),
+  EXPECT_THAT(AnalyzeDecay(Cpu(), Plan(a, {AnalysisProperty::kDecay})).status().message(),
               HasSubstr("samples: DECAY draws 1 .. 4096 q/k pairs, got 4097"));
   a.samples = 4;
   std::vector<float> rows(2 * 32, 1.0f);
   a.embeddings = {DType::kFloat32, {2, 32}, rows.data()};
-  EXPECT_EQ(AnalyzeDecay(Cpu(), Plan(a, AnalysisProperty::kDecay)).status().message(),
+  EXPECT_EQ(AnalyzeDecay(Cpu(), Plan(a, {AnalysisProperty::kDecay})).status().message(),
             "embeddings: DECAY takes q/k rows [1 .. 4096, head_dim = 64], got [2, 32]");
 }
 
@@ -279,7 +327,7 @@ TEST(AnalysisExtrapolationTest, LinearAndLlama3WavelengthsAgainstTheUnscaledConf
   linear.factor = 4;
   // The config's own scaling and the unscaled one.
   absl::StatusOr<ExtrapolationResult> own =
-      AnalyzeExtrapolation(Cpu(), Plan(a, AnalysisProperty::kExtrapolation));
+      AnalyzeExtrapolation(Cpu(), Plan(a, {AnalysisProperty::kExtrapolation}));
   ASSERT_TRUE(own.ok()) << own.status();
   EXPECT_EQ(own->original_context, 8192);
   ASSERT_EQ(own->series.size(), 2u);
@@ -297,7 +345,7 @@ TEST(AnalysisExtrapolationTest, LinearAndLlama3WavelengthsAgainstTheUnscaledConf
   // Explicit scalings replace the config's.
   a.scalings = {linear, RopeScaling()};
   absl::StatusOr<ExtrapolationResult> lin =
-      AnalyzeExtrapolation(Cpu(), Plan(a, AnalysisProperty::kExtrapolation));
+      AnalyzeExtrapolation(Cpu(), Plan(a, {AnalysisProperty::kExtrapolation}));
   ASSERT_TRUE(lin.ok()) << lin.status();
   ASSERT_EQ(lin->series.size(), 2u);
   EXPECT_EQ(lin->series[0].scaling, "linear");
@@ -321,25 +369,25 @@ TEST(AnalysisExtrapolationTest, UnscaledConfigAndBadInputs) {
 
   AnalysisArgs a = Rope(64, 10000, 0, 100);
   EXPECT_THAT(
-      AnalyzeExtrapolation(Cpu(), Plan(a, AnalysisProperty::kExtrapolation)).status().message(),
+      AnalyzeExtrapolation(Cpu(), Plan(a, {AnalysisProperty::kExtrapolation})).status().message(),
       HasSubstr("encoding.rope.scaling.original_max_position_embeddings"));
   a.encoding.rope.max_position_embeddings = 64;
   RopeScaling bad;
   bad.type = RopeScalingType::kLinear;  // no factor
   a.scalings = {RopeScaling(), bad};
   EXPECT_THAT(
-      AnalyzeExtrapolation(Cpu(), Plan(a, AnalysisProperty::kExtrapolation)).status().message(),
+      AnalyzeExtrapolation(Cpu(), Plan(a, {AnalysisProperty::kExtrapolation})).status().message(),
       HasSubstr("scalings[1]: "));
   const AnalysisArgs alibi = Alibi(4, 0, 10);
   absl::StatusOr<ExtrapolationResult> na =
-      AnalyzeExtrapolation(Cpu(), Plan(alibi, AnalysisProperty::kExtrapolation));
+      AnalyzeExtrapolation(Cpu(), Plan(alibi, {AnalysisProperty::kExtrapolation}));
   ASSERT_TRUE(na.ok());
   EXPECT_THAT(na->note, HasSubstr("not applicable"));
 }
 
 // ---- 6 SIMILARITY -------------------------------------------------------------------------------
 
-AnalysisArgs Sinusoidal(int64_t dim, int64_t start, int64_t window, int64_t cells) {
+AnalysisArgs SinusoidalWindow(int64_t dim, int64_t start, int64_t window, int64_t cells) {
   AnalysisArgs a;
   a.encoding.sinusoidal.dim = dim;
   a.start = start;
@@ -352,10 +400,10 @@ AnalysisArgs Sinusoidal(int64_t dim, int64_t start, int64_t window, int64_t cell
 
 TEST(AnalysisSimilarityTest, SinusoidalSimilarityDependsOnlyOnTheDistance) {
   for (SinusoidalLayout layout : {SinusoidalLayout::kInterleaved, SinusoidalLayout::kConcat}) {
-    AnalysisArgs a = Sinusoidal(64, 1000, 200, 200);
+    AnalysisArgs a = SinusoidalWindow(64, 1000, 200, 200);
     a.encoding.sinusoidal.layout = layout;
     absl::StatusOr<SimilarityResult> r =
-        AnalyzeSimilarity(Cpu(), Plan(a, AnalysisProperty::kSimilarity));
+        AnalyzeSimilarity(Cpu(), Plan(a, {AnalysisProperty::kSimilarity}));
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_EQ(r->rows, 200);
     ASSERT_EQ(r->cell, 1);
@@ -377,8 +425,8 @@ TEST(AnalysisSimilarityTest, CellsAreMeansOfThePairs) {
   AnalysisArgs rope = Rope(32, 10000, 50, 300);
   rope.window = 300;
   rope.max_cells = 32;  // cell = 10
-  for (const AnalysisArgs& a : {Sinusoidal(20, 7, 300, 32), rope}) {
-    const AnalysisPlan plan = Plan(a, AnalysisProperty::kSimilarity);
+  for (const AnalysisArgs& a : {SinusoidalWindow(20, 7, 300, 32), rope}) {
+    const AnalysisPlan plan = Plan(a, {AnalysisProperty::kSimilarity});
     absl::StatusOr<SimilarityResult> r = AnalyzeSimilarity(Cpu(), plan);
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_EQ(r->cell, 10);
@@ -421,7 +469,7 @@ TEST(AnalysisSimilarityTest, AddAndConcatAgreeForOrthogonalEmbeddings) {
   a.count = a.window = positions;
   a.embeddings = {DType::kFloat64, {2, 4}, tokens.data()};
   absl::StatusOr<SimilarityResult> r =
-      AnalyzeSimilarity(Cpu(), Plan(a, AnalysisProperty::kSimilarity));
+      AnalyzeSimilarity(Cpu(), Plan(a, {AnalysisProperty::kSimilarity}));
   ASSERT_TRUE(r.ok()) << r.status();
   double norm = 0, angle = 0;
   for (int64_t p = 0; p < positions; ++p) {
@@ -447,7 +495,7 @@ TEST(AnalysisSimilarityTest, AddingAParallelEncodingOnlyScales) {
   a.count = a.window = 1;
   a.embeddings = {DType::kFloat64, {1, 4}, table.data()};
   absl::StatusOr<SimilarityResult> r =
-      AnalyzeSimilarity(Cpu(), Plan(a, AnalysisProperty::kSimilarity));
+      AnalyzeSimilarity(Cpu(), Plan(a, {AnalysisProperty::kSimilarity}));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_NEAR(r->add_norm_change, 1.0, 1e-15);
   EXPECT_NEAR(r->add_angle_degrees, 0.0, 1e-6);
@@ -459,29 +507,29 @@ TEST(AnalysisSimilarityTest, AddingAParallelEncodingOnlyScales) {
 TEST(AnalysisSimilarityTest, NotApplicableAndBadInputs) {
   const AnalysisArgs alibi = Alibi(4, 0, 10);
   absl::StatusOr<SimilarityResult> na =
-      AnalyzeSimilarity(Cpu(), Plan(alibi, AnalysisProperty::kSimilarity));
+      AnalyzeSimilarity(Cpu(), Plan(alibi, {AnalysisProperty::kSimilarity}));
   ASSERT_TRUE(na.ok());
   EXPECT_TRUE(na->matrix.empty());
   EXPECT_THAT(na->note, HasSubstr("not applicable"));
 
   absl::StatusOr<SimilarityResult> rope =
-      AnalyzeSimilarity(Cpu(), Plan(Rope(16, 10000, 0, 8), AnalysisProperty::kSimilarity));
+      AnalyzeSimilarity(Cpu(), Plan(Rope(16, 10000, 0, 8), {AnalysisProperty::kSimilarity}));
   ASSERT_TRUE(rope.ok()) << rope.status();
   EXPECT_EQ(rope->rows, 8);
   EXPECT_THAT(rope->note, HasSubstr("add vs concat not applicable"));
 
-  AnalysisArgs a = Sinusoidal(8, 0, 16, 16);
+  AnalysisArgs a = SinusoidalWindow(8, 0, 16, 16);
   std::vector<double> tokens(2 * 6, 1.0);
   a.embeddings = {DType::kFloat64, {2, 6}, tokens.data()};
-  EXPECT_EQ(AnalyzeSimilarity(Cpu(), Plan(a, AnalysisProperty::kSimilarity)).status().message(),
+  EXPECT_EQ(AnalyzeSimilarity(Cpu(), Plan(a, {AnalysisProperty::kSimilarity})).status().message(),
             "embeddings: SIMILARITY adds the encoding to rows [1 .. 4096, D = 8], got [2, 6]");
   std::vector<double> zero(8, 0.0);
   a.embeddings = {DType::kFloat64, {1, 8}, zero.data()};
-  EXPECT_EQ(AnalyzeSimilarity(Cpu(), Plan(a, AnalysisProperty::kSimilarity)).status().message(),
+  EXPECT_EQ(AnalyzeSimilarity(Cpu(), Plan(a, {AnalysisProperty::kSimilarity})).status().message(),
             "embeddings: row 0 has norm 0, expected > 0");
   a.embeddings = {};
   a.samples = 5000;
-  EXPECT_THAT(AnalyzeSimilarity(Cpu(), Plan(a, AnalysisProperty::kSimilarity)).status().message(),
+  EXPECT_THAT(AnalyzeSimilarity(Cpu(), Plan(a, {AnalysisProperty::kSimilarity})).status().message(),
               HasSubstr("samples: SIMILARITY draws 1 .. 4096"));
 }
 
@@ -489,7 +537,7 @@ TEST(AnalysisSimilarityTest, NotApplicableAndBadInputs) {
 TEST(AnalysisDecayTest, LongRangesStayBounded) {
   AnalysisArgs a = Rope(64, 500000, 0, 1 << 20);
   a.samples = 2;
-  absl::StatusOr<DecayResult> d = AnalyzeDecay(Cpu(), Plan(a, AnalysisProperty::kDecay));
+  absl::StatusOr<DecayResult> d = AnalyzeDecay(Cpu(), Plan(a, {AnalysisProperty::kDecay}));
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_LE(d->curves[1].y.size(), static_cast<size_t>(kCurvePoints));
   EXPECT_GT(d->curves[1].x.back(), 900000);

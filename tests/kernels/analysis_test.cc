@@ -11,42 +11,16 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/bias/relative.h"
+#include "tests/kernels/analysis_util.h"
 
 namespace posenc::kernels {
 namespace {
 
+using ::posenc::kernels::analysis_testing::Alibi;
+using ::posenc::kernels::analysis_testing::Cpu;
+using ::posenc::kernels::analysis_testing::Plan;
+using ::posenc::kernels::analysis_testing::Sinusoidal;
 using ::testing::HasSubstr;
-
-const Backend& Cpu() {
-  static const auto* backend = MakeCpuBackend({2, ""})->release();
-  return *backend;
-}
-
-AnalysisArgs Sinusoidal(int64_t dim, SinusoidalLayout layout, int64_t start, int64_t count) {
-  AnalysisArgs a;
-  a.encoding.family = AnalysisFamily::kSinusoidal;
-  a.encoding.sinusoidal.dim = dim;
-  a.encoding.sinusoidal.layout = layout;
-  a.start = start;
-  a.count = count;
-  return a;
-}
-
-AnalysisArgs Alibi(int64_t heads, AlibiMode mode, int64_t count) {
-  AnalysisArgs a;
-  a.encoding.family = AnalysisFamily::kAlibi;
-  a.encoding.alibi.num_heads = heads;
-  a.encoding.alibi.mode = mode;
-  a.count = count;
-  return a;
-}
-
-AnalysisPlan Plan(AnalysisArgs a, std::vector<AnalysisProperty> props) {
-  a.properties = std::move(props);
-  absl::StatusOr<AnalysisPlan> plan = PlanAnalysis(std::move(a));
-  EXPECT_TRUE(plan.ok()) << plan.status();
-  return *plan;
-}
 
 TEST(AnalysisTest, SinusoidalNormsAreSqrtHalfDim) {
   for (SinusoidalLayout layout : {SinusoidalLayout::kInterleaved, SinusoidalLayout::kConcat}) {
@@ -101,7 +75,7 @@ TEST(AnalysisTest, RopeIsAnExactRotationWithItsAttentionFactor) {
 }
 
 TEST(AnalysisTest, AlibiIsLinearInTheDistance) {
-  AnalysisPlan plan = Plan(Alibi(8, AlibiMode::kCausal, 300), {});
+  AnalysisPlan plan = Plan(Alibi(8, 0, 300, AlibiMode::kCausal), {});
   std::vector<double> rows;
   ASSERT_TRUE(AnalysisRows(Cpu(), plan, 10, 5, &rows).ok());
   absl::StatusOr<std::vector<double>> slopes = AlibiSlopes(8);
@@ -122,7 +96,7 @@ TEST(AnalysisTest, AlibiIsLinearInTheDistance) {
 }
 
 TEST(AnalysisTest, BloomDependsOnTheKeyUpToARowConstant) {
-  AnalysisPlan plan = Plan(Alibi(4, AlibiMode::kBloom, 64), {AnalysisProperty::kRelative});
+  AnalysisPlan plan = Plan(Alibi(4, 0, 64, AlibiMode::kBloom), {AnalysisProperty::kRelative});
   absl::StatusOr<RelativeResult> rel = AnalyzeRelative(Cpu(), plan);
   ASSERT_TRUE(rel.ok()) << rel.status();
   EXPECT_FALSE(rel->bias->depends_on_distance_only);
@@ -134,7 +108,7 @@ TEST(AnalysisTest, BloomDependsOnTheKeyUpToARowConstant) {
 // One head of slope 2^-8: the bias -p/256 needs 9 significant bits at p = 257, which bf16 (8)
 // rounds to even: 257/256 -> 256/256, the bias of p = 256.
 TEST(AnalysisTest, AlibiBf16CollidesAt256) {
-  AnalysisArgs a = Alibi(1, AlibiMode::kCausal, 1000);
+  AnalysisArgs a = Alibi(1, 0, 1000, AlibiMode::kCausal);
   a.collision_dtype = DType::kBFloat16;
   absl::StatusOr<UniquenessResult> u =
       AnalyzeUniqueness(Cpu(), Plan(a, {AnalysisProperty::kUniqueness}));
@@ -245,6 +219,17 @@ TEST(AnalysisTest, T5BucketEdgesFollowTheFormula) {
   EXPECT_TRUE(rel->bias->depends_on_distance_only);
 }
 
+// What the server admits: chunks for the rotation fits (no bias window for sinusoidal/RoPE, which
+// once asked 17 GB for a d 512 table), the bias window for ALiBi.
+TEST(AnalysisTest, WorkingBytesCountTheBiasWindowForBiasesOnly) {
+  const AnalysisPlan table =
+      Plan(Sinusoidal(512, SinusoidalLayout::kInterleaved, 0, 8192), {AnalysisProperty::kRelative});
+  EXPECT_EQ(table.working_bytes, 4 * table.chunk_rows * 512 * 8);
+  EXPECT_LE(table.working_bytes, 4 * kAnalysisChunkBytes);
+  const AnalysisPlan alibi = Plan(Alibi(8, 0, 4096), {AnalysisProperty::kRelative});
+  EXPECT_EQ(alibi.working_bytes, 4 * alibi.chunk_rows * 8 * 8 + 2 * 1024 * 1024 * 8 * 8);
+}
+
 TEST(AnalysisTest, BadInputsAreNamed) {
   auto error = [](AnalysisArgs a) { return PlanAnalysis(std::move(a)).status(); };
   AnalysisArgs ok = Sinusoidal(8, SinusoidalLayout::kInterleaved, 0, 100);
@@ -268,7 +253,7 @@ TEST(AnalysisTest, BadInputsAreNamed) {
   a = ok;
   a.encoding.sinusoidal.dim = 0;
   EXPECT_THAT(error(a).message(), HasSubstr("sinusoidal.dim: expected 1 .."));
-  a = Alibi(0, AlibiMode::kCausal, 10);
+  a = Alibi(0, 0, 10, AlibiMode::kCausal);
   EXPECT_THAT(error(a).message(), HasSubstr("alibi.num_heads"));
   const std::vector<double> t(20, 0.0);
   a = ok;

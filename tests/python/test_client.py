@@ -388,6 +388,28 @@ class AnalysisTest(unittest.TestCase):
             CLIENT.analyze_encoding(sinusoidal=posenc.SinusoidalParams(dim=8),
                                     alibi={"num_heads": 2}, count=10)
         self.assertEqual(cm.exception.field, "encoding")
+        with self.assertRaises(posenc.InvalidArgumentError) as cm:
+            CLIENT.analyze_encoding(config=posenc.RopeConfig(head_dim=8), count=10,
+                                    properties=["decay"], embeddings=np.ones((2, 8)),
+                                    keys=np.ones((3, 8)))
+        self.assertEqual(cm.exception.field, "keys")
+
+    def test_decay_with_separate_query_and_key_rows(self):
+        # q = e_0, k = e_0 of NEOX pair 0: q.k(r) = cos(r * theta_0) = cos(r); with k = -q the
+        # same |q.k|; k on the pair's other half: |sin(r)|.
+        q = np.zeros((1, 8))
+        q[0, 0] = 1.0
+        k = np.zeros((1, 8))
+        k[0, 4] = 1.0
+        r = CLIENT.analyze_encoding(config=posenc.RopeConfig(head_dim=8), count=20,
+                                    properties=["decay"], embeddings=q, keys=k)
+        curve = r.decay.curves[0]
+        self.assertEqual(curve.label, "mean |q.k|")
+        np.testing.assert_allclose(curve.y, np.abs(np.sin(np.arange(20))), atol=1e-12)
+        same = CLIENT.analyze_encoding(config=posenc.RopeConfig(head_dim=8), count=20,
+                                       properties=["decay"], embeddings=q)
+        np.testing.assert_allclose(same.decay.curves[0].y, np.abs(np.cos(np.arange(20))),
+                                   atol=1e-12)
 
 
 class BiasTest(unittest.TestCase):

@@ -60,6 +60,21 @@ class DLPackTest(unittest.TestCase):
             CLIENT.relative_embedding(3, 3, 3, DLPackOnly(table)),
             CLIENT.relative_embedding(3, 3, 3, table))
 
+    def test_dlpack_ids_and_masks_are_inputs(self):
+        q = rng(7).standard_normal((2, 5, 2, 16)).astype(np.float32)
+        ids = np.arange(10, dtype=np.int64).reshape(2, 5) + 3
+        mask = np.ones((2, 5), np.int64)
+        mask[0, :2] = 0
+        for positions, expected in (
+                (posenc.Positions.ids(DLPackOnly(ids)), posenc.Positions.ids(ids)),
+                (DLPackOnly(ids), ids),
+                (posenc.Positions.attention_mask(DLPackOnly(mask)),
+                 posenc.Positions.attention_mask(mask))):
+            np.testing.assert_array_equal(CLIENT.apply_rope(q, None, positions).q,
+                                          CLIENT.apply_rope(q, None, expected).q)
+        np.testing.assert_array_equal(CLIENT.rerotate_keys(q, DLPackOnly(np.array([1, 2]))).k,
+                                      CLIENT.rerotate_keys(q, [1, 2]).k)
+
     def test_no_conversion_visits_elements(self):
         q = rng(3).standard_normal((1, 64, 4, 32)).astype(np.float32).view(NoElementAccess)
         k = rng(4).standard_normal((1, 64, 2, 32)).astype(np.float32).view(NoElementAccess)

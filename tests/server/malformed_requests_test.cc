@@ -529,6 +529,21 @@ std::vector<BadCase> AllCases() {
           },
           "count"),
       Analyze("analyze_embeddings_int", Put("embeddings", Int64Tensor({2}, {1, 2})), "embeddings"),
+      Analyze("analyze_keys_without_embeddings", Put("keys", FloatTensor({2, 8})), "keys"),
+      Analyze(
+          "analyze_keys_shape",
+          [](E& r) {
+            *r.mutable_embeddings() = FloatTensor({2, 8});
+            *r.mutable_keys() = FloatTensor({3, 8});
+          },
+          "keys"),
+      Analyze(
+          "analyze_keys_int",
+          [](E& r) {
+            *r.mutable_embeddings() = FloatTensor({2, 2});
+            *r.mutable_keys() = Int64Tensor({2, 2}, {1, 2, 3, 4});
+          },
+          "keys"),
       Analyze("analyze_scaling_factor_nan", "scalings { type: ROPE_SCALING_LINEAR factor: nan }",
               "scalings[0].factor"),
   };

@@ -596,6 +596,7 @@ struct AnalyzeEncodingOptions {
   std::optional<int64_t> max_cells;   // SIMILARITY, default 256
   std::optional<Tensor> embeddings;   // [n, D] token embeddings (q/k rows); absent: random
   std::vector<RopeScaling> scalings;  // EXTRAPOLATION; empty: the config's and the default
+  std::optional<Tensor> keys;         // DECAY: key rows, the shape of `embeddings`; absent: k = q
 };
 
 struct AnalysisSummary {

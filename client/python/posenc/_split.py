@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import grpc
 import numpy as np
 
+from ._direct import copied, like, message_of, put_tensor
 from ._enums import BiasForm, Combine, DType, MropeLayout, TensorLayout
 from ._errors import InternalError, local_error
 from ._protos import posenc_pb2 as pb
@@ -371,13 +372,13 @@ def _rope_plan(request: pb.ApplyRopeRequest, q: np.ndarray, k: Optional[np.ndarr
 
     pieces = []
     for box in boxes:
-        piece = pb.ApplyRopeRequest(layout=request.layout)
+        piece = like(request, pb.ApplyRopeRequest(layout=request.layout))
         piece.config.CopyFrom(request.config)
         if seq_len is not None:
             piece.config.seq_len = seq_len
-        fill_tensor(piece.q, DType(request.q.dtype), q[index(box, box.q_heads)])
+        put_tensor(piece, "q", DType(request.q.dtype), q[index(box, box.q_heads)])
         if k is not None and box.k_heads:
-            fill_tensor(piece.k, DType(request.k.dtype), k[index(box, box.k_heads)])
+            put_tensor(piece, "k", DType(request.k.dtype), k[index(box, box.k_heads)])
         if positions is None:
             if request.HasField("positions"):
                 piece.positions.CopyFrom(request.positions)
@@ -386,8 +387,8 @@ def _rope_plan(request: pb.ApplyRopeRequest, q: np.ndarray, k: Optional[np.ndarr
             positions.rebased(rows, box.tokens or range(positions.tokens), piece)
         pieces.append(piece)
 
-    def join(responses: Sequence[Any]) -> pb.ApplyRopeResponse:
-        out = pb.ApplyRopeResponse()
+    def join(responses: Sequence[Any]) -> Any:
+        out = like(responses[0], pb.ApplyRopeResponse())
         out.derived.CopyFrom(responses[0].derived)
         q_out = np.empty_like(q)
         k_out = np.empty_like(k) if k is not None else None
@@ -401,9 +402,9 @@ def _rope_plan(request: pb.ApplyRopeRequest, q: np.ndarray, k: Optional[np.ndarr
                 if src is not None and dst is not None:
                     grid = np.moveaxis(dst, head_axis, -2)  # [B, S, H, D] views
                     grid[positions.padding] = np.moveaxis(src, head_axis, -2)[positions.padding]
-        fill_tensor(out.q, DType(request.q.dtype), q_out)
+        put_tensor(out, "q", DType(request.q.dtype), q_out, owned=True)
         if k_out is not None:
-            fill_tensor(out.k, DType(request.k.dtype), k_out)
+            put_tensor(out, "k", DType(request.k.dtype), k_out, owned=True)
         return out
 
     return Plan(pieces, join, budget)
@@ -480,15 +481,15 @@ def plan_add_position_encoding(request: pb.AddPositionEncodingRequest, limits: L
         return (slice(r.start, r.stop), token_slice)
 
     template = pb.AddPositionEncodingRequest()
-    template.CopyFrom(request)
+    template.CopyFrom(message_of(request))
     template.ClearField("x")
     template.ClearField("positions")
     pieces = []
     for box in boxes:
-        piece = pb.AddPositionEncodingRequest()
+        piece = like(request, pb.AddPositionEncodingRequest())
         piece.CopyFrom(template)
-        fill_tensor(piece.x, DType(request.x.dtype),
-                    grid[index(box)] if x.ndim == 3 else grid[index(box)][0])
+        put_tensor(piece, "x", DType(request.x.dtype),
+                   grid[index(box)] if x.ndim == 3 else grid[index(box)][0])
         if box[1] is None:
             positions.rows_only(box[0], piece)
         else:
@@ -497,15 +498,15 @@ def plan_add_position_encoding(request: pb.AddPositionEncodingRequest, limits: L
 
     y_shape, rank = (rows, tokens, y_width), x.ndim
 
-    def join(responses: Sequence[Any]) -> pb.AddPositionEncodingResponse:
+    def join(responses: Sequence[Any]) -> Any:
         y = np.empty(y_shape, grid.dtype)
         for i, (box, response) in enumerate(zip(boxes, responses)):
             if rank == 2:  # a [T, D] piece answers [n, D']
                 _placed(y[0], index(box)[1:], response.y, "y", i)
             else:
                 _placed(y, index(box), response.y, "y", i)
-        out = pb.AddPositionEncodingResponse()
-        fill_tensor(out.y, DType(request.x.dtype), y if rank == 3 else y[0])
+        out = like(responses[0], pb.AddPositionEncodingResponse())
+        put_tensor(out, "y", DType(request.x.dtype), y if rank == 3 else y[0], owned=True)
         return out
 
     return Plan(pieces, join, budget)
@@ -546,8 +547,7 @@ def _query_rows(method: str, request: Any, row_bytes: int, field: str, axis: int
         request.k_len - q_len)
     pieces = []
     for r in even_ranges(q_len, p):
-        piece = type(request)()
-        piece.CopyFrom(request)
+        piece = copied(request)
         piece.q_len = len(r)
         piece.query_offset = offset + r.start
         pieces.append(piece)
@@ -562,10 +562,9 @@ def _query_rows(method: str, request: Any, row_bytes: int, field: str, axis: int
                 raise InternalError(grpc.StatusCode.INTERNAL, f"split: the server answered "
                                     f"piece {i} with {field} {shape}")
             parts.append(part)
-        out = type(responses[0])()
-        out.CopyFrom(responses[0])
-        fill_tensor(getattr(out, field), DType(getattr(responses[0], field).dtype),
-                    np.concatenate(parts, axis=axis))
+        out = copied(responses[0])
+        put_tensor(out, field, DType(getattr(responses[0], field).dtype),
+                   np.concatenate(parts, axis=axis), owned=True)
         return out
 
     return Plan(pieces, join, budget)

@@ -254,13 +254,25 @@ def int_array(value: Any, field: str) -> Tuple[DType, np.ndarray]:
     raise local_error(field, f"dtype {a.dtype} is not an integer type")
 
 
-def fill_tensor(msg: Any, dtype: DType, a: np.ndarray) -> None:
-    """Writes ``a`` (already in ``dtype``'s numpy type, any byte order and strides) into a
-    posenc.v1.Tensor message: one conversion to contiguous little-endian bytes."""
+def describe_tensor(msg: Any, dtype: DType, a: np.ndarray, contiguous: bool = True
+                    ) -> np.ndarray:
+    """Sets the dtype and shape of a posenc.v1.Tensor message for ``a`` (already in ``dtype``'s
+    numpy type, any byte order and strides) and returns ``a`` in the wire's byte order
+    (little-endian), C-contiguous unless ``contiguous`` is False (``a`` itself when it is so
+    already)."""
     msg.dtype = int(dtype)
     del msg.shape[:]
     msg.shape.extend(int(d) for d in a.shape)
-    msg.data = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()
+    wire = a.dtype.newbyteorder("<")
+    if not contiguous:
+        return a.astype(wire, copy=False)
+    return np.ascontiguousarray(a, dtype=wire)
+
+
+def fill_tensor(msg: Any, dtype: DType, a: np.ndarray) -> None:
+    """Writes ``a`` (already in ``dtype``'s numpy type, any byte order and strides) into a
+    posenc.v1.Tensor message: one conversion to contiguous little-endian bytes."""
+    msg.data = describe_tensor(msg, dtype, a).tobytes()
 
 
 def fill_reference(msg: Any, ref: SharedMemoryRef, field: str) -> DType:
@@ -319,7 +331,10 @@ def to_numpy(msg: Any, field: str) -> np.ndarray:
         dtype = getattr(enum_or_int(DType, msg.dtype), "name", msg.dtype)
         raise InternalError(grpc.StatusCode.INTERNAL, f"server sent an inconsistent {field}: "
                             f"{dtype} {list(msg.shape)} with {len(msg.data)} bytes")
-    a = wire.astype(wire.dtype.newbyteorder("="), copy=True)
+    if getattr(msg, "owned", False) and wire.dtype.isnative:
+        a = msg.array.reshape(wire.shape)  # a joined result the client made: no copy
+    else:
+        a = wire.astype(wire.dtype.newbyteorder("="), copy=True)
     if msg.dtype == DType.BFLOAT16 and BFLOAT16_DTYPE is not None:
         a = a.view(BFLOAT16_DTYPE)
     return a

@@ -8,6 +8,7 @@ its maxAttempts, loadBalancingConfig and healthCheckConfig.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -15,7 +16,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import grpc
 
-from ._errors import PosencError, from_rpc_error
+from ._direct import Malformed, decode, encode, tensor_fields
+from ._errors import InternalError, PosencError, from_rpc_error
 from ._protos import health_pb2, health_pb2_grpc, posenc_pb2, posenc_pb2_grpc
 from ._split import Limits
 
@@ -73,24 +75,57 @@ def channel_options(max_message_bytes: int, max_attempts: int, load_balancing_po
     return options
 
 
-class Transport:
-    """Calls over one channel; thread-safe (the channel multiplexes the calls)."""
+def direct_calls(channel: grpc.Channel) -> Dict[str, Any]:
+    """Unary calls of every posenc method with a Tensor field in its request or response,
+    through posenc._direct's serializer (a WireMessage's arrays joined into the request once)
+    and deserializer (the response's tensor bytes as views of the received buffer)."""
+    service = posenc_pb2.DESCRIPTOR.services_by_name["PositionEncoding"]
+    calls: Dict[str, Any] = {}
+    for method in service.methods:
+        if tensor_fields(method.input_type) or tensor_fields(method.output_type):
+            response = getattr(posenc_pb2, method.output_type.name)
+            calls[method.name] = channel.unary_unary(
+                f"/{service.full_name}/{method.name}", request_serializer=encode,
+                response_deserializer=functools.partial(decode, cls=response))
+    return calls
 
-    def __init__(self, channel: grpc.Channel, max_message_bytes: int, max_in_flight: int):
+
+def _parsed(method: str, response: Any) -> Any:
+    """The response, or INTERNAL for one whose bytes did not parse (posenc._direct.Malformed)."""
+    if isinstance(response, Malformed):
+        raise InternalError(grpc.StatusCode.INTERNAL,
+                            f"{method}: the server's response does not parse: {response.reason}",
+                            method=method)
+    return response
+
+
+class Transport:
+    """Calls over one channel; thread-safe (the channel multiplexes the calls). With
+    ``direct``, the methods that carry tensors go through posenc._direct (requests may be
+    WireMessages; responses are)."""
+
+    def __init__(self, channel: grpc.Channel, max_message_bytes: int, max_in_flight: int,
+                 direct: bool = True):
         self.channel = channel
         self.stub = posenc_pb2_grpc.PositionEncodingStub(channel)
+        self.direct = direct
+        self._calls = direct_calls(channel) if direct else {}
         self._health = health_pb2_grpc.HealthStub(channel)
         self._max_message_bytes = max_message_bytes
         self._max_in_flight = max_in_flight
         self._lock = threading.Lock()
         self._server: Optional[posenc_pb2.GetServerInfoResponse] = None
 
+    def _rpc(self, method: str) -> Any:
+        return self._calls.get(method) or getattr(self.stub, method)
+
     def call(self, method: str, request: Any, timeout: Optional[float]) -> Any:
         """One unary call of the posenc service; a failure raises its PosencError."""
         try:
-            return getattr(self.stub, method)(request, timeout=timeout)
+            response = self._rpc(method)(request, timeout=timeout)
         except grpc.RpcError as e:
             raise from_rpc_error(e, method) from None
+        return _parsed(method, response)
 
     def call_all(self, method: str, requests: Sequence[Any], timeout: Optional[float],
                  response_bytes: int = 0) -> List[Any]:
@@ -102,17 +137,19 @@ class Transport:
             response_bytes > _HEAVY_CALL_BYTES) else 0
         if heavy > 0:
             most = min(most, heavy)
-        rpc = getattr(self.stub, method)
+        rpc = self._rpc(method)
         futures: List[Any] = []
         responses: List[Any] = []
         try:
             for done in range(len(requests)):
                 while len(futures) < len(requests) and len(futures) - done < most:
                     futures.append(rpc.future(requests[len(futures)], timeout=timeout))
-                responses.append(futures[done].result())
-        except grpc.RpcError as e:
+                responses.append(_parsed(method, futures[done].result()))
+        except (grpc.RpcError, PosencError) as e:
             for future in futures[len(responses):]:
                 future.cancel()
+            if isinstance(e, PosencError):
+                raise
             raise from_rpc_error(e, method) from None
         return responses
 

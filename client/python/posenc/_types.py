@@ -116,6 +116,16 @@ class SharedMemoryRegionStatus:
 # ---------------------------------------------------------------------------------------------
 # Positions.
 # ---------------------------------------------------------------------------------------------
+def _host_ints(value: Any) -> np.ndarray:
+    """A numpy array of an id or mask argument: torch tensors and ``__dlpack__`` arrays seen
+    through posenc._tensor.host_array (no element-wise conversion), anything else
+    ``numpy.asarray``."""
+    from ._tensor import host_array  # _tensor imports this module
+
+    host = host_array(value)
+    return np.asarray(value) if host is None else host
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Positions:
     """Where each token sits (``posenc.v1.Positions``). Build one with the factories.
@@ -153,7 +163,7 @@ class Positions:
         """Explicit int32/int64 ids: ``[S]``, ``[B, S]``, ``[T]`` (THD), any shape for tables
         (the output gets ``ids.shape + [dim]``), ``[3, ...]`` for M-RoPE."""
         return Positions("ids", array=ids if isinstance(ids, SharedMemoryRef) else (
-            np.asarray(ids)))
+            _host_ints(ids)))
 
     @staticmethod
     def cu_seqlens(cu_seqlens: Sequence[int], offsets: Sequence[int] = ()) -> "Positions":
@@ -168,7 +178,7 @@ class Positions:
         position is the number of real tokens before it in its row."""
         if isinstance(mask, SharedMemoryRef):
             return Positions("attention_mask", array=mask)
-        m = np.asarray(mask)
+        m = _host_ints(mask)
         if m.ndim == 1:
             m = m[None, :]
         return Positions("attention_mask", array=m)
@@ -392,7 +402,7 @@ class ApplyRopeResult(NamedTuple):
 
 class RerotateKeysResult(NamedTuple):
     """The keys moved to positions + delta, in the input dtype; ``derived``."""
-    k: np.ndarray
+    k: Array
     derived: RopeDerived
 
 

@@ -35,13 +35,15 @@ import grpc
 import numpy as np
 
 from . import _split, _transport
+from ._direct import WireMessage
 from ._enums import (AlibiMode, AnalysisProperty, BiasForm, Combine, DType, FutureMode,
                      HealthStatus, MultimodalFamily, RopeCacheLayout, TensorLayout, VisionTower)
 from ._errors import local_error
 from ._protos import posenc_pb2 as pb
 from ._protos import posenc_pb2_grpc as pb_grpc
-from ._tensor import (DTypeLike, expand_compact_alibi, expand_toeplitz, float_output_dtype,
-                      is_torch, set_float_tensor, set_int_tensor, to_numpy, to_torch)
+from ._tensor import (DTypeLike, describe_tensor, expand_compact_alibi, expand_toeplitz,
+                      float_array, float_output_dtype, host_array, is_torch, set_float_tensor,
+                      set_int_tensor, to_numpy, to_torch)
 from ._transport import Transport
 from ._types import (AlibiBiasResult, AnalyzeEncodingResult, ApplyRopeResult, Array,
                      DescribeRopeResult, LearnedTable, MultimodalPositionsResult,
@@ -92,10 +94,15 @@ Placements = Optional[Mapping[str, SharedMemoryRef]]
 class _Tensors:
     """One call's tensors: what its results are returned as (torch tensors when a tensor input
     was one) and which are in shared memory (``output_shared_memory``, and the ApplyRope inputs
-    rotated in place there), so that those come back as views of their region."""
+    rotated in place there), so that those come back as views of their region. With
+    ``direct``, the request's top-level float tensors are held as arrays (``request()`` is then
+    a posenc._direct.WireMessage: their bytes are joined into the request once, when sent)."""
 
-    def __init__(self, request: Any, placements: Placements):
+    def __init__(self, request: Any, placements: Placements, direct: bool = False):
         self.torch = False
+        self._request = request
+        self._direct = direct
+        self._arrays: Dict[str, np.ndarray] = {}
         self._refs: Dict[str, SharedMemoryRef] = {}
         for name, ref in (placements or {}).items():
             if not isinstance(name, str) or not isinstance(ref, SharedMemoryRef):
@@ -114,7 +121,22 @@ class _Tensors:
         return value
 
     def float(self, msg: Any, value: Any, field: str) -> None:
-        set_float_tensor(msg, self.note(value, field), field)
+        """A float input: tensor field ``field`` of the request (``msg``)."""
+        value = self.note(value, field)
+        if self._direct and not isinstance(value, SharedMemoryRef):
+            dtype, a = float_array(value, field)
+            self._arrays[field] = describe_tensor(msg, dtype, a)
+        else:
+            set_float_tensor(msg, value, field)
+
+    def request(self) -> Any:
+        """The request to send: a WireMessage holding the float inputs' arrays, or the message."""
+        if not self._arrays:
+            return self._request
+        wire = WireMessage(self._request)
+        for name, a in self._arrays.items():
+            wire.put(name, a)
+        return wire
 
     def result(self, msg: Any, field: str,
                inline: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> Array:
@@ -172,6 +194,11 @@ class Client:
         wire; default True, as in the C++ client).
       max_split_in_flight: pieces of a split request in flight at once (default 8; fewer when
         each piece is a heavy call for the server, see ServerInfo.max_heavy_calls).
+      direct_tensors: move the tensors' bytes between the arrays and the wire directly
+        (default True): the request is serialized with the input arrays' bytes joined in once,
+        the response's tensor bytes are read as views of the received buffer; not through
+        protobuf's Python messages, which copy them three times each way. False: the plain
+        protobuf path (the same messages on the wire; for comparison).
 
     Raises :class:`posenc.InvalidArgumentError` for an empty target or invalid options.
     """
@@ -184,7 +211,8 @@ class Client:
                  channel: Optional[grpc.Channel] = None,
                  channel_options: Sequence[Tuple[str, Any]] = (), split_requests: bool = True,
                  compact_biases: bool = True,
-                 max_split_in_flight: int = DEFAULT_MAX_SPLIT_IN_FLIGHT):
+                 max_split_in_flight: int = DEFAULT_MAX_SPLIT_IN_FLIGHT,
+                 direct_tensors: bool = True):
         self._timeout = _seconds(timeout, "timeout")
         limit = min(_positive_int(max_message_bytes, "max_message_bytes"), 2**31 - 1)
         attempts = _positive_int(max_attempts, "max_attempts")
@@ -202,7 +230,7 @@ class Client:
                                                  health_check, keepalive, keepalive_wait)
             options += list(channel_options)
             channel = self._make_channel(target, tls, options)
-        self._transport = Transport(channel, limit, in_flight)
+        self._transport = Transport(channel, limit, in_flight, bool(direct_tensors))
 
     @staticmethod
     def _make_channel(target: str, tls: Union[None, bool, TlsConfig], options: list
@@ -250,10 +278,14 @@ class Client:
         return self._timeout if timeout is None else _seconds(timeout, "timeout")
 
     def _send(self, method: str, request: Any, timeout: Optional[float],
-              planner: Optional[Planner] = None) -> Any:
-        """The response of ``request``: one call, or the joined pieces of a split."""
+              planner: Optional[Planner] = None, tensors: Optional[_Tensors] = None) -> Any:
+        """The response of ``request``: one call, or the joined pieces of a split (``tensors``:
+        the call's tensors, whose held arrays go with the request)."""
         deadline = self._deadline(timeout)
-        if self._split_requests and planner is not None and not uses_shared_memory(request):
+        shared = uses_shared_memory(request)
+        if tensors is not None:
+            request = tensors.request()
+        if self._split_requests and planner is not None and not shared:
             plan = planner(request, lambda: self._transport.limits(deadline))
             if plan is not None:
                 return plan.join(self._transport.call_all(method, plan.pieces, deadline,
@@ -306,7 +338,7 @@ class Client:
         Over the message limit, it is split along batch rows, then tokens.
         """
         request = pb.AddPositionEncodingRequest()
-        tensors = _Tensors(request, output_shared_memory)
+        tensors = _Tensors(request, output_shared_memory, self._transport.direct)
         tensors.float(request.x, x, "x")
         set_positions(request, positions)
         if sinusoidal is not None and learned is not None:
@@ -327,7 +359,7 @@ class Client:
         if padding_idx is not None:
             request.padding_idx = int(padding_idx)
         response = self._send("AddPositionEncoding", request, timeout,
-                              _split.plan_add_position_encoding)
+                              _split.plan_add_position_encoding, tensors)
         return tensors.result(response.y, "y")
 
     # -- RoPE ---------------------------------------------------------------------------------
@@ -394,14 +426,14 @@ class Client:
         Returns ``ApplyRopeResult(q, k, derived)`` (k None when none was sent).
         """
         request = pb.ApplyRopeRequest()
-        tensors = _Tensors(request, output_shared_memory)
+        tensors = _Tensors(request, output_shared_memory, self._transport.direct)
         tensors.float(request.q, q, "q")
         if k is not None:
             tensors.float(request.k, k, "k")
         set_positions(request, positions)
         to_message(RopeConfig.coerce(config), request.config, "config")
         set_enum(request, "layout", TensorLayout, layout)
-        response = self._send("ApplyRope", request, timeout, _split.plan_apply_rope)
+        response = self._send("ApplyRope", request, timeout, _split.plan_apply_rope, tensors)
         k_out = tensors.result(response.k, "k") if response.HasField("k") else None
         return ApplyRopeResult(tensors.result(response.q, "q"), k_out,
                                from_message(response.derived, RopeDerived))
@@ -420,13 +452,14 @@ class Client:
           config: the keys' :class:`RopeConfig` or config.json (inverse must be false).
         """
         request = pb.RerotateKeysRequest()
-        set_float_tensor(request.k, k, "k")
-        set_int_tensor(request.delta, np.asarray(delta), "delta")
+        tensors = _Tensors(request, None, self._transport.direct)
+        tensors.float(request.k, k, "k")
+        set_int_tensor(request.delta, delta, "delta")
         set_positions(request, positions)
         to_message(RopeConfig.coerce(config), request.config, "config")
         set_enum(request, "layout", TensorLayout, layout)
-        response = self._send("RerotateKeys", request, timeout)
-        return RerotateKeysResult(to_numpy(response.k, "k"),
+        response = self._send("RerotateKeys", request, timeout, None, tensors)
+        return RerotateKeysResult(tensors.result(response.k, "k"),
                                   from_message(response.derived, RopeDerived))
 
     @staticmethod
@@ -476,11 +509,12 @@ class Client:
                             ("image_grid_thw", image_grid_thw),
                             ("video_grid_thw", video_grid_thw)):
             if value is not None:
-                set_int_tensor(getattr(request, name), np.asarray(value), name)
+                set_int_tensor(getattr(request, name), value, name)
         if second_per_grid_ts is not None:
-            set_float_tensor(request.second_per_grid_ts,
-                             np.asarray(second_per_grid_ts, dtype=np.float64),
-                             "second_per_grid_ts")
+            host = host_array(second_per_grid_ts)
+            set_float_tensor(request.second_per_grid_ts, np.asarray(
+                second_per_grid_ts if host is None else host, dtype=np.float64),
+                "second_per_grid_ts")
         if sequences is not None:
             set_sequences(request, sequences)
         return self._multimodal_result(self._send("MultimodalPositions", request, timeout))
@@ -492,7 +526,7 @@ class Client:
         length ``prompt_length`` whose ``mrope_position_deltas`` are ``deltas`` ([B] or
         [B, 1]): ``prompt_length + k + deltas[b]`` on every axis (MultimodalPositions)."""
         request = self._multimodal_request(config, family, None, None, None)
-        set_int_tensor(request.decode.deltas, np.asarray(deltas), "decode.deltas")
+        set_int_tensor(request.decode.deltas, deltas, "decode.deltas")
         request.decode.prompt_length = int(prompt_length)
         request.decode.num_steps = int(num_steps)
         return self._multimodal_result(self._send("MultimodalPositions", request, timeout))
@@ -527,7 +561,7 @@ class Client:
             request.hf_config_json = config_json_text(config)
         set_enum(request, "tower", VisionTower, tower)
         if grid is not None:
-            set_int_tensor(request.grid, np.asarray(grid), "grid")
+            set_int_tensor(request.grid, grid, "grid")
         for name, value in (("spatial_merge_size", spatial_merge_size),
                             ("window_size", window_size), ("patch_size", patch_size),
                             ("image_size", image_size)):
@@ -569,7 +603,8 @@ class Client:
                          distances: Sequence[int] = (), samples: Optional[int] = None,
                          seed: int = 0, window: Optional[int] = None,
                          max_cells: Optional[int] = None, embeddings: Any = None,
-                         scalings: Sequence[Any] = (), timeout: Optional[float] = None
+                         scalings: Sequence[Any] = (), keys: Any = None,
+                         timeout: Optional[float] = None
                          ) -> AnalyzeEncodingResult:
         """The properties of an encoding over positions ``start .. start + count - 1``
         (AnalyzeEncoding): uniqueness (and the first FLOAT16/BFLOAT16 collision), bounds and
@@ -583,6 +618,10 @@ class Client:
             ``bidirectional``, ``num_buckets``, ``max_distance`` and ``table`` (array or name).
           properties: names or :class:`AnalysisProperty` members; empty: all six.
           collision_dtype: "float16" or "bfloat16": look for the first collision.
+          embeddings: float array [n, D]: DECAY's query rows (and, without ``keys``, its key
+            rows) and SIMILARITY's token embeddings; None: random ones from ``seed``.
+          keys: float array of the shape of ``embeddings``: DECAY's key rows, paired row by
+            row with the query rows.
         """
         request = pb.AnalyzeEncodingRequest(start=int(start), count=int(count), seed=int(seed))
         self._set_analysis_encoding(request, sinusoidal, learned, config, alibi, t5)
@@ -596,6 +635,8 @@ class Client:
                 setattr(request, name, int(value))
         if embeddings is not None:
             set_float_tensor(request.embeddings, embeddings, "embeddings")
+        if keys is not None:
+            set_float_tensor(request.keys, keys, "keys")
         for i, scaling in enumerate(scalings):
             to_message(RopeScaling.from_dict(scaling) if isinstance(scaling, Mapping) else scaling,
                        request.scalings.add(), f"scalings[{i}]")

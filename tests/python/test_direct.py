@@ -1,0 +1,413 @@
+"""Direct tensors (posenc._direct, the client's default): requests serialized with the arrays'
+bytes joined in, responses read as views of the received bytes. Checked against protobuf's own
+serialization and parse for every message with Tensor fields (no server), against the plain
+protobuf path (``Client(direct_tensors=False)``) for every op and dtype (a real server), and for
+malformed responses (a gRPC server that answers any bytes)."""
+
+import concurrent.futures
+import dataclasses
+import unittest
+import warnings
+
+import grpc
+import numpy as np
+from google.protobuf.message import DecodeError
+
+import posenc
+from posenc import _direct
+from posenc._enums import DType
+from posenc._protos import posenc_pb2 as pb
+from posenc._tensor import WIRE_NUMPY, describe_tensor, fill_tensor, to_numpy
+from server import rng, serve_module
+from test_tensors import DLPackOnly
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - deploy/install-deps.sh installs python3-torch
+    torch = None
+
+SERVER = CLIENT = None  # set by setUpModule
+setUpModule, tearDownModule = serve_module(__name__, "--backend=cpu", "--threads=2")
+
+SERVICE = pb.DESCRIPTOR.services_by_name["PositionEncoding"]
+
+
+def message_types(side):
+    """Every request (side "input_type") or response ("output_type") type with Tensor fields."""
+    types = {getattr(m, side) for m in SERVICE.methods}
+    return [getattr(pb, t.name) for t in sorted(types, key=lambda t: t.name)
+            if _direct.tensor_fields(t)]
+
+
+def random_tensor(seed, dtype=None):
+    """A random wire dtype and a C-contiguous little-endian array of it (0 to 3 axes)."""
+    r = rng(seed)
+    dtype = dtype or DType(int(r.choice([int(d) for d in WIRE_NUMPY])))
+    shape = tuple(int(n) for n in r.integers(0, 5, size=int(r.integers(0, 4))))
+    raw = r.integers(0, 256, size=int(np.prod(shape)) * WIRE_NUMPY[dtype].itemsize,
+                     dtype=np.uint8)
+    return dtype, raw.view(WIRE_NUMPY[dtype]).reshape(shape)
+
+
+def with_other_fields(message):
+    """Sets a few of the message's non-tensor fields (scalars, nested messages) to non-defaults."""
+    for fd in message.DESCRIPTOR.fields:
+        if fd.message_type is None and fd.label != fd.LABEL_REPEATED and (
+                fd.containing_oneof is None):
+            if fd.enum_type is not None:
+                setattr(message, fd.name, fd.enum_type.values[-1].number)
+            elif fd.cpp_type == fd.CPPTYPE_STRING:
+                setattr(message, fd.name, "x" if fd.type == fd.TYPE_STRING else b"x")
+            elif fd.cpp_type == fd.CPPTYPE_BOOL:
+                setattr(message, fd.name, True)
+            else:
+                setattr(message, fd.name, 3)
+    fields = message.DESCRIPTOR.fields_by_name
+    if "config" in fields:
+        message.config.head_dim = 64
+        message.config.mrope_section.extend([8, 12, 12])
+    if "positions" in fields:
+        message.positions.range.start = 7
+    if "derived" in fields:
+        message.derived.attention_factor = 1.5
+    return message
+
+
+def plain_and_wire(cls, seed):
+    """The same message twice: every Tensor field's bytes in the message (plain), and held as
+    arrays (a WireMessage); one tensor in shared memory instead, where there are several."""
+    plain, wire = with_other_fields(cls()), _direct.WireMessage(with_other_fields(cls()))
+    names = sorted(_direct.tensor_fields(cls.DESCRIPTOR))
+    for i, name in enumerate(names):
+        dtype, a = random_tensor(seed + i)
+        if i == 1:  # a reference, not bytes
+            for m in (plain, wire.message):
+                describe_tensor(getattr(m, name), dtype, a)
+                getattr(m, name).shared_memory.region = "r"
+                getattr(m, name).shared_memory.byte_size = a.nbytes
+            continue
+        fill_tensor(getattr(plain, name), dtype, a)
+        wire.put(name, describe_tensor(getattr(wire.message, name), dtype, a))
+    return plain, wire
+
+
+def for_every_message(test, side, example, check):
+    """check(cls, plain, wire) for every message type of ``side`` (``example`` among them) at a
+    few seeds (plain_and_wire), each in a subTest."""
+    types = message_types(side)
+    test.assertIn(example, types)
+    for cls in types:
+        for seed in range(0, 40, 10):
+            with test.subTest(cls=cls.__name__, seed=seed):
+                check(cls, *plain_and_wire(cls, seed))
+
+
+class EncodeTest(unittest.TestCase):
+    def test_every_request_parses_as_its_plain_serialization(self):
+        def check(cls, plain, wire):
+            encoded = _direct.encode(wire)
+            self.assertEqual(cls.FromString(encoded), plain)
+            self.assertEqual(len(encoded), plain.ByteSize())
+            self.assertEqual(wire.ByteSize(), plain.ByteSize())
+
+        for_every_message(self, "input_type", pb.ApplyRopeRequest, check)
+
+    def test_a_message_without_arrays_is_its_serialization(self):
+        plain, _ = plain_and_wire(pb.ApplyRopeRequest, 1)
+        self.assertEqual(_direct.encode(_direct.WireMessage(plain)), plain.SerializeToString())
+        self.assertEqual(_direct.encode(plain), plain.SerializeToString())
+
+    def test_put_checks_the_field_and_the_byte_order(self):
+        wire = _direct.WireMessage(pb.ApplyRopeRequest())
+        with self.assertRaises(KeyError):
+            wire.put("config", np.zeros(2, np.float32))
+        with self.assertRaises(ValueError):
+            wire.put("q", np.zeros((4, 4), ">f4"))
+
+    def test_strided_views_are_sent_in_c_order(self):
+        """A split piece's heads (blocks of >= 4 KiB joined one by one), small blocks and
+        reversed axes (copied first): the bytes of the C-order array."""
+        base = rng(3).standard_normal((2, 40, 8, 256)).astype(np.float32)
+        for view in (base[:, :, 2:6, :], base[:, 3:30], base[..., ::2], base[:, ::-1],
+                     base.transpose(0, 2, 1, 3), base[:, :0]):
+            request = pb.ApplyRopeRequest()
+            wire = _direct.WireMessage(pb.ApplyRopeRequest())
+            fill_tensor(request.q, DType.FLOAT32, view)
+            wire.put("q", describe_tensor(wire.message.q, DType.FLOAT32, view, contiguous=False))
+            encoded = _direct.encode(wire)
+            self.assertEqual(pb.ApplyRopeRequest.FromString(encoded), request)
+            self.assertEqual((len(encoded), wire.ByteSize()), (request.ByteSize(),) * 2)
+            self.assertEqual(bytes(wire.q.data), request.q.data)
+
+    def test_big_sizes_are_framed_right(self):
+        """Lengths of several varint bytes (1, 2, 3, 4 bytes) around their boundaries."""
+        for n in (0, 1, 127, 128, 16383, 16384, (1 << 21) - 1, 1 << 21):
+            request = pb.ApplyRopeRequest()
+            wire = _direct.WireMessage(pb.ApplyRopeRequest())
+            a = np.arange(n - n % 2, dtype=np.uint8).view("<u2")
+            fill_tensor(request.q, DType.BFLOAT16, a)
+            wire.put("q", describe_tensor(wire.message.q, DType.BFLOAT16, a))
+            self.assertEqual(pb.ApplyRopeRequest.FromString(_direct.encode(wire)), request)
+
+
+class DecodeTest(unittest.TestCase):
+    def test_every_response_parses_as_protobuf_does(self):
+        def check(cls, plain, _):
+            got = _direct.decode(plain.SerializeToString(), cls)
+            self.assertIsInstance(got, _direct.WireMessage)
+            self.assert_decoded(got, plain)
+
+        for_every_message(self, "output_type", pb.RopeCacheResponse, check)
+
+    def assert_decoded(self, got, plain):
+        stripped = type(plain)()
+        stripped.CopyFrom(plain)
+        for name in _direct.tensor_fields(plain.DESCRIPTOR):
+            self.assertEqual(got.HasField(name), plain.HasField(name), name)
+            self.assertEqual(bytes(getattr(got, name).data), getattr(plain, name).data, name)
+            if name in got.arrays:
+                getattr(stripped, name).ClearField("data")
+                self.assertFalse(got.arrays[name].flags.writeable)
+                if getattr(plain, name).data:
+                    a, b = to_numpy(getattr(got, name), name), to_numpy(getattr(plain, name), name)
+                    self.assertEqual(a.tobytes(), b.tobytes())
+                    self.assertTrue(a.flags.writeable)
+        self.assertEqual(got.message, stripped)
+
+    def test_views_share_the_received_bytes(self):
+        plain, _ = plain_and_wire(pb.ApplyRopeResponse, 3)
+        fill_tensor(plain.q, DType.FLOAT32, np.arange(1000, dtype=np.float32))
+        buf = plain.SerializeToString()
+        got = _direct.decode(buf, pb.ApplyRopeResponse)
+        self.assertIs(got.arrays["q"].base, buf)
+
+    def test_fields_protobuf_merges_fall_back_to_its_parse(self):
+        first = pb.ApplyRopeResponse()
+        fill_tensor(first.q, DType.FLOAT32, np.ones((2, 3), np.float32))
+        second = pb.ApplyRopeResponse()
+        second.q.shape.append(4)
+        second.q.data = b"\x01\x02\x03\x04"
+        tensor = pb.Tensor(data=b"abcd")
+        twice_data = b"\x0a" + bytes([2 * tensor.ByteSize()]) + 2 * tensor.SerializeToString()
+        for buf in (first.SerializeToString() + second.SerializeToString(), twice_data):
+            expected = pb.ApplyRopeResponse.FromString(buf)
+            got = _direct.decode(buf, pb.ApplyRopeResponse)
+            self.assertEqual(got.arrays, {})
+            self.assertEqual(got.message, expected)
+
+    def test_malformed_bytes_give_malformed_never_an_exception(self):
+        plain, _ = plain_and_wire(pb.ApplyRopeResponse, 5)
+        fill_tensor(plain.k, DType.FLOAT64, rng(9).standard_normal((3, 5)))
+        buf = plain.SerializeToString()
+        r = rng(11)
+        cases = [buf[:n] for n in range(len(buf))] + [
+            r.integers(0, 256, size=int(r.integers(1, 64)), dtype=np.uint8).tobytes()
+            for _ in range(300)] + [b"\xff" * 11, b"\x0b", b"\x0a\x05\x1a\x10ab", b"\x00\x01"]
+        for case in cases:
+            with warnings.catch_warnings():  # protobuf warns of a stray end-group tag
+                warnings.simplefilter("ignore", RuntimeWarning)
+                got = _direct.decode(case, pb.ApplyRopeResponse)
+                try:
+                    expected = pb.ApplyRopeResponse.FromString(case)
+                except DecodeError:
+                    expected = None
+            if expected is None:
+                self.assertIsInstance(got, _direct.Malformed, case)
+                self.assertIn("posenc.v1.ApplyRopeResponse", got.reason)
+            else:
+                self.assertIsInstance(got, _direct.WireMessage, case)
+                self.assert_decoded(got, expected)
+
+    def test_a_truncated_tensor_names_what_is_missing(self):
+        response = pb.ApplyRopeResponse()
+        fill_tensor(response.q, DType.FLOAT32, np.ones(64, np.float32))
+        got = _direct.decode(response.SerializeToString()[:-10], pb.ApplyRopeResponse)
+        self.assertIsInstance(got, _direct.Malformed)
+        self.assertRegex(got.reason, r"field 1 needs \d+ bytes at byte \d+, \d+ are left")
+
+
+class RawServer:
+    """A gRPC server answering every posenc method with the same bytes."""
+
+    def __init__(self, answer):
+        def handler(request, context):
+            return answer
+
+        class Handler(grpc.GenericRpcHandler):
+            def service(self, details):
+                return grpc.unary_unary_rpc_method_handler(handler)
+
+        self.server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=2))
+        self.server.add_generic_rpc_handlers((Handler(),))
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.server.stop(0)
+
+
+# A RawServer answers no health check.
+NO_HEALTH = {"max_attempts": 1, "health_check": False, "load_balancing_policy": ""}
+
+
+class MalformedResponseTest(unittest.TestCase):
+    def test_a_response_that_does_not_parse_is_internal(self):
+        response = pb.ApplyRopeResponse()
+        fill_tensor(response.q, DType.FLOAT32, np.ones((1, 4, 2, 8), np.float32))
+        truncated = response.SerializeToString()[:-5]
+        for direct in (True, False):
+            with RawServer(truncated) as raw, posenc.Client(
+                    f"127.0.0.1:{raw.port}", direct_tensors=direct, **NO_HEALTH) as client:
+                with self.assertRaises(posenc.InternalError) as caught:
+                    client.apply_rope(np.ones((1, 4, 2, 8), np.float32))
+                if direct:
+                    self.assertIn("ApplyRope: the server's response does not parse",
+                                  str(caught.exception))
+
+    def test_a_tensor_inconsistent_with_its_shape_is_internal(self):
+        response = pb.ApplyRopeResponse()
+        fill_tensor(response.q, DType.FLOAT32, np.ones((1, 4, 2, 8), np.float32))
+        response.q.shape[1] = 5
+        with RawServer(response.SerializeToString()) as raw, posenc.Client(
+                f"127.0.0.1:{raw.port}", **NO_HEALTH) as client:
+            with self.assertRaisesRegex(posenc.InternalError, "inconsistent q"):
+                client.apply_rope(np.ones((1, 4, 2, 8), np.float32))
+
+
+def assert_same(test, got, expected, where="result"):
+    """Results equal byte for byte (arrays: dtype, shape, bytes; torch tensors likewise)."""
+    if torch is not None and isinstance(expected, torch.Tensor):
+        test.assertIsInstance(got, torch.Tensor, where)
+        test.assertEqual(got.dtype, expected.dtype, where)
+        got, expected = got.view(torch.uint8).numpy(), expected.view(torch.uint8).numpy()
+    if isinstance(expected, np.ndarray):
+        test.assertIsInstance(got, np.ndarray, where)
+        test.assertEqual((got.dtype, got.shape), (expected.dtype, expected.shape), where)
+        test.assertEqual(got.tobytes(), expected.tobytes(), where)
+        test.assertTrue(got.flags.writeable, where)
+    elif isinstance(expected, (tuple, list)):
+        test.assertEqual(type(got), type(expected), where)
+        test.assertEqual(len(got), len(expected), where)
+        for i, (a, b) in enumerate(zip(got, expected)):
+            assert_same(test, a, b, f"{where}[{i}]")
+    elif dataclasses.is_dataclass(expected):
+        test.assertEqual(type(got), type(expected), where)
+        for f in dataclasses.fields(expected):
+            assert_same(test, getattr(got, f.name), getattr(expected, f.name),
+                        f"{where}.{f.name}")
+    else:
+        test.assertEqual(got, expected, where)
+
+
+class EveryOpTest(unittest.TestCase):
+    """Each client method through the direct path and the plain protobuf path: the same."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.plain = posenc.Client(SERVER.address, direct_tensors=False)
+        cls.small = {direct: posenc.Client(SERVER.address, direct_tensors=direct,
+                                           max_message_bytes=96 << 10)
+                     for direct in (True, False)}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.plain.close()
+        for client in cls.small.values():
+            client.close()
+
+    def same(self, call, *clients):
+        direct, plain = clients or (CLIENT, self.plain)
+        assert_same(self, call(direct), call(plain))
+
+    def test_rope(self):
+        q = rng(1).standard_normal((2, 9, 4, 32)).astype(np.float32)
+        k = rng(2).standard_normal((2, 9, 2, 32)).astype(np.float32)
+        config = posenc.RopeConfig(head_dim=32, base=5e5)
+        for dtype in (np.float32, np.float16, np.float64, np.uint16):
+            self.same(lambda c: c.apply_rope(q.astype(dtype), k.astype(dtype), None, config))
+        self.same(lambda c: c.apply_rope(q, None, posenc.Positions.offsets([3, 4])))
+        self.same(lambda c: c.apply_rope(q[0], k[0], posenc.Positions.cu_seqlens([0, 4, 9]),
+                                         layout="thd"))
+        for layout in ("compact", "neox", "fused_cos_sin", "complex"):
+            self.same(lambda c: c.rope_cache(range(5, 40), config, layout=layout))
+        self.same(lambda c: c.rope_cache(range(0, 16), config, dtype="bf16"))
+        self.same(lambda c: c.rerotate_keys(k, 7, None, config))
+        self.same(lambda c: c.rerotate_keys(k.astype(np.float16), [1, 2]))
+        self.same(lambda c: c.describe_rope(config))
+
+    def test_split_requests(self):
+        q = rng(3).standard_normal((2, 64, 8, 32)).astype(np.float32)
+        k = rng(4).standard_normal((2, 64, 2, 32)).astype(np.float32)
+        mask = np.ones((2, 64), np.int64)
+        mask[1, :5] = 0
+        small = (self.small[True], self.small[False])
+        self.same(lambda c: c.apply_rope(q, k), *small)
+        self.same(lambda c: c.apply_rope(q, k, posenc.Positions.attention_mask(mask)), *small)
+        assert_same(self, self.small[True].apply_rope(q, k), CLIENT.apply_rope(q, k))
+        x = rng(5).standard_normal((3, 200, 64)).astype(np.float32)
+        self.same(lambda c: c.add_position_encoding(x), *small)
+        self.same(lambda c: c.alibi_bias(8, 64, 80, form="full"), *small)
+        self.same(lambda c: c.relative_bias(64, 80, rng(6).standard_normal((32, 8)),
+                                            form="full"), *small)
+        self.same(lambda c: c.relative_embedding(64, 64, 4, rng(7).standard_normal((9, 32))),
+                  *small)
+
+    def test_absolute_and_biases(self):
+        x = rng(8).standard_normal((2, 5, 16)).astype(np.float16)
+        self.same(lambda c: c.sinusoidal(range(3, 20), 33, dtype="float64"))
+        self.same(lambda c: c.sinusoidal(np.arange(12).reshape(3, 4), 16))
+        self.same(lambda c: c.add_position_encoding(x))
+        self.same(lambda c: c.add_position_encoding(
+            x, learned=rng(9).standard_normal((9, 16)), combine="concat"))
+        self.same(lambda c: c.alibi_slopes(12))
+        self.same(lambda c: c.alibi_bias(4, 6, 9))
+        self.same(lambda c: c.alibi_bias(4, 6, 9, mode="bloom", form="compact", expand=False))
+        self.same(lambda c: c.relative_bias(5, 7, rng(10).standard_normal((32, 4))))
+        self.same(lambda c: c.relative_bias(5, 7, form="buckets"))
+        self.same(lambda c: c.relative_embedding(4, 6, 2, rng(11).standard_normal((5, 8))))
+
+    def test_positions_analysis_and_server(self):
+        ids = np.array([[1, 5, 7, 7, 7, 7, 9]])
+        token_ids = {"image_token_id": 7, "video_token_id": 8, "vision_start_token_id": 5}
+        self.same(lambda c: c.multimodal_positions(
+            ids, family="qwen2_vl", token_ids=token_ids, spatial_merge_size=1,
+            image_grid_thw=[[1, 2, 2]]))
+        self.same(lambda c: c.multimodal_decode([[2]], 7, 3))
+        self.same(lambda c: c.vision_positions([[1, 4, 4]], tower="qwen", spatial_merge_size=2))
+        self.same(lambda c: c.analyze_encoding(count=64, sinusoidal=posenc.SinusoidalParams(16)))
+        self.same(lambda c: c.analyze_encoding(
+            count=8, sinusoidal=posenc.SinusoidalParams(16),
+            embeddings=rng(12).standard_normal((8, 16))))
+        self.same(lambda c: c.get_server_info())
+
+
+class DTypeTest(unittest.TestCase):
+    def test_every_input_kind_round_trips(self):
+        q = rng(13).standard_normal((1, 7, 2, 16))
+        inputs = [q.astype(t) for t in (np.float16, np.float32, np.float64, np.uint16)]
+        inputs += [q.astype(">f4"), np.asfortranarray(q.astype(np.float32)),
+                   DLPackOnly(q.astype(np.float32))]
+        with posenc.Client(SERVER.address, direct_tensors=False) as plain:
+            for value in inputs:
+                assert_same(self, CLIENT.apply_rope(value), plain.apply_rope(value))
+                assert_same(self, CLIENT.rerotate_keys(value, 3), plain.rerotate_keys(value, 3))
+
+    @unittest.skipIf(torch is None, "python3-torch is not installed")
+    def test_torch_in_and_out(self):
+        with posenc.Client(SERVER.address, direct_tensors=False) as plain:
+            for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+                q = torch.randn(1, 6, 2, 16).to(dtype)
+                k = torch.randn(1, 6, 1, 16).to(dtype)
+                got = CLIENT.apply_rope(q, k)
+                self.assertEqual((type(got.q), got.q.dtype), (torch.Tensor, dtype))
+                assert_same(self, got, plain.apply_rope(q, k))
+                moved = CLIENT.rerotate_keys(k, 2)
+                self.assertEqual((type(moved.k), moved.k.dtype), (torch.Tensor, dtype))
+                assert_same(self, moved, plain.rerotate_keys(k, 2))
+
+
+if __name__ == "__main__":
+    unittest.main()
