@@ -29,6 +29,7 @@
 #include "kernels/common/status.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "proto/posenc/v1/byte_buffer.h"
+#include "proto/posenc/v1/freed_memory.h"
 
 namespace posenc::client {
 namespace {
@@ -290,11 +291,12 @@ struct Client::Impl {
   }
 
   // The same call through the callback API: the future is set on gRPC's thread when the call
-  // ends, with the converted response.
+  // ends, with the converted response. Options given as an rvalue may give their tensors' bytes
+  // to the request instead of a copy (internal::ToRequest(ApplyRopeOptions&&)).
   template <typename Options, typename Request, typename Response, typename Convert>
-  auto Start(AsyncMethod<Request, Response> method, const Options& options, const CallOptions& call,
+  auto Start(AsyncMethod<Request, Response> method, Options&& options, const CallOptions& call,
              Convert convert) const -> std::future<decltype(convert(std::declval<Response&&>()))> {
-    return StartRequest(method, internal::ToRequest(options), call, convert);
+    return StartRequest(method, internal::ToRequest(std::forward<Options>(options)), call, convert);
   }
 
   // Start of a converted request (or of the error converting it).
@@ -321,10 +323,10 @@ struct Client::Impl {
     return future;
   }
 
-  // Every piece sent with Start (at most kMaxPiecesInFlight at once); the results in order, or
-  // the first error.
+  // Every piece sent with Start (at most kMaxPiecesInFlight at once), each moved into its
+  // request; the results in order, or the first error.
   template <typename Options, typename Request, typename Response, typename Convert>
-  auto Gather(AsyncMethod<Request, Response> method, const std::vector<Options>& pieces,
+  auto Gather(AsyncMethod<Request, Response> method, std::vector<Options> pieces,
               const CallOptions& call, Convert convert) const
       -> absl::StatusOr<
           std::vector<typename decltype(convert(std::declval<Response&&>()))::value_type>> {
@@ -338,7 +340,7 @@ struct Client::Impl {
     absl::Status first_error;
     for (size_t next = 0, done = 0; done < pieces.size(); ++done) {
       while (next < pieces.size() && next - done < most) {
-        in_flight.push_back(Start(method, pieces[next++], call, convert));
+        in_flight.push_back(Start(method, std::move(pieces[next++]), call, convert));
       }
       Result result = in_flight[done].get();
       if (!result.ok() && first_error.ok()) first_error = result.status();
@@ -456,6 +458,10 @@ std::string_view HealthStatusName(HealthStatus status) {
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 
+bool RetainFreedMemory(int64_t retain_bytes) { return v1::RetainFreedMemory(retain_bytes); }
+
+void ReleaseFreedMemory() { v1::ReleaseFreedMemory(); }
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& target,
                                                         const ClientOptions& options) {
   if (target.empty()) return absl::InvalidArgumentError("target: must not be empty");
@@ -526,15 +532,15 @@ absl::StatusOr<Tensor> Client::AddPositionEncoding(const AddPositionEncodingOpti
   if (!budget.has_value()) {
     return impl_->Send(&Stub::AddPositionEncoding, std::move(request), call, kAddPositionEncodingY);
   }
-  POSENC_ASSIGN_OR_RETURN(const internal::AddPositionEncodingSplit split,
+  POSENC_ASSIGN_OR_RETURN(internal::AddPositionEncodingSplit split,
                           internal::SplitAddPositionEncoding(options, *y, *budget));
   if (split.whole) {
     return impl_->Send(&Stub::AddPositionEncoding, std::move(request), call, kAddPositionEncodingY);
   }
   request.Clear();  // the pieces hold the bytes now
-  POSENC_ASSIGN_OR_RETURN(
-      std::vector<Tensor> parts,
-      impl_->Gather(&Stub::async::AddPositionEncoding, split.pieces, call, kAddPositionEncodingY));
+  POSENC_ASSIGN_OR_RETURN(std::vector<Tensor> parts,
+                          impl_->Gather(&Stub::async::AddPositionEncoding, std::move(split.pieces),
+                                        call, kAddPositionEncodingY));
   return internal::JoinAddPositionEncoding(split, std::move(parts));
 }
 
@@ -550,11 +556,12 @@ absl::StatusOr<ApplyRopeResult> Client::ApplyRope(const ApplyRopeOptions& option
       UsesSharedMemory(options) ? std::nullopt
                                 : impl_->SplitBudget(ApplyRopeBytes(options, request), call);
   if (budget.has_value()) {
-    POSENC_ASSIGN_OR_RETURN(const internal::ApplyRopeSplit split,
+    POSENC_ASSIGN_OR_RETURN(internal::ApplyRopeSplit split,
                             internal::SplitApplyRope(options, *budget));
     if (!split.whole) {
-      POSENC_ASSIGN_OR_RETURN(std::vector<ApplyRopeResult> parts,
-                              impl_->Gather(&Stub::async::ApplyRope, split.pieces, call, kWhole));
+      POSENC_ASSIGN_OR_RETURN(
+          std::vector<ApplyRopeResult> parts,
+          impl_->Gather(&Stub::async::ApplyRope, std::move(split.pieces), call, kWhole));
       return internal::JoinApplyRope(options, split, std::move(parts));
     }
   }

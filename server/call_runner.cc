@@ -155,6 +155,7 @@ grpc::ServerUnaryReactor* CallRunner::Serve(const Method& method, const Call& ca
                                             absl::FunctionRef<grpc::Status()> handle) {
   const auto start = std::chrono::steady_clock::now();
   if (metrics_ != nullptr) metrics_->OnStart();
+  calls_started_.fetch_add(1, std::memory_order_relaxed);
   const size_t request_size = call.request_bytes->Length();
   auto* reactor = new Reactor(admission_, static_cast<int64_t>(request_size), &calls_in_flight_);
   std::string input;

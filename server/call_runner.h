@@ -71,6 +71,8 @@ class CallRunner {
   // retryable UNAVAILABLE).
   bool WaitUntilIdle(std::chrono::system_clock::time_point deadline) const;
   int64_t calls_in_flight() const { return calls_in_flight_.load(std::memory_order_acquire); }
+  // Calls served so far (started, whatever their end).
+  int64_t calls_started() const { return calls_started_.load(std::memory_order_relaxed); }
 
   // Every call reports to `metrics` (OnStart/OnFinish) from now on; null = none. `metrics` must
   // outlive the runner.
@@ -119,6 +121,7 @@ class CallRunner {
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> abort_at_ns_{std::numeric_limits<int64_t>::max()};
   std::atomic<int64_t> calls_in_flight_{0};
+  std::atomic<int64_t> calls_started_{0};
   Metrics* metrics_ = nullptr;
   AdmissionControl* admission_ = nullptr;
 };

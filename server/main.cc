@@ -38,6 +38,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "proto/posenc/v1/freed_memory.h"
 #include "server/logging.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
@@ -159,6 +160,11 @@ Field FromFlag(const Flag& v) {
     (IntRange{1, kNoMax, ">= 1"}),                                                               \
     "Bytes of shared memory registered at once (the regions' sizes summed; mapped, not "         \
     "allocated)")                                                                                \
+  X(int64_t, retain_free_memory_bytes, server.retain_free_memory_bytes,                          \
+    (IntRange{0, kNoMax, "0 or a byte count"}),                                                  \
+    "Free memory the allocator keeps for the next calls' large tensors instead of returning it " \
+    "at once (no fresh pages for the kernel to zero per call; resident memory stays at its peak " \
+    "until no call has run for 10 s); 0 = the C library's defaults")                            \
   X(std::string, tables, server.tables_dir, AnyValue{},                                          \
     "Directory whose *.npy and *.safetensors files are loaded at start-up as named tables "      \
     "(NAME.npy -> NAME, NAME.safetensors -> NAME/TENSOR); a bad file stops start-up")            \
@@ -460,6 +466,8 @@ int Serve(const Options& options) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // The allocator's policy, before any other thread exists (proto/posenc/v1/freed_memory.h).
+  (void)posenc::v1::RetainFreedMemory(options.server.retain_free_memory_bytes);
   auto server = posenc::server::PosencServer::Start(options.server);
   if (!server.ok()) {
     spdlog::critical("posenc-server: {}", server.status().ToString());

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -114,6 +115,10 @@ class PosencServerImpl final : public PosencServer {
     }
     runner_.set_metrics(&metrics_);
     runner_.set_admission(&admission_);
+    if (options_.retain_free_memory_bytes > 0) {
+      idle_release_.emplace([this] { return runner_.calls_started(); },
+                            [this] { return runner_.calls_in_flight(); }, kReleaseFreeMemoryAfter);
+    }
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     grpc::ServerBuilder builder;
@@ -219,6 +224,8 @@ class PosencServerImpl final : public PosencServer {
   PositionEncodingService service_;
   InferenceService inference_;
   std::unique_ptr<grpc::Server> server_;
+  // Hands the allocator's free memory back after a quiet spell (options_.retain_free_memory_bytes).
+  std::optional<v1::IdleMemoryRelease> idle_release_;
   int port_ = 0;
   std::mutex mu_;
   bool shut_down_ = false;

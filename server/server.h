@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
+#include "proto/posenc/v1/freed_memory.h"
 
 namespace grpc {
 class Channel;
@@ -69,7 +70,15 @@ struct ServerOptions {
   // Shutdown: how long health reports NOT_SERVING (and new calls get UNAVAILABLE) before the
   // listener closes, so load balancers notice; cut short by Shutdown's deadline.
   std::chrono::milliseconds drain_grace{0};
+  // Free memory the allocator keeps for the next calls' large buffers instead of handing it back
+  // to the system (proto/posenc/v1/freed_memory.h: no fresh pages to zero per call); posenc-server
+  // sets the process's allocator so before the server starts. 0 = glibc's defaults. Whatever is
+  // kept goes back once no call has run for kReleaseFreeMemoryAfter.
+  int64_t retain_free_memory_bytes = v1::kDefaultRetainFreeBytes;
 };
+
+// The quiet spell after which a server hands its free memory back (ReleaseFreedMemory).
+inline constexpr std::chrono::seconds kReleaseFreeMemoryAfter{10};
 
 class PosencServer {
  public:

@@ -1,8 +1,10 @@
 // wire_bench: posenc's wire (the C++ client's ApplyRope, end to end) against one stream socket
 // moving the same bytes, side by side in one run (issue #20, "the wire at the link's speed").
 //
-// Usage: wire_bench --target ADDR [--sizes 2,8,32,128,256] [--rounds 5]
+// Usage: wire_bench --target ADDR [--sizes 2,8,32,128,256] [--rounds 5] [--retain_free_bytes N]
 //   ADDR: a running posenc-server, host:port or unix:///path.
+//   N: posenc::client::RetainFreedMemory(N) first (default 1 GiB, as the server's default); 0:
+//      the C library's allocator defaults (each response's tensors in fresh pages).
 // For each size S (MiB of q + k, FLOAT32, q and k [1, T, 32, 128] each), alternating rounds of:
 //   stream: one socket of the target's kind (TCP on 127.0.0.1, or a Unix socket pair) carrying
 //           2 S MiB one way, from a buffer into a buffer (both touched before timing): the bytes
@@ -173,17 +175,21 @@ int main(int argc, char** argv) {
   std::string target, sizes = "2,8,32,128,256";
   int rounds = 5;
   int server_pid = 0;
+  int64_t retain_free_bytes = int64_t{1} << 30;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--target") target = argv[i + 1];
     if (flag == "--sizes") sizes = argv[i + 1];
     if (flag == "--rounds") rounds = std::atoi(argv[i + 1]);
     if (flag == "--server_pid") server_pid = std::atoi(argv[i + 1]);
+    if (flag == "--retain_free_bytes") retain_free_bytes = std::atoll(argv[i + 1]);
   }
   if (target.empty() || rounds < 1) {
     std::fprintf(stderr, "usage: wire_bench --target ADDR [--sizes 2,8,...] [--rounds N]\n");
     return 2;
   }
+  const bool retained = posenc::client::RetainFreedMemory(retain_free_bytes);
+  std::printf("client: freed memory %s\n", retained ? "retained" : "returned (allocator defaults)");
   posenc::client::ClientOptions client_options;
   client_options.timeout = std::chrono::minutes(5);
   if (const char* e = std::getenv("WIRE_MAX_MSG")) client_options.max_message_bytes = std::atoll(e);

@@ -63,6 +63,7 @@ const std::vector<std::pair<std::string, std::string>> kFlags = {
     {"allow_shared_memory", "POSENC_ALLOW_SHARED_MEMORY"},
     {"max_shared_memory_regions", "POSENC_MAX_SHARED_MEMORY_REGIONS"},
     {"max_shared_memory_bytes", "POSENC_MAX_SHARED_MEMORY_BYTES"},
+    {"retain_free_memory_bytes", "POSENC_RETAIN_FREE_MEMORY_BYTES"},
     {"tables", "POSENC_TABLES"},
     {"drain_timeout", "POSENC_DRAIN_TIMEOUT"},
     {"drain_grace", "POSENC_DRAIN_GRACE"},

@@ -734,6 +734,18 @@ struct CallOptions {
   std::optional<std::chrono::milliseconds> timeout;
 };
 
+// Process-wide, for callers moving large tensors in a loop (issue #20): the allocator keeps freed
+// memory for the next calls' buffers (the responses' tensors) instead of returning it to the
+// system at once, so that they reuse pages already faulted in rather than pages the kernel must
+// zero first (on glibc: one arena, no separate mappings for large blocks, up to `retain_bytes`
+// free at the heap's top). The process's resident memory then stays at its peak until
+// ReleaseFreedMemory. Call once at start-up, before other threads exist; false (nothing changed)
+// for `retain_bytes` <= 0 or another allocator. posenc-server does the same by default
+// (--retain_free_memory_bytes).
+bool RetainFreedMemory(int64_t retain_bytes);
+// Returns the process's free memory to the system now.
+void ReleaseFreedMemory();
+
 // The result of an asynchronous call.
 template <typename T>
 using Future = std::future<absl::StatusOr<T>>;
