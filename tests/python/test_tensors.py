@@ -2,6 +2,9 @@
 (bfloat16 included), any ``__dlpack__`` array in, and whole-buffer conversions only (an array
 whose elements cannot be visited one by one goes through every conversion)."""
 
+import os
+import subprocess
+import sys
 import unittest
 
 import numpy as np
@@ -131,6 +134,48 @@ class TorchTest(unittest.TestCase):
         self.assertIsInstance(alibi.bias, np.ndarray)  # no float tensor input: numpy
         self.assertIsInstance(CLIENT.rope_cache(range(4), posenc.RopeConfig(head_dim=8)).cos,
                               np.ndarray)
+
+
+# Faults taken by a second 64 MiB buffer after a first one was freed, in a fresh interpreter that
+# calls retain_freed_memory(RETAIN) first (0: glibc's defaults).
+FAULTS_OF_A_REUSED_BUFFER = """
+import resource, sys
+import numpy as np
+import posenc
+retained = posenc.retain_freed_memory(int(sys.argv[1]))
+a = np.ones(64 << 20, dtype=np.uint8)
+del a
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+b = np.ones(64 << 20, dtype=np.uint8)
+print(retained, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+posenc.release_freed_memory()
+"""
+
+
+class RetainFreedMemoryTest(unittest.TestCase):
+    """posenc.retain_freed_memory: the C++ client's RetainFreedMemory for Python callers."""
+
+    def faults(self, retain):
+        out = subprocess.run([sys.executable, "-c", FAULTS_OF_A_REUSED_BUFFER, str(retain)],
+                             check=True, capture_output=True, text=True, env=dict(os.environ))
+        retained, faults = out.stdout.split()
+        return retained == "True", int(faults)
+
+    def test_nothing_changes_for_zero_bytes(self):
+        self.assertFalse(posenc.retain_freed_memory(0))
+        self.assertFalse(posenc.retain_freed_memory(-1))
+
+    @unittest.skipUnless(sys.platform.startswith("linux") and os.confstr(
+        "CS_GNU_LIBC_VERSION").startswith("glibc"), "glibc's allocator only")
+    def test_a_freed_buffer_is_reused_without_faulting_its_pages_again(self):
+        retained, faults = self.faults(1 << 30)
+        self.assertTrue(retained)
+        default_retained, default_faults = self.faults(0)
+        self.assertFalse(default_retained)
+        # glibc unmapped the first buffer and maps the second afresh (fewer faults with huge
+        # pages); kept, the second reuses the first's pages.
+        self.assertGreater(default_faults, 0)
+        self.assertLess(faults, max(1, default_faults // 4))
 
 
 if __name__ == "__main__":
