@@ -16,6 +16,7 @@ from google.protobuf.message import DecodeError
 import posenc
 from posenc import _direct
 from posenc._enums import DType
+from posenc._protos import is_repeated
 from posenc._protos import posenc_pb2 as pb
 from posenc._tensor import WIRE_NUMPY, describe_tensor, fill_tensor, to_numpy
 from server import rng, serve_module
@@ -52,7 +53,7 @@ def random_tensor(seed, dtype=None):
 def with_other_fields(message):
     """Sets a few of the message's non-tensor fields (scalars, nested messages) to non-defaults."""
     for fd in message.DESCRIPTOR.fields:
-        if fd.message_type is None and fd.label != fd.LABEL_REPEATED and (
+        if fd.message_type is None and not is_repeated(fd) and (
                 fd.containing_oneof is None):
             if fd.enum_type is not None:
                 setattr(message, fd.name, fd.enum_type.values[-1].number)

@@ -39,6 +39,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from ._enums import DType
+from ._protos import is_repeated
 from ._protos import posenc_pb2 as pb
 from ._tensor import describe_tensor, fill_tensor
 
@@ -76,16 +77,10 @@ def tensor_fields(descriptor: Any) -> Dict[str, int]:
     found = _FIELDS.get(descriptor)
     if found is None:
         found = {fd.name: fd.number for fd in descriptor.fields
-                 if fd.message_type is _TENSOR and not _is_repeated(fd)}
+                 if fd.message_type is _TENSOR and not is_repeated(fd)}
         _FIELDS[descriptor] = found
     return found
 
-
-def _is_repeated(fd: Any) -> bool:
-    is_repeated = getattr(fd, "is_repeated", None)  # protobuf >= 5.29; older: label
-    if callable(is_repeated):
-        return bool(is_repeated())
-    return bool(fd.label == fd.LABEL_REPEATED)
 
 
 def _bytes_of(array: np.ndarray) -> np.ndarray:

@@ -20,6 +20,7 @@ import numpy as np
 
 from . import _enums
 from ._errors import local_error
+from ._protos import is_repeated as _repeated
 from ._protos import posenc_pb2 as pb
 from ._tensor import set_float_tensor, set_int_tensor
 from ._types import (BackendInfo, DeviceInfo, Positions, ServerInfo, TableInfo, VisionSpan,
@@ -241,17 +242,6 @@ def server_info(r: pb.GetServerInfoResponse) -> ServerInfo:
         max_shared_memory_regions=r.limits.max_shared_memory_regions,
         max_shared_memory_bytes=r.limits.max_shared_memory_bytes, cuda_built_in=r.cuda_built_in,
         devices=[from_message(d, DeviceInfo) for d in r.devices])
-
-
-def _repeated(fd: Any) -> bool:
-    """Whether a field is repeated: ``is_repeated`` on protobuf 5.29 and later (whose upb
-    descriptors have no ``label`` since 6.x), ``label`` on the older runtimes (Debian 12's 3.21)."""
-    is_repeated = getattr(fd, "is_repeated", None)
-    if callable(is_repeated):
-        is_repeated = is_repeated()
-    if is_repeated is not None:
-        return bool(is_repeated)
-    return bool(fd.label == fd.LABEL_REPEATED)
 
 
 def uses_shared_memory(msg: Any) -> bool:
