@@ -279,8 +279,8 @@ std::string DescribeText(const client::DescribeRopeResult& result,
     absl::StrAppend(&text, "\nlayers ", LayerRuns(g.layers),
                     g.layer_type.empty() ? "" : absl::StrCat(" (", g.layer_type, ")"), ":\n");
     if (g.attn_temperature_tuning) {
-      absl::StrAppend(&text, "  attention temperature: ",
-                      TemperatureFormula(*g.attn_temperature_tuning));
+      absl::StrAppend(&text,
+                      "  attention temperature: ", TemperatureFormula(*g.attn_temperature_tuning));
       if (const Json at_max = ScaleAtMaxPosition(g); !at_max.is_null()) {
         absl::StrAppend(&text, "; at p = ", g.max_position_embeddings - 1, ": ",
                         Num(at_max.get<double>()));

@@ -75,10 +75,10 @@ absl::Status CheckMlaFraction(const LayerInputs& in, std::optional<int64_t> rope
   if (!rope_dim || !nope) return absl::OkStatus();
   const auto rotary = static_cast<int64_t>(static_cast<double>(*nope + *rope_dim) * fraction);
   if (rotary != *rope_dim) {
-    in.warnings->push_back(absl::StrCat(
-        fraction_key, " (", fraction, ") of qk_nope_head_dim + qk_rope_head_dim (",
-        *nope + *rope_dim, ") is ", rotary, " channels, not qk_rope_head_dim (", *rope_dim,
-        "): posenc rotates qk_rope_head_dim"));
+    in.warnings->push_back(
+        absl::StrCat(fraction_key, " (", fraction, ") of qk_nope_head_dim + qk_rope_head_dim (",
+                     *nope + *rope_dim, ") is ", rotary, " channels, not qk_rope_head_dim (",
+                     *rope_dim, "): posenc rotates qk_rope_head_dim"));
   }
   return absl::OkStatus();
 }
@@ -248,10 +248,10 @@ absl::Status ReadLlama4ScalingBeta(const LayerInputs& in, const kernels::RopeCon
   }
   const std::optional<int64_t> floor_scale = config.scaling.original_max_position_embeddings;
   if (!floor_scale || *floor_scale <= 0) {
-    return Invalid(absl::StrCat(
-        beta_key, " needs ", in.spec.path,
-        ".original_max_position_embeddings > 0 (the divisor of the position), got ",
-        floor_scale ? absl::StrCat(*floor_scale) : std::string("none")));
+    return Invalid(
+        absl::StrCat(beta_key, " needs ", in.spec.path,
+                     ".original_max_position_embeddings > 0 (the divisor of the position), got ",
+                     floor_scale ? absl::StrCat(*floor_scale) : std::string("none")));
   }
   ReadFrom(in.sources, f, "attn_scale", beta_key, ValueText(*beta));
   ReadFrom(in.sources, f, "floor_scale",

@@ -144,8 +144,9 @@ void NoteKeys(const Json& dict, const std::string& path, const Family& family, c
       continue;
     }
     if (key == "llama_4_scaling_beta") {
-      warnings->push_back(absl::StrCat(path, ".llama_4_scaling_beta: read by ministral3 / "
-                                             "mistral4 only; transformers ignores it here"));
+      warnings->push_back(absl::StrCat(path,
+                                       ".llama_4_scaling_beta: read by ministral3 / "
+                                       "mistral4 only; transformers ignores it here"));
       continue;
     }
     warnings->push_back(absl::StrCat(path, ".", kernels::Abbreviate(key),

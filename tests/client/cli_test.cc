@@ -346,7 +346,8 @@ TEST_F(CliTest, DescribePrintsLlama4ScalingBeta) {
                            "(after the rotation); at p = 262143: 1.27726"),
             std::string::npos)
       << table.out;
-  CliResult json = Run(absl::StrCat("--format json describe --hf-config ", Path("ministral3.json")));
+  CliResult json =
+      Run(absl::StrCat("--format json describe --hf-config ", Path("ministral3.json")));
   ASSERT_EQ(json.exit_code, 0) << json.err;
   const nlohmann::json j = nlohmann::json::parse(json.out);
   ASSERT_EQ(j["groups"].size(), 1u);

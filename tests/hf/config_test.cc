@@ -304,9 +304,8 @@ TEST(HfConfigTest, ArchitectureDefaultsAndLayers) {
 
 // The warnings of `hf` that contain `text`.
 int WarningsWith(const ModelRope& hf, absl::string_view text) {
-  return static_cast<int>(std::count_if(hf.warnings.begin(), hf.warnings.end(), [&](auto& w) {
-    return absl::StrContains(w, text);
-  }));
+  return static_cast<int>(std::count_if(hf.warnings.begin(), hf.warnings.end(),
+                                        [&](auto& w) { return absl::StrContains(w, text); }));
 }
 
 // The origin of the first source named `name` of the model's first group ("" when none).
@@ -320,7 +319,7 @@ std::string OriginOf(const ModelRope& hf, absl::string_view name) {
 TEST(HfConfigTest, AttentionTemperatureScaleStepsAtTheBoundaries) {
   // llama_4_scaling_beta (offset 0): 1 + beta ln(1 + floor(p / L)); hand-computed in double.
   auto beta = [](double l, int64_t p) { return kernels::AttentionTemperatureScale(l, 0.1, 0, p); };
-  const double kLn2 = 1.0693147180559945;  // 1 + 0.1 ln 2
+  const double kLn2 = 1.0693147180559945;                                  // 1 + 0.1 ln 2
   for (int64_t p : {0, 8192, 16383}) EXPECT_EQ(beta(16384, p), 1.0) << p;  // Ministral 3
   EXPECT_DOUBLE_EQ(beta(16384, 16384), kLn2);
   EXPECT_DOUBLE_EQ(beta(16384, 32767), kLn2);
@@ -402,9 +401,8 @@ TEST(HfConfigTest, Llama4ScalingBetaErrorsNameTheKeys) {
     "rope_type": "yarn", "factor": 16.0, "llama_4_scaling_beta": 0.1}})",
                            "");
   EXPECT_EQ(hf.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(hf.status().message().find(
-                "rope_parameters.llama_4_scaling_beta needs "
-                "rope_parameters.original_max_position_embeddings > 0"),
+  EXPECT_NE(hf.status().message().find("rope_parameters.llama_4_scaling_beta needs "
+                                       "rope_parameters.original_max_position_embeddings > 0"),
             std::string::npos)
       << hf.status().message();
   hf = ParseModelRope(R"({"model_type": "ministral3", "rope_parameters": {
@@ -419,8 +417,9 @@ TEST(HfConfigTest, Llama4ScalingBetaErrorsNameTheKeys) {
     "factor": 4.0, "original_max_position_embeddings": 8192, "llama_4_scaling_beta": 0.1}})",
                       "");
   ASSERT_TRUE(hf.ok()) << hf.status();
-  EXPECT_EQ(WarningsWith(*hf, "rope_scaling.llama_4_scaling_beta: read by ministral3 / mistral4 "
-                              "only; transformers ignores it here"),
+  EXPECT_EQ(WarningsWith(*hf,
+                         "rope_scaling.llama_4_scaling_beta: read by ministral3 / mistral4 "
+                         "only; transformers ignores it here"),
             1);
   EXPECT_FALSE(hf->layer_ropes.at(0).temperature_tuning.has_value());
   EXPECT_TRUE(hf->layer_ropes[0].softmax_mscale);
@@ -453,7 +452,7 @@ TEST(HfConfigTest, Mistral4MlaWithLlama4ScalingBeta) {
   EXPECT_FALSE(hf->config.rotary_dim.has_value());
   EXPECT_EQ(hf->warnings, std::vector<std::string>{});
   hf = ParseModelRope(absl::StrReplaceAll(kPartial, {{"\"partial_rotary_factor\": 0.5",
-                                                       "\"partial_rotary_factor\": 0.25"}}),
+                                                      "\"partial_rotary_factor\": 0.25"}}),
                       "");
   ASSERT_TRUE(hf.ok()) << hf.status();
   EXPECT_FALSE(hf->config.rotary_dim.has_value());

@@ -341,8 +341,9 @@ class RopeTest(unittest.TestCase):
         # Ministral 3: llama_4_scaling_beta, reported with offset 0 (Llama 4's: offset 1).
         ministral = CLIENT.describe_rope({"model_type": "ministral3"}).groups[0]
         tuning = ministral.attn_temperature_tuning
-        self.assertEqual((tuning.floor_scale, tuning.attn_scale, tuning.position_offset, tuning.key),
-                         (16384.0, 0.1, 0.0, "llama_4_scaling_beta"))
+        self.assertEqual(
+            (tuning.floor_scale, tuning.attn_scale, tuning.position_offset, tuning.key),
+            (16384.0, 0.1, 0.0, "llama_4_scaling_beta"))
         self.assertIsNone(ministral.softmax_scale_multiplier)
         np.testing.assert_allclose(tuning.scale([0, 16383, 16384, 262143]),
                                    [1.0, 1.0, 1.0693147180559945, 1.2772588722239782], rtol=1e-15)

@@ -510,9 +510,9 @@ grpc::Status CacheOf(const kernels::Backend& backend, const std::string& json,
   TableRegistry tables;
   HandlerContext ctx{&backend, Limits{}, &tables};
   v1::RopeCacheRequest req;
-  *req.mutable_positions()->mutable_ids() =
-      layer_type == "vision" ? testing::Int64Tensor({2, 2}, {0, 3, 0, 5})
-                             : testing::Int64Tensor({2}, {0, 4097});
+  *req.mutable_positions()->mutable_ids() = layer_type == "vision"
+                                                ? testing::Int64Tensor({2, 2}, {0, 3, 0, 5})
+                                                : testing::Int64Tensor({2}, {0, 4097});
   req.mutable_config()->set_hf_config_json(json);
   req.mutable_config()->set_layer_type(layer_type);
   req.set_output_dtype(v1::DTYPE_FLOAT64);
@@ -543,9 +543,9 @@ TEST(HfConfigsTest, Llama4NeedsNoLayerTypeAndVisionNeedsAVisionConfig) {
   }
   // layer_type "vision" on Qwen2-VL: the tower's RoPE; on a text-only file: which towers exist.
   v1::RopeCacheResponse vision;
-  ASSERT_TRUE(CacheOf(*backends.cpu, ConfigText(Load("qwen2-vl-2b-instruct"), false), "vision",
-                      &vision)
-                  .ok());
+  ASSERT_TRUE(
+      CacheOf(*backends.cpu, ConfigText(Load("qwen2-vl-2b-instruct"), false), "vision", &vision)
+          .ok());
   EXPECT_EQ(vision.derived().head_dim(), 80);
   EXPECT_EQ(vision.derived().layer_type(), "vision");
   v1::RopeCacheResponse none;
