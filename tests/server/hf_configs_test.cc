@@ -549,8 +549,8 @@ TEST(HfConfigsTest, Llama4NeedsNoLayerTypeAndVisionNeedsAVisionConfig) {
   EXPECT_EQ(vision.derived().head_dim(), 80);
   EXPECT_EQ(vision.derived().layer_type(), "vision");
   v1::RopeCacheResponse none;
-  const grpc::Status status = CacheOf(
-      *backends.cpu, ConfigText(Load("mistral-7b-instruct-v0.3"), false), "vision", &none);
+  const grpc::Status status =
+      CacheOf(*backends.cpu, ConfigText(Load("mistral-7b-instruct-v0.3"), false), "vision", &none);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("has none posenc knows (Qwen2-VL"), std::string::npos)
       << status.error_message();
