@@ -483,8 +483,9 @@ DescribeRopeResult FromProto(const v1::DescribeRopeResponse& response) {
     group.mrope_section.assign(g.mrope_section().begin(), g.mrope_section().end());
     group.warnings.assign(g.warnings().begin(), g.warnings().end());
     if (g.has_attn_temperature_tuning()) {
-      group.attn_temperature_tuning = AttentionTemperatureTuning{
-          g.attn_temperature_tuning().floor_scale(), g.attn_temperature_tuning().attn_scale()};
+      const v1::AttentionTemperatureTuning& t = g.attn_temperature_tuning();
+      group.attn_temperature_tuning =
+          AttentionTemperatureTuning{t.floor_scale(), t.attn_scale(), t.position_offset(), t.key()};
     }
     for (const v1::RopeValueSource& s : g.sources()) {
       group.sources.push_back({s.name(), s.key(), s.origin(), s.value()});

@@ -470,14 +470,18 @@ void FillRopeLayerGroup(const hf::LayerRope& group, const kernels::RopeFrequenci
   if (config.scaling.type == kernels::RopeScalingType::kLongrope && !config.nope) {
     out->set_longrope_switch_seq_len(original);
   }
-  if (const std::optional<double> m = kernels::RopeSoftmaxScaleMultiplier(config); m.has_value()) {
+  if (const std::optional<double> m = kernels::RopeSoftmaxScaleMultiplier(config);
+      m.has_value() && group.softmax_mscale) {
     out->set_softmax_scale_multiplier(*m);
   }
   out->mutable_mrope_section()->Assign(config.mrope_section.begin(), config.mrope_section.end());
   for (const std::string& w : group.warnings) out->add_warnings(w);
-  if (group.temperature_tuning.has_value()) {
-    out->mutable_attn_temperature_tuning()->set_floor_scale(group.temperature_tuning->floor_scale);
-    out->mutable_attn_temperature_tuning()->set_attn_scale(group.temperature_tuning->attn_scale);
+  if (const std::optional<hf::TemperatureTuning>& t = group.temperature_tuning; t.has_value()) {
+    v1::AttentionTemperatureTuning* tuning = out->mutable_attn_temperature_tuning();
+    tuning->set_floor_scale(t->floor_scale);
+    tuning->set_attn_scale(t->attn_scale);
+    tuning->set_position_offset(t->position_offset);
+    tuning->set_key(t->key);
   }
   for (const hf::ValueSource& s : group.sources) {
     v1::RopeValueSource* source = out->add_sources();

@@ -14,6 +14,7 @@
 #include "client/cli/wire_names.h"
 #include "kernels/common/status.h"
 #include "kernels/common/types.h"
+#include "kernels/rope/config.h"
 
 namespace posenc::cli {
 namespace {
@@ -66,10 +67,22 @@ std::string LayerRuns(const std::vector<int64_t>& layers) {
 
 std::string Num(double v) { return absl::StrFormat("%.6g", v); }
 
-// Llama 4's q scale at position p, with the group's parameters.
+// The q scale at position p, with the group's parameters (Llama 4's "(p + 1)", Ministral 3's
+// "p ... (after the rotation)").
 std::string TemperatureFormula(const client::AttentionTemperatureTuning& t) {
-  return absl::StrCat("q *= log(floor((p + 1) / ", Num(t.floor_scale), ") + 1) * ",
-                      Num(t.attn_scale), " + 1");
+  const std::string position =
+      t.position_offset == 0 ? "p" : absl::StrCat("(p + ", Num(t.position_offset), ")");
+  return absl::StrCat("q *= log(floor(", position, " / ", Num(t.floor_scale), ") + 1) * ",
+                      Num(t.attn_scale), " + 1",
+                      t.key == "llama_4_scaling_beta" ? " (after the rotation)" : "");
+}
+
+// The group's q scale at the last position of max_position_embeddings (null without either).
+Json ScaleAtMaxPosition(const client::RopeLayerGroup& g) {
+  if (!g.attn_temperature_tuning || g.max_position_embeddings <= 0) return Json(nullptr);
+  const client::AttentionTemperatureTuning& t = *g.attn_temperature_tuning;
+  return kernels::AttentionTemperatureScale(t.floor_scale, t.attn_scale, t.position_offset,
+                                            g.max_position_embeddings - 1);
 }
 
 // The rows as lines of columns padded to their widest cell, two spaces apart.
@@ -215,6 +228,9 @@ Json GroupJson(const client::RopeLayerGroup& g) {
   if (g.attn_temperature_tuning) {
     j["attn_temperature_tuning"] = {{"floor_scale", g.attn_temperature_tuning->floor_scale},
                                     {"attn_scale", g.attn_temperature_tuning->attn_scale},
+                                    {"position_offset", g.attn_temperature_tuning->position_offset},
+                                    {"key", g.attn_temperature_tuning->key},
+                                    {"scale_at_max_position", ScaleAtMaxPosition(g)},
                                     {"formula", TemperatureFormula(*g.attn_temperature_tuning)}};
   }
   Json sources = Json::array();
@@ -263,8 +279,13 @@ std::string DescribeText(const client::DescribeRopeResult& result,
     absl::StrAppend(&text, "\nlayers ", LayerRuns(g.layers),
                     g.layer_type.empty() ? "" : absl::StrCat(" (", g.layer_type, ")"), ":\n");
     if (g.attn_temperature_tuning) {
-      absl::StrAppend(
-          &text, "  attention temperature: ", TemperatureFormula(*g.attn_temperature_tuning), "\n");
+      absl::StrAppend(&text,
+                      "  attention temperature: ", TemperatureFormula(*g.attn_temperature_tuning));
+      if (const Json at_max = ScaleAtMaxPosition(g); !at_max.is_null()) {
+        absl::StrAppend(&text, "; at p = ", g.max_position_embeddings - 1, ": ",
+                        Num(at_max.get<double>()));
+      }
+      absl::StrAppend(&text, "\n");
     }
     std::vector<std::vector<std::string>> source_rows;
     for (const client::RopeValueSource& s : g.sources) {
@@ -331,7 +352,8 @@ Command DescribeCommand() {
       "Layers with the same RoPE form one row; base shows b' in parentheses where ntk/dynamic\n"
       "change it; softmax is the multiplier of the softmax scale the model applies (DeepSeek\n"
       "YaRN: mscale(factor, mscale_all_dim)^2), - where posenc knows of none. Below the table,\n"
-      "per group: the q scale to apply by position (Llama 4's attention temperature tuning)\n"
+      "per group: the q scale to apply by position (Llama 4's attention temperature tuning,\n"
+      "Ministral 3 / Mistral 4's llama_4_scaling_beta)\n"
       "and every value read with its key and origin (file, text_config, architecture default).",
       {&RopeConfigFlags()},
       &RunDescribe};

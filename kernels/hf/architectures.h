@@ -32,6 +32,18 @@ enum class LayerRule {
   kNoRopeLayers,    // Llama 4, SmolLM 3: no_rope_layers[i] == 0 (or every Nth) has no RoPE
 };
 
+// Where the architecture multiplies q by a per-position scale besides the rotation (reported as
+// TemperatureTuning, applied by nobody in posenc).
+enum class QScale {
+  kNone,
+  // Llama 4: attn_temperature_tuning (default true), floor_scale (8192), attn_scale (0.1) scale
+  // q on the layers without RoPE, at p + 1.
+  kLlama4NoPE,
+  // Ministral 3 / Mistral 4: rope_parameters.llama_4_scaling_beta with the dict's
+  // original_max_position_embeddings scale q after the rotation on every layer, at p.
+  kLlama4ScalingBeta,
+};
+
 // The defaults of one architecture's configuration class: what transformers uses when the file
 // leaves a key out. Keys every architecture reads (rope_theta, rope_scaling / rope_parameters,
 // head_dim, partial_rotary_factor, ...) are read the same way for all; these are the differences.
@@ -55,9 +67,11 @@ struct Family {
   bool chatglm = false;  // remote code: kv_channels, rotary = head/2, base 10000*rope_ratio
   // A class-default RoPE dict (gpt-oss's YaRN) used when the file has none.
   absl::string_view default_rope = "";
-  // Llama 4: attn_temperature_tuning (default true), floor_scale (8192), attn_scale (0.1) scale
-  // q on the layers without RoPE.
-  bool temperature_tuning = false;
+  QScale q_scale = QScale::kNone;
+  // Whether the attention class multiplies its softmax scale by YaRN's mscale(s, mscale_all_dim)^2
+  // (DeepseekV3Attention and the files posenc has no row for); false where the class keeps
+  // head_dim^-0.5 although its YaRN dict has mscale_all_dim (Ministral 3, Mistral 4).
+  bool softmax_mscale = true;
   // The M-RoPE layout the modeling code applies to mrope_section when the file has no
   // mrope_interleaved (Qwen3-VL: interleaved; ERNIE-4.5-VL: alternating).
   std::optional<kernels::MropeLayout> mrope_layout;

@@ -193,6 +193,7 @@ class Grouping {
     g.nope = is_nope;
     g.spec = spec;
     g.rope.sources = m_.sources;
+    g.rope.softmax_mscale = m_.family->softmax_mscale;
     POSENC_ASSIGN_OR_RETURN(g.rope.config, BuildConfig(m_, with_nope, &g.warnings, &g.rope.sources,
                                                        &g.rope.temperature_tuning));
     g.key = kernels::RopeFrequencyCache::Key(g.rope.config, 0);

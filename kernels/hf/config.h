@@ -20,7 +20,8 @@
 //    class defaults.
 // 3. Per layer: the model's layer types (`layer_types`, or the architecture's pattern) and NoPE
 //    layers (Llama 4, Cohere 2, SmolLM 3); the request's layer_type picks one by name or index.
-//    Llama 4's NoPE layers carry its attention temperature tuning (reported, not applied), and
+//    Llama 4's NoPE layers carry its attention temperature tuning, Ministral 3 / Mistral 4's
+//    layers their llama_4_scaling_beta (both reported, not applied), and
 //    every layer the sources of its values (the key read, and file / text_config / class default).
 // 4. Pairing: NEOX unless the architecture pairs otherwise (GPT-J, Cohere, Llama 4, DeepSeek V2,
 //    GLM/ChatGLM: GPTJ; DeepSeek V3 / Kimi K2 `rope_interleave`, default true: DEEPSEEK).
@@ -53,13 +54,18 @@ struct ValueSource {
   std::string value;   // the value used, as text
 };
 
-// Llama 4's attention temperature tuning (transformers' Llama4TextAttention, on the layers
-// without RoPE): the caller multiplies q at position p by
-//   scale(p) = log(floor((p + 1) / floor_scale) + 1) * attn_scale + 1.
-// posenc reports it; nothing applies it (ApplyRope leaves q of a NoPE layer unchanged).
+// A per-position multiplier of q besides the rotation: the caller multiplies q at absolute
+// position p by
+//   scale(p) = log(floor((p + position_offset) / floor_scale) + 1) * attn_scale + 1.
+// Llama 4's attention temperature tuning (key "attn_temperature_tuning"; Llama4TextAttention, on
+// the layers without RoPE, offset 1) or Ministral 3 / Mistral 4's "llama_4_scaling_beta" (every
+// layer, q after the rotation, offset 0, floor_scale the RoPE dict's
+// original_max_position_embeddings). posenc reports it; nothing applies it.
 struct TemperatureTuning {
   double floor_scale = 8192;
   double attn_scale = 0.1;
+  double position_offset = 1;
+  std::string key = "attn_temperature_tuning";
 };
 
 // One distinct RoPE of a model: a layer type and the layers that have it.
@@ -70,6 +76,9 @@ struct LayerRope {
   std::vector<std::string> warnings;  // the normalizer's warnings about this layer's RoPE
   std::vector<ValueSource> sources;   // every value used, in the order read
   std::optional<TemperatureTuning> temperature_tuning;  // set on the layers it applies to
+  // Whether the architecture multiplies its softmax scale by YaRN's mscale^2 (false: Ministral 3,
+  // Mistral 4, whose YaRN dicts have mscale_all_dim their attention never applies).
+  bool softmax_mscale = true;
 };
 
 struct ModelRope {

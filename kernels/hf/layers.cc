@@ -66,6 +66,23 @@ struct LayerInputs {
   std::vector<ValueSource>* sources;
 };
 
+// MLA (the rotary part is qk_rope_head_dim): a partial_rotary_factor is a fraction of the whole
+// qk head (Mistral 4 sets qk_rope / (qk_nope + qk_rope)), not of the rotary part, so it does not
+// shrink it; a warning when it disagrees with the file's qk_nope_head_dim.
+absl::Status CheckMlaFraction(const LayerInputs& in, std::optional<int64_t> rope_dim,
+                              double fraction, const std::string& fraction_key) {
+  POSENC_ASSIGN_OR_RETURN(std::optional<int64_t> nope, GetText<int64_t>(in.m, "qk_nope_head_dim"));
+  if (!rope_dim || !nope) return absl::OkStatus();
+  const auto rotary = static_cast<int64_t>(static_cast<double>(*nope + *rope_dim) * fraction);
+  if (rotary != *rope_dim) {
+    in.warnings->push_back(
+        absl::StrCat(fraction_key, " (", fraction, ") of qk_nope_head_dim + qk_rope_head_dim (",
+                     *nope + *rope_dim, ") is ", rotary, " channels, not qk_rope_head_dim (",
+                     *rope_dim, "): posenc rotates qk_rope_head_dim"));
+  }
+  return absl::OkStatus();
+}
+
 // The base: the dict's rope_theta, a per-type key, the top level, the class default.
 absl::StatusOr<double> ReadBase(const LayerInputs& in) {
   const TextModel& m = in.m;
@@ -137,6 +154,7 @@ absl::Status ReadRotary(const LayerInputs& in, std::optional<int64_t> head_dim,
     if (!(*fraction > 0.0 && *fraction <= 1.0)) {
       return Invalid(absl::StrCat(fraction_key, " must be in (0, 1], got ", *fraction));
     }
+    if (f.rope_head_dim) return CheckMlaFraction(in, head_dim, *fraction, fraction_key);
     if (!head_dim) {
       return Invalid(absl::StrCat(fraction_key,
                                   " needs a head dim (head_dim, qk_rope_head_dim or "
@@ -208,6 +226,45 @@ void Standardize(const LayerInputs& in, kernels::RopeConfig* config) {
   }
 }
 
+// Ministral 3 / Mistral 4: rope_parameters.llama_4_scaling_beta scales q after the rotation by
+// 1 + beta * ln(1 + floor(p / original_max_position_embeddings)) (the standardized value: a
+// top-level key overrides the dict's). transformers' attention cannot run without beta; vLLM
+// reads only its own llama_4_scaling and applies nothing for an HF-format file.
+absl::Status ReadLlama4ScalingBeta(const LayerInputs& in, const kernels::RopeConfig& config,
+                                   std::optional<TemperatureTuning>* out) {
+  const Family& f = *in.m.family;
+  const std::string beta_key = in.spec.path + ".llama_4_scaling_beta";
+  POSENC_ASSIGN_OR_RETURN(std::optional<double> beta,
+                          Get<double>(in.dict, "llama_4_scaling_beta", beta_key));
+  if (!beta) {
+    in.warnings->push_back(absl::StrCat(
+        beta_key,
+        " absent: transformers' Ministral3Attention / Mistral4Attention cannot run without it; "
+        "vLLM applies no q scaling"));
+    return absl::OkStatus();
+  }
+  if (!std::isfinite(*beta)) {
+    return Invalid(absl::StrCat(beta_key, ": expected a finite number, got ", *beta));
+  }
+  const std::optional<int64_t> floor_scale = config.scaling.original_max_position_embeddings;
+  if (!floor_scale || *floor_scale <= 0) {
+    return Invalid(
+        absl::StrCat(beta_key, " needs ", in.spec.path,
+                     ".original_max_position_embeddings > 0 (the divisor of the position), got ",
+                     floor_scale ? absl::StrCat(*floor_scale) : std::string("none")));
+  }
+  ReadFrom(in.sources, f, "attn_scale", beta_key, ValueText(*beta));
+  ReadFrom(in.sources, f, "floor_scale",
+           in.m.original_max ? KeyPath(in.m, "original_max_position_embeddings")
+                             : in.spec.path + ".original_max_position_embeddings",
+           absl::StrCat(*floor_scale));
+  *out = TemperatureTuning{.floor_scale = static_cast<double>(*floor_scale),
+                           .attn_scale = *beta,
+                           .position_offset = 0,
+                           .key = "llama_4_scaling_beta"};
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<kernels::RopeConfig> BuildConfig(const TextModel& m, const LayerSpec& spec,
@@ -245,8 +302,16 @@ absl::StatusOr<kernels::RopeConfig> BuildConfig(const TextModel& m, const LayerS
   }
   config.style = m.style;
   config.nope = spec.nope;
-  if (spec.nope && f.temperature_tuning) {
+  if (spec.nope && f.q_scale == QScale::kLlama4NoPE) {
     POSENC_RETURN_IF_ERROR(ReadTemperatureTuning(m, tuning, sources));
+  }
+  if (!spec.nope && f.q_scale == QScale::kLlama4ScalingBeta) {
+    POSENC_RETURN_IF_ERROR(ReadLlama4ScalingBeta(in, config, tuning));
+  }
+  if (!f.softmax_mscale && kernels::RopeSoftmaxScaleMultiplier(config).has_value()) {
+    Defaulted(sources, f, "softmax_scale",
+              "qk_head_dim^-0.5: the attention class does not apply YaRN's mscale_all_dim",
+              "no multiplier");
   }
   return config;
 }

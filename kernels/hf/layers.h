@@ -31,7 +31,8 @@ struct LayerSpec {
 };
 
 // The config of one layer type; `sources` gets where each of its values came from, `tuning`
-// Llama 4's attention temperature tuning where it applies.
+// the per-position q scale where it applies (Llama 4's attention temperature tuning on NoPE
+// layers, Ministral 3 / Mistral 4's llama_4_scaling_beta on rotary ones).
 absl::StatusOr<kernels::RopeConfig> BuildConfig(const TextModel& m, const LayerSpec& spec,
                                                 std::vector<std::string>* warnings,
                                                 std::vector<ValueSource>* sources,

@@ -134,9 +134,21 @@ void NoteKeys(const Json& dict, const std::string& path, const Family& family, c
                absl::StrCat(path, ".original_max_position_embeddings"), JsonText(*v));
     }
   }
+  const bool beta_family = family.q_scale == QScale::kLlama4ScalingBeta;
   for (auto it = dict.begin(); it != dict.end(); ++it) {
     const std::string& key = it.key();
     if (IsCommonKey(key) || Reads(info, key)) continue;
+    // Ministral 3 / Mistral 4 keep both out of validation (ignore_keys_at_rope_validation); the
+    // model reads llama_4_scaling_beta (layers.cc), max_position_embeddings is a copy.
+    if (beta_family && (key == "llama_4_scaling_beta" || key == "max_position_embeddings")) {
+      continue;
+    }
+    if (key == "llama_4_scaling_beta") {
+      warnings->push_back(absl::StrCat(path,
+                                       ".llama_4_scaling_beta: read by ministral3 / "
+                                       "mistral4 only; transformers ignores it here"));
+      continue;
+    }
     warnings->push_back(absl::StrCat(path, ".", kernels::Abbreviate(key),
                                      ": not read for rope_type '", type_name,
                                      "' (ignored, as transformers does)"));

@@ -422,6 +422,12 @@ absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeConfig& config,
   return ComputeValidRopeFrequencies(config, max_position);
 }
 
+double AttentionTemperatureScale(double floor_scale, double attn_scale, double position_offset,
+                                 int64_t position) {
+  const double steps = std::floor((static_cast<double>(position) + position_offset) / floor_scale);
+  return std::log(steps + 1) * attn_scale + 1;
+}
+
 int64_t RopeOriginalContext(const RopeConfig& config) {
   return OriginalContextAndFactor(config).first;
 }

@@ -207,6 +207,15 @@ int64_t RopeOriginalContext(const RopeConfig& config);
 // multiplier).
 std::optional<double> RopeSoftmaxScaleMultiplier(const RopeConfig& config);
 
+// The per-position multiplier of q some models apply besides the rotation (posenc.proto
+// AttentionTemperatureTuning: Llama 4's attn_temperature_tuning, offset 1; Ministral 3 /
+// Mistral 4's llama_4_scaling_beta, offset 0), at absolute position p:
+//   log(floor((p + position_offset) / floor_scale) + 1) * attn_scale + 1   (natural log).
+// The floor is exact for integral p + offset and floor_scale below 2^53 (a correctly rounded
+// quotient of integers floors to the integer quotient). floor_scale > 0.
+double AttentionTemperatureScale(double floor_scale, double attn_scale, double position_offset,
+                                 int64_t position);
+
 // The number of position axes the config reads: 1 without M-RoPE or 2-D RoPE, else 2..4
 // (positions are then ids [axes, ...]).
 int RopePositionAxes(const RopeConfig& config);

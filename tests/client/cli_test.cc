@@ -323,6 +323,8 @@ TEST_F(CliTest, DescribeListsEveryLayerGroup) {
   EXPECT_FALSE(j["groups"][0].contains("attn_temperature_tuning"));
   EXPECT_EQ(j["groups"][1]["attn_temperature_tuning"]["floor_scale"], 8192.0);
   EXPECT_EQ(j["groups"][1]["attn_temperature_tuning"]["attn_scale"], 0.1);
+  EXPECT_EQ(j["groups"][1]["attn_temperature_tuning"]["position_offset"], 1.0);
+  EXPECT_EQ(j["groups"][1]["attn_temperature_tuning"]["key"], "attn_temperature_tuning");
   bool base_source = false;
   for (const auto& s : j["groups"][0]["sources"]) {
     base_source = base_source || (s["name"] == "base" && s["key"] == "text_config.rope_theta" &&
@@ -333,6 +335,28 @@ TEST_F(CliTest, DescribeListsEveryLayerGroup) {
 
   CliResult usage = Run("describe");
   EXPECT_EQ(usage.exit_code, 2) << usage.err;
+}
+
+TEST_F(CliTest, DescribePrintsLlama4ScalingBeta) {
+  // Ministral 3's class defaults: beta 0.1 over 16384, at position p (no + 1), after the rotation.
+  std::ofstream(Path("ministral3.json")) << R"({"model_type": "ministral3"})";
+  CliResult table = Run(absl::StrCat("describe --hf-config ", Path("ministral3.json")));
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("attention temperature: q *= log(floor(p / 16384) + 1) * 0.1 + 1 "
+                           "(after the rotation); at p = 262143: 1.27726"),
+            std::string::npos)
+      << table.out;
+  CliResult json =
+      Run(absl::StrCat("--format json describe --hf-config ", Path("ministral3.json")));
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json j = nlohmann::json::parse(json.out);
+  ASSERT_EQ(j["groups"].size(), 1u);
+  const nlohmann::json& t = j["groups"][0]["attn_temperature_tuning"];
+  EXPECT_EQ(t["floor_scale"], 16384.0);
+  EXPECT_EQ(t["position_offset"], 0.0);
+  EXPECT_EQ(t["key"], "llama_4_scaling_beta");
+  EXPECT_DOUBLE_EQ(t["scale_at_max_position"].get<double>(), 1.2772588722239782);
+  EXPECT_TRUE(j["groups"][0]["softmax_scale_multiplier"].is_null());
 }
 
 TEST_F(CliTest, HealthAndInfo) {

@@ -5,6 +5,8 @@
 #include "kernels/hf/config.h"
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
+#include "kernels/rope/config.h"
+#include "kernels/rope/frequency_cache.h"
+#include "nlohmann/json.hpp"
 #include "tests/hf/sample_configs.h"
 
 namespace posenc::hf {
@@ -295,6 +300,210 @@ TEST(HfConfigTest, ArchitectureDefaultsAndLayers) {
   auto v3_off = ParseModelRope(R"({"model_type": "deepseek_v3", "rope_interleave": false})", "");
   ASSERT_TRUE(v3_off.ok()) << v3_off.status();
   EXPECT_EQ(v3_off->style, kernels::RopeStyle::kNeox);
+}
+
+// The warnings of `hf` that contain `text`.
+int WarningsWith(const ModelRope& hf, absl::string_view text) {
+  return static_cast<int>(std::count_if(hf.warnings.begin(), hf.warnings.end(),
+                                        [&](auto& w) { return absl::StrContains(w, text); }));
+}
+
+// The origin of the first source named `name` of the model's first group ("" when none).
+std::string OriginOf(const ModelRope& hf, absl::string_view name) {
+  for (const ValueSource& s : hf.layer_ropes.at(0).sources) {
+    if (s.name == name) return s.origin;
+  }
+  return "";
+}
+
+TEST(HfConfigTest, AttentionTemperatureScaleStepsAtTheBoundaries) {
+  // llama_4_scaling_beta (offset 0): 1 + beta ln(1 + floor(p / L)); hand-computed in double.
+  auto beta = [](double l, int64_t p) { return kernels::AttentionTemperatureScale(l, 0.1, 0, p); };
+  const double kLn2 = 1.0693147180559945;                                  // 1 + 0.1 ln 2
+  for (int64_t p : {0, 8192, 16383}) EXPECT_EQ(beta(16384, p), 1.0) << p;  // Ministral 3
+  EXPECT_DOUBLE_EQ(beta(16384, 16384), kLn2);
+  EXPECT_DOUBLE_EQ(beta(16384, 32767), kLn2);
+  EXPECT_DOUBLE_EQ(beta(16384, 32768), 1.109861228866811);
+  EXPECT_DOUBLE_EQ(beta(16384, 262143), 1.2772588722239782);
+  EXPECT_DOUBLE_EQ(beta(16384, 1048576), 1.4174387269895636);
+  EXPECT_DOUBLE_EQ(beta(16384, 2147483647), 2.178350206951907);
+  EXPECT_EQ(beta(8192, 8191), 1.0);  // Mistral 4's defaults
+  EXPECT_DOUBLE_EQ(beta(8192, 8192), kLn2);
+  EXPECT_DOUBLE_EQ(beta(8192, 16383), kLn2);
+  EXPECT_DOUBLE_EQ(beta(8192, 16384), 1.109861228866811);
+  EXPECT_DOUBLE_EQ(beta(8192, 262143), 1.3465735902799727);
+  EXPECT_DOUBLE_EQ(beta(8192, 1048576), 1.4859812404361672);
+  // Llama 4 (offset 1) steps one position earlier at the same L.
+  auto llama4 = [](int64_t p) { return kernels::AttentionTemperatureScale(8192, 0.1, 1, p); };
+  EXPECT_EQ(llama4(8190), 1.0);
+  EXPECT_DOUBLE_EQ(llama4(8191), kLn2);
+  EXPECT_DOUBLE_EQ(llama4(16383), 1.109861228866811);
+  EXPECT_DOUBLE_EQ(llama4(262143), 1.349650756146648);
+}
+
+TEST(HfConfigTest, Ministral3Llama4ScalingBeta) {
+  // Nothing but the model_type: Ministral3Config's class-default YaRN dict, beta 0.1 over 16384.
+  auto hf = ParseModelRope(R"({"model_type": "ministral3"})", "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  const kernels::RopeConfig& c = hf->config;
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.base, 1e6);
+  EXPECT_EQ(c.scaling.type, RopeScalingType::kYarn);
+  EXPECT_EQ(c.scaling.factor, 16.0);
+  EXPECT_EQ(c.scaling.original_max_position_embeddings, 16384);
+  EXPECT_EQ(c.max_position_embeddings, 262144);
+  EXPECT_EQ(hf->style, kernels::RopeStyle::kNeox);
+  ASSERT_EQ(hf->layer_ropes.size(), 1u);
+  const LayerRope& g = hf->layer_ropes[0];
+  ASSERT_TRUE(g.temperature_tuning.has_value());
+  EXPECT_EQ(g.temperature_tuning->floor_scale, 16384.0);
+  EXPECT_EQ(g.temperature_tuning->attn_scale, 0.1);
+  EXPECT_EQ(g.temperature_tuning->position_offset, 0.0);
+  EXPECT_EQ(g.temperature_tuning->key, "llama_4_scaling_beta");
+  EXPECT_FALSE(g.softmax_mscale);  // Ministral3Attention: head_dim^-0.5, no mscale^2
+  EXPECT_EQ(hf->warnings, std::vector<std::string>{});
+  const std::string ministral3 =
+      "architecture default (models/ministral3/configuration_ministral3.py)";
+  EXPECT_EQ(OriginOf(*hf, "attn_scale"), ministral3);
+  EXPECT_EQ(OriginOf(*hf, "floor_scale"), ministral3);
+  EXPECT_EQ(OriginOf(*hf, "softmax_scale"), ministral3);
+
+  // A Mistral 3 composite whose text_config gives beta and L (and the class's copy of
+  // max_position_embeddings): read from it, neither key "not read".
+  constexpr char kGiven[] = R"({"model_type": "mistral3", "text_config": {
+    "model_type": "ministral3", "head_dim": 128, "max_position_embeddings": 262144,
+    "rope_parameters": {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 32.0,
+      "original_max_position_embeddings": 8192, "beta_fast": 32.0, "beta_slow": 1.0,
+      "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.2,
+      "max_position_embeddings": 262144}}})";
+  hf = ParseModelRope(kGiven, "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->model_type, "ministral3");
+  ASSERT_TRUE(hf->layer_ropes.at(0).temperature_tuning.has_value());
+  EXPECT_EQ(hf->layer_ropes[0].temperature_tuning->floor_scale, 8192.0);
+  EXPECT_EQ(hf->layer_ropes[0].temperature_tuning->attn_scale, 0.2);
+  EXPECT_EQ(WarningsWith(*hf, "llama_4_scaling_beta"), 0);
+  EXPECT_EQ(WarningsWith(*hf, "max_position_embeddings"), 0);
+  EXPECT_EQ(OriginOf(*hf, "attn_scale"), "nested config (text_config)");
+
+  // Without beta: transformers' attention cannot run; posenc reports no scaling and says so.
+  hf = ParseModelRope(R"({"model_type": "ministral3", "rope_parameters": {"rope_type": "yarn",
+    "factor": 16.0, "original_max_position_embeddings": 16384}})",
+                      "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_FALSE(hf->layer_ropes.at(0).temperature_tuning.has_value());
+  EXPECT_EQ(WarningsWith(*hf, "rope_parameters.llama_4_scaling_beta absent"), 1);
+}
+
+TEST(HfConfigTest, Llama4ScalingBetaErrorsNameTheKeys) {
+  // Beta without the divisor: transformers would divide by None.
+  auto hf = ParseModelRope(R"({"model_type": "ministral3", "rope_parameters": {
+    "rope_type": "yarn", "factor": 16.0, "llama_4_scaling_beta": 0.1}})",
+                           "");
+  EXPECT_EQ(hf.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(hf.status().message().find("rope_parameters.llama_4_scaling_beta needs "
+                                       "rope_parameters.original_max_position_embeddings > 0"),
+            std::string::npos)
+      << hf.status().message();
+  hf = ParseModelRope(R"({"model_type": "ministral3", "rope_parameters": {
+    "rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 16384,
+    "llama_4_scaling_beta": "0.1"}})",
+                      "");
+  EXPECT_EQ(hf.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(hf.status().message().find("rope_parameters.llama_4_scaling_beta"), std::string::npos)
+      << hf.status().message();
+  // Another architecture: transformers ignores the key; the warning says who reads it.
+  hf = ParseModelRope(R"({"model_type": "llama", "rope_scaling": {"rope_type": "yarn",
+    "factor": 4.0, "original_max_position_embeddings": 8192, "llama_4_scaling_beta": 0.1}})",
+                      "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(WarningsWith(*hf,
+                         "rope_scaling.llama_4_scaling_beta: read by ministral3 / mistral4 "
+                         "only; transformers ignores it here"),
+            1);
+  EXPECT_FALSE(hf->layer_ropes.at(0).temperature_tuning.has_value());
+  EXPECT_TRUE(hf->layer_ropes[0].softmax_mscale);
+}
+
+TEST(HfConfigTest, Mistral4MlaWithLlama4ScalingBeta) {
+  auto hf = ParseModelRope(R"({"model_type": "mistral4"})", "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->config.head_dim, 64);  // qk_rope_head_dim's default
+  EXPECT_FALSE(hf->config.rotary_dim.has_value());
+  EXPECT_EQ(hf->style, kernels::RopeStyle::kDeepseek);  // rope_interleave's default true
+  EXPECT_EQ(hf->config.base, 10000.0);
+  EXPECT_EQ(hf->config.scaling.factor, 128.0);
+  EXPECT_EQ(hf->config.max_position_embeddings, 1048576);
+  ASSERT_TRUE(hf->layer_ropes.at(0).temperature_tuning.has_value());
+  EXPECT_EQ(hf->layer_ropes[0].temperature_tuning->floor_scale, 8192.0);
+  EXPECT_EQ(hf->layer_ropes[0].temperature_tuning->attn_scale, 0.1);
+  EXPECT_EQ(hf->layer_ropes[0].temperature_tuning->position_offset, 0.0);
+  EXPECT_FALSE(hf->layer_ropes[0].softmax_mscale);
+  EXPECT_EQ(hf->warnings, std::vector<std::string>{});
+  // The class's partial_rotary_factor (qk_rope / (qk_nope + qk_rope)) is of the whole qk head:
+  // it does not shrink the 64-wide rope slice; one that disagrees is a warning.
+  constexpr char kPartial[] = R"({"model_type": "mistral4", "qk_nope_head_dim": 64,
+    "qk_rope_head_dim": 64, "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0,
+      "factor": 128.0, "original_max_position_embeddings": 8192, "llama_4_scaling_beta": 0.1,
+      "partial_rotary_factor": 0.5}})";
+  hf = ParseModelRope(kPartial, "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->config.head_dim, 64);
+  EXPECT_FALSE(hf->config.rotary_dim.has_value());
+  EXPECT_EQ(hf->warnings, std::vector<std::string>{});
+  hf = ParseModelRope(absl::StrReplaceAll(kPartial, {{"\"partial_rotary_factor\": 0.5",
+                                                      "\"partial_rotary_factor\": 0.25"}}),
+                      "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_FALSE(hf->config.rotary_dim.has_value());
+  EXPECT_EQ(WarningsWith(*hf, "is 32 channels, not qk_rope_head_dim (64)"), 1);
+  // DeepSeek V3 keeps its softmax-scale multiplier.
+  auto v3 = ParseModelRope(kDeepSeekV3, "");
+  ASSERT_TRUE(v3.ok()) << v3.status();
+  EXPECT_TRUE(v3->layer_ropes.at(0).softmax_mscale);
+}
+
+// Llama 4 Scout's text model as published (tests/hf_configs).
+std::string Llama4Scout() {
+  std::ifstream in(std::string(POSENC_HF_CONFIGS_DIR) + "/llama-4-scout-17b-16e-instruct.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  return nlohmann::json::parse(text.str())["config"].dump();
+}
+
+TEST(HfConfigTest, RopeAndNopeLayersNeedNoLayerType) {
+  // Llama 4: every rotary layer shares one RoPE, every 4th layer is NoPE.
+  const std::string scout = Llama4Scout();
+  auto hf = ParseModelRope(scout, "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  auto layer0 = ParseModelRope(scout, "0");
+  ASSERT_TRUE(layer0.ok()) << layer0.status();
+  EXPECT_EQ(hf->layer_type, "chunked_attention");
+  EXPECT_FALSE(hf->config.nope);
+  EXPECT_EQ(kernels::RopeFrequencyCache::Key(hf->config, 0),
+            kernels::RopeFrequencyCache::Key(layer0->config, 0));
+  EXPECT_EQ(WarningsWith(*hf, "layers 3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43, 47 have no RoPE"),
+            1);
+  // SmolLM 3 (no layer types, every 4th NoPE) and Cohere 2 (full_attention NoPE).
+  hf = ParseModelRope(R"({"model_type": "smollm3", "num_hidden_layers": 8, "hidden_size": 2048,
+    "num_attention_heads": 16})",
+                      "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_FALSE(hf->config.nope);
+  EXPECT_EQ(WarningsWith(*hf, "layers 3, 7 have no RoPE"), 1);
+  hf = ParseModelRope(R"({"model_type": "cohere2", "hidden_size": 4096,
+    "num_attention_heads": 32, "num_hidden_layers": 8, "rope_theta": 50000})",
+                      "");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->layer_type, "sliding_attention");
+  EXPECT_EQ(WarningsWith(*hf, "layers 3, 7 have no RoPE"), 1);
+  // Gemma 3's two RoPEs still need a layer_type.
+  const auto gemma3 = ParseModelRope(R"({"model_type": "gemma3_text", "head_dim": 128,
+    "num_hidden_layers": 12})",
+                                     "");
+  EXPECT_EQ(gemma3.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(gemma3.status().message().find("required"), std::string::npos)
+      << gemma3.status().message();
 }
 
 TEST(HfConfigTest, HostileJsonIsRejectedWithoutCrashing) {

@@ -338,6 +338,15 @@ class RopeTest(unittest.TestCase):
         self.assertEqual((group.base, group.max_position_embeddings), (500000.0, 131072))
         self.assertIsNone(group.softmax_scale_multiplier)
         self.assertIsNone(group.attn_temperature_tuning)
+        # Ministral 3: llama_4_scaling_beta, reported with offset 0 (Llama 4's: offset 1).
+        ministral = CLIENT.describe_rope({"model_type": "ministral3"}).groups[0]
+        tuning = ministral.attn_temperature_tuning
+        self.assertEqual(
+            (tuning.floor_scale, tuning.attn_scale, tuning.position_offset, tuning.key),
+            (16384.0, 0.1, 0.0, "llama_4_scaling_beta"))
+        self.assertIsNone(ministral.softmax_scale_multiplier)
+        np.testing.assert_allclose(tuning.scale([0, 16383, 16384, 262143]),
+                                   [1.0, 1.0, 1.0693147180559945, 1.2772588722239782], rtol=1e-15)
         np.testing.assert_array_equal(group.derived.inv_freq, CLIENT.rope_cache(
             range(0, 1), self.LLAMA31).derived.inv_freq)
         self.assertIn("base", {source.name for source in group.sources})

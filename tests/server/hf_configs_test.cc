@@ -367,6 +367,8 @@ TEST(DescribeRopeTest, Llama4NoPELayersAndTheLlama3Warning) {
   ASSERT_TRUE(nope.has_attn_temperature_tuning());
   EXPECT_EQ(nope.attn_temperature_tuning().floor_scale(), 8192.0);
   EXPECT_EQ(nope.attn_temperature_tuning().attn_scale(), 0.1);
+  EXPECT_EQ(nope.attn_temperature_tuning().position_offset(), 1.0);
+  EXPECT_EQ(nope.attn_temperature_tuning().key(), "attn_temperature_tuning");
   const std::string llama4 = "architecture default (models/llama4/configuration_llama4.py)";
   ExpectSource(nope, "attn_temperature_tuning", "attn_temperature_tuning", llama4, "true");
   ExpectSource(nope, "floor_scale", "floor_scale", llama4, "8192");
@@ -435,6 +437,123 @@ TEST(DescribeRopeTest, DeepSeekV3SoftmaxScaleMultiplier) {
   ExpectSource(g, "rope_type", "rope_scaling.type", "file", "yarn");
   ExpectSource(g, "scaling.mscale_all_dim", "rope_scaling.mscale_all_dim", "file", "1");
   ExpectSource(g, "base", "rope_theta", "file", "10000");
+}
+
+// DescribeRope of `json` (an hf_config_json) on the reference backend.
+v1::DescribeRopeResponse DescribeJson(const std::string& json) {
+  const std::unique_ptr<kernels::Backend> backend = kernels::MakeReferenceBackend();
+  HandlerContext ctx{backend.get(), Limits{}, nullptr};
+  v1::DescribeRopeRequest req;
+  req.mutable_config()->set_hf_config_json(json);
+  v1::DescribeRopeResponse resp;
+  const grpc::Status status = HandleDescribeRope(ctx, req, &resp);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return resp;
+}
+
+TEST(DescribeRopeTest, Ministral3VlLlama4ScalingBetaAndNoSoftmaxMultiplier) {
+  // A Mistral 3 composite around a Ministral 3 text model and a Pixtral tower.
+  const v1::DescribeRopeResponse resp = DescribeJson(R"({"model_type": "mistral3",
+    "text_config": {"model_type": "ministral3", "num_hidden_layers": 4, "head_dim": 128,
+      "max_position_embeddings": 262144,
+      "rope_parameters": {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 16.0,
+        "original_max_position_embeddings": 16384, "beta_fast": 32.0, "beta_slow": 1.0,
+        "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1,
+        "max_position_embeddings": 262144}},
+    "vision_config": {"model_type": "pixtral"}})");
+  EXPECT_EQ(resp.model_type(), "ministral3");
+  ASSERT_EQ(resp.groups_size(), 2);
+  const v1::RopeLayerGroup& text = resp.groups(0);
+  EXPECT_EQ(text.layers_size(), 4);
+  ASSERT_TRUE(text.has_attn_temperature_tuning());
+  EXPECT_EQ(text.attn_temperature_tuning().floor_scale(), 16384.0);
+  EXPECT_EQ(text.attn_temperature_tuning().attn_scale(), 0.1);
+  EXPECT_EQ(text.attn_temperature_tuning().position_offset(), 0.0);
+  EXPECT_EQ(text.attn_temperature_tuning().key(), "llama_4_scaling_beta");
+  // mscale(16, 1)^2 = 1.6314 would be a mis-report: Ministral3Attention keeps head_dim^-0.5.
+  EXPECT_FALSE(text.has_softmax_scale_multiplier());
+  ExpectSource(text, "attn_scale", "text_config.rope_parameters.llama_4_scaling_beta", kNested,
+               "0.1");
+  ExpectSource(text, "floor_scale", "text_config.rope_parameters.original_max_position_embeddings",
+               kNested, "16384");
+  for (const std::string& w : resp.warnings()) {
+    EXPECT_EQ(w.find("llama_4_scaling_beta"), std::string::npos) << w;
+    EXPECT_EQ(w.find("max_position_embeddings"), std::string::npos) << w;
+  }
+  const v1::RopeLayerGroup& vision = resp.groups(1);
+  EXPECT_EQ(vision.layer_type(), "vision");
+  EXPECT_EQ(vision.layers_size(), 0);
+  EXPECT_FALSE(vision.has_attn_temperature_tuning());
+}
+
+TEST(DescribeRopeTest, Qwen2VlIsDescribedAsBothTowers) {
+  const v1::DescribeRopeResponse resp = Describe("qwen2-vl-2b-instruct");
+  EXPECT_EQ(resp.num_layers(), 28);  // the text model's
+  ASSERT_EQ(resp.groups_size(), 2);
+  EXPECT_EQ(resp.groups(0).layers_size(), 28);
+  const v1::RopeLayerGroup& vision = resp.groups(1);
+  EXPECT_EQ(vision.layer_type(), "vision");
+  EXPECT_EQ(vision.layers_size(), 0);
+  EXPECT_EQ(vision.derived().head_dim(), 80);  // embed_dim 1280 / num_heads 16
+  EXPECT_EQ(vision.base(), 10000.0);
+  bool named = false;
+  for (const v1::RopeValueSource& s : vision.sources()) {
+    named = named || s.origin().find("models/qwen2_vl/modeling_qwen2_vl.py") != std::string::npos;
+  }
+  EXPECT_TRUE(named);
+}
+
+// RopeCache with hf_config_json and `layer_type` on `backend` at positions 0 and 4097 (as
+// (row, column) ids for "vision"): the status and the response.
+grpc::Status CacheOf(const kernels::Backend& backend, const std::string& json,
+                     const std::string& layer_type, v1::RopeCacheResponse* resp) {
+  TableRegistry tables;
+  HandlerContext ctx{&backend, Limits{}, &tables};
+  v1::RopeCacheRequest req;
+  *req.mutable_positions()->mutable_ids() = layer_type == "vision"
+                                                ? testing::Int64Tensor({2, 2}, {0, 3, 0, 5})
+                                                : testing::Int64Tensor({2}, {0, 4097});
+  req.mutable_config()->set_hf_config_json(json);
+  req.mutable_config()->set_layer_type(layer_type);
+  req.set_output_dtype(v1::DTYPE_FLOAT64);
+  return HandleRopeCache(ctx, req, resp);
+}
+
+TEST(HfConfigsTest, Llama4NeedsNoLayerTypeAndVisionNeedsAVisionConfig) {
+  const std::string scout = ConfigText(Load("llama-4-scout-17b-16e-instruct"), false);
+  Backends backends;
+  for (const kernels::Backend* backend : {backends.reference.get(), backends.cpu.get()}) {
+    v1::RopeCacheResponse plain;
+    v1::RopeCacheResponse chunked;
+    ASSERT_TRUE(CacheOf(*backend, scout, "", &plain).ok());
+    ASSERT_TRUE(CacheOf(*backend, scout, "chunked_attention", &chunked).ok());
+    EXPECT_EQ(plain.derived().layer_type(), "chunked_attention");
+    EXPECT_FALSE(plain.derived().nope());
+    ASSERT_EQ(plain.derived().inv_freq_size(), chunked.derived().inv_freq_size());
+    for (int j = 0; j < plain.derived().inv_freq_size(); ++j) {
+      EXPECT_EQ(plain.derived().inv_freq(j), chunked.derived().inv_freq(j)) << j;
+    }
+    EXPECT_EQ(plain.cos().data(), chunked.cos().data());
+    bool named = false;
+    for (const std::string& w : plain.derived().warnings()) {
+      named = named || w.find("layers 3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43, 47 have no RoPE") !=
+                           std::string::npos;
+    }
+    EXPECT_TRUE(named);
+  }
+  // layer_type "vision" on Qwen2-VL: the tower's RoPE; on a text-only file: which towers exist.
+  v1::RopeCacheResponse vision;
+  ASSERT_TRUE(
+      CacheOf(*backends.cpu, ConfigText(Load("qwen2-vl-2b-instruct"), false), "vision", &vision)
+          .ok());
+  EXPECT_EQ(vision.derived().head_dim(), 80);
+  EXPECT_EQ(vision.derived().layer_type(), "vision");
+  v1::RopeCacheResponse none;
+  const grpc::Status status =
+      CacheOf(*backends.cpu, ConfigText(Load("mistral-7b-instruct-v0.3"), false), "vision", &none);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("has none posenc knows (Qwen2-VL"), std::string::npos)
+      << status.error_message();
 }
 
 TEST(DescribeRopeTest, ExplicitConfigIsOneGroupAndLayerTypeIsRefused) {

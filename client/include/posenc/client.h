@@ -240,12 +240,15 @@ struct RopeValueSource {
   std::string value;   // the value used, as text
 };
 
-// Llama 4's attention temperature tuning: q at position p times
-// log(floor((p + 1) / floor_scale) + 1) * attn_scale + 1 (posenc.proto
-// AttentionTemperatureTuning); the caller applies it.
+// A per-position q scale besides the rotation: q at position p times
+// log(floor((p + position_offset) / floor_scale) + 1) * attn_scale + 1 (posenc.proto
+// AttentionTemperatureTuning: Llama 4's attention temperature tuning, offset 1, or Ministral 3 /
+// Mistral 4's llama_4_scaling_beta, offset 0); the caller applies it.
 struct AttentionTemperatureTuning {
   double floor_scale = 0;
   double attn_scale = 0;
+  double position_offset = 0;
+  std::string key;  // "attn_temperature_tuning" or "llama_4_scaling_beta"
 };
 
 // DescribeRope: the layers that share one RoPE (posenc.proto RopeLayerGroup).

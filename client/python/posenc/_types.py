@@ -467,11 +467,21 @@ class RopeValueSource:
 
 @dataclasses.dataclass
 class AttentionTemperatureTuning:
-    """Llama 4's attention temperature tuning: q at position p times
-    ``log(floor((p + 1) / floor_scale) + 1) * attn_scale + 1``; the caller applies it."""
+    """A per-position q scale besides the rotation: q at position p times
+    ``log(floor((p + position_offset) / floor_scale) + 1) * attn_scale + 1``; the caller
+    applies it. ``key`` "attn_temperature_tuning": Llama 4's NoPE layers, offset 1;
+    "llama_4_scaling_beta": Ministral 3 / Mistral 4, every layer after the rotation, offset 0."""
 
     floor_scale: float = 0.0
     attn_scale: float = 0.0
+    position_offset: float = 0.0
+    key: str = ""
+
+    def scale(self, position: Any) -> np.ndarray:
+        """The multiplier of q at absolute position(s) ``position`` (an int or integer array)."""
+        p = np.asarray(position, dtype=np.float64)
+        steps = np.floor((p + self.position_offset) / self.floor_scale)
+        return np.log(steps + 1) * self.attn_scale + 1
 
 
 @dataclasses.dataclass
@@ -491,7 +501,7 @@ class RopeLayerGroup:
     mrope_section: Sequence[int] = ()
     warnings: Sequence[str] = ()
     attn_temperature_tuning: Optional[AttentionTemperatureTuning] = None  # where the model
-    # scales q by position besides the rotation (Llama 4's NoPE layers)
+    # scales q by position besides the rotation (Llama 4's NoPE layers, Ministral 3 / Mistral 4)
     sources: Sequence[RopeValueSource] = ()  # hf config: every value used and where it came from
 
 
