@@ -92,6 +92,20 @@ TEST(DeviceViewsTest, HostSideTensorsRefuseDeviceRanges) {
   EXPECT_TRUE(CheckOnHost("slopes", TensorView{DType::kFloat64, {4}, nullptr, true}).ok());
 }
 
+TEST(DeviceViewsTest, PositionsInDeviceMemoryAreRefused) {
+  // Positions are resolved on the host, whatever backend computes.
+  Buffer ids(DType::kInt64, {4});
+  PositionSpec spec;
+  spec.kind = PositionSpec::Kind::kIds;
+  spec.ids = OnDevice(ids);
+  RopeConfig c;
+  c.head_dim = 8;
+  auto plan = PlanRopeCache({.config = c, .positions = spec});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition) << plan.status();
+  EXPECT_THAT(plan.status().message(), HasSubstr("positions.ids: expected host memory"));
+}
+
 TEST(DeviceViewsTest, ViewsKeepTheirLocationWhenMadeConst) {
   Buffer b(DType::kFloat16, {2});
   const ConstTensorView c = OnDevice(b);
