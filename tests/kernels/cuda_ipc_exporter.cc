@@ -20,20 +20,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/kernels/cuda_ipc_protocol.h"
+
 namespace {
 
-unsigned char ExporterPattern(uint64_t i) {
-  return static_cast<unsigned char>((i * 131 + 7) & 0xff);
-}
-
-uint64_t Fnv1a(const std::vector<unsigned char>& bytes) {
-  uint64_t h = 14695981039346656037ULL;
-  for (unsigned char b : bytes) {
-    h ^= b;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
+using ::posenc::testing::ExporterPattern;
+using ::posenc::testing::Fnv1a;
 
 int Fail(const char* what, cudaError_t e) {
   std::fprintf(stderr, "cuda_ipc_exporter: %s: %s (%s)\n", what, cudaGetErrorName(e),

@@ -31,6 +31,7 @@
 #include "kernels/cuda/ipc.h"
 #include "kernels/ops.h"
 #include "tests/common/buffers.h"
+#include "tests/kernels/cuda_ipc_protocol.h"
 
 extern char** environ;
 
@@ -38,24 +39,13 @@ namespace posenc::kernels {
 namespace {
 
 using ::posenc::testing::Buffer;
+using ::posenc::testing::ExporterPattern;
+using ::posenc::testing::Fnv1a;
 using ::posenc::testing::RandomBuffer;
 using ::testing::HasSubstr;
 
 constexpr int64_t kRegionBytes = int64_t{8} << 20;
 constexpr int64_t kRegionOffset = 256;  // the registered range starts this far into the allocation
-
-unsigned char ExporterPattern(uint64_t i) {
-  return static_cast<unsigned char>((i * 131 + 7) & 0xff);
-}
-
-uint64_t Fnv1a(const std::vector<unsigned char>& bytes) {
-  uint64_t h = 14695981039346656037ULL;
-  for (unsigned char b : bytes) {
-    h ^= b;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
 
 // The exporting process and a line protocol with it (see cuda_ipc_exporter.cc).
 class Exporter {
