@@ -213,8 +213,10 @@ Json SourcesJson(const std::vector<client::RopeValueSource>& sources) {
 // Sources as aligned "name value key origin" lines, indented.
 std::string SourcesText(const std::vector<client::RopeValueSource>& sources) {
   std::vector<std::vector<std::string>> rows;
-  for (const client::RopeValueSource& s : sources)
+  rows.reserve(sources.size());
+  for (const client::RopeValueSource& s : sources) {
     rows.push_back({s.name, s.value, s.key, s.origin});
+  }
   std::string text;
   for (const std::string& line : AlignedRows(rows)) absl::StrAppend(&text, "  ", line, "\n");
   return text;
@@ -395,7 +397,9 @@ Command DescribeCommand() {
       "YaRN: mscale(factor, mscale_all_dim)^2), - where posenc knows of none. Below the table,\n"
       "per group: the q scale to apply by position (Llama 4's attention temperature tuning,\n"
       "Ministral 3 / Mistral 4's llama_4_scaling_beta)\n"
-      "and every value read with its key and origin (file, text_config, architecture default).",
+      "and every value read with its key and origin (file, text_config, architecture default);\n"
+      "then the sub-modules with a RoPE of their own (DeepSeek-V3.2 / GLM-5's indexer: select\n"
+      "one in rope-cache / apply-rope with --submodule indexer).",
       {&RopeConfigFlags()},
       &RunDescribe};
 }

@@ -4,8 +4,8 @@
 // spdlog), linked by the server and the hf_config_fuzz target. Its files, by job: json.h (typed
 // JSON reads and their errors), architectures.h (one row per configuration class),
 // scaling.h (the rope types and the keys each reads), text_model.h (what every layer shares),
-// layers.h (layer types, NoPE, one layer type's config), sources.h (where each value came from)
-// and config.cc (the layers grouped by RoPE, one selected).
+// layers.h (layer types, NoPE, one layer type's config), submodules.h (the DSA indexer),
+// sources.h (where each value came from) and config.cc (the layers grouped by RoPE, one selected).
 //
 // 1. The text model: `text_config` when the file has one (Gemma 3/4, Llama 4, Qwen-VL), else the
 //    top level; its `model_type` (or the top level's) picks the architecture's defaults: the
@@ -24,7 +24,10 @@
 //    layers their llama_4_scaling_beta (both reported, not applied), and
 //    every layer the sources of its values (the key read, and file / text_config / class default).
 // 4. Pairing: NEOX unless the architecture pairs otherwise (GPT-J, Cohere, Llama 4, DeepSeek V2,
-//    GLM/ChatGLM: GPTJ; DeepSeek V3 / Kimi K2 `rope_interleave`, default true: DEEPSEEK).
+//    GLM/ChatGLM: GPTJ; DeepSeek V3 / Kimi K2 `rope_interleave`, default true: DEEPSEEK;
+//    DeepSeek-V3.2 / GLM-5 always DEEPSEEK).
+// 5. Sub-modules (submodules.h): a part of a layer with a RoPE of its own, the DSA indexer of
+//    DeepSeek-V3.2 (NEOX) and GLM-5 (interleaved, its "full" layers), on the layer's frequencies.
 //
 // Keys inside the RoPE dict that transformers does not read for the rope type are warnings, not
 // errors (transformers only logs them). Unknown rope types, values of the wrong JSON type and
