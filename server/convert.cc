@@ -321,6 +321,21 @@ absl::Status ToRopeScaling(const v1::RopeScaling& scaling, kernels::RopeScaling*
 
 namespace {
 
+// INVALID_ARGUMENT "config.<selector>: <why>, got \"X\"<tail>" for the first of layer_type and
+// submodule that is set.
+absl::Status RefuseSelectors(const v1::RopeConfig& config, absl::string_view why,
+                             absl::string_view tail) {
+  for (auto [field, value] :
+       {std::pair<absl::string_view, const std::string*>{"layer_type", &config.layer_type()},
+        {"submodule", &config.submodule()}}) {
+    if (!value->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("config.", field, ": ", why, ", got \"",
+                                                     kernels::Abbreviate(*value), "\"", tail));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // A config.json's RoPE with the request's choices on top: a style given in the request overrides
 // the architecture's (a caller with permuted weights); the file's M-RoPE layout, where it has
 // one, the request's.
@@ -376,15 +391,8 @@ absl::StatusOr<kernels::RopeConfig> ToRopeConfig(const v1::RopeConfig& config,
       notes->submodule = std::move(hf.submodule);
     }
   } else {
-    for (auto [field, value] :
-         {std::pair<absl::string_view, const std::string*>{"layer_type", &config.layer_type()},
-          {"submodule", &config.submodule()}}) {
-      if (!value->empty()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("config.", field, ": only used with config.hf_config_json, got \"",
-                         kernels::Abbreviate(*value), "\" without it"));
-      }
-    }
+    POSENC_RETURN_IF_ERROR(
+        RefuseSelectors(config, "only used with config.hf_config_json", " without it"));
     if (config.head_dim() < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("config.head_dim: expected >= 0 (0: from the input or the config), got ",
@@ -441,15 +449,8 @@ absl::StatusOr<std::vector<hf::LayerRope>> ToLayerRopeConfigs(
     groups.push_back(std::move(one));
     return groups;
   }
-  for (auto [field, value] :
-       {std::pair<absl::string_view, const std::string*>{"layer_type", &config.layer_type()},
-        {"submodule", &config.submodule()}}) {
-    if (!value->empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.", field, ": DescribeRope describes every layer and sub-module; ",
-                       "leave it empty, got \"", kernels::Abbreviate(*value), "\""));
-    }
-  }
+  POSENC_RETURN_IF_ERROR(RefuseSelectors(
+      config, "DescribeRope describes every layer and sub-module; leave it empty", ""));
   POSENC_ASSIGN_OR_RETURN(const kernels::RopeStyle style,
                           ToRopeStyle(config.style(), "config.style"));
   POSENC_ASSIGN_OR_RETURN(const kernels::MropeLayout mrope_layout,

@@ -4,8 +4,6 @@
 // tests/hf_configs/config_only (README there) and hand-made ones; the errors name their key.
 #include <algorithm>
 #include <cstdint>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,23 +12,13 @@
 #include "gtest/gtest.h"
 #include "kernels/hf/config.h"
 #include "kernels/rope/config.h"
-
-#ifndef POSENC_HF_CONFIGS_DIR
-#error "POSENC_HF_CONFIGS_DIR must name tests/hf_configs"
-#endif
+#include "tests/hf/sample_configs.h"
 
 namespace posenc::hf {
 namespace {
 
+using hf::testing::ConfigOnly;
 using kernels::RopeStyle;
-
-std::string ConfigOnly(const std::string& name) {
-  std::ifstream in(std::string(POSENC_HF_CONFIGS_DIR) + "/config_only/" + name + ".json");
-  EXPECT_TRUE(in.good()) << name;
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 int WarningsWith(const std::vector<std::string>& warnings, const std::string& text) {
   int n = 0;

@@ -17,6 +17,7 @@
 #include "kernels/backend.h"
 #include "nlohmann/json.hpp"
 #include "server/handlers.h"
+#include "tests/hf/sample_configs.h"
 #include "tests/server/server_test_util.h"
 
 #ifndef POSENC_HF_CONFIGS_DIR
@@ -27,6 +28,7 @@ namespace posenc::server {
 namespace {
 
 using Json = nlohmann::json;
+using hf::testing::ConfigOnly;
 
 Json Load(const std::string& name) {
   std::ifstream in(std::string(POSENC_HF_CONFIGS_DIR) + "/" + name + ".json");
@@ -575,15 +577,6 @@ TEST(DescribeRopeTest, ExplicitConfigIsOneGroupAndLayerTypeIsRefused) {
   const grpc::Status status = HandleDescribeRope(ctx, by_layer, &resp);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("config.layer_type"), std::string::npos);
-}
-
-// A config.json of tests/hf_configs/config_only (its README: reconstructed published files).
-std::string ConfigOnly(const std::string& name) {
-  std::ifstream in(std::string(POSENC_HF_CONFIGS_DIR) + "/config_only/" + name + ".json");
-  EXPECT_TRUE(in.good()) << name;
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 void ExpectSameFrequencies(const v1::RopeDerived& a, const v1::RopeDerived& b) {
