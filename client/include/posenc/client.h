@@ -802,8 +802,9 @@ class Client {
   absl::StatusOr<Tensor> RelativeEmbedding(const RelativeEmbeddingOptions& options,
                                            const CallOptions& call = {}) const;
   absl::StatusOr<ServerInfo> GetServerInfo(const CallOptions& call = {}) const;
-  // Every layer's RoPE of a model: `config` is usually {.hf_config_json = text} (layer_type
-  // empty); an explicit config gives one group.
+  // Every layer's RoPE of a model: `config` is usually {.hf_config_json = text} (layer_type and
+  // submodule empty); a VL config's vision tower is the last group, the layers' sub-modules
+  // (DeepSeek-V3.2 / GLM-5's indexer) are in `submodules`; an explicit config gives one group.
   absl::StatusOr<DescribeRopeResult> DescribeRope(const RopeConfig& config,
                                                   const CallOptions& call = {}) const;
   absl::StatusOr<RerotateKeysResult> RerotateKeys(const RerotateKeysOptions& options,
