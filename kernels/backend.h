@@ -12,8 +12,10 @@
 #define POSENC_KERNELS_BACKEND_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -45,11 +47,19 @@ class Backend {
   virtual const Backend* host() const { return nullptr; }
   virtual int64_t small_call_bytes() const { return 0; }
 
+  // Whether the backend reads and writes views whose bytes live on its device
+  // (TensorView::on_device): the cuda backend; the host backends refuse them
+  // (CheckBackendReaches).
+  virtual bool reads_device_memory() const { return false; }
+
   // The backend that runs a call whose planned outputs total output_bytes: host() for small
-  // calls and once this backend is unusable, else this one. The one place a call's backend is
-  // chosen (the server asks before admitting a call, then runs the call on the answer).
-  const Backend& For(int64_t output_bytes) const {
+  // calls and once this backend is unusable, else this one; a call with tensors on the device
+  // (device_tensors) stays on the device whatever its size (a host backend cannot read them; an
+  // unusable device fails it with its sticky error). The one place a call's backend is chosen
+  // (the server asks before admitting a call, then runs the call on the answer).
+  const Backend& For(int64_t output_bytes, bool device_tensors = false) const {
     const Backend* h = host();
+    if (device_tensors) return *this;
     if (h != nullptr && (output_bytes < small_call_bytes() || !Usable().ok())) return *h;
     return *this;
   }
@@ -73,6 +83,17 @@ class Backend {
   virtual absl::Status RelativeEmbedding(const RelativeEmbeddingPlan& plan,
                                          const TensorView& embeddings) const = 0;
 };
+
+// OK when `backend` may be handed every view of `views` ({request field, view}); else
+// FAILED_PRECONDITION naming the first view on the device (TensorView::on_device) that a host
+// backend would have to read. Every Run<Op> checks its tensors with it.
+absl::Status CheckBackendReaches(
+    const Backend& backend,
+    std::initializer_list<std::pair<absl::string_view, ConstTensorView>> views);
+
+// OK when `view` lives in host memory; else FAILED_PRECONDITION naming `field`: a tensor that host
+// code reads or writes (an op's host-side input or output) cannot be a device range.
+absl::Status CheckOnHost(absl::string_view field, const ConstTensorView& view);
 
 // The float64 / extended-precision oracle: clarity over speed.
 std::unique_ptr<Backend> MakeReferenceBackend();

@@ -95,6 +95,8 @@ absl::StatusOr<AddPositionEncodingPlan> PlanAddPositionEncoding(AddPositionEncod
 
 absl::Status RunAddPositionEncoding(const Backend& backend, const AddPositionEncodingPlan& plan,
                                     const TensorView& y) {
+  POSENC_RETURN_IF_ERROR(CheckBackendReaches(backend, {{"x", plan.x}, {"y", y}}));
+  if (!plan.params.sinusoidal) POSENC_RETURN_IF_ERROR(CheckOnHost("table", plan.params.learned));
   POSENC_ASSIGN_OR_RETURN(ResolvedPositions positions, ResolvePositions(plan.positions));
   // Every learned row must exist before anything is written (y may alias x).
   if (!plan.params.sinusoidal) {

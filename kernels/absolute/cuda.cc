@@ -18,7 +18,8 @@ absl::Status Sinusoidal(const CudaContext& ctx, const SinusoidalPlan& plan,
   const std::vector<long double> exact = SinusoidalFrequencies(plan.params);
   const cpu::SplitFrequencies w(exact);
   if (!ExactOnDevice(positions.max_position, 0, w)) {
-    return ctx.host.Sinusoidal(plan, positions, table);
+    TensorView out = table;
+    return OnHost(ctx, {&out}, [&] { return ctx.host.Sinusoidal(plan, positions, out); });
   }
   POSENC_ASSIGN_OR_RETURN(std::unique_ptr<Request> r, ctx.Begin());
   const std::vector<int32_t> pos = DevicePositions(positions);
@@ -49,7 +50,14 @@ absl::Status AddPositionEncoding(const CudaContext& ctx, const AddPositionEncodi
   const cpu::SplitFrequencies w(plan.frequencies);
   const bool sinusoidal = params.sinusoidal.has_value();
   if (sinusoidal && !ExactOnDevice(positions.max_position, plan.shift, w)) {
-    return ctx.host.AddPositionEncoding(plan, positions, y);
+    // x before y: where y aliases x, y's result is the one copied up last.
+    AddPositionEncodingPlan on_host = plan;
+    TensorView x{plan.x.dtype, plan.x.shape, const_cast<void*>(plan.x.data), plan.x.on_device};
+    TensorView out = y;
+    return OnHost(ctx, {&x, &out}, [&] {
+      on_host.x = x;
+      return ctx.host.AddPositionEncoding(on_host, positions, out);
+    });
   }
   POSENC_ASSIGN_OR_RETURN(std::unique_ptr<Request> r, ctx.Begin());
   const std::vector<int32_t> pos = DevicePositions(positions);

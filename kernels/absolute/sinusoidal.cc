@@ -61,6 +61,7 @@ absl::StatusOr<SinusoidalPlan> PlanSinusoidal(SinusoidalArgs args) {
 
 absl::Status RunSinusoidal(const Backend& backend, const SinusoidalPlan& plan,
                            const TensorView& table) {
+  POSENC_RETURN_IF_ERROR(CheckBackendReaches(backend, {{"table", table}}));
   POSENC_ASSIGN_OR_RETURN(ResolvedPositions positions, ResolvePositions(plan.positions));
   return backend.Sinusoidal(plan, positions, table);
 }

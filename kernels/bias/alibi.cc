@@ -134,6 +134,8 @@ absl::StatusOr<AlibiBiasPlan> PlanAlibiBias(AlibiBiasArgs args) {
 
 absl::Status RunAlibiBias(const Backend& backend, const AlibiBiasPlan& plan, const TensorView& bias,
                           const TensorView& slopes) {
+  POSENC_RETURN_IF_ERROR(CheckBackendReaches(backend, {{"bias", bias}}));
+  POSENC_RETURN_IF_ERROR(CheckOnHost("slopes", slopes));
   POSENC_ASSIGN_OR_RETURN(std::vector<double> values,
                           AlibiSlopes(plan.params.num_heads, plan.params.max_bias));
   StoreSlopes(values, slopes);

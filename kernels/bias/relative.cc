@@ -108,6 +108,7 @@ absl::StatusOr<RelativeBiasPlan> PlanRelativeBias(RelativeBiasArgs args) {
 
 absl::Status RunRelativeBias(const Backend& backend, const RelativeBiasPlan& plan,
                              const TensorView& bias) {
+  POSENC_RETURN_IF_ERROR(CheckBackendReaches(backend, {{"bias", bias}}));
   return backend.RelativeBias(plan, bias);
 }
 
@@ -134,6 +135,7 @@ absl::StatusOr<RelativeEmbeddingPlan> PlanRelativeEmbedding(RelativeEmbeddingArg
 
 absl::Status RunRelativeEmbedding(const Backend& backend, const RelativeEmbeddingPlan& plan,
                                   const TensorView& embeddings) {
+  POSENC_RETURN_IF_ERROR(CheckBackendReaches(backend, {{"embeddings", embeddings}}));
   return backend.RelativeEmbedding(plan, embeddings);
 }
 

@@ -213,6 +213,16 @@ absl::StatusOr<Shape> PlanGridShape(const PositionSpec& spec, const TokenGrid& r
 }  // namespace
 
 absl::StatusOr<PositionPlan> PlanPositions(PositionSpec spec, const TokenGrid& grid) {
+  // Positions are resolved on the host: ids and masks in device memory cannot be read.
+  for (const auto& [field, view] : {std::pair<const char*, const ConstTensorView&>{"ids", spec.ids},
+                                    {"attention_mask", spec.mask}}) {
+    if (view.on_device && view.data != nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("positions.", field,
+                       ": expected host memory (positions are resolved on the host), got "
+                       "a CUDA device range"));
+    }
+  }
   PositionPlan plan;
   POSENC_ASSIGN_OR_RETURN(plan.shape, PlanGridShape(spec, grid));
   POSENC_ASSIGN_OR_RETURN(plan.num_tokens, NumElements(plan.shape, "positions"));

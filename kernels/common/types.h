@@ -51,10 +51,15 @@ absl::StatusOr<int64_t> NumElements(absl::Span<const int64_t> shape, absl::strin
 bool CheckedMul(int64_t a, int64_t b, int64_t* out);
 bool CheckedAdd(int64_t a, int64_t b, int64_t* out);
 
+// A tensor's bytes: host memory, or (on_device) memory of the CUDA device the cuda backend
+// computes on (a caller's CUDA IPC region, kernels/cuda/ipc.h), which only a backend that
+// reads_device_memory() may be handed (CheckBackendReaches, kernels/backend.h) and no host code
+// may dereference.
 struct ConstTensorView {
   DType dtype = DType::kFloat32;
   Shape shape;
   const void* data = nullptr;
+  bool on_device = false;
 
   int64_t NumElements() const;  // prod(shape); shapes of views are already validated.
   bool empty() const { return data == nullptr; }
@@ -64,10 +69,11 @@ struct TensorView {
   DType dtype = DType::kFloat32;
   Shape shape;
   void* data = nullptr;
+  bool on_device = false;
 
   int64_t NumElements() const;
   // NOLINTNEXTLINE(google-explicit-constructor): a mutable view converts to a const one
-  operator ConstTensorView() const { return {dtype, shape, data}; }
+  operator ConstTensorView() const { return {dtype, shape, data, on_device}; }
 };
 
 // One output tensor a plan will write: the response field it fills, its dtype and shape. Plans

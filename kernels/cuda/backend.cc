@@ -33,6 +33,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -208,6 +210,43 @@ absl::Status CheckCancelled() {
   return absl::OkStatus();
 }
 
+absl::Status OnHost(const CudaContext& ctx, std::initializer_list<TensorView*> views,
+                    const std::function<absl::Status()>& host_call) {
+  struct Staged {
+    TensorView* view;
+    TensorView device;  // the view as given
+    std::vector<unsigned char> bytes;
+  };
+  std::vector<Staged> staged;
+  for (TensorView* v : views) {
+    if (v->on_device && v->data != nullptr) staged.push_back({v, *v, {}});
+  }
+  if (staged.empty()) return host_call();
+  POSENC_ASSIGN_OR_RETURN(std::unique_ptr<Request> r, ctx.Begin());  // makes the device current
+  absl::Status status;
+  size_t down = 0;
+  for (; down < staged.size() && status.ok(); ++down) {
+    Staged& s = staged[down];
+    s.bytes.resize(static_cast<size_t>(s.device.NumElements() * DTypeSize(s.device.dtype)));
+    status =
+        r->Check(cudaMemcpy(s.bytes.data(), s.device.data, s.bytes.size(), cudaMemcpyDeviceToHost),
+                 "host hand-off: copy down");
+    s.view->data = s.bytes.data();
+    s.view->on_device = false;
+  }
+  if (status.ok()) status = host_call();
+  for (size_t i = 0; i < down; ++i) {
+    Staged& s = staged[i];
+    if (status.ok()) {
+      status = r->Check(
+          cudaMemcpy(s.device.data, s.bytes.data(), s.bytes.size(), cudaMemcpyHostToDevice),
+          "host hand-off: copy up");
+    }
+    *s.view = s.device;
+  }
+  return status;
+}
+
 std::vector<int32_t> DevicePositions(const ResolvedPositions& positions) {
   std::vector<int32_t> out(positions.pos.size());
   for (int64_t c = 0; c < positions.components; ++c) {
@@ -311,6 +350,7 @@ class CudaBackend final : public Backend {
   absl::string_view name() const override { return "cuda"; }
   std::string detail() const override { return device_->detail(); }
   absl::Status Usable() const override { return device_->Usable(); }
+  bool reads_device_memory() const override { return true; }
   // The pinned staging buffer holds max(inputs, outputs); inputs are the request's tensors (a few
   // KiB of positions and frequencies besides), so about the outputs. A learned table given by
   // name uploads the rows a call reads, which can exceed that.

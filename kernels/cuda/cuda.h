@@ -9,7 +9,10 @@
 // lays them out in ONE device allocation from the stream-ordered memory pool and ONE pinned
 // staging buffer and copies the inputs up in one copy; the launcher fills its launch struct from
 // Device() pointers and launches (Check() turns the launch's error into a Status); Download()
-// copies the results back in one copy and synchronizes the stream.
+// copies the results back in one copy and synchronizes the stream. A tensor that already lives
+// on the device (TensorView::on_device: a caller's CUDA IPC region) is no segment of the
+// allocation: Device() is its own pointer, nothing is copied for it (ApplyRope rotates in place
+// in the caller's buffer, outputs are written straight into the caller's range).
 //
 // A launcher hands the inputs the device does not compute exactly (phases beyond
 // hd::kMaxExactPhase, DEEPSEEK rotary parts beyond kRopeChunk, more than 2^20 heads per token)
@@ -24,6 +27,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -63,14 +68,24 @@ class Request {
   int Input(const std::vector<T>& v) {
     return Input(v.data(), v.size() * sizeof(T));
   }
-  // A whole tensor as an input, an in-place tensor or an output.
-  int Input(const ConstTensorView& t) { return Input(t.data, TensorBytes(t)); }
-  int InOut(const TensorView& t) { return InOut(t.data, TensorBytes(t)); }
-  int Output(const TensorView& t) { return Output(t.data, TensorBytes(t)); }
+  // A whole tensor as an input, an in-place tensor or an output (used where it is when it lives
+  // on the device).
+  int Input(const ConstTensorView& t) {
+    return Add(t.on_device ? kOnDevice : kIn, const_cast<void*>(t.data), TensorBytes(t));
+  }
+  int InOut(const TensorView& t) {
+    return Add(t.on_device ? kOnDevice : kInOut, t.data, TensorBytes(t));
+  }
+  int Output(const TensorView& t) {
+    return Add(t.on_device ? kOnDevice : kOut, t.data, TensorBytes(t));
+  }
 
   absl::Status Upload();
   absl::Status Download();
-  void* Device(int i) const { return memory_ + segments_[i].offset; }
+  void* Device(int i) const {
+    const Segment& s = segments_[i];
+    return s.kind == kOnDevice ? s.host : memory_ + s.offset;
+  }
   template <typename T>
   const T* DeviceAs(int i) const {
     return static_cast<const T*>(Device(i));
@@ -80,10 +95,10 @@ class Request {
   absl::Status Check(int rc, const char* what);
 
  private:
-  enum Kind { kIn = 0, kInOut = 1, kOut = 2, kScratch = 3 };
+  enum Kind { kIn = 0, kInOut = 1, kOut = 2, kScratch = 3, kOnDevice = 4 };
   struct Segment {
     Kind kind;
-    void* host;
+    void* host;  // kOnDevice: the device pointer
     size_t bytes, offset = 0;
   };
   static size_t TensorBytes(const ConstTensorView& t) {
@@ -113,6 +128,13 @@ struct CudaContext {
   // thread's call is cancelled.
   absl::StatusOr<std::unique_ptr<Request>> Begin() const;
 };
+
+// The host hand-off of a call whose tensors live on the device: runs `host_call` with every
+// device view among `views` replaced by a host copy of it (copied down first), then copies each
+// back up to where it lives. Host views are left as they are. Used by the launchers for the inputs
+// the device does not compute exactly.
+absl::Status OnHost(const CudaContext& ctx, std::initializer_list<TensorView*> views,
+                    const std::function<absl::Status()>& host_call);
 
 // The calling thread's Cancellation (kernels/common/cancellation.h), checked between the steps
 // of a request.

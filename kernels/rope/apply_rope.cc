@@ -131,6 +131,7 @@ absl::StatusOr<ApplyRopePlan> PlanApplyRope(ApplyRopeArgs args) {
 absl::StatusOr<RopeRunInfo> RunApplyRope(const Backend& backend, const ApplyRopePlan& plan,
                                          RopeFrequencyCache* cache, const TensorView& q,
                                          const TensorView& k) {
+  POSENC_RETURN_IF_ERROR(CheckBackendReaches(backend, {{"q", q}, {"k", k}}));
   return RunWithFrequencies(plan.positions, plan.config, cache,
                             [&](const RopeFrequencies& freqs, const ResolvedPositions& positions) {
                               // A NoPE layer: q and k pass through untouched.

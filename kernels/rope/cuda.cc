@@ -63,7 +63,10 @@ absl::Status RopeCache(const CudaContext& ctx, const RopeCachePlan& plan,
                        const RopeFrequencies& freqs, const ResolvedPositions& positions,
                        const TensorView& cos, const TensorView& sin) {
   AngleInputs angles(plan.config, freqs, positions);
-  if (!angles.exact_range) return ctx.host.RopeCache(plan, freqs, positions, cos, sin);
+  if (!angles.exact_range) {
+    TensorView c = cos, s = sin;
+    return OnHost(ctx, {&c, &s}, [&] { return ctx.host.RopeCache(plan, freqs, positions, c, s); });
+  }
   POSENC_ASSIGN_OR_RETURN(std::unique_ptr<Request> r, ctx.Begin());
   angles.Add(*r);
   const int c = r->Output(cos), s = r->Output(sin);
@@ -88,7 +91,9 @@ absl::Status ApplyRope(const CudaContext& ctx, const ApplyRopePlan& plan,
                          !(plan.config.style == RopeStyle::kDeepseek && half > kRopeChunk) &&
                          (plan.q_heads + plan.k_heads) * 2 * kRopeChunk < (int64_t{1} << 31);
   if (!device_ok) {
-    return ctx.host.ApplyRope(plan, freqs, positions, q, k);
+    TensorView hq = q, hk = k;
+    return OnHost(ctx, {&hq, &hk},
+                  [&] { return ctx.host.ApplyRope(plan, freqs, positions, hq, hk); });
   }
   POSENC_ASSIGN_OR_RETURN(std::unique_ptr<Request> r, ctx.Begin());
   angles.Add(*r);
@@ -112,10 +117,12 @@ absl::Status ApplyRope(const CudaContext& ctx, const ApplyRopePlan& plan,
   l.k_seq = plan.k_strides.seq;
   l.k_head = plan.k_strides.head;
   // 16-byte accesses when every head row and pair block starts on a 16-byte boundary (the
-  // device buffers are 256-byte aligned).
+  // request's device buffers are 256-byte aligned; a caller's device range at its offset may
+  // not be).
   const int64_t v = 16 / DTypeSize(plan.dtype);
   const int64_t run = plan.config.style == RopeStyle::kGptj ? 2 * half : half;
-  bool vec = run % v == 0 && kRopeChunk % v == 0;
+  bool vec = run % v == 0 && kRopeChunk % v == 0 && reinterpret_cast<uintptr_t>(l.q) % 16 == 0 &&
+             reinterpret_cast<uintptr_t>(l.k) % 16 == 0;
   for (int64_t s : {l.q_batch, l.q_seq, l.q_head, l.k_batch, l.k_seq, l.k_head}) {
     vec = vec && s % v == 0;
   }

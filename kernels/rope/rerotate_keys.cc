@@ -160,6 +160,7 @@ absl::StatusOr<RerotateKeysPlan> PlanRerotateKeys(RerotateKeysArgs args) {
 
 absl::StatusOr<RopeRunInfo> RunRerotateKeys(const Backend& backend, const RerotateKeysPlan& plan,
                                             RopeFrequencyCache* cache, const TensorView& k) {
+  POSENC_RETURN_IF_ERROR(CheckBackendReaches(backend, {{"k", k}}));
   POSENC_ASSIGN_OR_RETURN(ResolvedPositions now, ResolvePositions(plan.rope.positions));
   POSENC_ASSIGN_OR_RETURN(Passes passes, SplitDeltas(plan, now));
   POSENC_ASSIGN_OR_RETURN(

@@ -173,6 +173,9 @@ int64_t RopeCachePlan::ScratchBytes() const {
 absl::StatusOr<RopeRunInfo> RunRopeCache(const Backend& backend, const RopeCachePlan& plan,
                                          RopeFrequencyCache* cache, const TensorView& cos,
                                          const TensorView& sin) {
+  POSENC_RETURN_IF_ERROR(CheckBackendReaches(backend, {{"cos", cos}, {"sin", sin}}));
+  // The one-table layouts are rearranged on the host (RunOneTableChunks).
+  if (plan.fused()) POSENC_RETURN_IF_ERROR(CheckOnHost("cos", cos));
   return RunWithFrequencies(plan.positions, plan.config, cache,
                             [&](const RopeFrequencies& freqs, const ResolvedPositions& positions) {
                               if (plan.fused()) {

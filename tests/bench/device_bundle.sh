@@ -10,12 +10,21 @@
 #
 # BUILD_DIR must hold kernels_test, cuda_parity_test, cuda_bench, posenc-server and the Python
 # package (targets of run_cuda.sh). OUT_DIR is replaced.
+#
+# POSENC_BUNDLE_PROGRAMS (paths relative to BUILD_DIR, space-separated) packs other programs
+# instead, e.g. "tests/cuda_ipc_test tests/cuda_ipc_exporter" (the CUDA IPC tests: run them with
+# POSENC_IPC_EXPORTER=OUT_DIR/build/tests/cuda_ipc_exporter); the Python package is then copied
+# only if it was built. POSENC_BUNDLE_STRIP=1 strips the copied programs and libraries (the tree
+# that travels to the GPU machine is limited to 64 MiB).
 set -euo pipefail
 build=$(cd "$1" && pwd)
 out=$2
 rm -rf "$out"
 mkdir -p "$out/lib" "$out/bin" "$out/build/tests"
 programs=(posenc-server cuda_bench tests/kernels_test tests/cuda_parity_test)
+if [ -n "${POSENC_BUNDLE_PROGRAMS:-}" ]; then
+  read -r -a programs <<<"$POSENC_BUNDLE_PROGRAMS"
+fi
 for p in "${programs[@]}"; do
   [ -x "$build/$p" ] || { echo "missing $build/$p" >&2; exit 1; }
   name=$(basename "$p")
@@ -32,5 +41,10 @@ LD_LIBRARY_PATH="\$bundle/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "\$bu
 EOF
   chmod +x "$out/build/$p"
 done
-cp -r "$build/python" "$out/build/python"
+if [ -z "${POSENC_BUNDLE_PROGRAMS:-}" ] || [ -d "$build/python" ]; then
+  cp -r "$build/python" "$out/build/python"
+fi
+if [ "${POSENC_BUNDLE_STRIP:-0}" = 1 ]; then
+  strip --strip-unneeded "$out"/bin/* "$out"/lib/* 2>/dev/null || true
+fi
 du -sh "$out"
