@@ -218,6 +218,7 @@ void ToProto(const RopeConfig& config, v1::RopeConfig* out) {
   out->mutable_frequency_axes()->Assign(config.frequency_axes.begin(), config.frequency_axes.end());
   out->set_hf_config_json(config.hf_config_json);
   out->set_layer_type(config.layer_type);
+  out->set_submodule(config.submodule);
 }
 
 RopeDerived FromProto(const v1::RopeDerived& derived) {
@@ -239,6 +240,7 @@ RopeDerived FromProto(const v1::RopeDerived& derived) {
   out.nope = derived.nope();
   out.layer_type = derived.layer_type();
   out.model_type = derived.model_type();
+  out.submodule = derived.submodule();
   return out;
 }
 
@@ -465,6 +467,20 @@ absl::StatusOr<AlibiBiasResult> FromProto(v1::AlibiBiasResponse&& response) {
   return result;
 }
 
+namespace {
+
+std::vector<RopeValueSource> FromProto(
+    const google::protobuf::RepeatedPtrField<v1::RopeValueSource>& sources) {
+  std::vector<RopeValueSource> out;
+  out.reserve(sources.size());
+  for (const v1::RopeValueSource& s : sources) {
+    out.push_back({s.name(), s.key(), s.origin(), s.value()});
+  }
+  return out;
+}
+
+}  // namespace
+
 DescribeRopeResult FromProto(const v1::DescribeRopeResponse& response) {
   DescribeRopeResult out;
   out.model_type = response.model_type();
@@ -487,12 +503,19 @@ DescribeRopeResult FromProto(const v1::DescribeRopeResponse& response) {
       group.attn_temperature_tuning =
           AttentionTemperatureTuning{t.floor_scale(), t.attn_scale(), t.position_offset(), t.key()};
     }
-    for (const v1::RopeValueSource& s : g.sources()) {
-      group.sources.push_back({s.name(), s.key(), s.origin(), s.value()});
-    }
+    group.sources = FromProto(g.sources());
   }
   out.warnings.assign(response.warnings().begin(), response.warnings().end());
   out.num_layers = response.num_layers();
+  for (const v1::RopeSubmodule& s : response.submodules()) {
+    RopeSubmodule& sub = out.submodules.emplace_back();
+    sub.name = s.name();
+    sub.layers.assign(s.layers().begin(), s.layers().end());
+    sub.derived = FromProto(s.derived());
+    sub.rotary_offset = s.rotary_offset();
+    sub.warnings.assign(s.warnings().begin(), s.warnings().end());
+    sub.sources = FromProto(s.sources());
+  }
   return out;
 }
 

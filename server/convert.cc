@@ -4,12 +4,14 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/descriptor.h"
+#include "google/protobuf/repeated_ptr_field.h"
 #include "kernels/hf/config.h"
 #include "proto/posenc/v1/wire_dtype.h"
 #include "server/buffer.h"
@@ -319,6 +321,21 @@ absl::Status ToRopeScaling(const v1::RopeScaling& scaling, kernels::RopeScaling*
 
 namespace {
 
+// INVALID_ARGUMENT "config.<selector>: <why>, got \"X\"<tail>" for the first of layer_type and
+// submodule that is set.
+absl::Status RefuseSelectors(const v1::RopeConfig& config, absl::string_view why,
+                             absl::string_view tail) {
+  for (auto [field, value] :
+       {std::pair<absl::string_view, const std::string*>{"layer_type", &config.layer_type()},
+        {"submodule", &config.submodule()}}) {
+    if (!value->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("config.", field, ": ", why, ", got \"",
+                                                     kernels::Abbreviate(*value), "\"", tail));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // A config.json's RoPE with the request's choices on top: a style given in the request overrides
 // the architecture's (a caller with permuted weights); the file's M-RoPE layout, where it has
 // one, the request's.
@@ -359,8 +376,10 @@ absl::StatusOr<kernels::RopeConfig> ToRopeConfig(const v1::RopeConfig& config,
 
   if (!config.hf_config_json().empty()) {
     POSENC_RETURN_IF_ERROR(CheckNoHfConflicts(config));
-    POSENC_ASSIGN_OR_RETURN(hf::ModelRope hf,
-                            hf::ParseModelRope(config.hf_config_json(), config.layer_type()));
+    POSENC_ASSIGN_OR_RETURN(
+        hf::ModelRope hf,
+        hf::ParseModelRope(config.hf_config_json(),
+                           {.layer_type = config.layer_type(), .submodule = config.submodule()}));
     const kernels::RopeStyle style = out.style;
     const kernels::MropeLayout mrope_layout = out.mrope_layout;
     out = std::move(hf.config);
@@ -369,13 +388,11 @@ absl::StatusOr<kernels::RopeConfig> ToRopeConfig(const v1::RopeConfig& config,
       notes->warnings = std::move(hf.warnings);
       notes->layer_type = std::move(hf.layer_type);
       notes->model_type = std::move(hf.model_type);
+      notes->submodule = std::move(hf.submodule);
     }
   } else {
-    if (!config.layer_type().empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.layer_type: only used with config.hf_config_json, got \"",
-                       kernels::Abbreviate(config.layer_type()), "\" without it"));
-    }
+    POSENC_RETURN_IF_ERROR(
+        RefuseSelectors(config, "only used with config.hf_config_json", " without it"));
     if (config.head_dim() < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("config.head_dim: expected >= 0 (0: from the input or the config), got ",
@@ -418,11 +435,13 @@ void FillRopeDerived(const kernels::RopeConfig& config, const kernels::RopeFrequ
     for (const std::string& w : notes->warnings) derived->add_warnings(w);
     derived->set_layer_type(notes->layer_type);
     derived->set_model_type(notes->model_type);
+    derived->set_submodule(notes->submodule);
   }
 }
 
-absl::StatusOr<std::vector<hf::LayerRope>> ToLayerRopeConfigs(const v1::RopeConfig& config,
-                                                              RopeConfigNotes* notes) {
+absl::StatusOr<std::vector<hf::LayerRope>> ToLayerRopeConfigs(
+    const v1::RopeConfig& config, RopeConfigNotes* notes,
+    std::vector<hf::SubmoduleRope>* submodules) {
   if (config.hf_config_json().empty()) {
     hf::LayerRope one;
     POSENC_ASSIGN_OR_RETURN(one.config, ToRopeConfig(config, notes));
@@ -430,11 +449,8 @@ absl::StatusOr<std::vector<hf::LayerRope>> ToLayerRopeConfigs(const v1::RopeConf
     groups.push_back(std::move(one));
     return groups;
   }
-  if (!config.layer_type().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config.layer_type: DescribeRope describes every layer; leave it empty, got \"",
-        kernels::Abbreviate(config.layer_type()), "\""));
-  }
+  POSENC_RETURN_IF_ERROR(RefuseSelectors(
+      config, "DescribeRope describes every layer and sub-module; leave it empty", ""));
   POSENC_ASSIGN_OR_RETURN(const kernels::RopeStyle style,
                           ToRopeStyle(config.style(), "config.style"));
   POSENC_ASSIGN_OR_RETURN(const kernels::MropeLayout mrope_layout,
@@ -450,12 +466,35 @@ absl::StatusOr<std::vector<hf::LayerRope>> ToLayerRopeConfigs(const v1::RopeConf
       if (std::find(warnings.begin(), warnings.end(), w) == warnings.end()) warnings.push_back(w);
     }
   }
+  // The request's style is the attention's: a sub-module keeps its own pairing.
+  for (hf::SubmoduleRope& sub : hf.submodules) {
+    SetRequestRopeFields(config, &sub.config);
+    for (const std::string& w : sub.warnings) {
+      if (std::find(warnings.begin(), warnings.end(), w) == warnings.end()) warnings.push_back(w);
+    }
+  }
+  if (submodules != nullptr) *submodules = std::move(hf.submodules);
   if (notes != nullptr) {
     notes->warnings = std::move(warnings);
     notes->model_type = std::move(hf.model_type);
   }
   return std::move(hf.layer_ropes);
 }
+
+namespace {
+
+void AddSources(const std::vector<hf::ValueSource>& sources,
+                google::protobuf::RepeatedPtrField<v1::RopeValueSource>* out) {
+  for (const hf::ValueSource& s : sources) {
+    v1::RopeValueSource* source = out->Add();
+    source->set_name(s.name);
+    source->set_key(s.key);
+    source->set_origin(s.origin);
+    source->set_value(s.value);
+  }
+}
+
+}  // namespace
 
 void FillRopeLayerGroup(const hf::LayerRope& group, const kernels::RopeFrequencies& freqs,
                         v1::RopeLayerGroup* out) {
@@ -483,13 +522,17 @@ void FillRopeLayerGroup(const hf::LayerRope& group, const kernels::RopeFrequenci
     tuning->set_position_offset(t->position_offset);
     tuning->set_key(t->key);
   }
-  for (const hf::ValueSource& s : group.sources) {
-    v1::RopeValueSource* source = out->add_sources();
-    source->set_name(s.name);
-    source->set_key(s.key);
-    source->set_origin(s.origin);
-    source->set_value(s.value);
-  }
+  AddSources(group.sources, out->mutable_sources());
+}
+
+void FillRopeSubmodule(const hf::SubmoduleRope& sub, const kernels::RopeFrequencies& freqs,
+                       v1::RopeSubmodule* out) {
+  out->set_name(sub.name);
+  out->mutable_layers()->Assign(sub.layers.begin(), sub.layers.end());
+  FillRopeDerived(sub.config, freqs, out->mutable_derived());
+  out->set_rotary_offset(sub.rotary_offset);
+  for (const std::string& w : sub.warnings) out->add_warnings(w);
+  AddSources(sub.sources, out->mutable_sources());
 }
 
 }  // namespace posenc::server

@@ -143,6 +143,7 @@ struct RopeConfigNotes {
   std::vector<std::string> warnings;
   std::string layer_type;
   std::string model_type;
+  std::string submodule;
 };
 absl::StatusOr<kernels::RopeConfig> ToRopeConfig(const v1::RopeConfig& config,
                                                  RopeConfigNotes* notes = nullptr);
@@ -155,16 +156,23 @@ void FillRopeDerived(const kernels::RopeConfig& config, const kernels::RopeFrequ
                      v1::RopeDerived* derived, const RopeConfigNotes* notes = nullptr);
 
 // DescribeRope: every distinct RoPE of the model of config.hf_config_json (config.layer_type
-// must be empty), the request's style, inverse, apply_attention_factor and seq_len applied to
-// each; an explicit config is one group without layers. notes gets the model_type and the
-// warnings of every group, without duplicates.
-absl::StatusOr<std::vector<hf::LayerRope>> ToLayerRopeConfigs(const v1::RopeConfig& config,
-                                                              RopeConfigNotes* notes);
+// and config.submodule must be empty), the request's style, inverse, apply_attention_factor and
+// seq_len applied to each; an explicit config is one group without layers. `submodules` (when
+// given) gets the layers' sub-modules with the request's fields but its style (a sub-module keeps
+// its own pairing). notes gets the model_type and the warnings of every group and sub-module,
+// without duplicates.
+absl::StatusOr<std::vector<hf::LayerRope>> ToLayerRopeConfigs(
+    const v1::RopeConfig& config, RopeConfigNotes* notes,
+    std::vector<hf::SubmoduleRope>* submodules = nullptr);
 
 // Reports one group of DescribeRope: its layers, the derived values of its frequencies, and the
 // config's base, context, LongRoPE switch and softmax-scale multiplier (kernels/rope/config.h).
 void FillRopeLayerGroup(const hf::LayerRope& group, const kernels::RopeFrequencies& freqs,
                         v1::RopeLayerGroup* out);
+
+// Reports one sub-module of DescribeRope: its name, layers, derived values and sources.
+void FillRopeSubmodule(const hf::SubmoduleRope& sub, const kernels::RopeFrequencies& freqs,
+                       v1::RopeSubmodule* out);
 
 // --- multimodal and vision positions (convert_multimodal.cc) --------------------------------
 

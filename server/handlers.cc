@@ -515,8 +515,9 @@ absl::Status GetServerInfo(const HandlerContext& ctx, const v1::GetServerInfoReq
 absl::Status DescribeRope(const HandlerContext& ctx, const v1::DescribeRopeRequest& req,
                           v1::DescribeRopeResponse* resp) {
   RopeConfigNotes notes;
+  std::vector<hf::SubmoduleRope> submodules;
   POSENC_ASSIGN_OR_RETURN(std::vector<hf::LayerRope> groups,
-                          ToLayerRopeConfigs(req.config(), &notes));
+                          ToLayerRopeConfigs(req.config(), &notes, &submodules));
   // No tensors: d/2 frequencies per group (head_dim is capped); cancellation and admission only.
   POSENC_RETURN_IF_ERROR(CheckOutputLimits(ctx.limits, {}));
   int64_t num_layers = 0;
@@ -525,6 +526,11 @@ absl::Status DescribeRope(const HandlerContext& ctx, const v1::DescribeRopeReque
                             kernels::ComputeRopeFrequencies(group.config, /*max_position=*/-1));
     FillRopeLayerGroup(group, freqs, resp->add_groups());
     num_layers += static_cast<int64_t>(group.layers.size());
+  }
+  for (const hf::SubmoduleRope& sub : submodules) {
+    POSENC_ASSIGN_OR_RETURN(kernels::RopeFrequencies freqs,
+                            kernels::ComputeRopeFrequencies(sub.config, /*max_position=*/-1));
+    FillRopeSubmodule(sub, freqs, resp->add_submodules());
   }
   resp->set_model_type(notes.model_type);
   for (const std::string& w : notes.warnings) resp->add_warnings(w);

@@ -201,6 +201,27 @@ absl::StatusOr<CommandOutput> RunApplyRope(const ParsedFlags& flags, const clien
   return out;
 }
 
+// Sources as JSON objects.
+Json SourcesJson(const std::vector<client::RopeValueSource>& sources) {
+  Json out = Json::array();
+  for (const client::RopeValueSource& s : sources) {
+    out.push_back({{"name", s.name}, {"key", s.key}, {"origin", s.origin}, {"value", s.value}});
+  }
+  return out;
+}
+
+// Sources as aligned "name value key origin" lines, indented.
+std::string SourcesText(const std::vector<client::RopeValueSource>& sources) {
+  std::vector<std::vector<std::string>> rows;
+  rows.reserve(sources.size());
+  for (const client::RopeValueSource& s : sources) {
+    rows.push_back({s.name, s.value, s.key, s.origin});
+  }
+  std::string text;
+  for (const std::string& line : AlignedRows(rows)) absl::StrAppend(&text, "  ", line, "\n");
+  return text;
+}
+
 // One group of DescribeRope as JSON.
 Json GroupJson(const client::RopeLayerGroup& g) {
   const client::RopeDerived& d = g.derived;
@@ -233,12 +254,32 @@ Json GroupJson(const client::RopeLayerGroup& g) {
                                     {"scale_at_max_position", ScaleAtMaxPosition(g)},
                                     {"formula", TemperatureFormula(*g.attn_temperature_tuning)}};
   }
-  Json sources = Json::array();
-  for (const client::RopeValueSource& s : g.sources) {
-    sources.push_back({{"name", s.name}, {"key", s.key}, {"origin", s.origin}, {"value", s.value}});
-  }
-  j["sources"] = std::move(sources);
+  j["sources"] = SourcesJson(g.sources);
   return j;
+}
+
+// One sub-module of DescribeRope as JSON.
+Json SubmoduleJson(const client::RopeSubmodule& s) {
+  Json j = DerivedToJson(s.derived);
+  j["name"] = s.name;
+  j["layers"] = s.layers;
+  j["rotary_offset"] = s.rotary_offset;
+  j["warnings"] = s.warnings;
+  j["sources"] = SourcesJson(s.sources);
+  return j;
+}
+
+// "sub-module indexer: layers 0-60: head 128, rotary 64 (first channels), NEOX, yarn, ..."
+std::string SubmoduleText(const client::RopeSubmodule& s) {
+  const client::RopeDerived& d = s.derived;
+  std::string text =
+      absl::StrCat("\nsub-module ", s.name, ": layers ", LayerRuns(s.layers), ": head ", d.head_dim,
+                   ", rotary ", d.rotary_dim,
+                   s.rotary_offset == 0 ? std::string(" (first channels)")
+                                        : absl::StrCat(" (from channel ", s.rotary_offset, ")"),
+                   ", ", NameOf(d.style), ", ", NameOf(d.scaling_type), ", factor ", Num(d.factor),
+                   ", attn ", Num(d.attention_factor), "\n");
+  return text + SourcesText(s.sources);
 }
 
 // One group as a row of the table (the columns RunDescribe names).
@@ -287,13 +328,10 @@ std::string DescribeText(const client::DescribeRopeResult& result,
       }
       absl::StrAppend(&text, "\n");
     }
-    std::vector<std::vector<std::string>> source_rows;
-    for (const client::RopeValueSource& s : g.sources) {
-      source_rows.push_back({s.name, s.value, s.key, s.origin});
-    }
-    for (const std::string& line : AlignedRows(source_rows)) {
-      absl::StrAppend(&text, "  ", line, "\n");
-    }
+    absl::StrAppend(&text, SourcesText(g.sources));
+  }
+  for (const client::RopeSubmodule& s : result.submodules) {
+    absl::StrAppend(&text, SubmoduleText(s));
   }
   for (const std::string& w : result.warnings) absl::StrAppend(&text, "warning: ", w, "\n");
   return text;
@@ -317,6 +355,11 @@ absl::StatusOr<CommandOutput> RunDescribe(const ParsedFlags& flags, const client
     rows.push_back(GroupRow(g));
   }
   out.extras["groups"] = std::move(groups);
+  if (!result.submodules.empty()) {
+    Json submodules = Json::array();
+    for (const client::RopeSubmodule& s : result.submodules) submodules.push_back(SubmoduleJson(s));
+    out.extras["submodules"] = std::move(submodules);
+  }
   out.extras["warnings"] = result.warnings;
   out.text = DescribeText(result, rows);
   return out;
@@ -354,7 +397,9 @@ Command DescribeCommand() {
       "YaRN: mscale(factor, mscale_all_dim)^2), - where posenc knows of none. Below the table,\n"
       "per group: the q scale to apply by position (Llama 4's attention temperature tuning,\n"
       "Ministral 3 / Mistral 4's llama_4_scaling_beta)\n"
-      "and every value read with its key and origin (file, text_config, architecture default).",
+      "and every value read with its key and origin (file, text_config, architecture default);\n"
+      "then the sub-modules with a RoPE of their own (DeepSeek-V3.2 / GLM-5's indexer: select\n"
+      "one in rope-cache / apply-rope with --submodule indexer).",
       {&RopeConfigFlags()},
       &RunDescribe};
 }

@@ -16,6 +16,8 @@ const FlagGroup& RopeConfigFlags() {
        "a Hugging Face config.json as the RoPE configuration"},
       {"layer-type", FlagType::kString, "NAME",
        "with --hf-config: the layer's type (sliding_attention, ...) or index"},
+      {"submodule", FlagType::kString, "NAME",
+       "with --hf-config: a part of the layer with its own RoPE (indexer: DeepSeek-V3.2 / GLM-5)"},
       {"head-dim", FlagType::kInt, "N", "head width (apply-rope: default the last dim of q)"},
       {"rotary-dim", FlagType::kInt, "N", "rotated channels d (even, default head-dim)"},
       {"base", FlagType::kDouble, "B", "rope_theta (default 10000)"},
@@ -57,6 +59,7 @@ absl::StatusOr<client::RopeConfig> ReadRopeConfigFlags(const ParsedFlags& flags)
     POSENC_ASSIGN_OR_RETURN(config.hf_config_json, kernels::ReadFileToString(*path));
   }
   config.layer_type = flags.String("layer-type").value_or("");
+  config.submodule = flags.String("submodule").value_or("");
   config.head_dim = flags.Int("head-dim").value_or(0);
   config.rotary_dim = flags.Int("rotary-dim");
   config.base = flags.Double("base");
@@ -108,6 +111,7 @@ Json DerivedToJson(const client::RopeDerived& d) {
   }
   if (!d.model_type.empty()) j["model_type"] = d.model_type;
   if (!d.layer_type.empty()) j["layer_type"] = d.layer_type;
+  if (!d.submodule.empty()) j["submodule"] = d.submodule;
   if (d.nope) j["nope"] = true;
   if (!d.warnings.empty()) j["warnings"] = d.warnings;
   j["inv_freq"] = d.inv_freq;

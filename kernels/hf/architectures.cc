@@ -109,6 +109,21 @@ const std::vector<Family>& Families() {
        .pairing = Pairing::kInterleaveFlag,
        .interleave_default = true,
        .rope_head_dim = true},
+      // DeepSeek-V3.2: MLA always interleaved (DeepseekV32Config removes rope_interleave), the
+      // rope slice qk_rope_head_dim last in the head; its DSA indexer is a sub-module with a NEOX
+      // RoPE of its own (submodules.cc).
+      {.model_types = {"deepseek_v32"},
+       .source = "models/deepseek_v32/modular_deepseek_v32.py",
+       .max_position = 163840,
+       .pairing = Pairing::kDeepseek,
+       .rope_head_dim = true},
+      // GLM-5 (GlmMoeDsaConfig extends DeepseekV32Config): GlmMoeDsaAttention rotates interleaved
+      // (hard-coded); the indexer runs on the "full" layers of indexer_types (submodules.cc).
+      {.model_types = {"glm_moe_dsa"},
+       .source = "models/glm_moe_dsa/modular_glm_moe_dsa.py",
+       .max_position = 202752,
+       .pairing = Pairing::kDeepseek,
+       .rope_head_dim = true},
       {.model_types = {"gemma"},
        .source = "models/gemma/configuration_gemma.py",
        .head_dim = 256,

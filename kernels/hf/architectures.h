@@ -21,6 +21,9 @@ enum class Pairing {
   kGptj,
   // `rope_interleave` (default per family): true -> DEEPSEEK (de-interleave, then rotate_half).
   kInterleaveFlag,
+  // DEEPSEEK always: the class removes `rope_interleave` (DeepSeek-V3.2) or the attention
+  // hard-codes the interleaved rotation (GLM-5); a file's `rope_interleave: false` is a warning.
+  kDeepseek,
 };
 
 // Which layers differ, and how the architecture names them when the file has no layer_types.

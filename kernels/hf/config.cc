@@ -17,6 +17,7 @@
 #include "kernels/hf/architectures.h"
 #include "kernels/hf/json.h"
 #include "kernels/hf/layers.h"
+#include "kernels/hf/submodules.h"
 #include "kernels/hf/text_model.h"
 #include "kernels/hf/vision.h"
 #include "kernels/rope/frequency_cache.h"
@@ -60,6 +61,7 @@ absl::StatusOr<TextModel> FindTextModel(const Json& root, ModelRope* out) {
     }
   }
   POSENC_RETURN_IF_ERROR(ReadTextModel(&m));
+  out->warnings.insert(out->warnings.end(), m.warnings.begin(), m.warnings.end());
   return m;
 }
 
@@ -290,6 +292,18 @@ const Group* OnlyRope(const std::vector<Group>& groups, std::vector<std::string>
   return rope;
 }
 
+// A layer_type of 1 to 9 decimal digits as a layer index; nullopt for a name.
+std::optional<int64_t> LayerIndex(absl::string_view layer_type) {
+  if (layer_type.empty() || layer_type.size() > 9 ||
+      !std::all_of(layer_type.begin(), layer_type.end(),
+                   [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  int64_t index = 0;
+  for (char c : layer_type) index = index * 10 + (c - '0');
+  return index;
+}
+
 // The group `layer_type` selects: by type name or decimal index; empty where every layer is
 // alike, or every rotary layer (the others NoPE), or with `all_layers` the first.
 absl::StatusOr<const Group*> SelectLayer(const std::vector<Group>& groups,
@@ -305,11 +319,8 @@ absl::StatusOr<const Group*> SelectLayer(const std::vector<Group>& groups,
     }
     return &groups.front();
   }
-  if (layer_type.size() <= 9 && std::all_of(layer_type.begin(), layer_type.end(),
-                                            [](char c) { return c >= '0' && c <= '9'; })) {
-    int64_t index = 0;
-    for (char c : layer_type) index = index * 10 + (c - '0');
-    return SelectByIndex(groups, index, num_layers);
+  if (const std::optional<int64_t> index = LayerIndex(layer_type); index.has_value()) {
+    return SelectByIndex(groups, *index, num_layers);
   }
   return SelectByType(groups, layer_type);
 }
@@ -359,12 +370,44 @@ absl::StatusOr<ModelRope> VisionModelRope(const Json& root) {
   return out;
 }
 
+// `out` with its sub-module `name` selected: its config, pairing and warnings.
+absl::Status SelectSubmoduleOf(absl::string_view name, absl::string_view layer_type,
+                               ModelRope* out) {
+  POSENC_ASSIGN_OR_RETURN(const SubmoduleRope* s,
+                          SelectSubmodule(*out, name, LayerIndex(layer_type)));
+  out->config = s->config;
+  out->style = s->config.style;
+  out->mrope_layout.reset();
+  out->submodule = s->name;
+  for (const std::string& w : s->warnings) {
+    if (std::find(out->warnings.begin(), out->warnings.end(), w) == out->warnings.end()) {
+      out->warnings.push_back(w);
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelRope> ParseModelRope(absl::string_view json_text, absl::string_view layer_type,
                                          bool all_layers) {
+  return ParseModelRope(json_text,
+                        ParseOptions{.layer_type = layer_type, .all_layers = all_layers});
+}
+
+absl::StatusOr<ModelRope> ParseModelRope(absl::string_view json_text, const ParseOptions& options) {
+  const absl::string_view layer_type = options.layer_type;
+  const bool all_layers = options.all_layers;
   POSENC_ASSIGN_OR_RETURN(const Json root, ParseObject(json_text));
-  if (layer_type == kVisionLayerType) return VisionModelRope(root);
+  if (layer_type == kVisionLayerType) {
+    if (!options.submodule.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.submodule: \"", kernels::Abbreviate(options.submodule),
+          "\" is a part of a text layer; layer_type \"vision\" selects the vision tower, whose "
+          "parts have no RoPE of their own (leave one of them empty)"));
+    }
+    return VisionModelRope(root);
+  }
   ModelRope out;
   POSENC_ASSIGN_OR_RETURN(TextModel m, FindTextModel(root, &out));
   Json class_default;
@@ -383,6 +426,11 @@ absl::StatusOr<ModelRope> ParseModelRope(absl::string_view json_text, absl::stri
                                       static_cast<int64_t>(nope.size()), &out.warnings));
   const auto index = static_cast<size_t>(selected - groups.data());
   POSENC_RETURN_IF_ERROR(Fill(m, std::move(groups), index, all_alike, layer_type, &out));
+  POSENC_ASSIGN_OR_RETURN(out.submodules,
+                          Submodules(m, out.config, static_cast<int64_t>(nope.size())));
+  if (!options.submodule.empty()) {
+    POSENC_RETURN_IF_ERROR(SelectSubmoduleOf(options.submodule, layer_type, &out));
+  }
   if (all_layers && Find(root, "vision_config") != nullptr) {  // DescribeRope: both towers
     POSENC_ASSIGN_OR_RETURN(std::optional<VisionTowerConfig> tower, VisionTowerOf(root));
     if (tower) out.layer_ropes.push_back(std::move(tower->rope));

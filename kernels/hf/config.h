@@ -4,8 +4,8 @@
 // spdlog), linked by the server and the hf_config_fuzz target. Its files, by job: json.h (typed
 // JSON reads and their errors), architectures.h (one row per configuration class),
 // scaling.h (the rope types and the keys each reads), text_model.h (what every layer shares),
-// layers.h (layer types, NoPE, one layer type's config), sources.h (where each value came from)
-// and config.cc (the layers grouped by RoPE, one selected).
+// layers.h (layer types, NoPE, one layer type's config), submodules.h (the DSA indexer),
+// sources.h (where each value came from) and config.cc (the layers grouped by RoPE, one selected).
 //
 // 1. The text model: `text_config` when the file has one (Gemma 3/4, Llama 4, Qwen-VL), else the
 //    top level; its `model_type` (or the top level's) picks the architecture's defaults: the
@@ -24,7 +24,10 @@
 //    layers their llama_4_scaling_beta (both reported, not applied), and
 //    every layer the sources of its values (the key read, and file / text_config / class default).
 // 4. Pairing: NEOX unless the architecture pairs otherwise (GPT-J, Cohere, Llama 4, DeepSeek V2,
-//    GLM/ChatGLM: GPTJ; DeepSeek V3 / Kimi K2 `rope_interleave`, default true: DEEPSEEK).
+//    GLM/ChatGLM: GPTJ; DeepSeek V3 / Kimi K2 `rope_interleave`, default true: DEEPSEEK;
+//    DeepSeek-V3.2 / GLM-5 always DEEPSEEK).
+// 5. Sub-modules (submodules.h): a part of a layer with a RoPE of its own, the DSA indexer of
+//    DeepSeek-V3.2 (NEOX) and GLM-5 (interleaved, its "full" layers), on the layer's frequencies.
 //
 // Keys inside the RoPE dict that transformers does not read for the rope type are warnings, not
 // errors (transformers only logs them). Unknown rope types, values of the wrong JSON type and
@@ -81,6 +84,19 @@ struct LayerRope {
   bool softmax_mscale = true;
 };
 
+// A part of a layer with a RoPE of its own beside the attention's: the DSA lightning indexer of
+// DeepSeek-V3.2 / GLM-5 (submodules.h). The same positions and frequencies as its layer's RoPE
+// (a copy of that config: base, scaling, max positions, attention factor), its own head width,
+// rotary width and pairing.
+struct SubmoduleRope {
+  std::string name;             // "indexer"
+  std::vector<int64_t> layers;  // the layers that run it (empty when the file does not say)
+  int64_t rotary_offset = 0;    // index of its first rotary channel in its head (0: the first)
+  kernels::RopeConfig config;
+  std::vector<std::string> warnings;
+  std::vector<ValueSource> sources;
+};
+
 struct ModelRope {
   // The selected layer's config: head_dim (0 when the file gives no way to derive it),
   // rotary_dim, base, scaling, max_position_embeddings, mrope_section, style, nope; the other
@@ -95,6 +111,10 @@ struct ModelRope {
   std::vector<std::string> warnings;
   // Every distinct RoPE of the model, in order of first layer.
   std::vector<LayerRope> layer_ropes;
+  // The sub-modules of the model's layers that have a RoPE of their own (DeepSeek-V3.2 / GLM-5:
+  // "indexer"), built from the selected layer's RoPE (those models' layers share one).
+  std::vector<SubmoduleRope> submodules;
+  std::string submodule;  // the selected sub-module ("" : the attention itself)
 };
 
 // The largest config.json text accepted (published ones are under 100 KB) and the deepest
@@ -111,6 +131,17 @@ inline constexpr int kMaxConfigDepth = 64;
 // where layers differ).
 absl::StatusOr<ModelRope> ParseModelRope(absl::string_view json_text, absl::string_view layer_type,
                                          bool all_layers = false);
+
+// What ParseModelRope selects. `submodule` ("indexer"; "" the attention itself) selects that part
+// of the layer `layer_type` chooses: config, style and warnings are then the sub-module's. Errors
+// (INVALID_ARGUMENT "config.submodule: ...") where the model has no such sub-module, where the
+// selected layer does not run it (GLM-5's "shared" indexer layers), or with layer_type "vision".
+struct ParseOptions {
+  absl::string_view layer_type;
+  absl::string_view submodule;
+  bool all_layers = false;
+};
+absl::StatusOr<ModelRope> ParseModelRope(absl::string_view json_text, const ParseOptions& options);
 
 }  // namespace posenc::hf
 

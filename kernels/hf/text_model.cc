@@ -120,8 +120,19 @@ absl::Status ReadPairing(TextModel* m) {
     case Pairing::kNeox: m->style = kernels::RopeStyle::kNeox; break;
     case Pairing::kGptj: m->style = kernels::RopeStyle::kGptj; break;
     case Pairing::kInterleaveFlag: break;
+    case Pairing::kDeepseek: m->style = kernels::RopeStyle::kDeepseek; break;
   }
   POSENC_ASSIGN_OR_RETURN(std::optional<bool> interleave, GetText<bool>(*m, "rope_interleave"));
+  if (f.pairing == Pairing::kDeepseek) {
+    if (interleave == false) {
+      m->warnings.push_back(absl::StrCat(
+          KeyPath(*m, "rope_interleave"), ": false is not read by transformers for model_type '",
+          f.model_types.front(), "' (", f.source, "): its attention always rotates interleaved"));
+    }
+    Defaulted(&m->sources, f, "pairing", "the attention's rotation (interleaved, always)",
+              std::string(kernels::RopeStyleName(m->style)));
+    return absl::OkStatus();
+  }
   if (f.pairing == Pairing::kInterleaveFlag || interleave.has_value()) {
     const bool on = interleave.value_or(f.interleave_default);
     if (on) {

@@ -40,7 +40,8 @@ struct TextModel {
   bool rotary_dim_default = false;    // rotary_dim is the class default (GPT-J)
   std::optional<int64_t> original_max;
   kernels::RopeStyle style = kernels::RopeStyle::kNeox;
-  std::vector<ValueSource> sources;  // the values every layer shares, where they came from
+  std::vector<ValueSource> sources;   // the values every layer shares, where they came from
+  std::vector<std::string> warnings;  // about keys every layer shares
 };
 
 // `key` as a path in the file ("text_config.rope_theta").

@@ -57,6 +57,7 @@ const std::map<std::string, std::vector<std::string>>& FlagOfField() {
       {"seq_len", {"--seq-len", "100"}},
       {"hf_config_json", {"--hf-config", "@config.json"}},
       {"layer_type", {"--layer-type", "full_attention"}},
+      {"submodule", {"--submodule", "indexer"}},
       {"freq_factors", {"--freq-factors", "1,2"}},
   };
   return *kRows;

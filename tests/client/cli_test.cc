@@ -359,6 +359,70 @@ TEST_F(CliTest, DescribePrintsLlama4ScalingBeta) {
   EXPECT_TRUE(j["groups"][0]["softmax_scale_multiplier"].is_null());
 }
 
+// A config.json of tests/hf_configs: a published one's "config", or a config_only file whole.
+std::string HfConfigText(const std::string& name) {
+  std::ifstream in(std::string(POSENC_HF_CONFIGS_DIR) + "/" + name);
+  EXPECT_TRUE(in.good()) << name;
+  const nlohmann::json file = nlohmann::json::parse(in);
+  return file.contains("config") && file.contains("hf_expected") ? file["config"].dump()
+                                                                 : file.dump();
+}
+
+TEST_F(CliTest, DescribePrintsTheIndexerSubmoduleAndRopeCacheSelectsIt) {
+  std::ofstream(Path("glm5.json")) << HfConfigText("config_only/glm-5.3.json");
+  CliResult table = Run(absl::StrCat("describe --hf-config ", Path("glm5.json")));
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("sub-module indexer: layers 0-2,6,10,14,18,22,26,30,34,38,42,46,50,"
+                           "54,58,62,66,70,74: head 128, rotary 64 (first channels), deepseek"),
+            std::string::npos)
+      << table.out;
+  CliResult json = Run(absl::StrCat("--format json describe --hf-config ", Path("glm5.json")));
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json j = nlohmann::json::parse(json.out);
+  ASSERT_EQ(j["submodules"].size(), 1u);
+  const nlohmann::json& indexer = j["submodules"][0];
+  EXPECT_EQ(indexer["name"], "indexer");
+  EXPECT_EQ(indexer["layers"].size(), 21u);
+  EXPECT_EQ(indexer["head_dim"], 128);
+  EXPECT_EQ(indexer["rotary_dim"], 64);
+  EXPECT_EQ(indexer["rotary_offset"], 0);
+  EXPECT_EQ(indexer["style"], "deepseek");
+  EXPECT_EQ(indexer["inv_freq"].size(), 32u);  // the attention's 64-wide table
+  // rope-cache --submodule: DeepSeek-V3.2's indexer (NEOX) on the attention's frequencies.
+  std::ofstream(Path("v32.json")) << HfConfigText("config_only/deepseek-v3.2-exp.json");
+  CliResult cache = Run(absl::StrCat("--format json rope-cache --positions 0:2 --hf-config ",
+                                     Path("v32.json"), " --submodule indexer"));
+  ASSERT_EQ(cache.exit_code, 0) << cache.err;
+  const nlohmann::json c = nlohmann::json::parse(cache.out);
+  EXPECT_EQ(c["derived"]["submodule"], "indexer");
+  EXPECT_EQ(c["derived"]["head_dim"], 128);
+  EXPECT_EQ(c["derived"]["rotary_dim"], 64);
+  EXPECT_EQ(c["derived"]["style"], "neox");
+  ExpectExit(
+      absl::StrCat("rope-cache --positions 0:2 --hf-config ", Path("v32.json"), " --submodule mla"),
+      1, &CliResult::err, "config.submodule: \"mla\" is not a sub-module");
+}
+
+TEST_F(CliTest, DescribePrintsBothTowersOfAVisionLanguageConfig) {
+  std::ofstream(Path("qwen2vl.json")) << HfConfigText("qwen2-vl-2b-instruct.json");
+  CliResult table = Run(absl::StrCat("describe --hf-config ", Path("qwen2vl.json")));
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("model_type: qwen2_vl"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("num_layers: 28"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("(vision)"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("models/qwen2_vl/modeling_qwen2_vl.py"), std::string::npos) << table.out;
+  CliResult json = Run(absl::StrCat("--format json describe --hf-config ", Path("qwen2vl.json")));
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json j = nlohmann::json::parse(json.out);
+  ASSERT_EQ(j["groups"].size(), 2u);
+  EXPECT_EQ(j["groups"][0]["layers"].size(), 28u);
+  EXPECT_EQ(j["groups"][0]["mrope_section"], nlohmann::json::parse("[16, 24, 24]"));
+  EXPECT_EQ(j["groups"][1]["layer_type"], "vision");
+  EXPECT_TRUE(j["groups"][1]["layers"].empty());
+  EXPECT_EQ(j["groups"][1]["head_dim"], 80);
+  EXPECT_FALSE(j.contains("submodules"));
+}
+
 TEST_F(CliTest, HealthAndInfo) {
   CliResult health = Run("health");
   EXPECT_EQ(health.exit_code, 0) << health.err;

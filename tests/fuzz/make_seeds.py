@@ -227,6 +227,23 @@ HF_EXTRA = {
             "short_factor": [1.0, 1.0, 1.0, 1.1]}}),
     "mrope": json.dumps({"hidden_size": 1536, "num_attention_heads": 12, "rope_scaling": {
         "type": "mrope", "mrope_section": [16, 24, 24]}}),
+    # The DSA indexer sub-module (config.json \0 layer_type \0 submodule).
+    "deepseek_v32_indexer": json.dumps({
+        "model_type": "deepseek_v32", "num_hidden_layers": 4, "qk_rope_head_dim": 64,
+        "index_head_dim": 128, "index_topk": 2048, "rope_theta": 10000, "rope_scaling": {
+            "type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
+            "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}}) +
+        "\x002\x00indexer",
+    "glm_moe_dsa_indexer": json.dumps({
+        "model_type": "glm_moe_dsa", "num_hidden_layers": 8, "qk_rope_head_dim": 64,
+        "index_head_dim": 128, "index_topk": 2048, "index_topk_freq": 4,
+        "index_skip_topk_offset": 3, "indexer_rope_interleave": True, "rope_interleave": True,
+        "indexer_types": ["full", "full", "full", "shared", "shared", "shared", "full", "shared"],
+        "rope_parameters": {"rope_theta": 8000000, "rope_type": "default"}}) +
+        "\x006\x00indexer",
+    "glm_moe_dsa_pattern": json.dumps({
+        "model_type": "glm_moe_dsa", "num_hidden_layers": 6, "index_topk_pattern": "FFSSFS",
+        "indexer_rope_interleave": False}),
 }
 
 

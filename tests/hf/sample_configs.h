@@ -64,6 +64,15 @@ inline std::string Phi3Vision128k(std::vector<double>* short_factor,
   return text.str();
 }
 
+// A config.json of tests/hf_configs/config_only, whole (`name` without ".json"; its README says
+// which are published files and which are reconstructed from published values).
+inline std::string ConfigOnly(const std::string& name) {
+  std::ifstream in(std::string(POSENC_HF_CONFIGS_DIR) + "/config_only/" + name + ".json");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 // A Hunyuan dense config.json in the shape tencent publishes (model_type hunyuan_v1_dense,
 // rope_scaling type dynamic with alpha beside factor 1.0 and YaRN keys it does not read).
 inline constexpr char kHunyuanDense[] = R"({

@@ -117,6 +117,7 @@ class MirrorsTest(unittest.TestCase):
         posenc.RopeConfig: pb.RopeConfig, posenc.RopeScaling: pb.RopeScaling,
         posenc.SinusoidalParams: pb.SinusoidalParams, posenc.RopeDerived: pb.RopeDerived,
         posenc.RopeLayerGroup: pb.RopeLayerGroup, posenc.RopeValueSource: pb.RopeValueSource,
+        posenc.RopeSubmodule: pb.RopeSubmodule,
         posenc.AttentionTemperatureTuning: pb.AttentionTemperatureTuning,
         posenc.DescribeRopeResult: pb.DescribeRopeResponse, posenc.BackendInfo: pb.BackendInfo,
         posenc.DeviceInfo: pb.DeviceInfo, posenc.TableInfo: pb.TableInfo,
@@ -356,6 +357,57 @@ class RopeTest(unittest.TestCase):
         self.assertEqual(explicit.groups[0].derived.effective_base, 1e6)
         with self.assertRaises(posenc.InvalidArgumentError):
             CLIENT.describe_rope(posenc.RopeConfig.from_hf(config, layer_type="full"))
+
+    # DeepSeek-V3.2 (its published YaRN block; tests/hf_configs/config_only has the whole file).
+    DEEPSEEK_V32 = {
+        "model_type": "deepseek_v32", "num_hidden_layers": 3, "qk_rope_head_dim": 64,
+        "index_head_dim": 128, "index_topk": 2048, "rope_theta": 10000,
+        "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
+                         "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}}
+
+    def test_describe_rope_of_the_dsa_indexer_submodule(self):
+        result = CLIENT.describe_rope(self.DEEPSEEK_V32)
+        self.assertEqual(result.groups[0].derived.style, posenc.RopeStyle.DEEPSEEK)
+        self.assertEqual(len(result.submodules), 1)
+        indexer = result.submodules[0]
+        self.assertIsInstance(indexer, posenc.RopeSubmodule)
+        self.assertEqual((indexer.name, indexer.layers, indexer.rotary_offset),
+                         ("indexer", (0, 1, 2), 0))
+        self.assertEqual((indexer.derived.head_dim, indexer.derived.rotary_dim,
+                          indexer.derived.style), (128, 64, posenc.RopeStyle.NEOX))
+        np.testing.assert_array_equal(indexer.derived.inv_freq, result.groups[0].derived.inv_freq)
+        self.assertIn("pairing", {source.name for source in indexer.sources})
+        # RopeCache with the selector: the indexer's config, the attention's table.
+        cache = CLIENT.rope_cache(range(0, 4), posenc.RopeConfig.from_hf(
+            self.DEEPSEEK_V32, submodule="indexer", layer_type="2"))
+        self.assertEqual((cache.derived.submodule, cache.derived.head_dim, cache.derived.style),
+                         ("indexer", 128, posenc.RopeStyle.NEOX))
+        np.testing.assert_array_equal(cache.cos, CLIENT.rope_cache(range(0, 4),
+                                                                   self.DEEPSEEK_V32).cos)
+        with self.assertRaises(posenc.InvalidArgumentError) as raised:
+            CLIENT.rope_cache(range(0, 4), posenc.RopeConfig.from_hf(self.LLAMA31,
+                                                                     submodule="indexer"))
+        self.assertIn("config.submodule", str(raised.exception))
+        self.assertEqual(CLIENT.describe_rope(self.LLAMA31).submodules, ())
+
+    def test_describe_rope_of_a_vision_language_config_is_both_towers(self):
+        # Qwen2-VL-2B-Instruct's published RoPE keys and vision_config (tests/hf_configs).
+        qwen2vl = {
+            "model_type": "qwen2_vl", "hidden_size": 1536, "num_attention_heads": 12,
+            "num_hidden_layers": 28, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+            "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+            "vision_config": {"depth": 32, "embed_dim": 1280, "num_heads": 16, "patch_size": 14,
+                              "spatial_merge_size": 2, "temporal_patch_size": 2}}
+        result = CLIENT.describe_rope(qwen2vl)
+        self.assertEqual((result.model_type, result.num_layers), ("qwen2_vl", 28))
+        self.assertEqual([g.layer_type for g in result.groups], ["", "vision"])
+        text, vision = result.groups
+        self.assertEqual((len(text.layers), text.mrope_section), (28, (16, 24, 24)))
+        self.assertEqual((vision.layers, vision.derived.head_dim), ((), 80))
+        cache = CLIENT.rope_cache(posenc.Positions.ids(np.array([[0, 3], [0, 5]])),
+                                  posenc.RopeConfig.from_hf(qwen2vl, layer_type="vision"))
+        self.assertEqual((cache.derived.layer_type, cache.derived.head_dim), ("vision", 80))
+        np.testing.assert_array_equal(cache.derived.inv_freq, vision.derived.inv_freq)
 
 
 class AnalysisTest(unittest.TestCase):

@@ -17,6 +17,7 @@
 #include "kernels/backend.h"
 #include "nlohmann/json.hpp"
 #include "server/handlers.h"
+#include "tests/hf/sample_configs.h"
 #include "tests/server/server_test_util.h"
 
 #ifndef POSENC_HF_CONFIGS_DIR
@@ -27,6 +28,7 @@ namespace posenc::server {
 namespace {
 
 using Json = nlohmann::json;
+using hf::testing::ConfigOnly;
 
 Json Load(const std::string& name) {
   std::ifstream in(std::string(POSENC_HF_CONFIGS_DIR) + "/" + name + ".json");
@@ -575,6 +577,173 @@ TEST(DescribeRopeTest, ExplicitConfigIsOneGroupAndLayerTypeIsRefused) {
   const grpc::Status status = HandleDescribeRope(ctx, by_layer, &resp);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("config.layer_type"), std::string::npos);
+}
+
+void ExpectSameFrequencies(const v1::RopeDerived& a, const v1::RopeDerived& b) {
+  ASSERT_EQ(a.inv_freq_size(), b.inv_freq_size());
+  for (int j = 0; j < a.inv_freq_size(); ++j) EXPECT_EQ(a.inv_freq(j), b.inv_freq(j)) << j;
+  EXPECT_EQ(a.attention_factor(), b.attention_factor());
+}
+
+TEST(DescribeRopeTest, DeepSeekV32IndexerIsASubmoduleWithItsOwnPairing) {
+  const v1::DescribeRopeResponse resp = DescribeJson(ConfigOnly("deepseek-v3.2-exp"));
+  EXPECT_EQ(resp.model_type(), "deepseek_v32");
+  ASSERT_EQ(resp.groups_size(), 1);
+  const v1::RopeLayerGroup& mla = resp.groups(0);
+  EXPECT_EQ(mla.derived().head_dim(), 64);
+  EXPECT_EQ(mla.derived().style(), v1::ROPE_STYLE_DEEPSEEK);
+  EXPECT_EQ(mla.derived().yarn_low(), 10.0);  // YaRN 40 / 4096: DeepSeek V3's correction range
+  ASSERT_TRUE(mla.has_softmax_scale_multiplier());
+  ExpectRelative(mla.softmax_scale_multiplier(), 1.8738542070926265, "softmax_scale_multiplier");
+  ASSERT_EQ(resp.submodules_size(), 1);
+  const v1::RopeSubmodule& indexer = resp.submodules(0);
+  EXPECT_EQ(indexer.name(), "indexer");
+  EXPECT_EQ(indexer.layers_size(), 61);
+  EXPECT_EQ(indexer.rotary_offset(), 0);
+  EXPECT_EQ(indexer.derived().head_dim(), 128);
+  EXPECT_EQ(indexer.derived().rotary_dim(), 64);
+  EXPECT_EQ(indexer.derived().style(), v1::ROPE_STYLE_NEOX);
+  ExpectSameFrequencies(indexer.derived(), mla.derived());
+  bool pairing = false;
+  for (const v1::RopeValueSource& s : indexer.sources()) {
+    pairing = pairing ||
+              (s.name() == "pairing" && s.key().find("DeepseekV32Indexer") != std::string::npos);
+  }
+  EXPECT_TRUE(pairing);
+  // The request's style is the attention's; the indexer keeps its own.
+  const std::unique_ptr<kernels::Backend> backend = kernels::MakeReferenceBackend();
+  HandlerContext ctx{backend.get(), Limits{}, nullptr};
+  v1::DescribeRopeRequest req;
+  req.mutable_config()->set_hf_config_json(ConfigOnly("deepseek-v3.2-exp"));
+  req.mutable_config()->set_style(v1::ROPE_STYLE_GPTJ);
+  v1::DescribeRopeResponse styled;
+  ASSERT_TRUE(HandleDescribeRope(ctx, req, &styled).ok());
+  EXPECT_EQ(styled.groups(0).derived().style(), v1::ROPE_STYLE_GPTJ);
+  EXPECT_EQ(styled.submodules(0).derived().style(), v1::ROPE_STYLE_NEOX);
+  // DescribeRope describes every sub-module: a selector is refused.
+  req.mutable_config()->set_submodule("indexer");
+  const grpc::Status status = HandleDescribeRope(ctx, req, &styled);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("config.submodule: DescribeRope describes every layer"),
+            std::string::npos)
+      << status.error_message();
+  // DeepSeek V3 has no indexer.
+  EXPECT_EQ(Describe("deepseek-v3").submodules_size(), 0);
+}
+
+TEST(DescribeRopeTest, Glm5IndexerRunsOnTheFullLayersInterleaved) {
+  const v1::DescribeRopeResponse resp = DescribeJson(ConfigOnly("glm-5.3"));
+  EXPECT_EQ(resp.model_type(), "glm_moe_dsa");
+  EXPECT_EQ(resp.num_layers(), 78);
+  ASSERT_EQ(resp.groups_size(), 1);
+  EXPECT_EQ(resp.groups(0).derived().style(), v1::ROPE_STYLE_DEEPSEEK);
+  EXPECT_EQ(resp.groups(0).derived().head_dim(), 64);
+  EXPECT_EQ(resp.groups(0).base(), 8e6);
+  ASSERT_EQ(resp.submodules_size(), 1);
+  const v1::RopeSubmodule& indexer = resp.submodules(0);
+  ASSERT_EQ(indexer.layers_size(), 21);
+  EXPECT_EQ(indexer.layers(3), 6);
+  EXPECT_EQ(indexer.layers(20), 74);
+  EXPECT_EQ(indexer.derived().style(), v1::ROPE_STYLE_DEEPSEEK);
+  ExpectSameFrequencies(indexer.derived(), resp.groups(0).derived());
+  EXPECT_EQ(indexer.warnings_size(), 0);
+}
+
+// RopeCache of `config` at positions 0 and 4097 on `backend`.
+grpc::Status CacheWith(const kernels::Backend& backend, const v1::RopeConfig& config,
+                       v1::RopeCacheResponse* resp) {
+  TableRegistry tables;
+  HandlerContext ctx{&backend, Limits{}, &tables};
+  v1::RopeCacheRequest req;
+  *req.mutable_positions()->mutable_ids() = testing::Int64Tensor({2}, {0, 4097});
+  *req.mutable_config() = config;
+  req.set_output_dtype(v1::DTYPE_FLOAT64);
+  return HandleRopeCache(ctx, req, resp);
+}
+
+TEST(HfConfigsTest, IndexerSubmoduleThroughRopeCache) {
+  Backends backends;
+  v1::RopeConfig config;
+  config.set_hf_config_json(ConfigOnly("deepseek-v3.2-exp"));
+  for (const kernels::Backend* backend : {backends.reference.get(), backends.cpu.get()}) {
+    v1::RopeCacheResponse mla;
+    ASSERT_TRUE(CacheWith(*backend, config, &mla).ok());
+    v1::RopeConfig with = config;
+    with.set_submodule("indexer");
+    with.set_layer_type("60");
+    v1::RopeCacheResponse indexer;
+    const grpc::Status status = CacheWith(*backend, with, &indexer);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(indexer.derived().submodule(), "indexer");
+    EXPECT_EQ(indexer.derived().head_dim(), 128);
+    EXPECT_EQ(indexer.derived().rotary_dim(), 64);
+    EXPECT_EQ(indexer.derived().style(), v1::ROPE_STYLE_NEOX);
+    ExpectSameFrequencies(indexer.derived(), mla.derived());
+    EXPECT_EQ(indexer.cos().data(), mla.cos().data());  // one rotary table
+    EXPECT_EQ(mla.derived().submodule(), "");
+  }
+  // GLM-5's shared layers have no indexer; without hf_config_json there is none to select.
+  v1::RopeConfig glm;
+  glm.set_hf_config_json(ConfigOnly("glm-5.3"));
+  glm.set_submodule("indexer");
+  glm.set_layer_type("3");
+  v1::RopeCacheResponse resp;
+  grpc::Status status = CacheWith(*backends.cpu, glm, &resp);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("config.submodule: layer 3 does not run the indexer"),
+            std::string::npos)
+      << status.error_message();
+  v1::RopeConfig explicit_config;
+  explicit_config.set_head_dim(64);
+  explicit_config.set_submodule("indexer");
+  status = CacheWith(*backends.cpu, explicit_config, &resp);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find(
+                "config.submodule: only used with config.hf_config_json, got \"indexer\""),
+            std::string::npos)
+      << status.error_message();
+}
+
+// ApplyRope of q = e_`channel` (one token at position 1, one head of 128) with `json`'s indexer.
+std::vector<double> RotateUnitByIndexer(const kernels::Backend& backend, const std::string& json,
+                                        int channel) {
+  TableRegistry tables;
+  HandlerContext ctx{&backend, Limits{}, &tables};
+  std::vector<double> q(128, 0.0);
+  q[channel] = 1.0;
+  v1::ApplyRopeRequest req;
+  *req.mutable_q() = testing::MakeTensor(v1::DTYPE_FLOAT64, {1, 1, 1, 128}, q);
+  *req.mutable_positions()->mutable_ids() = testing::Int64Tensor({1, 1}, {1});
+  req.mutable_config()->set_hf_config_json(json);
+  req.mutable_config()->set_submodule("indexer");
+  v1::ApplyRopeResponse resp;
+  const grpc::Status status = HandleApplyRope(ctx, req, &resp);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return status.ok() ? testing::Values<double>(resp.q()) : std::vector<double>(128);
+}
+
+TEST(HfConfigsTest, IndexerApplyRopeByHand) {
+  // Base 10000, no scaling, rotary 64 of 128: omega_0 = 1, so position 1 turns pair 0 by 1 rad.
+  constexpr double kCos1 = 0.5403023058681398;
+  constexpr double kSin1 = 0.8414709848078965;
+  Backends backends;
+  for (const kernels::Backend* backend : {backends.reference.get(), backends.cpu.get()}) {
+    // DeepSeek-V3.2: NEOX on the first 64 channels; channels 64..127 pass through.
+    std::vector<double> out = RotateUnitByIndexer(
+        *backend, R"({"model_type": "deepseek_v32", "num_hidden_layers": 2})", 0);
+    EXPECT_NEAR(out[0], kCos1, 1e-15);
+    EXPECT_NEAR(out[32], kSin1, 1e-15);
+    for (int c = 64; c < 128; ++c) EXPECT_EQ(out[c], 0.0) << c;
+    out = RotateUnitByIndexer(*backend, R"({"model_type": "deepseek_v32", "num_hidden_layers": 2})",
+                              70);
+    EXPECT_EQ(out[70], 1.0);
+    // GLM-5: interleaved pairs (0, 1), the output de-interleaved as transformers'.
+    out = RotateUnitByIndexer(*backend, R"({"model_type": "glm_moe_dsa", "num_hidden_layers": 2,
+      "indexer_rope_interleave": true})",
+                              1);
+    EXPECT_NEAR(out[32], kCos1, 1e-15);
+    EXPECT_NEAR(out[0], -kSin1, 1e-15);
+  }
 }
 
 }  // namespace

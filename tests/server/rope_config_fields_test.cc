@@ -52,6 +52,9 @@ std::string Json(const char* json) {
 std::map<std::string, FieldRow> Rows() {
   using C = client::RopeConfig;
   const std::string layered = "hf_config_json: " + Json(kLayeredJson);
+  // DeepSeek-V3.2: the attention (64 wide, DEEPSEEK) or its DSA indexer (128, NEOX).
+  const std::string indexed =
+      "hf_config_json: " + Json(R"({"model_type": "deepseek_v32", "num_hidden_layers": 2})");
   return {
       {"head_dim", {.variant = "head_dim: 128", .set_client = [](C& c) { c.head_dim = 128; }}},
       {"rotary_dim",
@@ -136,6 +139,10 @@ std::map<std::string, FieldRow> Rows() {
        {.base = layered + " layer_type: 'sliding_attention'",
         .variant = layered + " layer_type: 'full_attention'",
         .set_client = [](C& c) { c.layer_type = "full_attention"; }}},
+      {"submodule",
+       {.base = indexed,
+        .variant = indexed + " submodule: 'indexer'",
+        .set_client = [](C& c) { c.submodule = "indexer"; }}},
       {"freq_factors",
        {.variant = "head_dim: 64 freq_factors: [2]",
         .set_client = [](C& c) { c.freq_factors = {2}; }}},

@@ -209,6 +209,9 @@ struct RopeConfig {
   std::vector<double> freq_factors;  // d/2 divisors of omega_j, after the scaling (GGUF rope_freqs)
   std::string hf_config_json;
   std::string layer_type;
+  // hf_config_json: "indexer" (DeepSeek-V3.2 / GLM-5's DSA indexer) selects that part of the
+  // layer layer_type picks; "" the attention itself.
+  std::string submodule;
 };
 
 // The values the server derived from a RopeConfig.
@@ -230,6 +233,7 @@ struct RopeDerived {
   bool nope = false;                  // a layer without RoPE: q/k pass through
   std::string layer_type;             // hf_config_json: the layer type used
   std::string model_type;             // hf_config_json: whose defaults applied
+  std::string submodule;              // hf_config_json: the sub-module used ("" : the attention)
 };
 
 // A value read from a config.json and where it came from (posenc.proto RopeValueSource).
@@ -269,11 +273,23 @@ struct RopeLayerGroup {
   std::vector<RopeValueSource> sources;  // hf config: every value used and where it came from
 };
 
+// DescribeRope: a part of a layer with a RoPE of its own (posenc.proto RopeSubmodule; the DSA
+// indexer of DeepSeek-V3.2 / GLM-5): the layer's frequencies, its own head, rotary width, pairing.
+struct RopeSubmodule {
+  std::string name;             // "indexer"
+  std::vector<int64_t> layers;  // the layers that run it
+  RopeDerived derived;          // head_dim, rotary_dim, style, inv_freq, ...
+  int64_t rotary_offset = 0;    // its first rotary channel in its head
+  std::vector<std::string> warnings;
+  std::vector<RopeValueSource> sources;
+};
+
 struct DescribeRopeResult {
   std::string model_type;
-  std::vector<RopeLayerGroup> groups;  // in order of first layer
+  std::vector<RopeLayerGroup> groups;  // in order of first layer, a VL config's vision tower last
   std::vector<std::string> warnings;   // every group's, without duplicates
   int64_t num_layers = 0;              // 0: the file does not give it
+  std::vector<RopeSubmodule> submodules;  // parts of the layers with a RoPE of their own
 };
 
 // Default COMPACT; FUSED_COS_SIN ([n, d] = cat(cos, sin), vLLM's cos_sin_cache) and COMPLEX
@@ -786,8 +802,9 @@ class Client {
   absl::StatusOr<Tensor> RelativeEmbedding(const RelativeEmbeddingOptions& options,
                                            const CallOptions& call = {}) const;
   absl::StatusOr<ServerInfo> GetServerInfo(const CallOptions& call = {}) const;
-  // Every layer's RoPE of a model: `config` is usually {.hf_config_json = text} (layer_type
-  // empty); an explicit config gives one group.
+  // Every layer's RoPE of a model: `config` is usually {.hf_config_json = text} (layer_type and
+  // submodule empty); a VL config's vision tower is the last group, the layers' sub-modules
+  // (DeepSeek-V3.2 / GLM-5's indexer) are in `submodules`; an explicit config gives one group.
   absl::StatusOr<DescribeRopeResult> DescribeRope(const RopeConfig& config,
                                                   const CallOptions& call = {}) const;
   absl::StatusOr<RerotateKeysResult> RerotateKeys(const RerotateKeysOptions& options,

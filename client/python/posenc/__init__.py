@@ -35,7 +35,7 @@ from ._types import (AlibiBiasResult, AnalysisCurve, AnalyzeEncodingResult, Appl
                      AttentionTemperatureTuning, BackendInfo, DescribeRopeResult, DeviceInfo,
                      LearnedTable, MultimodalPositionsResult, MultimodalTokenIds, Positions,
                      RerotateKeysResult, RopeCacheResult, RopeConfig, RopeDerived, RopeLayerGroup,
-                     RopeScaling, RopeValueSource, ServerInfo, SharedMemoryRef,
+                     RopeScaling, RopeSubmodule, RopeValueSource, ServerInfo, SharedMemoryRef,
                      SharedMemoryRegionStatus, SinusoidalParams, TableInfo, TlsConfig,
                      VisionPositionsResult, VisionSpan)
 from .client import (DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_SPLIT_IN_FLIGHT, DEFAULT_TIMEOUT,
@@ -49,7 +49,8 @@ __all__ = [
     "Positions", "SinusoidalParams", "LearnedTable", "RopeScaling", "RopeConfig", "RopeDerived",
     "RopeCacheResult", "ApplyRopeResult", "AlibiBiasResult", "ServerInfo", "BackendInfo",
     "DeviceInfo", "TableInfo", "TlsConfig", "RopeValueSource", "AttentionTemperatureTuning",
-    "RopeLayerGroup", "DescribeRopeResult", "RerotateKeysResult", "MultimodalTokenIds",
+    "RopeLayerGroup", "RopeSubmodule", "DescribeRopeResult", "RerotateKeysResult",
+    "MultimodalTokenIds",
     "VisionSpan", "MultimodalPositionsResult", "VisionPositionsResult", "AnalyzeEncodingResult",
     "AnalysisCurve",
     # shared memory

@@ -28,7 +28,7 @@ __all__ = [
     "Positions", "SinusoidalParams", "LearnedTable", "RopeScaling", "RopeConfig", "RopeDerived",
     "RopeCacheResult", "ApplyRopeResult", "AlibiBiasResult", "BackendInfo", "TableInfo",
     "ServerInfo", "DeviceInfo", "TlsConfig", "RopeValueSource", "AttentionTemperatureTuning",
-    "RopeLayerGroup", "DescribeRopeResult", "SharedMemoryRef", "SharedMemoryRegionStatus",
+    "RopeLayerGroup", "RopeSubmodule", "DescribeRopeResult", "SharedMemoryRef", "SharedMemoryRegionStatus",
     "AnalysisSummary", "UniquenessAnalysis", "BoundsAnalysis", "RotationFit", "BiasStructure",
     "RelativeAnalysis", "AnalysisCurve", "DecayAnalysis", "ExtrapolationSeries",
     "ExtrapolationAnalysis", "SimilarityAnalysis", "AnalyzeEncodingResult",
@@ -310,6 +310,9 @@ class RopeConfig:
     frequency_axes: Sequence[int] = ()
     hf_config_json: str = ""
     layer_type: str = ""
+    # hf_config_json: "indexer" (DeepSeek-V3.2 / GLM-5's DSA indexer) selects that part of the
+    # layer layer_type picks; "" the attention itself.
+    submodule: str = ""
 
     @classmethod
     def from_hf(cls, config: Union[str, bytes, os.PathLike, Mapping[str, Any]], **fields: Any
@@ -319,7 +322,7 @@ class RopeConfig:
         The server reads the rope keys (rope_theta, rope_scaling / rope_parameters,
         partial_rotary_factor, head_dim, ...; README "Hugging Face config.json") and reports
         what it used in ``derived``. ``fields`` set the other fields (style, inverse,
-        seq_len, layer_type, apply_attention_factor, mrope_layout)."""
+        seq_len, layer_type, submodule, apply_attention_factor, mrope_layout)."""
         return cls(hf_config_json=config_json_text(config), **fields)
 
     @classmethod
@@ -354,6 +357,7 @@ class RopeDerived:
     nope: bool = False  # the layer has no rotary embedding (ApplyRope passes q/k through)
     layer_type: str = ""  # hf_config_json: the layer type used
     model_type: str = ""  # hf_config_json: the model_type whose defaults applied
+    submodule: str = ""  # hf_config_json: the sub-module used ("": the attention itself)
 
 
 #: A result tensor: a numpy array; a torch tensor when the call's tensor inputs were torch
@@ -506,13 +510,28 @@ class RopeLayerGroup:
 
 
 @dataclasses.dataclass
+class RopeSubmodule:
+    """DescribeRope: a part of a layer with a RoPE of its own (``posenc.v1.RopeSubmodule``; the
+    DSA indexer of DeepSeek-V3.2 / GLM-5): the layer's frequencies, its own head width, rotary
+    width and pairing."""
+
+    name: str = ""  # "indexer" (RopeConfig.submodule selects it)
+    layers: Sequence[int] = ()  # the layers that run it
+    derived: RopeDerived = dataclasses.field(default_factory=RopeDerived)
+    rotary_offset: int = 0  # its first rotary channel in its head
+    warnings: Sequence[str] = ()
+    sources: Sequence[RopeValueSource] = ()
+
+
+@dataclasses.dataclass
 class DescribeRopeResult:
     """DescribeRope: every distinct RoPE of a model (``posenc.v1.DescribeRopeResponse``)."""
 
     model_type: str = ""
-    groups: Sequence[RopeLayerGroup] = ()  # in order of first layer
+    groups: Sequence[RopeLayerGroup] = ()  # in order of first layer, a VL's vision tower last
     warnings: Sequence[str] = ()  # every group's, without duplicates
     num_layers: int = 0  # 0: the file does not give it
+    submodules: Sequence[RopeSubmodule] = ()  # parts of the layers with a RoPE of their own
 
 
 # ---------------------------------------------------------------------------------------------

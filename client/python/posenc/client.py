@@ -586,12 +586,15 @@ class Client:
                       ) -> DescribeRopeResult:
         """What a RoPE configuration does at every layer of a model (DescribeRope): types,
         bases, pairing, scaling, NoPE layers, context, the softmax-scale multiplier, the
-        normalizer's warnings and where each value came from.
+        normalizer's warnings and where each value came from; a VL config's vision tower as the
+        last group (layer_type "vision"), and the layers' sub-modules with a RoPE of their own
+        in ``submodules`` (DeepSeek-V3.2 / GLM-5's DSA indexer).
 
         ``config`` is usually a Hugging Face config.json (dict, JSON text, path, or
         ``RopeConfig.from_hf(...)`` with style, inverse, apply_attention_factor or seq_len
-        set; layer_type must stay empty); an explicit :class:`RopeConfig` is described as one
-        group without layers.
+        set; layer_type and submodule must stay empty; style is the attention's, the
+        sub-modules keep their own pairing); an explicit :class:`RopeConfig` is described as
+        one group without layers.
         """
         request = pb.DescribeRopeRequest()
         to_message(RopeConfig.coerce(config), request.config, "config")
