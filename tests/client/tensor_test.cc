@@ -1,10 +1,12 @@
 // Unit tests of the client's plain-C++ types: dtype conversions, Positions factories and the
-// local expansion of compact biases (and the kernels' Toeplitz expander it calls).
+// local expansion of compact biases (and the kernels' Toeplitz expander it calls), and .npy files
+// of tensors (posenc/npy.h).
 #include "posenc/tensor.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -13,6 +15,7 @@
 #include "kernels/common/toeplitz.h"
 #include "kernels/common/types.h"
 #include "posenc/client.h"
+#include "posenc/npy.h"
 
 namespace posenc::client {
 namespace {
@@ -177,6 +180,48 @@ TEST(ExpandTest, BloomRowsApplyTheFutureRule) {
   absl::StatusOr<Tensor> linear = ExpandBloomRows(rows, 2, 0, FutureMode::kLinear);
   ASSERT_TRUE(linear.ok());
   EXPECT_EQ(linear->ToDoubles(), (std::vector<double>{0, 0.5, 1.0, 0, 0.5, 1.0}));
+}
+
+// A caller saves a result for NumPy and reads it back: every dtype NumPy has, byte for byte; the
+// bytes in memory too; BFLOAT16 and shared-memory references refused with the path; a missing
+// file NOT_FOUND.
+TEST(NpyTest, TensorsRoundTripThroughFilesAndBytes) {
+  const std::string path = ::testing::TempDir() + "/posenc_npy_test.npy";
+  const std::vector<double> values = {0.5, -1.25, 3.0, 65504.0, -0.0, 1e-3};
+  for (DType dtype :
+       {DType::kFloat32, DType::kFloat16, DType::kFloat64, DType::kInt32, DType::kInt64}) {
+    auto t = Tensor::FromDoubles(values, {2, 3}, dtype);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_TRUE(WriteNpy(path, *t).ok());
+    auto back = ReadNpy(path);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->dtype, dtype);
+    EXPECT_EQ(back->shape, (std::vector<int64_t>{2, 3}));
+    EXPECT_EQ(back->data, t->data) << DTypeName(dtype);
+    auto bytes = SerializeNpy(*t);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    auto parsed = ParseNpy(*bytes);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(parsed->data, t->data);
+  }
+  auto bf16 = Tensor::FromDoubles(values, {6}, DType::kBFloat16);
+  ASSERT_TRUE(bf16.ok());
+  absl::Status refused = WriteNpy(path, *bf16);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_NE(refused.message().find("BFLOAT16"), std::string::npos) << refused;
+  auto widened = ConvertTensor(*bf16, DType::kFloat32);
+  ASSERT_TRUE(widened.ok());
+  EXPECT_TRUE(WriteNpy(path, *widened).ok());
+  Tensor reference;
+  reference.shape = {4};
+  reference.shared_memory = SharedMemoryRef{.region = "r", .offset = 0, .byte_size = 16};
+  refused = WriteNpy(path, reference);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_EQ(refused.message().rfind(path, 0), 0u) << refused;
+  EXPECT_NE(refused.message().find("shared memory"), std::string::npos) << refused;
+  std::remove(path.c_str());
+  EXPECT_EQ(ReadNpy(path).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ParseNpy("not a numpy file").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
