@@ -449,5 +449,39 @@ TEST(SplitAdmissionTest, PiecesDoNotRefuseOneAnother) {
   EXPECT_GT(info->max_inflight_bytes, 0);
 }
 
+// Pieces whose requests carry their tensors (ApplyRope, AddPositionEncoding) keep one more in
+// flight than the server computes at once: its request travels while the others compute
+// (docs/splitting.md "Pieces in flight"). On a server computing one heavy call at a time every
+// piece still comes back, and the joined result is the whole call's, byte for byte.
+TEST(SplitAdmissionTest, ApplyRopePiecesOverlapOnAServerComputingOneAtATime) {
+  server::ServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.backend = "cpu";
+  options.threads = 1;
+  options.max_message_bytes = 12 << 20;
+  options.max_heavy_calls = 1;
+  auto server = server::PosencServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = Connect((*server)->port());
+  ClientOptions unsplit;
+  unsplit.split_requests = false;
+  unsplit.max_message_bytes = 64 << 20;
+  ApplyRopeOptions rope;
+  rope.q = Ramp({1, 4096, 16, 64});  // 16 MiB
+  rope.k = Ramp({1, 4096, 16, 64});  // 16 MiB: 4 pieces of 4 heads (4 MiB of q, 4 of k)
+  rope.positions = Positions::Offsets({7});
+  const auto split = client->ApplyRope(rope);
+  ASSERT_TRUE(split.ok()) << split.status();
+  server::ServerOptions big_options = options;
+  big_options.max_message_bytes = 64 << 20;
+  auto big = server::PosencServer::Start(big_options);
+  ASSERT_TRUE(big.ok()) << big.status();
+  const auto whole = Connect((*big)->port(), unsplit)->ApplyRope(rope);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ExpectSameTensor(split->q, whole->q, "q");
+  ASSERT_TRUE(split->k.has_value());
+  ExpectSameTensor(*split->k, *whole->k, "k");
+}
+
 }  // namespace
 }  // namespace posenc::client
