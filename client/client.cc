@@ -379,8 +379,10 @@ struct Client::Impl {
     std::vector<Sent> in_flight;
     std::vector<typename Result::value_type> out;
     absl::Status first_error;
-    for (size_t next = 0, done = 0; done < pieces.size(); ++done) {
-      for (; next < pieces.size() && next - done < most; ++next) {
+    // After an error no more pieces are started; those in flight are waited for.
+    for (size_t next = 0, done = 0; done < next || (next < pieces.size() && first_error.ok());
+         ++done) {
+      for (; next < pieces.size() && next - done < most && first_error.ok(); ++next) {
         absl::StatusOr<Request> request = internal::ToRequest(std::move(pieces[next]));
         const absl::StatusOr<grpc::ByteBuffer> bytes =
             request.ok() ? Serialize(*std::move(request)) : request.status();
