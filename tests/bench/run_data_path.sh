@@ -94,6 +94,7 @@ run threads_1 1 kernel,wire,tiny shm,wire,tiny --allow_shared_memory
 run threads_2 2 kernel shm --allow_shared_memory
 run without_shm 1 tiny tiny
 echo "data path: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
-  "server listening on ${listen}, clients retaining ${client_retain} freed bytes" | tee "$out/table.md"
+  "server listening on ${listen}, clients retaining ${client_retain} freed bytes" |
+  tee "$out/table.md"
 /usr/bin/python3 tests/bench/data_path.py table "$out"/threads_1.jsonl "$out"/threads_2.jsonl \
   "$out"/without_shm.jsonl | tee -a "$out/table.md"
