@@ -430,16 +430,22 @@ TEST_F(SplitTest, PerCallDeadlineOverridesTheClientDefault) {
   EXPECT_TRUE(client->AlibiSlopes({.num_heads = 4}, CallOptions{std::chrono::seconds(10)}).ok());
 }
 
-// A server computing one heavy call at a time (--max_heavy_calls=1): the client keeps one piece
-// in flight (GetServerInfo says so), and a busy refusal would be retried (pushback).
-TEST(SplitAdmissionTest, PiecesDoNotRefuseOneAnother) {
+// A cpu-backend server on one thread computing one heavy call at a time (--max_heavy_calls=1)
+// with a `limit`-byte message limit.
+absl::StatusOr<std::unique_ptr<server::PosencServer>> OneHeavyCallServer(int64_t limit) {
   server::ServerOptions options;
   options.listen_address = "127.0.0.1:0";
   options.backend = "cpu";
   options.threads = 1;
-  options.max_message_bytes = 8 << 20;
+  options.max_message_bytes = limit;
   options.max_heavy_calls = 1;
-  auto server = server::PosencServer::Start(options);
+  return server::PosencServer::Start(options);
+}
+
+// A server computing one heavy call at a time: the client keeps one piece of a bias in flight
+// (GetServerInfo says so), and a busy refusal would be retried (pushback).
+TEST(SplitAdmissionTest, PiecesDoNotRefuseOneAnother) {
+  auto server = OneHeavyCallServer(8 << 20);
   ASSERT_TRUE(server.ok()) << server.status();
   auto client = Connect((*server)->port());
   AlibiBiasOptions full;
@@ -461,13 +467,7 @@ TEST(SplitAdmissionTest, PiecesDoNotRefuseOneAnother) {
 // (docs/splitting.md "Pieces in flight"). On a server computing one heavy call at a time every
 // piece still comes back, and the joined result is the whole call's, byte for byte.
 TEST(SplitAdmissionTest, ApplyRopePiecesOverlapOnAServerComputingOneAtATime) {
-  server::ServerOptions options;
-  options.listen_address = "127.0.0.1:0";
-  options.backend = "cpu";
-  options.threads = 1;
-  options.max_message_bytes = 12 << 20;
-  options.max_heavy_calls = 1;
-  auto server = server::PosencServer::Start(options);
+  auto server = OneHeavyCallServer(12 << 20);
   ASSERT_TRUE(server.ok()) << server.status();
   auto client = Connect((*server)->port());
   ClientOptions unsplit;
@@ -479,9 +479,7 @@ TEST(SplitAdmissionTest, ApplyRopePiecesOverlapOnAServerComputingOneAtATime) {
   rope.positions = Positions::Offsets({7});
   const auto split = client->ApplyRope(rope);
   ASSERT_TRUE(split.ok()) << split.status();
-  server::ServerOptions big_options = options;
-  big_options.max_message_bytes = 64 << 20;
-  auto big = server::PosencServer::Start(big_options);
+  auto big = OneHeavyCallServer(64 << 20);
   ASSERT_TRUE(big.ok()) << big.status();
   const auto whole = Connect((*big)->port(), unsplit)->ApplyRope(rope);
   ASSERT_TRUE(whole.ok()) << whole.status();
