@@ -27,6 +27,7 @@
 #include "client/split.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "kernels/common/status.h"
+#include "posenc/errors.h"
 #include "posenc/v1/posenc.grpc.pb.h"
 #include "proto/posenc/v1/byte_buffer.h"
 #include "proto/posenc/v1/freed_memory.h"
@@ -250,20 +251,39 @@ struct Client::Impl {
   template <typename Request, typename Response>
   void Invoke(Request request, Response* response, const CallOptions& call,
               std::function<void(absl::Status)> done, const Extend& extend = {}) const {
+    absl::StatusOr<grpc::ByteBuffer> bytes = Serialize(std::move(request), extend);
+    if (!bytes.ok()) return done(bytes.status());
+    InvokeBytes(MethodPath<Request>(), *bytes, response, call, std::move(done));
+  }
+
+  // The bytes of `request` as sent: v1::SerializeToByteBuffer (its tensors sent from its own
+  // memory, which the bytes' slices keep alive), then `extend`.
+  template <typename Request>
+  static absl::StatusOr<grpc::ByteBuffer> Serialize(Request request, const Extend& extend = {}) {
+    grpc::ByteBuffer bytes;
+    const grpc::Status serialized =
+        v1::SerializeToByteBuffer(std::make_shared<const Request>(std::move(request)), &bytes);
+    if (!serialized.ok()) return ToAbsl(serialized);
+    if (extend) extend(&bytes);
+    return bytes;
+  }
+
+  // Invoke of a serialized request to the RPC `path` (a copy of a grpc::ByteBuffer shares its
+  // slices: sending the same bytes twice copies none).
+  template <typename Response>
+  void InvokeBytes(const std::string& path, const grpc::ByteBuffer& request_bytes,
+                   Response* response, const CallOptions& call,
+                   std::function<void(absl::Status)> done) const {
     struct State {
       grpc::ClientContext context;
       grpc::ByteBuffer request_bytes;
       grpc::ByteBuffer response_bytes;
     };
     auto state = std::make_shared<State>();
-    const grpc::Status serialized = v1::SerializeToByteBuffer(
-        std::make_shared<const Request>(std::move(request)), &state->request_bytes);
-    if (!serialized.ok()) return done(ToAbsl(serialized));
-    if (extend) extend(&state->request_bytes);
+    state->request_bytes = request_bytes;
     PrepareContext(&state->context, call);
     generic_stub.UnaryCall(
-        &state->context, MethodPath<Request>(), grpc::StubOptions(), &state->request_bytes,
-        &state->response_bytes,
+        &state->context, path, grpc::StubOptions(), &state->request_bytes, &state->response_bytes,
         [state, response, done = std::move(done)](const grpc::Status& status) mutable {
           absl::Status result =
               status.ok() ? ParseResponse(state->response_bytes, response) : ToAbsl(status);
@@ -301,48 +321,81 @@ struct Client::Impl {
 
   // Start of a converted request (or of the error converting it).
   template <typename Request, typename Response, typename Convert>
-  auto StartRequest(AsyncMethod<Request, Response> /*method*/, absl::StatusOr<Request> request,
+  auto StartRequest(AsyncMethod<Request, Response> method, absl::StatusOr<Request> request,
                     const CallOptions& call, Convert convert) const
+      -> std::future<decltype(convert(std::declval<Response&&>()))> {
+    absl::StatusOr<grpc::ByteBuffer> bytes =
+        request.ok() ? Serialize(*std::move(request)) : request.status();
+    return StartBytes(method, bytes, call, convert);
+  }
+
+  // Start of a serialized request (or of the error serializing it).
+  template <typename Request, typename Response, typename Convert>
+  auto StartBytes(AsyncMethod<Request, Response> /*method*/,
+                  const absl::StatusOr<grpc::ByteBuffer>& bytes, const CallOptions& call,
+                  Convert convert) const
       -> std::future<decltype(convert(std::declval<Response&&>()))> {
     using Result = decltype(convert(std::declval<Response&&>()));
     auto promise = std::make_shared<std::promise<Result>>();
     std::future<Result> future = promise->get_future();
-    if (!request.ok()) {
-      promise->set_value(request.status());
+    if (!bytes.ok()) {
+      promise->set_value(bytes.status());
       return future;
     }
     auto response = std::make_shared<Response>();
-    Invoke(*std::move(request), response.get(), call,
-           [promise, response, convert](absl::Status status) {
-             if (status.ok()) {
-               promise->set_value(convert(std::move(*response)));
-             } else {
-               promise->set_value(std::move(status));
-             }
-           });
+    InvokeBytes(MethodPath<Request>(), *bytes, response.get(), call,
+                [promise, response, convert](absl::Status status) {
+                  if (status.ok()) {
+                    promise->set_value(convert(std::move(*response)));
+                  } else {
+                    promise->set_value(std::move(status));
+                  }
+                });
     return future;
   }
 
-  // Every piece sent with Start (at most kMaxPiecesInFlight at once), each moved into its
-  // request; the results in order, or the first error.
+  // Every piece sent (each moved into its request), the results in order, or the first error.
+  // In flight at once: at most kMaxPiecesInFlight, and each piece being a heavy call on the
+  // server, no more than it computes at once (--max_heavy_calls, so that they do not refuse one
+  // another); plus one when `overlap` (the pieces' requests carry their tensors: that piece's
+  // request travels while the others compute; docs/splitting.md "Pieces in flight"). That one
+  // may find no free slot in time (OVERLOADED): it is sent again, once, from the same bytes,
+  // after the pieces before it are done.
   template <typename Options, typename Request, typename Response, typename Convert>
   auto Gather(AsyncMethod<Request, Response> method, std::vector<Options> pieces,
-              const CallOptions& call, Convert convert) const
+              const CallOptions& call, Convert convert, bool overlap) const
       -> absl::StatusOr<
           std::vector<typename decltype(convert(std::declval<Response&&>()))::value_type>> {
     using Result = decltype(convert(std::declval<Response&&>()));
-    // Each piece is a heavy call on the server: no more in flight than it computes at once.
+    struct Sent {
+      std::future<Result> result;
+      std::optional<grpc::ByteBuffer> resend;  // the request of the piece over the heavy slots
+    };
     const int64_t heavy = server_heavy_calls.load(std::memory_order_relaxed);
-    const size_t most = heavy > 0 ? std::min<size_t>(kMaxPiecesInFlight, static_cast<size_t>(heavy))
-                                  : kMaxPiecesInFlight;
-    std::vector<std::future<Result>> in_flight;
+    const size_t computing =
+        heavy > 0 ? std::min<size_t>(kMaxPiecesInFlight, heavy) : kMaxPiecesInFlight;
+    const size_t most =
+        heavy > 0 && overlap ? std::min(kMaxPiecesInFlight, computing + 1) : computing;
+    std::vector<Sent> in_flight;
     std::vector<typename Result::value_type> out;
     absl::Status first_error;
-    for (size_t next = 0, done = 0; done < pieces.size(); ++done) {
-      while (next < pieces.size() && next - done < most) {
-        in_flight.push_back(Start(method, std::move(pieces[next++]), call, convert));
+    // After an error no more pieces are started; those in flight are waited for.
+    for (size_t next = 0, done = 0; done < next || (next < pieces.size() && first_error.ok());
+         ++done) {
+      for (; next < pieces.size() && next - done < most && first_error.ok(); ++next) {
+        absl::StatusOr<Request> request = internal::ToRequest(std::move(pieces[next]));
+        const absl::StatusOr<grpc::ByteBuffer> bytes =
+            request.ok() ? Serialize(*std::move(request)) : request.status();
+        Sent& sent = in_flight.emplace_back();
+        if (next - done >= computing && bytes.ok()) sent.resend = *bytes;
+        sent.result = StartBytes(method, bytes, call, convert);
       }
-      Result result = in_flight[done].get();
+      Result result = in_flight[done].result.get();
+      if (!result.ok() && in_flight[done].resend.has_value() &&
+          GetErrorDetails(result.status()).reason == "OVERLOADED") {
+        result = StartBytes(method, *in_flight[done].resend, call, convert).get();
+      }
+      in_flight[done].resend.reset();
       if (!result.ok() && first_error.ok()) first_error = result.status();
       if (result.ok() && first_error.ok()) out.push_back(*std::move(result));
     }
@@ -423,7 +476,8 @@ struct Client::Impl {
     POSENC_ASSIGN_OR_RETURN(const int64_t pieces,
                             internal::QueryRowPieces(what, options.q_len, row_bytes, *budget));
     POSENC_ASSIGN_OR_RETURN(
-        auto parts, Gather(async_method, internal::SplitQueryRows(options, pieces), call, convert));
+        auto parts, Gather(async_method, internal::SplitQueryRows(options, pieces), call, convert,
+                           /*overlap=*/false));
     return JoinRows(std::move(parts), rank_from_end);
   }
 
@@ -540,7 +594,7 @@ absl::StatusOr<Tensor> Client::AddPositionEncoding(const AddPositionEncodingOpti
   request.Clear();  // the pieces hold the bytes now
   POSENC_ASSIGN_OR_RETURN(std::vector<Tensor> parts,
                           impl_->Gather(&Stub::async::AddPositionEncoding, std::move(split.pieces),
-                                        call, kAddPositionEncodingY));
+                                        call, kAddPositionEncodingY, /*overlap=*/true));
   return internal::JoinAddPositionEncoding(split, std::move(parts));
 }
 
@@ -561,7 +615,8 @@ absl::StatusOr<ApplyRopeResult> Client::ApplyRope(const ApplyRopeOptions& option
     if (!split.whole) {
       POSENC_ASSIGN_OR_RETURN(
           std::vector<ApplyRopeResult> parts,
-          impl_->Gather(&Stub::async::ApplyRope, std::move(split.pieces), call, kWhole));
+          impl_->Gather(&Stub::async::ApplyRope, std::move(split.pieces), call, kWhole,
+                        /*overlap=*/true));
       return internal::JoinApplyRope(options, split, std::move(parts));
     }
   }

@@ -107,6 +107,7 @@ def measure_tiny(posenc, client, args):
 def measure(args):
     import posenc
 
+    posenc.retain_freed_memory(args.retain_free_bytes)
     with posenc.Client(args.target, timeout=600) as client:
         parts = args.parts.split(",")
         if "shm" in parts:
@@ -226,6 +227,8 @@ def main():
                    default=[2, 8, 32, 128, 256])
     m.add_argument("--tiny_calls", type=int, default=400)
     m.add_argument("--parts", default="shm,wire,tiny")
+    m.add_argument("--retain_free_bytes", type=int, default=1 << 30,
+                   help="posenc.retain_freed_memory in this process (0: the allocator's defaults)")
     t = sub.add_parser("table")
     t.add_argument("files", nargs="+")
     args = parser.parse_args()

@@ -20,7 +20,9 @@
 // way (q+k, the echoed payload).
 //
 //   data_path_bench --target ADDRESS [--threads 1] [--runs 7] [--sizes_mib 2,8,32,128,256]
-//                   [--tiny_calls 400] [--parts kernel,wire,tiny]
+//                   [--tiny_calls 400] [--parts kernel,wire,tiny] [--retain_free_bytes N]
+// --retain_free_bytes: the client process keeps up to N bytes of freed memory for reuse
+// (posenc::client::RetainFreedMemory, as wire_bench; default 1 GiB, 0 = the allocator's defaults).
 //
 // One JSON object per line on stdout (tests/bench/data_path.py reads them).
 #include <fcntl.h>
@@ -74,6 +76,7 @@ struct Flags {
   std::vector<int64_t> sizes_mib = {2, 8, 32, 128, 256};
   int tiny_calls = 400;
   std::string parts = "kernel,wire,tiny";
+  int64_t retain_free_bytes = int64_t{1} << 30;
 };
 
 double Seconds(Clock::time_point start) {
@@ -467,6 +470,8 @@ Flags Parse(int argc, char** argv) {
       ok = absl::SimpleAtoi(value, &flags.tiny_calls);
     } else if (name == "--parts") {
       flags.parts = value;
+    } else if (name == "--retain_free_bytes") {
+      ok = absl::SimpleAtoi(value, &flags.retain_free_bytes);
     } else if (name == "--sizes_mib") {
       flags.sizes_mib.clear();
       for (absl::string_view s : absl::StrSplit(value, ',')) {
@@ -487,6 +492,7 @@ Flags Parse(int argc, char** argv) {
 int main(int argc, char** argv) {
   using namespace posenc::bench;  // NOLINT(google-build-using-namespace)
   const Flags flags = Parse(argc, argv);
+  (void)posenc::client::RetainFreedMemory(flags.retain_free_bytes);
   auto client = posenc::client::Client::Connect(flags.target, {.timeout = std::chrono::minutes(5)});
   if (!client.ok()) Fail(client.status().ToString());
   const auto has = [&](const char* part) { return flags.parts.find(part) != std::string::npos; };

@@ -18,6 +18,9 @@
 #   POSENC_BENCH_BUILD_DIR  the build directory (default build/bench-release; a configured
 #                           build with -DPOSENC_BUILD_BENCHMARKS=ON, e.g. build/release, saves
 #                           a build). POSENC_BENCH_OUT: where the results go (default build/bench).
+#   POSENC_BENCH_CLIENT_RETAIN  bytes of freed memory each client process keeps for reuse
+#                           (RetainFreedMemory / posenc.retain_freed_memory; default 1 GiB as the
+#                           servers' --retain_free_memory_bytes; 0 = the allocator's defaults).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${POSENC_BENCH_BUILD_DIR:-$root/build/bench-release}
@@ -26,6 +29,7 @@ listen=127.0.0.1:0
 runs=7
 py_runs=5
 sizes=2,8,32,128,256
+client_retain=${POSENC_BENCH_CLIENT_RETAIN:-1073741824}
 while (($#)); do
   case $1 in
     --quick) runs=3 py_runs=3 sizes=2,32; shift ;;
@@ -78,10 +82,11 @@ run() {
   start_server "$name" --threads="$threads" "$@"
   echo "data path: $name (posenc-server --threads=$threads $*, $target)" >&2
   "$build/data_path_bench" --target "$target" --threads "$threads" --runs "$runs" \
-    --sizes_mib "$sizes" --parts "$cpp_parts" >>"$out/$name.jsonl"
+    --sizes_mib "$sizes" --parts "$cpp_parts" --retain_free_bytes "$client_retain" \
+    >>"$out/$name.jsonl"
   PYTHONPATH="$build/python" /usr/bin/python3 tests/bench/data_path.py measure \
     --target "$target" --threads "$threads" --runs "$py_runs" --sizes_mib "$sizes" \
-    --parts "$py_parts" >>"$out/$name.jsonl"
+    --parts "$py_parts" --retain_free_bytes "$client_retain" >>"$out/$name.jsonl"
   stop_server
 }
 
@@ -89,6 +94,7 @@ run threads_1 1 kernel,wire,tiny shm,wire,tiny --allow_shared_memory
 run threads_2 2 kernel shm --allow_shared_memory
 run without_shm 1 tiny tiny
 echo "data path: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
-  "server listening on ${listen}" | tee "$out/table.md"
+  "server listening on ${listen}, clients retaining ${client_retain} freed bytes" |
+  tee "$out/table.md"
 /usr/bin/python3 tests/bench/data_path.py table "$out"/threads_1.jsonl "$out"/threads_2.jsonl \
   "$out"/without_shm.jsonl | tee -a "$out/table.md"

@@ -2,12 +2,16 @@
 // (client/split.h, posenc/client.h), against two in-process servers on TCP: one with a 1 MiB
 // message limit (the client learns it from GetServerInfo and splits) and the shared one with the
 // default 256 MiB (one call: the result every split result must equal byte for byte).
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +19,9 @@
 #include "absl/strings/str_cat.h"
 #include "client_test_util.h"
 #include "posenc/client.h"
+#include "posenc/errors.h"
+#include "posenc/v1/posenc.pb.h"
+#include "server/error_details.h"
 #include "server/server.h"
 
 namespace posenc::client {
@@ -423,16 +430,22 @@ TEST_F(SplitTest, PerCallDeadlineOverridesTheClientDefault) {
   EXPECT_TRUE(client->AlibiSlopes({.num_heads = 4}, CallOptions{std::chrono::seconds(10)}).ok());
 }
 
-// A server computing one heavy call at a time (--max_heavy_calls=1): the client keeps one piece
-// in flight (GetServerInfo says so), and a busy refusal would be retried (pushback).
-TEST(SplitAdmissionTest, PiecesDoNotRefuseOneAnother) {
+// A cpu-backend server on one thread computing one heavy call at a time (--max_heavy_calls=1)
+// with a `limit`-byte message limit.
+absl::StatusOr<std::unique_ptr<server::PosencServer>> OneHeavyCallServer(int64_t limit) {
   server::ServerOptions options;
   options.listen_address = "127.0.0.1:0";
   options.backend = "cpu";
   options.threads = 1;
-  options.max_message_bytes = 8 << 20;
+  options.max_message_bytes = limit;
   options.max_heavy_calls = 1;
-  auto server = server::PosencServer::Start(options);
+  return server::PosencServer::Start(options);
+}
+
+// A server computing one heavy call at a time: the client keeps one piece of a bias in flight
+// (GetServerInfo says so), and a busy refusal would be retried (pushback).
+TEST(SplitAdmissionTest, PiecesDoNotRefuseOneAnother) {
+  auto server = OneHeavyCallServer(8 << 20);
   ASSERT_TRUE(server.ok()) << server.status();
   auto client = Connect((*server)->port());
   AlibiBiasOptions full;
@@ -447,6 +460,156 @@ TEST(SplitAdmissionTest, PiecesDoNotRefuseOneAnother) {
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->max_heavy_calls, 1);
   EXPECT_GT(info->max_inflight_bytes, 0);
+}
+
+// Pieces whose requests carry their tensors (ApplyRope, AddPositionEncoding) keep one more in
+// flight than the server computes at once: its request travels while the others compute
+// (docs/splitting.md "Pieces in flight"). On a server computing one heavy call at a time every
+// piece still comes back, and the joined result is the whole call's, byte for byte.
+TEST(SplitAdmissionTest, ApplyRopePiecesOverlapOnAServerComputingOneAtATime) {
+  auto server = OneHeavyCallServer(12 << 20);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = Connect((*server)->port());
+  ClientOptions unsplit;
+  unsplit.split_requests = false;
+  unsplit.max_message_bytes = 64 << 20;
+  ApplyRopeOptions rope;
+  rope.q = Ramp({1, 4096, 16, 64});  // 16 MiB
+  rope.k = Ramp({1, 4096, 16, 64});  // 16 MiB: 4 pieces of 4 heads (4 MiB of q, 4 of k)
+  rope.positions = Positions::Offsets({7});
+  const auto split = client->ApplyRope(rope);
+  ASSERT_TRUE(split.ok()) << split.status();
+  auto big = OneHeavyCallServer(64 << 20);
+  ASSERT_TRUE(big.ok()) << big.status();
+  const auto whole = Connect((*big)->port(), unsplit)->ApplyRope(rope);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ExpectSameTensor(split->q, whole->q, "q");
+  ASSERT_TRUE(split->k.has_value());
+  ExpectSameTensor(*split->k, *whole->k, "k");
+}
+
+// A fake posenc server for the pieces' resend: GetServerInfo says 1 MiB messages and one heavy
+// call at a time; ApplyRope answers q and k unchanged, but refuses one request, once, as a busy
+// server does (OVERLOADED, retry after 100 ms): the first piece (q starting at head 0), or with
+// `first` false the first request of another piece, whatever order the pieces arrive in.
+class BusyOnceService final : public grpc::CallbackGenericService {
+ public:
+  explicit BusyOnceService(bool first) : first_(first) {}
+  std::vector<std::string> apply_rope_requests() {
+    const std::lock_guard<std::mutex> lock(mu_);
+    return requests_;
+  }
+
+ private:
+  class Reactor final : public grpc::ServerGenericBidiReactor {
+   public:
+    Reactor(BusyOnceService* service, std::string method)
+        : service_(service), method_(std::move(method)) {
+      StartRead(&request_);
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) return Finish(grpc::Status::OK);
+      grpc::Status status;
+      std::string out;
+      if (method_.ends_with("/GetServerInfo")) {
+        v1::GetServerInfoResponse info;
+        info.mutable_limits()->set_max_message_bytes(kSmallLimit);
+        info.mutable_limits()->set_max_heavy_calls(1);
+        out = info.SerializeAsString();
+      } else {
+        std::vector<grpc::Slice> slices;
+        (void)request_.Dump(&slices);
+        std::string bytes;
+        for (const grpc::Slice& slice : slices) {
+          bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+        }
+        v1::ApplyRopeRequest request;
+        v1::ApplyRopeResponse response;
+        if (!request.ParseFromString(bytes)) {
+          status = grpc::Status(grpc::StatusCode::INTERNAL, "does not parse");
+        } else if (service_->Refuse(bytes, request.q().data())) {
+          server::ErrorCause cause;
+          cause.overloaded = true;
+          cause.retry_after = std::chrono::milliseconds(100);
+          status = server::WithErrorDetails(
+              grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           "1 heavy calls are running, --max_heavy_calls=1; retry later"),
+              cause);
+        } else {
+          *response.mutable_q() = request.q();
+          if (request.has_k()) *response.mutable_k() = request.k();
+          out = response.SerializeAsString();
+        }
+      }
+      if (!status.ok()) return Finish(status);
+      const grpc::Slice slice(out);
+      response_ = grpc::ByteBuffer(&slice, 1);
+      StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    BusyOnceService* const service_;
+    const std::string method_;
+    grpc::ByteBuffer request_, response_;
+  };
+
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* ctx) override {
+    return new Reactor(this, ctx->method());
+  }
+  // Records an ApplyRope request; whether to refuse it (q's data `q`: Ramp's values, 0 first).
+  bool Refuse(const std::string& bytes, const std::string& q) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    requests_.push_back(bytes);
+    float value = 0;
+    if (q.size() >= sizeof(value)) std::memcpy(&value, q.data(), sizeof(value));
+    if (refused_ || (value == 0.0f) != first_) return false;
+    refused_ = true;
+    return true;
+  }
+
+  const bool first_;
+  bool refused_ = false;
+  std::mutex mu_;
+  std::vector<std::string> requests_;
+};
+
+// The piece over the server's heavy slots that is refused as busy is sent again, once, with the
+// same bytes; a piece within the slots refused as busy is the call's error.
+TEST(SplitAdmissionTest, TheExtraPieceRefusedBusyIsSentAgainOnce) {
+  ApplyRopeOptions rope;
+  rope.q = Ramp({1, 512, 8, 64});  // 1 MiB each: 3 pieces of 2 or 3 heads
+  rope.k = Ramp({1, 512, 8, 64});
+  for (const bool refuse_first : {false, true}) {
+    const bool resent = !refuse_first;
+    BusyOnceService service(refuse_first);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterCallbackGenericService(&service);
+    const std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    ASSERT_NE(server, nullptr);
+    ClientOptions options;
+    options.max_attempts = 1;      // no gRPC retries: only the split's own resend
+    options.health_check = false;  // the fake serves no health service
+    const auto result = Connect(port, options)->ApplyRope(rope);
+    const std::vector<std::string> sent = service.apply_rope_requests();
+    if (resent) {
+      ASSERT_TRUE(result.ok()) << result.status();
+      ExpectSameTensor(result->q, rope.q, "q");
+      ExpectSameTensor(*result->k, *rope.k, "k");
+      ASSERT_EQ(sent.size(), 4u);  // 3 pieces, the second twice, the same bytes
+      std::vector<std::string> distinct = sent;
+      std::sort(distinct.begin(), distinct.end());
+      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+      EXPECT_EQ(distinct.size(), 3u);
+    } else {
+      EXPECT_EQ(result.status().code(), absl::StatusCode::kResourceExhausted) << result.status();
+      EXPECT_EQ(GetErrorDetails(result.status()).reason, "OVERLOADED");
+      EXPECT_EQ(sent.size(), 2u);  // the first piece and the one beside it; no more started
+    }
+    server->Shutdown();
+  }
 }
 
 }  // namespace
