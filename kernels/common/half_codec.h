@@ -6,6 +6,9 @@
 // them against types.h on every fp16 pattern and on random and boundary values.
 //
 // Integer arithmetic on the value's bits: no frexp/ldexp/rint, so host and device agree exactly.
+// On the device the finite values convert with the hardware's round-to-nearest-even conversions
+// (cvt.rn: one instruction instead of dozens of emulated 64-bit integer operations), which give
+// the same bits; NaN keeps the canonical patterns below (the hardware would keep payloads).
 #ifndef POSENC_KERNELS_COMMON_HALF_CODEC_H_
 #define POSENC_KERNELS_COMMON_HALF_CODEC_H_
 
@@ -61,15 +64,36 @@ POSENC_HOST_DEVICE uint16_t DoubleToSmallFloatBits(double v, int mant_bits, int 
 }
 
 POSENC_HOST_DEVICE uint16_t DoubleToHalfBits(double v) {
+#if defined(__CUDA_ARCH__)
+  if (v == v) {  // not NaN: cvt.rn.f16.f64 (sm_53 and later) rounds once, overflow gives inf
+    uint16_t h;
+    asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(v));
+    return h;
+  }
+#endif
   return DoubleToSmallFloatBits(v, /*mant_bits=*/10, /*min_unit=*/-24, /*bias=*/15, 0x7c00, 0x7e00);
 }
 
 POSENC_HOST_DEVICE uint16_t DoubleToBFloat16Bits(double v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (v == v) {  // cvt.rn.bf16.f64: sm_90 and later
+    uint16_t h;
+    asm("cvt.rn.bf16.f64 %0, %1;" : "=h"(h) : "d"(v));
+    return h;
+  }
+#endif
   return DoubleToSmallFloatBits(v, /*mant_bits=*/7, /*min_unit=*/-133, /*bias=*/127, 0x7f80,
                                 0x7fc0);
 }
 
 POSENC_HOST_DEVICE float HalfBitsToFloat(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  if ((h & 0x7fffu) <= 0x7c00u) {  // not NaN: cvt.f32.f16 is exact
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+  }
+#endif
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1f;
   const uint32_t man = h & 0x3ffu;
@@ -87,6 +111,13 @@ POSENC_HOST_DEVICE float BFloat16BitsToFloat(uint16_t b) {
 
 // v correctly rounded to FLOAT16 (DoubleToHalfBits(v), in 32-bit integer arithmetic).
 POSENC_HOST_DEVICE uint16_t FloatToHalfBits(float v) {
+#if defined(__CUDA_ARCH__)
+  if (v == v) {  // not NaN: cvt.rn.f16.f32
+    uint16_t h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+  }
+#endif
   const uint32_t x = BitCast<uint32_t>(v);
   const auto sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   const uint32_t a = x & 0x7fffffffu;

@@ -303,33 +303,60 @@ __global__ void __launch_bounds__(kThreads) ApplyRopeKernel(ApplyRopeLaunch a, i
   }
 }
 
-template <typename S, typename T>
+// RopeCache: one frequency j of K consecutive tokens per thread (a warp writes 32 neighbouring
+// columns of one row at a time); I: the index type (32-bit where the count fits: 64-bit division
+// is slow on the GPU). FLOAT64 tables (K = 1) take the exact cos/sin of every entry. The others
+// walk: the exact short-polynomial cos/sin (error below 2e-9) at the first token and wherever a
+// position does not follow the previous one, angle addition (RopeAngleStep) from one position to
+// the next, the same value again for a repeated position — a sincos costs ~30 double operations,
+// a step 4, which made the FLOAT16/BFLOAT16 tables compute-bound at a third of the memory speed.
+// The CPU backend's tables walk too (their bits may differ from these by the walkers' rounding).
+template <typename S, typename T, typename I, int K>
 __global__ void RopeCacheKernel(RopeCacheLaunch a) {
   const RopeAngles& g = a.angles;
-  const int64_t n = g.tokens * g.half;
+  const I half = static_cast<I>(g.half), width = static_cast<I>(a.width);
+  const I tokens = static_cast<I>(g.tokens);
+  const I n = (tokens + K - 1) / K * half;
   S* cos_out = static_cast<S*>(a.cos);
   S* sin_out = static_cast<S*>(a.sin);
-  POSENC_GRID_STRIDE(i, n) {
-    const int64_t t = i / g.half, j = i % g.half;
-    int32_t p0 = g.positions[t];
-    double p;
-    if (p0 < 0) {
-      p = 0;  // padding: position 0 (cos m, sin 0)
-    } else {
-      p = AnglePosition(g, t, j, p0);
-    }
-    T cv, sv;
-    hd::RopeCosSin<T>(p, g.w_hi[j], g.w_lo[j], g.scale, g.sign, &cv, &sv);
-    const S cs = Store<S, T>(cv), ss = Store<S, T>(sv);
+  for (I i = blockIdx.x * static_cast<I>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<I>(gridDim.x) * blockDim.x) {
+    const I t0 = i / half * K, j = i % half;
+    const I t1 = t0 + K < tokens ? t0 + K : tokens;
+    double cw = 1, sw = 0;
+    if constexpr (K > 1) hd::SinCosExactPhase<true>(1.0, g.w_hi[j], g.w_lo[j], &cw, &sw);
     int64_t c0, c1;
     const int cols = hd::CacheColumns(a.layout, g.half, j, &c0, &c1);
-    cos_out[t * a.width + c0] = cs;
-    sin_out[t * a.width + c0] = ss;
-    if (cols == 2) {
-      cos_out[t * a.width + c1] = cs;
-      sin_out[t * a.width + c1] = ss;
+    double prev = -1, c = 1, s = 0;
+    for (I t = t0; t < t1; ++t) {
+      const int32_t p0 = g.positions[t];
+      const double p = p0 < 0 ? 0.0 : AnglePosition(g, t, j, p0);  // padding: position 0
+      if (K > 1 && t > t0 && p == prev + 1) {
+        hd::RopeAngleStep(cw, sw, &c, &s);
+      } else if (!(K > 1 && t > t0 && p == prev)) {
+        hd::SinCosExactPhase<sizeof(S) == 8>(p, g.w_hi[j], g.w_lo[j], &c, &s);
+      }
+      prev = p;
+      const S cs = Store<S, T>(static_cast<T>(c * g.scale));
+      const S ss = Store<S, T>(static_cast<T>(s * (g.sign * g.scale)));
+      S* crow = cos_out + static_cast<int64_t>(t) * width;
+      S* srow = sin_out + static_cast<int64_t>(t) * width;
+      crow[c0] = cs;
+      srow[c0] = ss;
+      if (cols == 2) {
+        crow[c1] = cs;
+        srow[c1] = ss;
+      }
     }
   }
+}
+
+template <typename S, typename I>
+cudaError_t LaunchRopeCacheT(const RopeCacheLaunch& a, cudaStream_t stream) {
+  constexpr int kWalk = sizeof(S) == 8 ? 1 : 8;  // tokens per thread
+  const int64_t n = (a.angles.tokens + kWalk - 1) / kWalk * a.angles.half;
+  RopeCacheKernel<S, ComputeType<S>, I, kWalk><<<Blocks(n, kThreads), kThreads, 0, stream>>>(a);
+  return cudaGetLastError();
 }
 
 template <typename S, typename T>
@@ -368,8 +395,11 @@ int LaunchRopeCache(const RopeCacheLaunch& a, void* stream) {
   if (n == 0) return cudaSuccess;
   return DispatchFloat(a.dtype, [&](auto tag) {
     using S = decltype(tag);
-    RopeCacheKernel<S, ComputeType<S>><<<Blocks(n, kThreads), kThreads, 0, st>>>(a);
-    return cudaGetLastError();
+    // 32-bit indices where every index the grid-stride loop forms fits (tokens + K included).
+    if (n + static_cast<int64_t>(kThreads) * 65535 + a.angles.tokens + 8 < (int64_t{1} << 31)) {
+      return LaunchRopeCacheT<S, int32_t>(a, st);
+    }
+    return LaunchRopeCacheT<S, int64_t>(a, st);
   });
 }
 

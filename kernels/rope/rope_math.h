@@ -72,6 +72,17 @@ POSENC_HOST_DEVICE void RopeCosSin(double p, double w_hi, double w_lo, double sc
   *s = static_cast<T>(sv * (sign * scale));
 }
 
+// One step of a table walker (the CUDA RopeCache kernel; the CPU backend's tables walk the same
+// way): the unscaled cos/sin at p + 1 from those at p by angle addition with cw, sw = cos/sin of
+// the frequency (exact in double). Each step adds about one double rounding to c and s (~1e-16):
+// a few dozen steps from an exact anchor stay far inside a FLOAT32 or half ulp.
+POSENC_HOST_DEVICE void RopeAngleStep(double cw, double sw, double* c, double* s) {
+  const double cn = *c * cw - *s * sw;
+  const double sn = *s * cw + *c * sw;
+  *c = cn;
+  *s = sn;
+}
+
 // One rotation: x_a' = x_a c - x_b s, x_b' = x_b c + x_a s (c, s carry m and the sign).
 template <typename T>
 POSENC_HOST_DEVICE void RotatePair(T* xa, T* xb, T c, T s) {

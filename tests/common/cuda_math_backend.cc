@@ -246,26 +246,43 @@ class CudaMathHostBackend final : public Backend {
   absl::Status RopeCache(const RopeCachePlan& plan, const RopeFrequencies& freqs,
                          const ResolvedPositions& positions, const TensorView& cos,
                          const TensorView& sin) const override {
+    // rope/cuda.cu's RopeCacheKernel: FLOAT64 exact per entry; the others walk K = 8 tokens per
+    // frequency from an exact short-polynomial anchor (RopeAngleStep for p == prev + 1, the same
+    // value for p == prev).
     const Angles a(plan.config, freqs, positions);
     const int64_t half = static_cast<int64_t>(a.w.hi.size());
-    for (int64_t t = 0; t < positions.num_tokens; ++t) {
+    const bool f64 = cos.dtype == DType::kFloat64;
+    const int64_t walk = f64 ? 1 : 8;
+    for (int64_t t0 = 0; t0 < positions.num_tokens; t0 += walk) {
+      const int64_t t1 = std::min(t0 + walk, positions.num_tokens);
       for (int64_t j = 0; j < half; ++j) {
-        const double p = a.pos[t] < 0 ? 0.0 : a.Position(t, j);
-        double cv, sv;
-        if (cos.dtype == DType::kFloat32) {
-          float cf, sf;
-          hd::RopeCosSin<float>(p, a.w.hi[j], a.w.lo[j], a.scale, a.sign, &cf, &sf);
-          cv = cf;
-          sv = sf;
-        } else {
-          hd::RopeCosSin<double>(p, a.w.hi[j], a.w.lo[j], a.scale, a.sign, &cv, &sv);
-        }
-        int64_t c0, c1;
-        const int n = hd::CacheColumns(static_cast<int>(plan.layout), half, j, &c0, &c1);
-        for (int64_t col : {c0, c1}) {
-          StoreHd(cos.data, cos.dtype, t * plan.width + col, cv);
-          StoreHd(sin.data, sin.dtype, t * plan.width + col, sv);
-          if (n == 1) break;
+        double cw = 1, sw = 0;
+        if (!f64) hd::SinCosExactPhase<true>(1.0, a.w.hi[j], a.w.lo[j], &cw, &sw);
+        double prev = -1, c = 1, s = 0;
+        for (int64_t t = t0; t < t1; ++t) {
+          const double p = a.pos[t] < 0 ? 0.0 : a.Position(t, j);
+          if (!f64 && t > t0 && p == prev + 1) {
+            hd::RopeAngleStep(cw, sw, &c, &s);
+          } else if (f64 || t == t0 || p != prev) {
+            if (f64) {
+              hd::SinCosExactPhase<true>(p, a.w.hi[j], a.w.lo[j], &c, &s);
+            } else {
+              hd::SinCosExactPhase<false>(p, a.w.hi[j], a.w.lo[j], &c, &s);
+            }
+          }
+          prev = p;
+          double cv = c * a.scale, sv = s * (a.sign * a.scale);
+          if (cos.dtype == DType::kFloat32) {  // rounded to float first, as the kernel
+            cv = static_cast<float>(cv);
+            sv = static_cast<float>(sv);
+          }
+          int64_t c0, c1;
+          const int n = hd::CacheColumns(static_cast<int>(plan.layout), half, j, &c0, &c1);
+          for (int64_t col : {c0, c1}) {
+            StoreHd(cos.data, cos.dtype, t * plan.width + col, cv);
+            StoreHd(sin.data, sin.dtype, t * plan.width + col, sv);
+            if (n == 1) break;
+          }
         }
       }
     }

@@ -118,6 +118,53 @@ TEST(CudaBackendTest, ConcurrentRequestsFromManyThreadsMatchTheReference) {
   EXPECT_EQ(failures.load(), 0);
 }
 
+// FLOAT16/BFLOAT16 rotations give the CPU backend's bits (rope_math.h's RotateHalfPairWith on
+// both; the device converts with the hardware's cvt.rn): q holds every 16-bit pattern (normals,
+// subnormals, zeros, infinities, NaNs), positions near 0 and far from it, NEOX / GPT-J / DEEPSEEK.
+// NaN outputs compare as NaN (their sign follows each processor's NaN propagation).
+TEST(CudaBackendTest, HalfRotationsGiveTheCpuBackendsBitsForEvery16BitPattern) {
+  auto b = MakeDeviceBackend();
+  if (!b.ok()) GTEST_SKIP() << b.status();
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    const bool bf16 = dtype == DType::kBFloat16;
+    Buffer q0(dtype, {2, 8, 32, 128});  // 65536 elements: every pattern once
+    auto* bits = reinterpret_cast<uint16_t*>(q0.view.data);
+    for (int64_t i = 0; i < q0.size(); ++i) bits[i] = static_cast<uint16_t>(i * 40503u);
+    const Buffer k0 = Random(dtype, {2, 8, 4, 128}, 17, -60000, 60000);
+    for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kGptj, RopeStyle::kDeepseek}) {
+      for (int64_t start : {int64_t{0}, int64_t{1} << 30}) {
+        RopeConfig config;
+        config.head_dim = 128;
+        config.style = style;
+        PositionSpec spec;
+        spec.kind = PositionSpec::Kind::kRange;
+        spec.start = start;
+        auto want = RunApply(*Host(), config, TensorLayout::kBSHD, spec, q0, &k0);
+        auto got = RunApply(**b, config, TensorLayout::kBSHD, spec, q0, &k0);
+        ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+        for (const auto& [w, g] : {std::pair{&want->q, &got->q}, std::pair{&want->k, &got->k}}) {
+          const auto* wb = reinterpret_cast<const uint16_t*>(w->view.data);
+          const auto* gb = reinterpret_cast<const uint16_t*>(g->view.data);
+          const auto nan = [bf16](uint16_t v) {
+            return bf16 ? (v & 0x7fffu) > 0x7f80u : (v & 0x7fffu) > 0x7c00u;
+          };
+          int64_t differ = 0, first = -1;
+          for (int64_t i = 0; i < w->size(); ++i) {
+            if (wb[i] != gb[i] && !(nan(wb[i]) && nan(gb[i]))) {
+              if (first < 0) first = i;
+              ++differ;
+            }
+          }
+          EXPECT_EQ(differ, 0) << DTypeName(dtype) << " style " << static_cast<int>(style)
+                               << " start " << start << ": first at " << first << " (cpu 0x"
+                               << std::hex << (first >= 0 ? wb[first] : 0) << ", cuda 0x"
+                               << (first >= 0 ? gb[first] : 0) << std::dec << ")";
+        }
+      }
+    }
+  }
+}
+
 class Cancelled final : public Cancellation {
  public:
   absl::Status Check() const override { return absl::CancelledError("cancelled by the test"); }
