@@ -233,8 +233,8 @@ inline Dwords Bits(Vf a) { return (Dwords)a.v; }
 inline Vf FromBits(Dwords b) { return {(RawF)b}; }
 
 // For GPT-J pairs kept interleaved in a vector (x_a, x_b, x_a, x_b, ...): each pair's two lanes
-// swapped, and the lanes of pairs [0, kLanes/2) (DupLow) or [kLanes/2, kLanes) (DupHigh) of a
-// vector of per-pair values each doubled.
+// swapped (SwapPairs), and the lanes [0, kLanes/2) (DupPairs, high false) or [kLanes/2, kLanes)
+// (high true) of a vector of per-pair values, each doubled.
 template <int W>
 inline VecF<W> SwapPairs(VecF<W> a) {
   if constexpr (W == 64) {
