@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/common/half_codec.h"
 #include "kernels/cpu/simd_kernels.h"
@@ -218,13 +219,52 @@ inline VecF<W> Fma(VecF<W> a, VecF<W> b, VecF<W> c) {
     return {_mm256_fmadd_ps(a.v, b.v, c.v)};
   }
 }
-// c - a * b with one rounding (the compilers fold the negation into VFNMADD).
+// c - a * b with one rounding: VFNMADD (GCC did not fold a negated operand used twice, as in
+// RotatePairInFloat, into it: a VXORPS and a VMOVAPS more per vector).
 template <int W>
 inline VecF<W> Fnma(VecF<W> a, VecF<W> b, VecF<W> c) {
-  return Fma(VecF<W>{-a.v}, b, c);
+  if constexpr (W == 64) {
+    return {_mm512_fnmadd_ps(a.v, b.v, c.v)};
+  } else {
+    return {_mm256_fnmadd_ps(a.v, b.v, c.v)};
+  }
 }
 inline Dwords Bits(Vf a) { return (Dwords)a.v; }
 inline Vf FromBits(Dwords b) { return {(RawF)b}; }
+
+// For GPT-J pairs kept interleaved in a vector (x_a, x_b, x_a, x_b, ...): each pair's two lanes
+// swapped (SwapPairs), and the lanes [0, kLanes/2) (DupPairs, high false) or [kLanes/2, kLanes)
+// (high true) of a vector of per-pair values, each doubled.
+template <int W>
+inline VecF<W> SwapPairs(VecF<W> a) {
+  if constexpr (W == 64) {
+    return {_mm512_permute_ps(a.v, 0xb1)};
+  } else {
+    return {_mm256_permute_ps(a.v, 0xb1)};
+  }
+}
+template <int W>
+inline VecF<W> DupPairs(VecF<W> a, bool high) {
+  if constexpr (W == 64) {
+    const __m512i lo = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    const __m512i idx = high ? _mm512_add_epi32(lo, _mm512_set1_epi32(8)) : lo;
+    return {_mm512_permutex2var_ps(a.v, idx, a.v)};  // (permutexvar: GCC 12 warns inside it)
+  } else {
+    const __m256i lo = _mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0);
+    return {_mm256_permutevar8x32_ps(a.v, high ? _mm256_add_epi32(lo, _mm256_set1_epi32(4)) : lo)};
+  }
+}
+// a with the sign of its even lanes flipped.
+template <int W>
+inline VecF<W> NegateEven(VecF<W> a) {
+  constexpr int kS = INT32_MIN;
+  if constexpr (W == 64) {
+    const __m512i m = _mm512_set_epi32(0, kS, 0, kS, 0, kS, 0, kS, 0, kS, 0, kS, 0, kS, 0, kS);
+    return {_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a.v), m))};
+  } else {
+    return {_mm256_xor_ps(a.v, _mm256_castsi256_ps(_mm256_set_epi32(0, kS, 0, kS, 0, kS, 0, kS)))};
+  }
+}
 
 // Whether a lane is inf or NaN (AVX-512: fpclass categories 0x01 QNaN, 0x08 +inf, 0x10 -inf,
 // 0x80 SNaN; AVX2: its magnitude's bits above the largest float's).
@@ -487,6 +527,45 @@ struct HalfRotation {
   }
 };
 
+// GPT-J rows (pairs interleaved in and out) without de-interleaving them: the format's vectors of
+// consecutive elements as they are (x_a below holds pairs [j, j + kLanes/2) interleaved, x_b the
+// next kLanes/2), each lane rotated against its pair's other lane (SwapPairs) with the factors
+// doubled per pair and t negated on the x_a lanes: c (x_a - x_b t) and c (x_b + x_a t) by the same
+// roundings as HalfRotation, so the same bits, without the permutes and word packing that
+// de-interleaving costs (FLOAT16 GPT-J on one thread: those had made it the slowest style).
+template <class Fmt>
+struct Interleaved : Fmt {
+  static void LoadPairs(const typename Fmt::Elem* p, Vf* a, Vf* b) {
+    *a = Fmt::Load(p);
+    *b = Fmt::Load(p + kLanes);
+  }
+  static void StorePairs(typename Fmt::Elem* p, Vf a, Vf b) {
+    Fmt::Store(p, a);
+    Fmt::Store(p + kLanes, b);
+  }
+};
+struct InterleavedHalfRotation : HalfRotation {
+  struct Lanes {
+    Vf c[2], t_hi[2], t_lo[2];  // [0] for x_a's pairs, [1] for x_b's
+    Lanes() = default;
+    Lanes(const Tables& tab, int64_t i) {
+      const Vf cf = LoadF(tab.cf + i), th = LoadF(tab.t_hi + i), tl = LoadF(tab.t_lo + i);
+      for (int h = 0; h < 2; ++h) {
+        c[h] = DupPairs(cf, h == 1);
+        t_hi[h] = NegateEven(DupPairs(th, h == 1));
+        t_lo[h] = NegateEven(DupPairs(tl, h == 1));
+      }
+    }
+  };
+  static void Rotate(Vf* xa, Vf* xb, const Lanes& l) {
+    Vf* x[2] = {xa, xb};
+    for (int h = 0; h < 2; ++h) {
+      const Vf other = SwapPairs(*x[h]);
+      *x[h] = l.c[h] * Fma(other, l.t_lo[h], Fma(other, l.t_hi[h], *x[h]));
+    }
+  }
+};
+
 // Up to this many vectors of pairs per row in one pass (rotary dims to 128 on AVX-512 in one).
 constexpr int kMaxVecs = 4;
 
@@ -595,7 +674,12 @@ void RotateInLanes(const RopeRows& a, const typename Rot::Tables& tab) {
   const bool one_pass = a.half == kMaxVecs * kLanes || a.half == 2 * kLanes || a.half == kLanes;
   if (a.gptj_in == a.gptj_out || one_pass) {
     if (a.gptj_in && a.gptj_out) {
-      RotateRowsInLanes<Fmt, Rot, true, true>(x, stride, x, stride, a, tab);
+      if constexpr (std::is_same_v<Fmt, F16> && std::is_same_v<Rot, HalfRotation>) {
+        RotateRowsInLanes<Interleaved<Fmt>, InterleavedHalfRotation, true, true>(x, stride, x,
+                                                                                 stride, a, tab);
+      } else {
+        RotateRowsInLanes<Fmt, Rot, true, true>(x, stride, x, stride, a, tab);
+      }
     } else if (a.gptj_in) {
       RotateRowsInLanes<Fmt, Rot, true, false>(x, stride, x, stride, a, tab);
     } else if (a.gptj_out) {
