@@ -239,8 +239,8 @@ HF_EXTRA = {
         "index_head_dim": 128, "index_topk": 2048, "index_topk_freq": 4,
         "index_skip_topk_offset": 3, "indexer_rope_interleave": True, "rope_interleave": True,
         "indexer_types": ["full", "full", "full", "shared", "shared", "shared", "full", "shared"],
-        "rope_parameters": {"rope_theta": 8000000, "rope_type": "default"}}) +
-        "\x006\x00indexer",
+        "rope_parameters": {"rope_theta": 8000000, "rope_type": "default"},
+    }) + "\x006\x00indexer",
     "glm_moe_dsa_pattern": json.dumps({
         "model_type": "glm_moe_dsa", "num_hidden_layers": 6, "index_topk_pattern": "FFSSFS",
         "indexer_rope_interleave": False}),

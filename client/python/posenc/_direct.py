@@ -82,7 +82,6 @@ def tensor_fields(descriptor: Any) -> Dict[str, int]:
     return found
 
 
-
 def _bytes_of(array: np.ndarray) -> np.ndarray:
     """The bytes of an array in C order as a flat uint8 array (a view when it is C-contiguous)."""
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
