@@ -20,14 +20,6 @@ Tensor FromArray(kernels::NpyArray array) {
   return tensor;
 }
 
-absl::Status Writable(const Tensor& tensor) {
-  if (tensor.is_reference()) {
-    return absl::InvalidArgumentError(
-        "the tensor's bytes are in shared memory: read them into a tensor first");
-  }
-  return tensor.Validate();
-}
-
 }  // namespace
 
 absl::StatusOr<Tensor> ReadNpy(const std::string& path) {
@@ -42,14 +34,14 @@ absl::StatusOr<Tensor> ParseNpy(std::string_view bytes) {
 }
 
 absl::Status WriteNpy(const std::string& path, const Tensor& tensor) {
-  if (absl::Status s = Writable(tensor); !s.ok()) {
+  if (absl::Status s = tensor.ValidateInline(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
   }
   return kernels::WriteNpyFile(path, ToKernelsDType(tensor.dtype), tensor.shape, tensor.data);
 }
 
 absl::StatusOr<std::string> SerializeNpy(const Tensor& tensor) {
-  POSENC_RETURN_IF_ERROR(Writable(tensor));
+  POSENC_RETURN_IF_ERROR(tensor.ValidateInline());
   return kernels::SerializeNpy(ToKernelsDType(tensor.dtype), tensor.shape, tensor.data);
 }
 

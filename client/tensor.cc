@@ -122,15 +122,6 @@ absl::StatusOr<Tensor> MakeTensor(size_t num_values, std::vector<int64_t> shape,
   return t;
 }
 
-// Validate() for the helpers that read the bytes: a reference's are elsewhere.
-absl::Status ValidateInline(const Tensor& tensor) {
-  if (tensor.is_reference()) {
-    return absl::InvalidArgumentError(
-        "tensor: its bytes are in shared memory (read them with SharedMemoryRegion::Read)");
-  }
-  return tensor.Validate();
-}
-
 }  // namespace
 
 int64_t DTypeSize(DType dtype) { return kernels::DTypeSize(ToKernelsDType(dtype)); }
@@ -230,6 +221,14 @@ absl::Status Tensor::Validate() const {
   return absl::OkStatus();
 }
 
+absl::Status Tensor::ValidateInline() const {
+  if (is_reference()) {
+    return absl::InvalidArgumentError(
+        "tensor: its bytes are in shared memory (read them with SharedMemoryRegion::Read)");
+  }
+  return Validate();
+}
+
 std::vector<double> Tensor::ToDoubles() const {
   const int64_t n = static_cast<int64_t>(data.size()) / DTypeSize(dtype);
   std::vector<double> out(static_cast<size_t>(n));
@@ -265,7 +264,7 @@ std::vector<int64_t> Tensor::ToInt64s() const {
 double Tensor::At(int64_t index) const { return LoadDouble(data.data(), dtype, index); }
 
 absl::StatusOr<Tensor> ConvertTensor(const Tensor& tensor, DType dtype) {
-  POSENC_RETURN_IF_ERROR(ValidateInline(tensor));
+  POSENC_RETURN_IF_ERROR(tensor.ValidateInline());
   if (tensor.dtype == dtype) return tensor;
   if (!IsFloatDType(dtype) && !IsFloatDType(tensor.dtype)) {
     return Tensor::FromInt64s(tensor.ToInt64s(), tensor.shape, dtype);
@@ -274,7 +273,7 @@ absl::StatusOr<Tensor> ConvertTensor(const Tensor& tensor, DType dtype) {
 }
 
 absl::StatusOr<Tensor> ExpandToeplitz(const Tensor& compact, int64_t q_len, int64_t k_len) {
-  POSENC_RETURN_IF_ERROR(ValidateInline(compact));
+  POSENC_RETURN_IF_ERROR(compact.ValidateInline());
   if (q_len <= 0 || k_len <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("q_len and k_len must be positive, got ", q_len, " and ", k_len));
@@ -293,7 +292,7 @@ absl::StatusOr<Tensor> ExpandToeplitz(const Tensor& compact, int64_t q_len, int6
 
 absl::StatusOr<Tensor> ExpandBloomRows(const Tensor& rows, int64_t q_len,
                                        std::optional<int64_t> query_offset, FutureMode future) {
-  POSENC_RETURN_IF_ERROR(ValidateInline(rows));
+  POSENC_RETURN_IF_ERROR(rows.ValidateInline());
   if (!IsFloatDType(rows.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat("BLOOM rows must have a float dtype, got ",
                                                    std::string(DTypeName(rows.dtype))));

@@ -82,6 +82,9 @@ struct Tensor {
   // reference: `data` empty and shared_memory->byte_size that size); otherwise INVALID_ARGUMENT
   // naming expected and received sizes.
   absl::Status Validate() const;
+  // Validate() for code that reads the bytes: a reference (its bytes are in shared memory, read
+  // through SharedMemoryRegion::Read) is INVALID_ARGUMENT too.
+  absl::Status ValidateInline() const;
 
   // Every element widened to double (exact for every float dtype, FLOAT16 and BFLOAT16
   // included, and for integers up to 2^53). Requires a valid tensor with its bytes in `data`
