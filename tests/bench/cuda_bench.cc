@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/absolute/sinusoidal.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cuda/launch.h"
@@ -205,6 +206,40 @@ void BM_KernelRopeCache(benchmark::State& state) {
 BENCHMARK(BM_KernelRopeCache)
     ->ArgNames({"n", "d", "dtype"})
     ->ArgsProduct({{4096, 32768, 131072, 1048576}, {128}, {0, 2}})
+    ->UseManualTime();
+
+// Sinusoidal tables (posenc_bench.cc's 8192 x 1024 and longer), FLOAT32 and BFLOAT16, both
+// layouts: one exact angle per element today, so the figure says how far from a store the
+// kernel is (BENCHMARKS.md, #19).
+void BM_KernelSinusoidal(benchmark::State& state) {
+  if (!HaveDevice(state)) return;
+  const int64_t n = state.range(0), d = state.range(1);
+  const auto dtype = static_cast<DType>(state.range(2));
+  SinusoidalParams params;
+  params.dim = d;
+  params.layout = state.range(3) != 0 ? SinusoidalLayout::kConcat : SinusoidalLayout::kInterleaved;
+  const std::vector<long double> exact = SinusoidalFrequencies(params);
+  const cpu::SplitFrequencies w(exact);
+  std::vector<int32_t> p(n);
+  for (int64_t t = 0; t < n; ++t) p[t] = static_cast<int32_t>(t);
+  auto hi = Upload(w.hi), lo = Upload(w.lo), pos = Upload(p);
+  const int64_t esize = DTypeSize(dtype);
+  DeviceBuffer out(n * d * esize);
+  cuda::SinusoidalLaunch l;
+  l.w_hi = hi->as<double>();
+  l.w_lo = lo->as<double>();
+  l.positions = pos->as<int32_t>();
+  l.out = out.p;
+  l.dtype = static_cast<int>(dtype);
+  l.layout = static_cast<int>(params.layout);
+  l.tokens = n;
+  l.dim = d;
+  l.nfreq = static_cast<int64_t>(exact.size());
+  RunKernel(state, n * d * esize, [&] { cuda::LaunchSinusoidal(l, nullptr); });
+}
+BENCHMARK(BM_KernelSinusoidal)
+    ->ArgNames({"n", "d", "dtype", "concat"})
+    ->ArgsProduct({{8192, 131072}, {1024}, {0, 2}, {0, 1}})
     ->UseManualTime();
 
 // A bias generator kernel (one row of q + k - 1 values per head, written into gen) and the
