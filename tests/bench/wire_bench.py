@@ -3,7 +3,7 @@
 moving the same bytes, side by side in one run (issue #20; the C++ twin is wire_bench.cc).
 
 Usage: PYTHONPATH=build/release/python tests/bench/wire_bench.py --target ADDR
-           [--sizes 2,8,32,128,256] [--rounds 5] [--paths direct,plain,direct+retain]
+           [--sizes 2,8,32,128,256] [--rounds 5] [--paths direct,plain,direct+noretain]
 For each size S (MiB of q + k, float32 numpy arrays [1, T, 32, 128] each), alternating rounds:
   stream: one socket of the target's kind (TCP on 127.0.0.1, or a Unix socket pair) carrying
           2 S MiB one way between two buffers (sendall / recv_into, both touched before timing);
@@ -11,13 +11,16 @@ For each size S (MiB of q + k, float32 numpy arrays [1, T, 32, 128] each), alter
   interpreter) that times Client.apply_rope(q, k) on arrays it keeps, the numpy results
   received:
   direct: the client's default (the tensors' bytes joined into the request and viewed in the
-          response, posenc._direct);
+          response, posenc._direct; freed memory kept for reuse, Client's retain_freed_memory
+          default of 1 GiB);
   plain:  the same through protobuf's Python messages (Client(direct_tensors=False));
   PATH+malloc: PATH in a process whose glibc malloc keeps freed memory for reuse
           (MALLOC_MMAP_MAX_=0, MALLOC_TRIM_THRESHOLD_=16 GiB: no fresh, page-faulting buffers
           per call; the process keeps its peak heap).
   PATH+retain: PATH in a process that called posenc.retain_freed_memory(1 GiB) first (the
-          library's opt-in for the same policy: one arena, no mappings, trim threshold 1 GiB).
+          library's call for the same policy: one arena, no mappings, trim threshold 1 GiB).
+  PATH+noretain: PATH with Client(retain_freed_memory=0): glibc's defaults (the client's
+          default before 2026-11-27).
 Prints per size the medians: stream GB/s, each path's GB/s (2 S MiB over the call's time), the
 call's p50 and the ratio to the stream.
 """
@@ -72,12 +75,14 @@ def tensors(mib: int) -> Tuple[np.ndarray, np.ndarray]:
             rng.standard_normal((1, tokens, 32, 128), dtype=np.float32))
 
 
-def worker(target: str, direct: bool, retain: bool) -> None:
+def worker(target: str, direct: bool, variant: str) -> None:
     """A client path's process: reads a size (MiB) per line, answers the call's seconds."""
-    if retain and not posenc.retain_freed_memory(1 << 30):
+    if variant == "retain" and not posenc.retain_freed_memory(1 << 30):
         raise SystemExit("posenc.retain_freed_memory refused (not glibc?)")
     arrays: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
-    with posenc.Client(target, timeout=300, direct_tensors=direct) as client:
+    retain = 0 if variant in ("noretain", "malloc") else posenc.DEFAULT_RETAIN_FREED_MEMORY
+    with posenc.Client(target, timeout=300, direct_tensors=direct,
+                       retain_freed_memory=retain) as client:
         for line in sys.stdin:
             mib = int(line)
             if mib not in arrays:
@@ -93,11 +98,12 @@ class Path:
 
     def __init__(self, name: str, target: str):
         base, _, variant = name.partition("+")
-        if base not in ("direct", "plain") or variant not in ("", "malloc", "retain"):
+        variants = ("", "malloc", "retain", "noretain")
+        if base not in ("direct", "plain") or variant not in variants:
             raise SystemExit(f"unknown path {name!r} (direct, plain, direct+malloc, "
-                             "direct+retain, ...)")
+                             "direct+retain, direct+noretain, ...)")
         env = dict(os.environ, **(KEEP_FREED_MEMORY if variant == "malloc" else {}))
-        retain = ["--retain"] if variant == "retain" else []
+        retain = ["--variant", variant] if variant else []
         self.name = name
         self.process = subprocess.Popen(
             [sys.executable, __file__, "--worker", base, "--target", target] + retain, env=env,
@@ -146,12 +152,13 @@ def main() -> None:
     parser.add_argument("--sizes", default="2,8,32,128,256")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--paths", default="direct,plain",
-                        help="client paths: direct, plain, PATH+malloc, PATH+retain")
+                        help="client paths: direct, plain, PATH+malloc, PATH+retain, "
+                        "PATH+noretain")
     parser.add_argument("--worker", choices=("direct", "plain"), help=argparse.SUPPRESS)
-    parser.add_argument("--retain", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.target, args.worker == "direct", args.retain)
+        worker(args.target, args.worker == "direct", args.variant)
         return
     unix_socket = args.target.startswith("unix:")
     paths = [Path(name, args.target) for name in args.paths.split(",")]

@@ -136,46 +136,84 @@ class TorchTest(unittest.TestCase):
                               np.ndarray)
 
 
-# Faults taken by a second 64 MiB buffer after a first one was freed, in a fresh interpreter that
-# calls retain_freed_memory(RETAIN) first (0: glibc's defaults).
+# In a fresh interpreter that runs SETUP first (argv[1]; it may set `retained`): the free bytes
+# glibc keeps after a 64 MiB buffer is freed (mallinfo2's fordblks) and the page faults taken by
+# a second 64 MiB buffer (fewer with transparent huge pages, which a gRPC channel's threads get).
 FAULTS_OF_A_REUSED_BUFFER = """
-import resource, sys
+import ctypes, resource, sys
 import numpy as np
 import posenc
-retained = posenc.retain_freed_memory(int(sys.argv[1]))
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks",
+                "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = MallInfo2
+retained = None
+exec(sys.argv[1])
 a = np.ones(64 << 20, dtype=np.uint8)
 del a
+kept = libc.mallinfo2().fordblks
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 b = np.ones(64 << 20, dtype=np.uint8)
-print(retained, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(retained, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, kept)
 posenc.release_freed_memory()
 """
+GLIBC = sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc")
 
 
 class RetainFreedMemoryTest(unittest.TestCase):
-    """posenc.retain_freed_memory: the C++ client's RetainFreedMemory for Python callers."""
+    """posenc.retain_freed_memory (the C++ client's RetainFreedMemory for Python callers) and
+    posenc.Client's retain_freed_memory default."""
 
-    def faults(self, retain):
-        out = subprocess.run([sys.executable, "-c", FAULTS_OF_A_REUSED_BUFFER, str(retain)],
+    def run_setup(self, setup):
+        out = subprocess.run([sys.executable, "-c", FAULTS_OF_A_REUSED_BUFFER, setup],
                              check=True, capture_output=True, text=True, env=dict(os.environ))
-        retained, faults = out.stdout.split()
-        return retained == "True", int(faults)
+        retained, faults, kept = out.stdout.split()
+        return retained, int(faults), int(kept)
+
+    def faults(self, setup):
+        retained, faults, _ = self.run_setup(setup)
+        return retained, faults
+
+    def kept(self, setup):
+        return self.run_setup(setup)[2]
 
     def test_nothing_changes_for_zero_bytes(self):
         self.assertFalse(posenc.retain_freed_memory(0))
         self.assertFalse(posenc.retain_freed_memory(-1))
 
-    @unittest.skipUnless(sys.platform.startswith("linux") and os.confstr(
-        "CS_GNU_LIBC_VERSION").startswith("glibc"), "glibc's allocator only")
+    def test_a_negative_client_retention_is_invalid(self):
+        for bad in (-1, 1.5, True, "1"):
+            with self.assertRaises(posenc.InvalidArgumentError) as caught:
+                posenc.Client("localhost:1", retain_freed_memory=bad)
+            self.assertEqual(caught.exception.field, "retain_freed_memory")
+
+    @unittest.skipUnless(GLIBC, "glibc's allocator only")
     def test_a_freed_buffer_is_reused_without_faulting_its_pages_again(self):
-        retained, faults = self.faults(1 << 30)
-        self.assertTrue(retained)
-        default_retained, default_faults = self.faults(0)
-        self.assertFalse(default_retained)
+        retained, faults = self.faults("retained = posenc.retain_freed_memory(1 << 30)")
+        self.assertEqual(retained, "True")
+        default_retained, default_faults = self.faults("retained = posenc.retain_freed_memory(0)")
+        self.assertEqual(default_retained, "False")
         # glibc unmapped the first buffer and maps the second afresh (fewer faults with huge
         # pages); kept, the second reuses the first's pages.
         self.assertGreater(default_faults, 0)
         self.assertLess(faults, max(1, default_faults // 4))
+
+    @unittest.skipUnless(GLIBC, "glibc's allocator only")
+    def test_a_client_retains_freed_memory_by_default_unless_told_otherwise(self):
+        freed = 64 << 20
+        self.assertLess(self.kept(""), freed)  # glibc's defaults: the buffer went back
+        self.assertGreaterEqual(self.kept("posenc.Client('localhost:1')"), freed)
+        for setup in ("posenc.Client('localhost:1', retain_freed_memory=0)",
+                      # The caller's own choice, made before the first client, stands.
+                      "posenc.retain_freed_memory(0); posenc.Client('localhost:1')",
+                      # The first client's choice is the process's: a second one's default
+                      # changes nothing.
+                      "posenc.Client('localhost:1', retain_freed_memory=0); "
+                      "posenc.Client('localhost:1')"):
+            self.assertLess(self.kept(setup), freed, setup)
+        self.assertGreaterEqual(
+            self.kept("posenc.Client('localhost:1', retain_freed_memory=1 << 27)"), freed)
 
 
 if __name__ == "__main__":

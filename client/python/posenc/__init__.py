@@ -29,7 +29,7 @@ from ._errors import (DOMAIN, AbortedError, AlreadyExistsError, CancelledError, 
                       UnauthenticatedError, UnavailableError, UnimplementedError, UnknownError)
 from ._tensor import (BFLOAT16_DTYPE, HAVE_ML_DTYPES, bf16_to_float32, expand_bloom_rows,
                       expand_toeplitz, float32_to_bf16)
-from ._memory import release_freed_memory, retain_freed_memory
+from ._memory import DEFAULT_RETAIN_FREED_MEMORY, release_freed_memory, retain_freed_memory
 from ._shared_memory import SharedMemory
 from ._types import (AlibiBiasResult, AnalysisCurve, AnalyzeEncodingResult, ApplyRopeResult,
                      AttentionTemperatureTuning, BackendInfo, DescribeRopeResult, DeviceInfo,
@@ -60,7 +60,7 @@ __all__ = [
     "MropeLayout", "RopeCacheLayout", "TensorLayout", "AlibiMode", "FutureMode", "BiasForm",
     "MultimodalFamily", "VisionTower", "HealthStatus", "AnalysisProperty",
     # the process's allocator for large tensors
-    "retain_freed_memory", "release_freed_memory",
+    "retain_freed_memory", "release_freed_memory", "DEFAULT_RETAIN_FREED_MEMORY",
     # tensors
     "bf16_to_float32", "float32_to_bf16", "expand_toeplitz", "expand_bloom_rows",
     "HAVE_ML_DTYPES", "BFLOAT16_DTYPE",

@@ -5,7 +5,12 @@ Most of a large call's client time is the kernel handing fresh, zeroed pages to 
 glibc returns blocks of over 32 MiB to the system when they are freed. With freed memory kept for
 the next calls' buffers, a process moving large tensors in a loop gets about twice the throughput
 from 32 MiB up (BENCHMARKS.md "The Python client's wire"), at the cost of keeping its peak heap
-until :func:`release_freed_memory`. It changes the whole process's allocator, so it is opt-in.
+until :func:`release_freed_memory`.
+
+:class:`posenc.Client` does it by default (its ``retain_freed_memory=`` argument, 1 GiB, as
+posenc-server's ``--retain_free_memory_bytes``), once per process and only where the caller has
+not chosen first: a call to :func:`retain_freed_memory` before the first client (0 included:
+"leave my allocator alone") is the caller's choice and stands.
 """
 
 import ctypes
@@ -18,6 +23,12 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
 _M_ARENA_MAX = -8
 _INT_MAX = 2**31 - 1
+
+# The default of posenc.Client's retain_freed_memory (posenc-server's --retain_free_memory_bytes).
+DEFAULT_RETAIN_FREED_MEMORY = 1 << 30
+
+# Whether the process's allocator policy has been chosen (by the caller, or by the first Client).
+_chosen = False
 
 
 def _libc() -> Optional[ctypes.CDLL]:
@@ -39,6 +50,8 @@ def retain_freed_memory(retain_bytes: int) -> bool:
     ``retain_bytes``). Call once at start-up. Returns False, changing nothing, for
     ``retain_bytes`` <= 0 or where the C library is not glibc (or refuses, as sanitizers'
     allocators do)."""
+    global _chosen
+    _chosen = True
     if int(retain_bytes) <= 0:
         return False
     libc = _libc()
@@ -54,3 +67,12 @@ def release_freed_memory() -> None:
     libc = _libc()
     if libc is not None and hasattr(libc, "malloc_trim"):
         libc.malloc_trim(ctypes.c_size_t(0))
+
+
+def retain_by_default(retain_bytes: int) -> bool:
+    """posenc.Client's default: :func:`retain_freed_memory` with ``retain_bytes`` the first time
+    in the process, unless the caller chose first. Returns whether this call changed the
+    allocator."""
+    if _chosen:
+        return False
+    return retain_freed_memory(retain_bytes)

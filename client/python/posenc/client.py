@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import grpc
 import numpy as np
 
-from . import _split, _transport
+from . import _memory, _split, _transport
 from ._direct import WireMessage
 from ._enums import (AlibiMode, AnalysisProperty, BiasForm, Combine, DType, FutureMode,
                      HealthStatus, MultimodalFamily, RopeCacheLayout, TensorLayout, VisionTower)
@@ -199,6 +199,15 @@ class Client:
         the response's tensor bytes are read as views of the received buffer; not through
         protobuf's Python messages, which copy them three times each way. False: the plain
         protobuf path (the same messages on the wire; for comparison).
+      retain_freed_memory: bytes of freed memory the process's allocator keeps for the next
+        calls' buffers (default 1 GiB, as posenc-server's ``--retain_free_memory_bytes``), so
+        that large arrays reuse pages already faulted in instead of fresh ones the kernel
+        zeroes: 1.3-2.8x the throughput of large calls (BENCHMARKS.md "The Python client's
+        wire"), at the cost of the process's resident memory staying at its peak until
+        :func:`posenc.release_freed_memory`. It sets the whole process's allocator (glibc:
+        one arena, no separate mappings for large blocks), once: the first client does it
+        unless the caller called :func:`posenc.retain_freed_memory` first (whose choice,
+        0 included, stands). 0: leave the allocator as it is.
 
     Raises :class:`posenc.InvalidArgumentError` for an empty target or invalid options.
     """
@@ -212,8 +221,10 @@ class Client:
                  channel_options: Sequence[Tuple[str, Any]] = (), split_requests: bool = True,
                  compact_biases: bool = True,
                  max_split_in_flight: int = DEFAULT_MAX_SPLIT_IN_FLIGHT,
-                 direct_tensors: bool = True):
+                 direct_tensors: bool = True,
+                 retain_freed_memory: int = _memory.DEFAULT_RETAIN_FREED_MEMORY):
         self._timeout = _seconds(timeout, "timeout")
+        retain = _positive_int(retain_freed_memory, "retain_freed_memory", least=0)
         limit = min(_positive_int(max_message_bytes, "max_message_bytes"), 2**31 - 1)
         attempts = _positive_int(max_attempts, "max_attempts")
         keepalive = _seconds(keepalive_time, "keepalive_time", allow_zero=True) or 0.0
@@ -223,6 +234,8 @@ class Client:
         self._compact_biases = bool(compact_biases)
         self.target = target
         self._owns_channel = channel is None
+        if channel is not None or target:
+            _memory.retain_by_default(retain)  # before the channel's threads, where it makes one
         if channel is None:
             if not target:
                 raise local_error("target", "must not be empty")
