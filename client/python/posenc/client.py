@@ -202,8 +202,8 @@ class Client:
       retain_freed_memory: bytes of freed memory the process's allocator keeps for the next
         calls' buffers (default 1 GiB, as posenc-server's ``--retain_free_memory_bytes``), so
         that large arrays reuse pages already faulted in instead of fresh ones the kernel
-        zeroes: 1.3-2.8x the throughput of large calls (BENCHMARKS.md "The Python client's
-        wire"), at the cost of the process's resident memory staying at its peak until
+        zeroes: 1.7-2.6x the throughput of calls from 8 MiB up (BENCHMARKS.md "The Python
+        client's wire"), at the cost of the process's resident memory staying at its peak until
         :func:`posenc.release_freed_memory`. It sets the whole process's allocator (glibc:
         one arena, no separate mappings for large blocks), once: the first client does it
         unless the caller called :func:`posenc.retain_freed_memory` first (whose choice,
