@@ -45,11 +45,12 @@ absl::Status SinusoidalT(const CpuContext& cpu, const SinusoidalPlan& plan,
   constexpr bool kFloat = std::is_same_v<T, float>;
   const bool f32 = kFloat && out.dtype == DType::kFloat32;
   // FLOAT32-computed tables of an even D walk (AngleWalker) straight into their rows: FLOAT32
-  // tables below the streaming size into the output, the others into blocks of kTableBlockBytes
-  // stored in one piece (FLOAT32: copied out whole, streamed when the table is large; the
-  // others converted). Odd D (and FLOAT64) place each row from its cos/sin (PlaceSinusoidal).
+  // tables into the output with plain stores, whatever their size (8192 x 1024: 0.62 of fill,
+  // against 0.32-0.39 for blocks streamed out; BENCHMARKS.md, branch tables), FLOAT16/BFLOAT16
+  // into blocks of kTableBlockBytes, converted. Odd D (and FLOAT64) place each row from its
+  // cos/sin (PlaceSinusoidal), FLOAT32 rows copied out whole (streamed when the table is large).
   const bool rows_walk = kFloat && dim % 2 == 0;
-  const bool direct = rows_walk && f32 && total_bytes < kStreamMinBytes;
+  const bool direct = rows_walk && f32;
   const int64_t block_rows =
       std::max<int64_t>(1, kTableBlockBytes / (dim * static_cast<int64_t>(sizeof(T))));
   const CopyFn copy = OutputCopy(cpu.simd, total_bytes);

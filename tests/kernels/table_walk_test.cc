@@ -212,8 +212,8 @@ TEST(TableWalkTest, SinusoidalRandomRunsFarFromZero) {
   }
 }
 
-// Tables of 32 MiB and more take the blocked, streamed path: one long run ending at 2^31-1 (128
-// anchors per table, every block of rows a continuation of the last).
+// Tables of 32 MiB (the streaming size of other outputs): one long run ending at 2^31-1 (128
+// anchors per table; FLOAT16/BFLOAT16 in blocks of rows, each a continuation of the last).
 TEST(TableWalkTest, LargeTablesEndingAtTheLastPosition) {
   std::vector<Level> levels;
   for (const char* isa : {"avx512", "avx2", "scalar"}) {
