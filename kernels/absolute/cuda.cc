@@ -15,7 +15,7 @@ namespace posenc::kernels::cuda {
 
 absl::Status Sinusoidal(const CudaContext& ctx, const SinusoidalPlan& plan,
                         const ResolvedPositions& positions, const TensorView& table) {
-  const std::vector<long double> exact = SinusoidalFrequencies(plan.params);
+  const std::vector<long double>& exact = plan.frequencies;
   const cpu::SplitFrequencies w(exact);
   if (!ExactOnDevice(positions.max_position, 0, w)) {
     TensorView out = table;

@@ -40,7 +40,7 @@ void SinusoidalRow(const SinusoidalParams& params, const std::vector<long double
 absl::Status Sinusoidal(const SinusoidalPlan& plan, const ResolvedPositions& positions,
                         const TensorView& table) {
   const SinusoidalParams& params = plan.params;
-  const std::vector<long double> omega = SinusoidalFrequencies(params);
+  const std::vector<long double>& omega = plan.frequencies;
   std::vector<double> row(static_cast<size_t>(params.dim));
   for (int64_t t = 0; t < positions.num_tokens; ++t) {
     if (positions.IsValid(t)) {

@@ -54,6 +54,7 @@ absl::StatusOr<SinusoidalPlan> PlanSinusoidal(SinusoidalArgs args) {
   SinusoidalPlan plan;
   POSENC_ASSIGN_OR_RETURN(plan.positions, PlanPositions(std::move(args.positions), TokenGrid{}));
   plan.params = args.params;
+  plan.frequencies = SinusoidalFrequencies(plan.params);
   plan.table = {"table", args.output_dtype, plan.positions.shape};
   plan.table.shape.push_back(plan.params.dim);
   return plan;

@@ -59,6 +59,8 @@ struct SinusoidalPlan {
   SinusoidalParams params;
   PositionPlan positions;
   OutputSpec table;  // [grid..., D]
+  // SinusoidalFrequencies(params), computed once by PlanSinusoidal for every backend.
+  std::vector<long double> frequencies;
 };
 
 absl::StatusOr<SinusoidalPlan> PlanSinusoidal(SinusoidalArgs args);

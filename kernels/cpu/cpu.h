@@ -141,32 +141,47 @@ void SinCos(const SimdKernels& simd, const double* p, int64_t p_stride, const Sp
   }
 }
 
-// Exact-phase cos/sin (unscaled) of p*omega_j, j < n, for the tokens of a table in order. A token
-// whose position is the previous one's plus one takes them by angle addition in double
-// (SimdKernels::angle_step) with the exact-phase cos/sin of omega_j itself; every kMaxSteps-th
-// such token, and every other, anchors anew on SinCos. Each step adds a few double ulps: after
-// kMaxSteps steps the values are within 2^-46 of the exact ones, far inside FLOAT32's 1e-6, at
-// a fraction of the polynomial's cost.
+// The FLOAT32-computed rows of a table (RopeCache, Sinusoidal) for runs of consecutive positions.
+// Rows(p, m, ...) writes the rows of positions p .. p+m-1: the first from an exact anchor (SinCos
+// in double, the full polynomial), each next one from the previous by angle addition in double
+// (SimdKernels::angle_rows, rope_math.h's RopeAngleStep, frequencies vectorized) with the
+// exact-phase cos/sin of omega_j itself, anchoring anew every kMaxSteps rows and wherever a run
+// does not continue the last one. A run that goes on from the previous call's last position
+// continues the walk without a new anchor.
+//
+// Error: the anchor and cw, sw are within ~1 double ulp (2^-53) of the exact values; each step
+// multiplies and adds values of magnitude <= 1, adding at most a few ulps of 2^-53 to c and s
+// (rounding, plus the error of cw, sw carried along), and the errors add up at most linearly.
+// After kMaxSteps = 256 steps the values are within ~2^8 * 2^-51 = 2^-43 (~1e-13) of the exact
+// ones: far inside FLOAT32's 1e-6 (and its rounding, 2^-25), whatever the position below 2^31,
+// since the anchors' phase is exact. A sincos costs ~30 double operations per frequency, a step
+// 4; anchors every 256 rows instead of 32 make them ~1/256 of the rows.
 class AngleWalker {
  public:
-  static constexpr int kMaxSteps = 32;
+  static constexpr int64_t kMaxSteps = 256;
   AngleWalker(const SimdKernels& simd, const SplitFrequencies& w,
               const std::vector<long double>& w_exact, int64_t n)
       : simd_(simd), w_(w), w_exact_(w_exact), n_(n), c_(n), s_(n), cw_(n), sw_(n) {
     const double one = 1;
     SinCos<double>(simd, &one, 0, w, w_exact, n, 1.0, 1.0, cw_.data(), sw_.data());
   }
-  // The angles of position p as floats: cf[j] = float(cos * c_scale), sf[j] = float(sin * s_scale).
-  void At(double p, double c_scale, double s_scale, float* cf, float* sf) {
-    if (p == last_ + 1 && steps_ < kMaxSteps) {
-      simd_.angle_step(c_.data(), s_.data(), cw_.data(), sw_.data(), n_, c_scale, s_scale, cf, sf);
-      ++steps_;
-    } else {
-      SinCos<double>(simd_, &p, 0, w_, w_exact_, n_, 1.0, 1.0, c_.data(), s_.data());
-      simd_.cos_sin_to_float(c_.data(), s_.data(), n_, c_scale, s_scale, cf, sf);
-      steps_ = 0;
+  // The rows of positions p .. p+rows-1 into `out` (row r at out.c/out.s + r*out.row_stride):
+  // float(cos * c_scale) and float(sin * s_scale) of every frequency in out.form.
+  void Rows(double p, int64_t rows, double c_scale, double s_scale, TableRows out) {
+    while (rows > 0) {
+      if (p != next_ || steps_ >= kMaxSteps) {
+        SinCos<double>(simd_, &p, 0, w_, w_exact_, n_, 1.0, 1.0, c_.data(), s_.data());
+        steps_ = 0;
+      }
+      const int64_t m = std::min(rows, kMaxSteps - steps_);
+      simd_.angle_rows(c_.data(), s_.data(), cw_.data(), sw_.data(), n_, m, c_scale, s_scale, out);
+      steps_ += m;
+      p += static_cast<double>(m);
+      next_ = p;
+      rows -= m;
+      out.c += m * out.row_stride;
+      out.s += m * out.row_stride;
     }
-    last_ = p;
   }
 
  private:
@@ -175,9 +190,30 @@ class AngleWalker {
   const std::vector<long double>& w_exact_;
   int64_t n_;
   std::vector<double> c_, s_, cw_, sw_;
-  double last_ = -2;
-  int steps_ = kMaxSteps;
+  double next_ = -1;  // the position the state (c_, s_) holds; -1: none
+  int64_t steps_ = kMaxSteps;
 };
+
+// Runs of consecutive positions among tokens [t0, t1): calls run(t, p, m) for each maximal run of
+// m tokens from t whose positions are p, p+1, ..., p+m-1. Padding tokens count as position 0 when
+// kPadAsZero, else they come as runs of their own with p = -1.
+template <bool kPadAsZero, typename Run>
+void ForEachRun(const ResolvedPositions& positions, int64_t t0, int64_t t1, const Run& run) {
+  const auto at = [&](int64_t t) {
+    return positions.IsValid(t) ? positions.At(t) : (kPadAsZero ? int64_t{0} : int64_t{-1});
+  };
+  for (int64_t t = t0; t < t1;) {
+    const int64_t p = at(t);
+    int64_t e = t + 1;
+    if (p < 0) {
+      while (e < t1 && at(e) < 0) ++e;
+    } else {
+      while (e < t1 && at(e) == p + (e - t)) ++e;
+    }
+    run(t, static_cast<double>(p), e - t);
+    t = e;
+  }
+}
 
 // kernels/common/toeplitz.h's ExpandToeplitzRows over every row, across the pool (rows copied by
 // OutputCopy).

@@ -52,6 +52,20 @@ struct HalfRopeFactors {
   const float* t_lo = nullptr;
 };
 
+// Where SimdKernels::angle_rows writes frequency j of row r: with C = c + r*row_stride and
+// S = s + r*row_stride,
+//   kSplit:       C[j] = cos, S[j] = sin, and also C[j + dup], S[j + dup] when dup > 0
+//                 (RopeCache COMPACT; NEOX with dup = half; Sinusoidal CONCAT with c = s + half);
+//   kPairs:       C[2j] = C[2j+1] = cos, S[2j] = S[2j+1] = sin (RopeCache GPT-J);
+//   kInterleaved: S[2j] = sin, S[2j+1] = cos (Sinusoidal INTERLEAVED; c unused).
+enum class RowForm { kSplit, kPairs, kInterleaved };
+struct TableRows {
+  RowForm form = RowForm::kSplit;
+  float* c = nullptr;
+  float* s = nullptr;
+  int64_t row_stride = 0, dup = 0;
+};
+
 struct SimdKernels {
   const char* name;  // "avx512", "avx2", "scalar"
 
@@ -62,14 +76,13 @@ struct SimdKernels {
   void (*sincos_f64)(const double* p, int64_t p_stride, const double* w_hi, const double* w_lo,
                      int64_t n, double scale, double sign, double* c, double* s);
 
-  // Angle addition, n pairs in double: (c, s) of theta -> of theta + phi, where cw, sw are cos and
-  // sin of phi: c' = c*cw - s*sw, s' = s*cw + c*sw; in the same pass cf[j] = float(c'[j] *
-  // c_scale), sf[j] = float(s'[j] * s_scale) (as cos_sin_to_float).
-  void (*angle_step)(double* c, double* s, const double* cw, const double* sw, int64_t n,
-                     double c_scale, double s_scale, float* cf, float* sf);
-  // cf[j] = float(c[j] * c_scale), sf[j] = float(s[j] * s_scale).
-  void (*cos_sin_to_float)(const double* c, const double* s, int64_t n, double c_scale,
-                           double s_scale, float* cf, float* sf);
+  // The rows of a table walk (cpu.h's AngleWalker::Rows), n frequencies in double: for each row
+  // r < rows, cos c[j] * c_scale and sin s[j] * s_scale rounded to float into row r of `out`,
+  // then (c, s) advanced by one step of angle addition, c' = c*cw - s*sw, s' = s*cw + c*sw
+  // (rope_math.h's RopeAngleStep; cw, sw: cos and sin of the step). On return c, s hold the
+  // angles one step past the last row.
+  void (*angle_rows)(double* c, double* s, const double* cw, const double* sw, int64_t n,
+                     int64_t rows, double c_scale, double s_scale, const TableRows& out);
 
   // ApplyRope (RopeRows): FLOAT32 in float, FLOAT64 in double, each with tables c and s.
   // fp16/bf16 with HalfRopeFactors: a rotation can cancel (x_a*c - x_b*s far smaller than its

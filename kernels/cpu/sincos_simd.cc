@@ -31,25 +31,64 @@ void SinCosF64(const double* __restrict p, int64_t p_stride, const double* __res
   }
 }
 
-void AngleStep(double* __restrict c, double* __restrict s, const double* __restrict cw,
-               const double* __restrict sw, int64_t n, double c_scale, double s_scale,
-               float* __restrict cf, float* __restrict sf) {
-  for (int64_t j = 0; j < n; ++j) {
-    const double cj = c[j], sj = s[j];
-    const double cn = cj * cw[j] - sj * sw[j];
-    const double sn = sj * cw[j] + cj * sw[j];
-    c[j] = cn;
-    s[j] = sn;
-    cf[j] = static_cast<float>(cn * c_scale);
-    sf[j] = static_cast<float>(sn * s_scale);
+namespace {
+
+// AngleRows for one row form (TableRows) and, for kSplit, with or without the duplicate columns:
+// the state's floats into row r, then one step of every frequency (hd::RopeAngleStep, the
+// arithmetic the CUDA kernel runs), frequencies vectorized.
+template <RowForm kForm, bool kDup>
+void AngleRowsT(double* __restrict c, double* __restrict s, const double* __restrict cw,
+                const double* __restrict sw, int64_t n, int64_t rows, double c_scale,
+                double s_scale, const TableRows& out) {
+  const int64_t dup = out.dup;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* __restrict cr = out.c + r * out.row_stride;
+    float* __restrict sr = out.s + r * out.row_stride;
+    for (int64_t j = 0; j < n; ++j) {
+      double cj = c[j], sj = s[j];
+      const float cv = static_cast<float>(cj * c_scale);
+      const float sv = static_cast<float>(sj * s_scale);
+      if constexpr (kForm == RowForm::kInterleaved) {
+        sr[2 * j] = sv;
+        sr[2 * j + 1] = cv;
+      } else if constexpr (kForm == RowForm::kPairs) {
+        cr[2 * j] = cv;
+        cr[2 * j + 1] = cv;
+        sr[2 * j] = sv;
+        sr[2 * j + 1] = sv;
+      } else {
+        cr[j] = cv;
+        sr[j] = sv;
+        if constexpr (kDup) {
+          cr[j + dup] = cv;
+          sr[j + dup] = sv;
+        }
+      }
+      hd::RopeAngleStep<double>(cw[j], sw[j], &cj, &sj);
+      c[j] = cj;
+      s[j] = sj;
+    }
   }
 }
 
-void CosSinToFloat(const double* __restrict c, const double* __restrict s, int64_t n,
-                   double c_scale, double s_scale, float* __restrict cf, float* __restrict sf) {
-  for (int64_t j = 0; j < n; ++j) {
-    cf[j] = static_cast<float>(c[j] * c_scale);
-    sf[j] = static_cast<float>(s[j] * s_scale);
+}  // namespace
+
+void AngleRows(double* c, double* s, const double* cw, const double* sw, int64_t n, int64_t rows,
+               double c_scale, double s_scale, const TableRows& out) {
+  switch (out.form) {
+    case RowForm::kInterleaved:
+      AngleRowsT<RowForm::kInterleaved, false>(c, s, cw, sw, n, rows, c_scale, s_scale, out);
+      return;
+    case RowForm::kPairs:
+      AngleRowsT<RowForm::kPairs, false>(c, s, cw, sw, n, rows, c_scale, s_scale, out);
+      return;
+    case RowForm::kSplit:
+      if (out.dup > 0) {
+        AngleRowsT<RowForm::kSplit, true>(c, s, cw, sw, n, rows, c_scale, s_scale, out);
+      } else {
+        AngleRowsT<RowForm::kSplit, false>(c, s, cw, sw, n, rows, c_scale, s_scale, out);
+      }
+      return;
   }
 }
 

@@ -38,25 +38,28 @@ struct CosSinFactors {
   }
 };
 
-// The cos/sin of token t (padding: position 0) times the factors into c and s: FLOAT32-computed
-// tables (FLOAT32/FLOAT16/BFLOAT16 outputs) of one position per token from the walker (angle
-// addition between anchors), the others (FLOAT64, M-RoPE) each from SinCos.
+// The cos/sin of token t (padding: position 0) times the factors into c and s, from SinCos (the
+// tables that do not walk: FLOAT64, M-RoPE).
 template <typename T>
 void TokenCosSin(const CpuContext& cpu, const RopeConfig& config, const RopeFrequencies& freqs,
                  const SplitFrequencies& w, const CosSinFactors& f,
-                 const ResolvedPositions& positions, int64_t t, AngleWalker* walker,
-                 std::vector<double>* pbuf, T* c, T* s) {
+                 const ResolvedPositions& positions, int64_t t, std::vector<double>* pbuf, T* c,
+                 T* s) {
   const int64_t half = freqs.rotary_dim / 2;
-  if constexpr (std::is_same_v<T, float>) {
-    if (walker != nullptr) {
-      walker->At(positions.IsValid(t) ? static_cast<double>(positions.At(t)) : 0.0, f.scale,
-                 f.sign * f.scale, c, s);
-      return;
-    }
-  }
   int64_t stride;
   const double* p = TokenPositions(config, positions, t, half, pbuf->data(), &stride);
   SinCos<T>(cpu.simd, p, stride, w, freqs.inv_freq, half, f.scale, f.sign, c, s);
+}
+
+// Where the walker writes a RopeCache row of `layout` (row 0 of cos at c, of sin at s).
+TableRows CacheRows(RopeCacheLayout layout, int64_t half, int64_t width, float* c, float* s) {
+  TableRows rows;
+  rows.form = layout == RopeCacheLayout::kGptj ? RowForm::kPairs : RowForm::kSplit;
+  rows.c = c;
+  rows.s = s;
+  rows.row_stride = width;
+  rows.dup = layout == RopeCacheLayout::kNeox ? half : 0;
+  return rows;
 }
 
 // Bytes of each table's rows placed before they are stored (RopeCacheT).
@@ -93,33 +96,64 @@ absl::Status RopeCacheT(const CpuContext& cpu, const RopeCachePlan& plan,
   const RopeCacheLayout layout = plan.layout;
   const SplitFrequencies w(freqs.inv_freq);
   const CosSinFactors f(plan.config, freqs);
-  const bool walk = std::is_same_v<T, float> && plan.config.mrope_section.empty();
-  // Rows are placed in blocks of kTableBlockBytes per table, each block stored in one piece:
-  // FLOAT32 blocks copied out whole (streamed when the tables are large; a block of rows, not
-  // each row, so that few of the lines are partly written with plain stores: streamed rows of
-  // 512 bytes at the buffer's 16-byte offset had made 131072 x 128 2x slower than plain stores).
-  const bool f32 = std::is_same_v<T, float> && cos.dtype == DType::kFloat32;
+  // FLOAT32-computed tables (FLOAT32/FLOAT16/BFLOAT16) of one position per token walk
+  // (AngleWalker: runs of consecutive positions, rows by angle addition from exact anchors).
+  constexpr bool kFloat = std::is_same_v<T, float>;
+  const bool walk = kFloat && plan.config.mrope_section.empty();
+  const bool f32 = kFloat && cos.dtype == DType::kFloat32;
   const int64_t row_bytes = width * DTypeSize(cos.dtype);
+  const int64_t total_bytes = 2 * positions.num_tokens * row_bytes;
+  // Walked FLOAT32 tables are written straight into their rows with plain stores, whatever their
+  // size: 131072 x 128 went from 0.42-0.46 of fill (8 KiB blocks streamed out, below) to
+  // 0.76-0.79 (BENCHMARKS.md, branch tables). The others are placed in blocks of
+  // kTableBlockBytes per table, each block stored in one piece: FLOAT32 blocks (M-RoPE) copied out
+  // whole (streamed when the tables are large; a block of rows, not each row, so that few of the
+  // lines are partly written with plain stores: streamed rows of 512 bytes at the buffer's 16-byte
+  // offset had made 131072 x 128 2x slower than plain stores), the others converted.
+  const bool direct = walk && f32;
   const int64_t block_rows =
       std::max<int64_t>(1, kTableBlockBytes / (width * static_cast<int64_t>(sizeof(T))));
-  const CopyFn copy = OutputCopy(cpu.simd, 2 * positions.num_tokens * row_bytes);
+  const CopyFn copy = OutputCopy(cpu.simd, total_bytes);
+  const double c_scale = f.scale, s_scale = f.sign * f.scale;
   return cpu.pool.ParallelFor(positions.num_tokens, Grain(2 * width), [&](int64_t t0, int64_t t1) {
+    std::optional<AngleWalker> walker;
+    if (walk) walker.emplace(cpu.simd, w, freqs.inv_freq, half);
+    if constexpr (kFloat) {
+      if (direct) {
+        auto* co = static_cast<float*>(cos.data);
+        auto* so = static_cast<float*>(sin.data);
+        ForEachRun<true>(positions, t0, t1, [&](int64_t t, double p, int64_t m) {
+          walker->Rows(p, m, c_scale, s_scale,
+                       CacheRows(layout, half, width, co + t * width, so + t * width));
+        });
+        return;
+      }
+    }
     const FenceStreams fence(cpu.simd);
     std::vector<T> c(static_cast<size_t>(half)), s(c.size());
     std::vector<T> cb(static_cast<size_t>(block_rows * width)), sb(cb.size());
     std::vector<double> pbuf(static_cast<size_t>(half) + 1);
-    std::optional<AngleWalker> walker;
-    if (walk) walker.emplace(cpu.simd, w, freqs.inv_freq, half);
     for (int64_t b0 = t0; b0 < t1; b0 += block_rows) {
       const int64_t b1 = std::min(t1, b0 + block_rows);
-      for (int64_t t = b0; t < b1; ++t) {
-        // COMPACT and NEOX rows take the values where they go; GPT-J's are spread from c, s.
-        T* cr = &cb[(t - b0) * width];
-        T* sr = &sb[(t - b0) * width];
-        const bool gptj = layout == RopeCacheLayout::kGptj;
-        TokenCosSin<T>(cpu, plan.config, freqs, w, f, positions, t, walk ? &*walker : nullptr,
-                       &pbuf, gptj ? c.data() : cr, gptj ? s.data() : sr);
-        PlaceCacheRow<T>(layout, half, gptj ? c.data() : cr, gptj ? s.data() : sr, cr, sr);
+      if constexpr (kFloat) {
+        if (walk) {
+          ForEachRun<true>(positions, b0, b1, [&](int64_t t, double p, int64_t m) {
+            walker->Rows(
+                p, m, c_scale, s_scale,
+                CacheRows(layout, half, width, &cb[(t - b0) * width], &sb[(t - b0) * width]));
+          });
+        }
+      }
+      if (!walk) {
+        for (int64_t t = b0; t < b1; ++t) {
+          // COMPACT and NEOX rows take the values where they go; GPT-J's are spread from c, s.
+          T* cr = &cb[(t - b0) * width];
+          T* sr = &sb[(t - b0) * width];
+          const bool gptj = layout == RopeCacheLayout::kGptj;
+          TokenCosSin<T>(cpu, plan.config, freqs, w, f, positions, t, &pbuf, gptj ? c.data() : cr,
+                         gptj ? s.data() : sr);
+          PlaceCacheRow<T>(layout, half, gptj ? c.data() : cr, gptj ? s.data() : sr, cr, sr);
+        }
       }
       const int64_t n = (b1 - b0) * width;
       if (f32) {

@@ -72,13 +72,16 @@ POSENC_HOST_DEVICE void RopeCosSin(double p, double w_hi, double w_lo, double sc
   *s = static_cast<T>(sv * (sign * scale));
 }
 
-// One step of a table walker (the CUDA RopeCache kernel; the CPU backend's tables walk the same
-// way): the unscaled cos/sin at p + 1 from those at p by angle addition with cw, sw = cos/sin of
-// the frequency (exact in double). Each step adds about one double rounding to c and s (~1e-16):
-// a few dozen steps from an exact anchor stay far inside a FLOAT32 or half ulp.
-POSENC_HOST_DEVICE void RopeAngleStep(double cw, double sw, double* c, double* s) {
-  const double cn = *c * cw - *s * sw;
-  const double sn = *s * cw + *c * sw;
+// One step of a table walker, the one implementation of it (the CUDA RopeCache kernel per
+// frequency, the CPU backend's AngleWalker across a row of frequencies, cpu/sincos_simd.cc): the
+// unscaled cos/sin at p + 1 from those at p by angle addition with cw, sw = cos/sin of the
+// frequency (exact in double). D: double, or a vector of doubles with * and -. Each step adds
+// about one double rounding to c and s (~1e-16), and the rounding of cw, sw once more; a few
+// hundred steps from an exact anchor stay far inside a FLOAT32 or half ulp (cpu.h's AngleWalker).
+template <typename D>
+POSENC_HOST_DEVICE void RopeAngleStep(D cw, D sw, D* c, D* s) {
+  const D cn = *c * cw - *s * sw;
+  const D sn = *s * cw + *c * sw;
   *c = cn;
   *s = sn;
 }

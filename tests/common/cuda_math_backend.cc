@@ -208,7 +208,7 @@ class CudaMathHostBackend final : public Backend {
 
   absl::Status Sinusoidal(const SinusoidalPlan& plan, const ResolvedPositions& positions,
                           const TensorView& table) const override {
-    const std::vector<long double> exact = SinusoidalFrequencies(plan.params);
+    const std::vector<long double>& exact = plan.frequencies;
     const cpu::SplitFrequencies w(exact);
     const int64_t dim = plan.params.dim, nfreq = static_cast<int64_t>(exact.size());
     for (int64_t t = 0; t < positions.num_tokens; ++t) {
