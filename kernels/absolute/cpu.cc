@@ -32,6 +32,47 @@ void PlaceSinusoidal(const SinusoidalParams& params, int64_t nfreq, const T* c, 
 // Bytes of a table's rows placed before they are stored (SinusoidalT's blocks).
 constexpr int64_t kTableBlockBytes = 8192;
 
+// The rows of tokens [t0, t1) of an even-D table computed in float, walked (AngleWalker): a
+// FLOAT32 table straight into the output with plain stores, whatever its size (8192 x 1024: 0.62
+// of fill, against 0.32-0.39 for blocks streamed out; BENCHMARKS.md, branch tables), FLOAT16 /
+// BFLOAT16 into blocks of kTableBlockBytes, converted. Padding rows are zero.
+void WalkSinusoidalRows(const CpuContext& cpu, const SinusoidalPlan& plan,
+                        const SplitFrequencies& w, const ResolvedPositions& positions,
+                        const TensorView& out, int64_t t0, int64_t t1) {
+  const int64_t dim = plan.params.dim, half = dim / 2;
+  const bool interleaved = plan.params.layout == SinusoidalLayout::kInterleaved;
+  AngleWalker walker(cpu.simd, w, plan.frequencies, half);
+  // Rows of tokens [u0, u1) from `base` on (token u0's row).
+  const auto walk = [&](float* base, int64_t u0, int64_t u1) {
+    ForEachRun<false>(positions, u0, u1, [&](int64_t t, double p, int64_t m) {
+      float* row = base + (t - u0) * dim;
+      if (p < 0) {
+        std::fill(row, row + m * dim, 0.0f);
+        return;
+      }
+      TableRows rows;
+      rows.form = interleaved ? RowForm::kInterleaved : RowForm::kSplit;
+      rows.s = row;
+      rows.c = interleaved ? row : row + half;
+      rows.row_stride = dim;
+      walker.Rows(p, m, 1.0, 1.0, rows);
+    });
+  };
+  if (out.dtype == DType::kFloat32) {
+    walk(static_cast<float*>(out.data) + t0 * dim, t0, t1);
+    return;
+  }
+  const FenceStreams fence(cpu.simd);
+  const int64_t block_rows =
+      std::max<int64_t>(1, kTableBlockBytes / (dim * static_cast<int64_t>(sizeof(float))));
+  std::vector<float> block(static_cast<size_t>(block_rows * dim));
+  for (int64_t b0 = t0; b0 < t1; b0 += block_rows) {
+    const int64_t b1 = std::min(t1, b0 + block_rows);
+    walk(block.data(), b0, b1);
+    StoreRow<float>(cpu.simd, block.data(), out.data, out.dtype, b0 * dim, (b1 - b0) * dim);
+  }
+}
+
 template <typename T>
 absl::Status SinusoidalT(const CpuContext& cpu, const SinusoidalPlan& plan,
                          const ResolvedPositions& positions, const TensorView& out) {
@@ -39,60 +80,19 @@ absl::Status SinusoidalT(const CpuContext& cpu, const SinusoidalPlan& plan,
   const std::vector<long double>& exact = plan.frequencies;
   const SplitFrequencies w(exact);
   const int64_t nfreq = static_cast<int64_t>(exact.size());
-  const int64_t dim = params.dim, half = dim / 2;
+  const int64_t dim = params.dim;
   const int64_t row_bytes = dim * DTypeSize(out.dtype);
-  const int64_t total_bytes = positions.num_tokens * row_bytes;
   constexpr bool kFloat = std::is_same_v<T, float>;
   const bool f32 = kFloat && out.dtype == DType::kFloat32;
-  // FLOAT32-computed tables of an even D walk (AngleWalker) straight into their rows: FLOAT32
-  // tables into the output with plain stores, whatever their size (8192 x 1024: 0.62 of fill,
-  // against 0.32-0.39 for blocks streamed out; BENCHMARKS.md, branch tables), FLOAT16/BFLOAT16
-  // into blocks of kTableBlockBytes, converted. Odd D (and FLOAT64) place each row from its
-  // cos/sin (PlaceSinusoidal), FLOAT32 rows copied out whole (streamed when the table is large).
+  // FLOAT32-computed tables of an even D walk (WalkSinusoidalRows). Odd D (and FLOAT64) place
+  // each row from its cos/sin (PlaceSinusoidal), FLOAT32 rows copied out whole (streamed when the
+  // table is large).
   const bool rows_walk = kFloat && dim % 2 == 0;
-  const bool direct = rows_walk && f32;
-  const int64_t block_rows =
-      std::max<int64_t>(1, kTableBlockBytes / (dim * static_cast<int64_t>(sizeof(T))));
-  const CopyFn copy = OutputCopy(cpu.simd, total_bytes);
-  const bool interleaved = params.layout == SinusoidalLayout::kInterleaved;
+  const CopyFn copy = OutputCopy(cpu.simd, positions.num_tokens * row_bytes);
   return cpu.pool.ParallelFor(positions.num_tokens, Grain(dim), [&](int64_t t0, int64_t t1) {
-    if constexpr (kFloat) {
-      if (rows_walk) {
-        AngleWalker walker(cpu.simd, w, exact, half);
-        // Rows of tokens [u0, u1) from `base` on (token u0's row); padding rows are zero.
-        const auto walk = [&](float* base, int64_t u0, int64_t u1) {
-          ForEachRun<false>(positions, u0, u1, [&](int64_t t, double p, int64_t m) {
-            float* row = base + (t - u0) * dim;
-            if (p < 0) {
-              std::fill(row, row + m * dim, 0.0f);
-              return;
-            }
-            TableRows rows;
-            rows.form = interleaved ? RowForm::kInterleaved : RowForm::kSplit;
-            rows.s = row;
-            rows.c = interleaved ? row : row + half;
-            rows.row_stride = dim;
-            walker.Rows(p, m, 1.0, 1.0, rows);
-          });
-        };
-        if (direct) {
-          walk(static_cast<float*>(out.data) + t0 * dim, t0, t1);
-          return;
-        }
-        const FenceStreams fence(cpu.simd);
-        std::vector<float> block(static_cast<size_t>(block_rows * dim));
-        for (int64_t b0 = t0; b0 < t1; b0 += block_rows) {
-          const int64_t b1 = std::min(t1, b0 + block_rows);
-          walk(block.data(), b0, b1);
-          if (f32) {
-            copy(static_cast<unsigned char*>(out.data) + b0 * row_bytes, block.data(),
-                 (b1 - b0) * row_bytes);
-          } else {
-            StoreRow<float>(cpu.simd, block.data(), out.data, out.dtype, b0 * dim, (b1 - b0) * dim);
-          }
-        }
-        return;
-      }
+    if (rows_walk) {
+      WalkSinusoidalRows(cpu, plan, w, positions, out, t0, t1);
+      return;
     }
     const FenceStreams fence(cpu.simd);
     std::vector<T> c(static_cast<size_t>(nfreq + 1)), s(c.size()), row(static_cast<size_t>(dim));

@@ -16,6 +16,7 @@
 #include "kernels/common/types.h"
 #include "kernels/ops.h"
 #include "tests/common/buffers.h"
+#include "tests/common/position_specs.h"
 #include "tests/common/rope_configs.h"
 
 namespace posenc::kernels {
@@ -29,6 +30,8 @@ const Backend& Ref() {
 }
 
 using ::posenc::testing::Buffer;
+using ::posenc::testing::IdsSpec;
+using ::posenc::testing::RangeSpec;
 
 Buffer Random(DType dtype, Shape shape, uint32_t seed) {
   return ::posenc::testing::RandomBuffer(dtype, std::move(shape), seed, -2.0, 2.0);
@@ -40,21 +43,6 @@ std::vector<T> Ramp(size_t n, double step) {
   std::vector<T> out(n);
   for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(step * static_cast<double>(i));
   return out;
-}
-
-PositionSpec RangeSpec(int64_t start, int64_t count) {
-  PositionSpec s;
-  s.kind = PositionSpec::Kind::kRange;
-  s.start = start;
-  s.count = count;
-  return s;
-}
-
-PositionSpec IdsSpec(const std::vector<int64_t>& ids, Shape shape) {
-  PositionSpec s;
-  s.kind = PositionSpec::Kind::kIds;
-  s.ids = {DType::kInt64, shape, ids.data()};
-  return s;
 }
 
 // ---- dtype conversions ------------------------------------------------------------------------

@@ -21,11 +21,14 @@
 #include "kernels/rope/config.h"
 #include "kernels/rope/rope_cache.h"
 #include "tests/common/buffers.h"
+#include "tests/common/position_specs.h"
 
 namespace posenc::kernels {
 namespace {
 
 using ::posenc::testing::Buffer;
+using ::posenc::testing::IdsSpec;
+using ::posenc::testing::RangeSpec;
 
 constexpr unsigned char kFill = 0xCD;  // unwritten output reads as a value no kernel writes
 
@@ -83,21 +86,6 @@ std::vector<int64_t> RandomRuns(uint32_t seed, int runs) {
     }
   }
   return ids;
-}
-
-PositionSpec Ids(const std::vector<int64_t>& ids) {
-  PositionSpec spec;
-  spec.kind = PositionSpec::Kind::kIds;
-  spec.ids = {DType::kInt64, {static_cast<int64_t>(ids.size())}, const_cast<int64_t*>(ids.data())};
-  return spec;
-}
-
-PositionSpec Range(int64_t offset, int64_t count) {
-  PositionSpec spec;
-  spec.kind = PositionSpec::Kind::kRange;
-  spec.start = offset;
-  spec.count = count;
-  return spec;
 }
 
 const Backend& Ref() {
@@ -184,7 +172,7 @@ TEST(TableWalkTest, RopeCacheRandomRunsFarFromZero) {
       const std::vector<int64_t> ids = RandomRuns(seed++, 8);
       for (RopeCacheLayout layout :
            {RopeCacheLayout::kCompact, RopeCacheLayout::kNeox, RopeCacheLayout::kGptj}) {
-        CheckRopeCache(config, layout, Ids(ids), levels,
+        CheckRopeCache(config, layout, IdsSpec(ids), levels,
                        "RopeCache d" + std::to_string(d) + " base" + std::to_string(base));
       }
     }
@@ -196,7 +184,7 @@ TEST(TableWalkTest, RopeCacheRandomRunsFarFromZero) {
   yarn.scaling.type = RopeScalingType::kYarn;
   yarn.scaling.factor = 4;
   yarn.scaling.original_max_position_embeddings = 2048;
-  CheckRopeCache(yarn, RopeCacheLayout::kNeox, Ids(RandomRuns(seed++, 6)), levels,
+  CheckRopeCache(yarn, RopeCacheLayout::kNeox, IdsSpec(RandomRuns(seed++, 6)), levels,
                  "RopeCache yarn inverse");
 }
 
@@ -207,7 +195,7 @@ TEST(TableWalkTest, SinusoidalRandomRunsFarFromZero) {
   for (int64_t dim : {256, 64, 127, 2}) {
     for (SinusoidalLayout layout : {SinusoidalLayout::kInterleaved, SinusoidalLayout::kConcat}) {
       const std::vector<int64_t> ids = RandomRuns(seed++, 6);
-      CheckSinusoidal({dim, 10000.0, layout, std::nullopt}, Ids(ids), levels, "Sinusoidal");
+      CheckSinusoidal({dim, 10000.0, layout, std::nullopt}, IdsSpec(ids), levels, "Sinusoidal");
     }
   }
 }
@@ -227,11 +215,11 @@ TEST(TableWalkTest, LargeTablesEndingAtTheLastPosition) {
   RopeConfig config;
   config.head_dim = 128;
   const int64_t n = 32768;  // 2 x 32768 x 128 FLOAT32 = 32 MiB
-  CheckRopeCache(config, RopeCacheLayout::kNeox, Range(kMaxPosition + 1 - n, n), levels,
+  CheckRopeCache(config, RopeCacheLayout::kNeox, RangeSpec(kMaxPosition + 1 - n, n), levels,
                  "RopeCache large");
   const int64_t rows = 8192;  // 8192 x 1024 FLOAT32 = 32 MiB
   CheckSinusoidal({1024, 10000.0, SinusoidalLayout::kInterleaved, std::nullopt},
-                  Range(kMaxPosition + 1 - rows, rows), levels, "Sinusoidal large");
+                  RangeSpec(kMaxPosition + 1 - rows, rows), levels, "Sinusoidal large");
 }
 
 }  // namespace
