@@ -29,9 +29,6 @@ void PlaceSinusoidal(const SinusoidalParams& params, int64_t nfreq, const T* c, 
   }
 }
 
-// Bytes of a table's rows placed before they are stored (SinusoidalT's blocks).
-constexpr int64_t kTableBlockBytes = 8192;
-
 // The rows of tokens [t0, t1) of an even-D table computed in float, walked (AngleWalker): a
 // FLOAT32 table straight into the output with plain stores, whatever its size (8192 x 1024: 0.62
 // of fill, against 0.32-0.39 for blocks streamed out; BENCHMARKS.md, branch tables), FLOAT16 /

@@ -141,6 +141,10 @@ void SinCos(const SimdKernels& simd, const double* p, int64_t p_stride, const Sp
   }
 }
 
+// Bytes of each table's rows placed in a block before the block is stored (RopeCache's and
+// Sinusoidal's tables that are not written in place).
+inline constexpr int64_t kTableBlockBytes = 8192;
+
 // The FLOAT32-computed rows of a table (RopeCache, Sinusoidal) for runs of consecutive positions.
 // Rows(p, m, ...) writes the rows of positions p .. p+m-1: the first from an exact anchor (SinCos
 // in double, the full polynomial), each next one from the previous by angle addition in double

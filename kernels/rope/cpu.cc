@@ -62,9 +62,6 @@ TableRows CacheRows(RopeCacheLayout layout, int64_t half, int64_t width, float* 
   return rows;
 }
 
-// Bytes of each table's rows placed before they are stored (RopeCacheT).
-constexpr int64_t kTableBlockBytes = 8192;
-
 // One RopeCache row of cos and of sin in `layout` from the frequencies' values c, s (half each;
 // for COMPACT and NEOX they may already be the row's start, cr and sr): COMPACT as they are, NEOX
 // twice over, GPT-J each value twice.
