@@ -73,8 +73,9 @@ if [ "${POSENC_SANITIZERS:-0}" = 1 ]; then
   build_preset asan-ubsan
   test_preset asan-ubsan
 
-  # ThreadSanitizer: its own tree (it cannot be mixed with ASan), only the three test binaries
-  # (the tsan build preset's targets, which pull in posenc and posenc-server). Not run under TSan:
+  # ThreadSanitizer: its own tree (it cannot be mixed with ASan), only tsan_test (the tsan build
+  # preset's target: the five test files with threads, tests/CMakeLists.txt) and the libraries and
+  # posenc-server it needs. Not run under TSan:
   # the CLI tests (CliTest, CliTlsTest: the CLI has no threads of its own, so they would only
   # exercise the uninstrumented gRPC client) and the suites without threads.
   build_preset tsan

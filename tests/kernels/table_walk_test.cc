@@ -22,12 +22,14 @@
 #include "kernels/rope/rope_cache.h"
 #include "tests/common/buffers.h"
 #include "tests/common/position_specs.h"
+#include "tests/common/sanitized.h"
 
 namespace posenc::kernels {
 namespace {
 
 using ::posenc::testing::Buffer;
 using ::posenc::testing::IdsSpec;
+using ::posenc::testing::kSanitizedBuild;
 using ::posenc::testing::RangeSpec;
 
 constexpr unsigned char kFill = 0xCD;  // unwritten output reads as a value no kernel writes
@@ -169,7 +171,7 @@ TEST(TableWalkTest, RopeCacheRandomRunsFarFromZero) {
       RopeConfig config;
       config.head_dim = d;
       config.base = base;
-      const std::vector<int64_t> ids = RandomRuns(seed++, 8);
+      const std::vector<int64_t> ids = RandomRuns(seed++, kSanitizedBuild ? 3 : 8);
       for (RopeCacheLayout layout :
            {RopeCacheLayout::kCompact, RopeCacheLayout::kNeox, RopeCacheLayout::kGptj}) {
         CheckRopeCache(config, layout, IdsSpec(ids), levels,
@@ -184,8 +186,8 @@ TEST(TableWalkTest, RopeCacheRandomRunsFarFromZero) {
   yarn.scaling.type = RopeScalingType::kYarn;
   yarn.scaling.factor = 4;
   yarn.scaling.original_max_position_embeddings = 2048;
-  CheckRopeCache(yarn, RopeCacheLayout::kNeox, IdsSpec(RandomRuns(seed++, 6)), levels,
-                 "RopeCache yarn inverse");
+  CheckRopeCache(yarn, RopeCacheLayout::kNeox, IdsSpec(RandomRuns(seed++, kSanitizedBuild ? 2 : 6)),
+                 levels, "RopeCache yarn inverse");
 }
 
 TEST(TableWalkTest, SinusoidalRandomRunsFarFromZero) {
@@ -194,7 +196,7 @@ TEST(TableWalkTest, SinusoidalRandomRunsFarFromZero) {
   uint32_t seed = 29;
   for (int64_t dim : {256, 64, 127, 2}) {
     for (SinusoidalLayout layout : {SinusoidalLayout::kInterleaved, SinusoidalLayout::kConcat}) {
-      const std::vector<int64_t> ids = RandomRuns(seed++, 6);
+      const std::vector<int64_t> ids = RandomRuns(seed++, kSanitizedBuild ? 2 : 6);
       CheckSinusoidal({dim, 10000.0, layout, std::nullopt}, IdsSpec(ids), levels, "Sinusoidal");
     }
   }
@@ -202,6 +204,7 @@ TEST(TableWalkTest, SinusoidalRandomRunsFarFromZero) {
 
 // Tables of 32 MiB (the streaming size of other outputs): one long run ending at 2^31-1 (128
 // anchors per table; FLOAT16/BFLOAT16 in blocks of rows, each a continuation of the last).
+// Sanitizer builds: 4 MiB (16 anchors).
 TEST(TableWalkTest, LargeTablesEndingAtTheLastPosition) {
   std::vector<Level> levels;
   for (const char* isa : {"avx512", "avx2", "scalar"}) {
@@ -214,10 +217,10 @@ TEST(TableWalkTest, LargeTablesEndingAtTheLastPosition) {
   ASSERT_FALSE(levels.empty());
   RopeConfig config;
   config.head_dim = 128;
-  const int64_t n = 32768;  // 2 x 32768 x 128 FLOAT32 = 32 MiB
+  const int64_t n = kSanitizedBuild ? 4096 : 32768;  // 2 x 32768 x 128 FLOAT32 = 32 MiB
   CheckRopeCache(config, RopeCacheLayout::kNeox, RangeSpec(kMaxPosition + 1 - n, n), levels,
                  "RopeCache large");
-  const int64_t rows = 8192;  // 8192 x 1024 FLOAT32 = 32 MiB
+  const int64_t rows = kSanitizedBuild ? 1024 : 8192;  // 8192 x 1024 FLOAT32 = 32 MiB
   CheckSinusoidal({1024, 10000.0, SinusoidalLayout::kInterleaved, std::nullopt},
                   RangeSpec(kMaxPosition + 1 - rows, rows), levels, "Sinusoidal large");
 }
