@@ -4,7 +4,15 @@
 #include <cstdint>
 
 #if defined(__AVX2__)
+// GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_* self-initialization).
+#if defined(__clang__)
 #include <immintrin.h>
+#else
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
 #endif
 
 #include "kernels/cpu/simd_kernels.h"
@@ -112,15 +120,15 @@ void AngleRowsTiled(double* __restrict c, double* __restrict s, const double* __
         const __m256 sf1 = _mm512_cvtpd_ps(_mm512_mul_pd(s1, ssc));
         if constexpr (kForm == RowForm::kInterleaved) {
           float* row = out.s + r * out.row_stride + 2 * j;
-          _mm512_storeu_ps(row, _mm512_permutex2var_ps(_mm512_zextps256_ps512(sf0), pairs,
-                                                       _mm512_zextps256_ps512(cf0)));
-          _mm512_storeu_ps(row + 16, _mm512_permutex2var_ps(_mm512_zextps256_ps512(sf1), pairs,
-                                                            _mm512_zextps256_ps512(cf1)));
+          _mm512_storeu_ps(row, _mm512_permutex2var_ps(_mm512_castps256_ps512(sf0), pairs,
+                                                       _mm512_castps256_ps512(cf0)));
+          _mm512_storeu_ps(row + 16, _mm512_permutex2var_ps(_mm512_castps256_ps512(sf1), pairs,
+                                                            _mm512_castps256_ps512(cf1)));
         } else {
           _mm512_storeu_ps(out.c + r * out.row_stride + j,
-                           _mm512_insertf32x8(_mm512_zextps256_ps512(cf0), cf1, 1));
+                           _mm512_insertf32x8(_mm512_castps256_ps512(cf0), cf1, 1));
           _mm512_storeu_ps(out.s + r * out.row_stride + j,
-                           _mm512_insertf32x8(_mm512_zextps256_ps512(sf0), sf1, 1));
+                           _mm512_insertf32x8(_mm512_castps256_ps512(sf0), sf1, 1));
         }
         // RopeAngleStep: c' = c*cw - s*sw, s' = s*cw + c*sw.
         const __m512d cn0 = _mm512_fmsub_pd(c0, cw0, _mm512_mul_pd(s0, sw0));
