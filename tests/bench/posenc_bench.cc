@@ -281,10 +281,13 @@ BENCHMARK(BM_RopeCacheLayout)
     ->ArgsProduct({{131072}, {128}, {0, 3, 4}, {1, 2}})
     ->UseRealTime();
 
-void BM_Sinusoidal(benchmark::State& state) {
+// The INTERLEAVED layout (sin, cos of each frequency side by side); BM_SinusoidalConcat: CONCAT
+// (the sines, then the cosines).
+void SinusoidalTable(benchmark::State& state, SinusoidalLayout layout) {
   const int64_t n = state.range(0), d = state.range(1);
   const int threads = static_cast<int>(state.range(2));
   SinusoidalParams params{d};
+  params.layout = layout;
   PositionSpec spec;
   spec.kind = PositionSpec::Kind::kRange;
   spec.count = n;
@@ -299,7 +302,17 @@ void BM_Sinusoidal(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * n * d);
   state.SetBytesProcessed(state.iterations() * n * d * 4);
 }
+void BM_Sinusoidal(benchmark::State& state) {
+  SinusoidalTable(state, SinusoidalLayout::kInterleaved);
+}
+void BM_SinusoidalConcat(benchmark::State& state) {
+  SinusoidalTable(state, SinusoidalLayout::kConcat);
+}
 BENCHMARK(BM_Sinusoidal)
+    ->ArgNames({"n", "d", "threads"})
+    ->ArgsProduct({{8192}, {1024}, {1, 2}})
+    ->UseRealTime();
+BENCHMARK(BM_SinusoidalConcat)
     ->ArgNames({"n", "d", "threads"})
     ->ArgsProduct({{8192}, {1024}, {1, 2}})
     ->UseRealTime();
