@@ -3,18 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#if defined(__AVX2__)
-// GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_* self-initialization).
-#if defined(__clang__)
-#include <immintrin.h>
-#else
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
-#endif
-
+#include "kernels/cpu/immintrin.h"
 #include "kernels/cpu/simd_kernels.h"
 #include "kernels/rope/rope_math.h"
 
