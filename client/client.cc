@@ -828,6 +828,16 @@ absl::StatusOr<std::vector<SharedMemoryRegionStatus>> Client::SharedMemoryStatus
   return impl_->Unary(&Stub::SharedMemoryStatus, StatusRequest(name), call, kRegions);
 }
 
+absl::Status Client::RegisterCudaSharedMemory(const CudaSharedMemoryRegistration& region,
+                                              const CallOptions& call) const {
+  return impl_->Unary(&Stub::RegisterCudaSharedMemory, region, call, kNoFields);
+}
+
+std::future<absl::Status> Client::RegisterCudaSharedMemoryAsync(
+    const CudaSharedMemoryRegistration& region, const CallOptions& call) const {
+  return impl_->Start(&Stub::async::RegisterCudaSharedMemory, region, call, kNoFields);
+}
+
 std::future<absl::Status> Client::RegisterSharedMemoryAsync(const SharedMemoryRegistration& region,
                                                             const CallOptions& call) const {
   return impl_->Start(&Stub::async::RegisterSharedMemory, region, call, kNoFields);

@@ -528,10 +528,24 @@ absl::StatusOr<v1::RegisterSharedMemoryRequest> ToRequest(const SharedMemoryRegi
   return request;
 }
 
+absl::StatusOr<v1::RegisterCudaSharedMemoryRequest> ToRequest(
+    const CudaSharedMemoryRegistration& region) {
+  v1::RegisterCudaSharedMemoryRequest request;
+  request.set_name(region.name);
+  request.set_raw_handle(region.raw_handle);
+  request.set_device_id(region.device_id);
+  request.set_byte_size(region.byte_size);
+  return request;
+}
+
 std::vector<SharedMemoryRegionStatus> FromProto(const v1::SharedMemoryStatusResponse& response) {
   std::vector<SharedMemoryRegionStatus> out;
   for (const v1::SharedMemoryRegionStatus& r : response.regions()) {
-    out.push_back({r.name(), r.key(), r.offset(), r.byte_size(), r.broken()});
+    const SharedMemoryKind kind = r.kind() == v1::SHARED_MEMORY_KIND_CUDA
+                                      ? SharedMemoryKind::kCuda
+                                      : SharedMemoryKind::kSystem;
+    out.push_back({r.name(), r.key(), r.offset(), r.byte_size(), r.broken(), kind,
+                   kind == SharedMemoryKind::kCuda ? r.device_id() : -1});
   }
   return out;
 }

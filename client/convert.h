@@ -52,6 +52,8 @@ absl::StatusOr<v1::AlibiBiasRequest> ToRequest(const AlibiBiasOptions& options);
 absl::StatusOr<v1::RelativeBiasRequest> ToRequest(const RelativeBiasOptions& options);
 absl::StatusOr<v1::RelativeEmbeddingRequest> ToRequest(const RelativeEmbeddingOptions& options);
 absl::StatusOr<v1::RegisterSharedMemoryRequest> ToRequest(const SharedMemoryRegistration& region);
+absl::StatusOr<v1::RegisterCudaSharedMemoryRequest> ToRequest(
+    const CudaSharedMemoryRegistration& region);
 // convert_multimodal.cc
 absl::StatusOr<v1::RerotateKeysRequest> ToRequest(const RerotateKeysOptions& options);
 absl::StatusOr<v1::MultimodalPositionsRequest> ToRequest(const MultimodalPositionsOptions& options);

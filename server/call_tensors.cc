@@ -1,5 +1,6 @@
 #include "server/call_tensors.h"
 
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,7 +13,14 @@ namespace {
 thread_local CallTensors* current_tensors = nullptr;
 
 bool Overlap(const SharedMemorySpan& a, const SharedMemorySpan& b) {
-  if (a.byte_size == 0 || b.byte_size == 0) return false;
+  if (a.byte_size == 0 || b.byte_size == 0 || a.on_device() != b.on_device()) return false;
+  if (a.on_device()) {
+    // Device ranges of this process (every CUDA region is opened here): compare the addresses.
+    const auto a0 = reinterpret_cast<uintptr_t>(a.data);
+    const auto b0 = reinterpret_cast<uintptr_t>(b.data);
+    return a0 < b0 + static_cast<uintptr_t>(b.byte_size) &&
+           b0 < a0 + static_cast<uintptr_t>(a.byte_size);
+  }
   // Two spans of different regions may map the same object: compare the objects' bytes.
   const SharedMemoryRegionInfo& ra = a.region->info();
   const SharedMemoryRegionInfo& rb = b.region->info();
@@ -31,7 +39,7 @@ CallTensors* CallTensors::Current() { return current_tensors; }
 
 absl::StatusOr<SharedMemorySpan> CallTensors::Resolve(const v1::SharedMemoryRef& ref, int64_t bytes,
                                                       int64_t element_bytes,
-                                                      const std::string& field) const {
+                                                      const std::string& field, Reach reach) const {
   if (registry_ == nullptr || !registry_->options().allowed) {
     return absl::FailedPreconditionError(absl::StrCat(
         field, ": shared memory is off on this server (start it with --allow_shared_memory)"));
@@ -42,6 +50,13 @@ absl::StatusOr<SharedMemorySpan> CallTensors::Resolve(const v1::SharedMemoryRef&
   }
   POSENC_ASSIGN_OR_RETURN(SharedMemorySpan span,
                           registry_->Resolve(ref.region(), ref.offset(), ref.byte_size(), field));
+  if (span.on_device() && reach == Reach::kHost) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        field, ".region: \"", ref.region(),
+        "\" is a CUDA region, and this tensor is read or written on the host (only q, k, x and "
+        "the outputs the device computes can live in device memory); pass it inline or in a "
+        "system region"));
+  }
   if (element_bytes > 1 && reinterpret_cast<uintptr_t>(span.data) % element_bytes != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ".offset: the tensor's ", element_bytes, "-byte elements would start at an address ",
@@ -62,26 +77,39 @@ absl::Status CallTensors::CheckNoOverlap(const SharedMemorySpan& span, const std
   return absl::OkStatus();
 }
 
-absl::StatusOr<char*> CallTensors::Input(const v1::SharedMemoryRef& ref, int64_t bytes,
-                                         absl::string_view field, int64_t element_bytes) {
+absl::StatusOr<SharedBytes> CallTensors::Input(const v1::SharedMemoryRef& ref, int64_t bytes,
+                                               absl::string_view field, int64_t element_bytes,
+                                               Reach reach) {
   const std::string ref_field = absl::StrCat(field, ".shared_memory");
-  POSENC_ASSIGN_OR_RETURN(SharedMemorySpan span, Resolve(ref, bytes, element_bytes, ref_field));
+  POSENC_ASSIGN_OR_RETURN(SharedMemorySpan span,
+                          Resolve(ref, bytes, element_bytes, ref_field, reach));
   for (const Use& use : uses_) {
     if (use.written && Overlap(span, use.span)) {
       return absl::InvalidArgumentError(
           absl::StrCat(ref_field, ": the range overlaps the output ", use.field));
     }
   }
-  char* data = span.data;
+  const SharedBytes result{span.data, span.on_device()};
   uses_.push_back({std::move(span), std::string(field), false});
-  return data;
+  return result;
 }
 
-char* CallTensors::InputData(absl::string_view field) const {
+SharedBytes CallTensors::InputData(absl::string_view field) const {
   for (const Use& use : uses_) {
-    if (!use.written && use.field == field) return use.span.data;
+    if (!use.written && use.field == field) return {use.span.data, use.span.on_device()};
   }
-  return nullptr;
+  return {};
+}
+
+bool CallTensors::OnDevice() const {
+  for (const Use& use : uses_) {
+    if (use.span.on_device()) return true;
+  }
+  if (placements_ == nullptr || registry_ == nullptr) return false;
+  for (const auto& [name, ref] : *placements_) {
+    if (registry_->KindOf(ref.region()) == RegionKind::kCuda) return true;
+  }
+  return false;
 }
 
 bool CallTensors::HasPlacement(absl::string_view name) const {
@@ -89,7 +117,7 @@ bool CallTensors::HasPlacement(absl::string_view name) const {
 }
 
 bool CallTensors::InSharedMemory(absl::string_view name) const {
-  return HasPlacement(name) || InputData(name) != nullptr;
+  return HasPlacement(name) || InputData(name).data != nullptr;
 }
 
 absl::Status CallTensors::WriteInPlace(absl::string_view field) {
@@ -102,22 +130,23 @@ absl::Status CallTensors::WriteInPlace(absl::string_view field) {
   return absl::InternalError(absl::StrCat(field, ": not an input in shared memory"));
 }
 
-absl::StatusOr<char*> CallTensors::Output(absl::string_view name, int64_t bytes, v1::Tensor* out,
-                                          int64_t element_bytes) {
-  if (!HasPlacement(name)) return nullptr;
+absl::StatusOr<SharedBytes> CallTensors::Output(absl::string_view name, int64_t bytes,
+                                                v1::Tensor* out, int64_t element_bytes,
+                                                Reach reach) {
+  if (!HasPlacement(name)) return SharedBytes{};
   const v1::SharedMemoryRef& ref = placements_->at(std::string(name));
   const std::string field = absl::StrCat("output_shared_memory.", name);
-  POSENC_ASSIGN_OR_RETURN(SharedMemorySpan span, Resolve(ref, bytes, element_bytes, field));
+  POSENC_ASSIGN_OR_RETURN(SharedMemorySpan span, Resolve(ref, bytes, element_bytes, field, reach));
   // An ApplyRope input may be its own output (in place): the same bytes exactly.
-  const char* input = InputData(name);
+  const char* input = InputData(name).data;
   const bool in_place = input == span.data;
   POSENC_RETURN_IF_ERROR(CheckNoOverlap(span, field, in_place ? name : absl::string_view()));
   *out->mutable_shared_memory() = ref;
   out->clear_data();
-  char* data = span.data;
+  const SharedBytes result{span.data, span.on_device()};
   uses_.push_back({std::move(span), field, true});
   placed_.insert(std::string(name));
-  return data;
+  return result;
 }
 
 absl::Status CallTensors::Finish() const {

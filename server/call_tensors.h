@@ -10,6 +10,9 @@
 // Every range is resolved (bounds, the region intact) when used; a written range may overlap no
 // other range of the call (but the one input it rotates in place). After the compute, Finish()
 // fails the call when a region was truncated under it or a named output does not exist.
+// A range in a CUDA region is a device address: only tensors the device backend computes on
+// (Reach::kDevice: q, k, x and the outputs the backend writes) may be there; every other tensor
+// is read or written on the host and is refused there (FAILED_PRECONDITION naming the field).
 //
 // Thread-safety: one per call, used by the call's handler thread.
 #ifndef POSENC_SERVER_CALL_TENSORS_H_
@@ -31,6 +34,17 @@ namespace posenc::server {
 
 using OutputPlacements = google::protobuf::Map<std::string, v1::SharedMemoryRef>;
 
+// Where a tensor may live: host memory only (host code reads or writes it), or also device
+// memory of a CUDA region (a tensor the device backend computes on: Backend::For keeps the call
+// there, and the kernels' CheckBackendReaches refuses a host backend).
+enum class Reach { kHost, kDevice };
+
+// A tensor's bytes in shared memory: a device address when on_device.
+struct SharedBytes {
+  char* data = nullptr;
+  bool on_device = false;
+};
+
 class CallTensors {
  public:
   // `registry` may be null (no shared memory: a reference is FAILED_PRECONDITION); `placements`
@@ -41,22 +55,28 @@ class CallTensors {
   static CallTensors* Current();
 
   // An input's bytes in shared memory: `ref` must hold exactly `bytes` bytes, starting at an
-  // address aligned to its `element_bytes` (the kernels read whole elements). `field` is the
-  // tensor's wire path ("q"); errors name "<field>.shared_memory...".
-  absl::StatusOr<char*> Input(const v1::SharedMemoryRef& ref, int64_t bytes,
-                              absl::string_view field, int64_t element_bytes);
-  // Output `name`'s range when the request places it in shared memory (null when it does not):
-  // exactly `bytes` bytes, aligned to `element_bytes`, overlapping nothing else of the call. Sets
-  // `out`'s reference.
-  absl::StatusOr<char*> Output(absl::string_view name, int64_t bytes, v1::Tensor* out,
-                               int64_t element_bytes);
+  // address aligned to its `element_bytes` (the kernels read whole elements), in a CUDA region
+  // only where `reach` allows it. `field` is the tensor's wire path ("q"); errors name
+  // "<field>.shared_memory...".
+  absl::StatusOr<SharedBytes> Input(const v1::SharedMemoryRef& ref, int64_t bytes,
+                                    absl::string_view field, int64_t element_bytes, Reach reach);
+  // Output `name`'s range when the request places it in shared memory (null data when it does
+  // not): exactly `bytes` bytes, aligned to `element_bytes`, overlapping nothing else of the
+  // call, in a CUDA region only where `reach` allows it. Sets `out`'s reference.
+  absl::StatusOr<SharedBytes> Output(absl::string_view name, int64_t bytes, v1::Tensor* out,
+                                     int64_t element_bytes, Reach reach);
   // Whether the request places output `name` in shared memory.
   bool HasPlacement(absl::string_view name) const;
   // Whether output `name` lives in shared memory: placed there, or an input of that name read
   // from there (ApplyRope's q and k, rotated in place). Its bytes are not in the response.
   bool InSharedMemory(absl::string_view name) const;
-  // The shared-memory range of input `field` resolved by Input() (null when it came inline).
-  char* InputData(absl::string_view field) const;
+  // The shared-memory range of input `field` resolved by Input() (null data when it came
+  // inline).
+  SharedBytes InputData(absl::string_view field) const;
+  // Whether a tensor of the call lives in device memory: an input resolved in a CUDA region, or
+  // an output the request places in one (asked before the outputs are resolved: the call must
+  // then run on the device backend whatever its size).
+  bool OnDevice() const;
   // Input `field` (in shared memory) is about to be written in place: it may overlap no other
   // range of the call.
   absl::Status WriteInPlace(absl::string_view field);
@@ -72,7 +92,8 @@ class CallTensors {
     bool written = false;
   };
   absl::StatusOr<SharedMemorySpan> Resolve(const v1::SharedMemoryRef& ref, int64_t bytes,
-                                           int64_t element_bytes, const std::string& field) const;
+                                           int64_t element_bytes, const std::string& field,
+                                           Reach reach) const;
   // OVERLAP check of a range about to be written against every other range of the call.
   absl::Status CheckNoOverlap(const SharedMemorySpan& span, const std::string& field,
                               absl::string_view allowed_field) const;

@@ -88,7 +88,7 @@ v1::DType ToProtoDType(DType dtype) { return v1::ToWireDType(dtype); }
 // ----- tensors --------------------------------------------------------------------------------
 
 absl::StatusOr<kernels::ConstTensorView> ToConstView(const v1::Tensor& tensor, DTypeClass allowed,
-                                                     absl::string_view field) {
+                                                     absl::string_view field, Reach reach) {
   kernels::ConstTensorView view;
   POSENC_ASSIGN_OR_RETURN(view.dtype,
                           FromProtoDType(tensor.dtype(), allowed, absl::StrCat(field, ".dtype")));
@@ -127,8 +127,11 @@ absl::StatusOr<kernels::ConstTensorView> ToConstView(const v1::Tensor& tensor, D
       return absl::FailedPreconditionError(
           absl::StrCat(field, ".shared_memory: no shared memory in this context"));
     }
-    POSENC_ASSIGN_OR_RETURN(view.data, tensors->Input(tensor.shared_memory(), bytes, field,
-                                                      kernels::DTypeSize(view.dtype)));
+    POSENC_ASSIGN_OR_RETURN(const SharedBytes shared,
+                            tensors->Input(tensor.shared_memory(), bytes, field,
+                                           kernels::DTypeSize(view.dtype), reach));
+    view.data = shared.data;
+    view.on_device = shared.on_device;
     return view;
   }
   if (static_cast<int64_t>(tensor.data().size()) != bytes) {
@@ -140,8 +143,8 @@ absl::StatusOr<kernels::ConstTensorView> ToConstView(const v1::Tensor& tensor, D
   return view;
 }
 
-absl::StatusOr<kernels::TensorView> AllocateOutput(const kernels::OutputSpec& spec,
-                                                   v1::Tensor* out) {
+absl::StatusOr<kernels::TensorView> AllocateOutput(const kernels::OutputSpec& spec, v1::Tensor* out,
+                                                   Reach reach) {
   const DType dtype = spec.dtype;
   const kernels::Shape& shape = spec.shape;
   out->set_dtype(ToProtoDType(dtype));
@@ -151,9 +154,10 @@ absl::StatusOr<kernels::TensorView> AllocateOutput(const kernels::OutputSpec& sp
   const int64_t bytes = elements * kernels::DTypeSize(dtype);
   if (CallTensors* tensors = CallTensors::Current();
       tensors != nullptr && tensors->HasPlacement(spec.name)) {
-    POSENC_ASSIGN_OR_RETURN(char* data,
-                            tensors->Output(spec.name, bytes, out, kernels::DTypeSize(dtype)));
-    return kernels::TensorView{dtype, shape, data};
+    POSENC_ASSIGN_OR_RETURN(
+        const SharedBytes shared,
+        tensors->Output(spec.name, bytes, out, kernels::DTypeSize(dtype), reach));
+    return kernels::TensorView{dtype, shape, shared.data, shared.on_device};
   }
   std::string* data = out->mutable_data();
   ResizeUninitialized(data, static_cast<size_t>(bytes));

@@ -29,6 +29,7 @@
 #include "kernels/ops.h"
 #include "posenc/v1/posenc.pb.h"
 #include "proto/posenc/v1/vocabulary.h"
+#include "server/call_tensors.h"
 
 namespace posenc::server {
 
@@ -58,17 +59,20 @@ inline constexpr int kMaxTensorRank = 8;
 // prod(shape) does not overflow and that len(data) == prod(shape) * sizeof(dtype) exactly.
 // Errors name `field`, e.g. "q: data has 100 bytes, expected 128 (FLOAT32 [2, 4, 4])". A tensor
 // with `shared_memory` set views that range of the call's shared memory instead
-// (server/call_tensors.h), which must hold exactly its bytes.
+// (server/call_tensors.h), which must hold exactly its bytes; a range in a CUDA region (a view
+// with on_device set) only where `reach` is Reach::kDevice.
 absl::StatusOr<kernels::ConstTensorView> ToConstView(const v1::Tensor& tensor, DTypeClass allowed,
-                                                     absl::string_view field);
+                                                     absl::string_view field,
+                                                     Reach reach = Reach::kHost);
 
 // Sets `out`'s dtype and shape, sizes its data to the exact byte count and returns a view onto
 // it. The caller has checked the element count and bytes against its limits first.
 // The bytes are not zero-filled (server/buffer.h): the backend overwrites every one of them.
 // An output named in the request's output_shared_memory (server/call_tensors.h) goes into that
-// range instead: `out` then carries the reference and no bytes.
-absl::StatusOr<kernels::TensorView> AllocateOutput(const kernels::OutputSpec& spec,
-                                                   v1::Tensor* out);
+// range instead: `out` then carries the reference and no bytes; a CUDA region only where
+// `reach` is Reach::kDevice.
+absl::StatusOr<kernels::TensorView> AllocateOutput(const kernels::OutputSpec& spec, v1::Tensor* out,
+                                                   Reach reach = Reach::kHost);
 
 // --- scalars and enums ----------------------------------------------------------------------
 

@@ -79,22 +79,34 @@ absl::StatusOr<kernels::TensorView> MoveToResponse(const HandlerContext& ctx, co
   out->set_dtype(in.dtype());
   *out->mutable_shape() = in.shape();
   CallTensors* tensors = CallTensors::Current();
-  char* shared_input = tensors != nullptr ? tensors->InputData(spec.name) : nullptr;
+  const SharedBytes shared_input =
+      tensors != nullptr ? tensors->InputData(spec.name) : SharedBytes{};
   if (tensors != nullptr && tensors->HasPlacement(spec.name)) {
     const auto bytes =
         static_cast<int64_t>(
             kernels::ConstTensorView{spec.dtype, spec.shape, nullptr}.NumElements()) *
         kernels::DTypeSize(spec.dtype);
-    POSENC_ASSIGN_OR_RETURN(char* data,
-                            tensors->Output(spec.name, bytes, out, kernels::DTypeSize(spec.dtype)));
-    const char* source = shared_input != nullptr ? shared_input : in.data().data();
-    if (source != data) std::memcpy(data, source, static_cast<size_t>(bytes));
-    return kernels::TensorView{spec.dtype, spec.shape, data};
+    POSENC_ASSIGN_OR_RETURN(
+        const SharedBytes placed,
+        tensors->Output(spec.name, bytes, out, kernels::DTypeSize(spec.dtype), Reach::kDevice));
+    const char* source = shared_input.data != nullptr ? shared_input.data : in.data().data();
+    if (source != placed.data) {
+      // Moving the input to its placed range is a host copy: the server copies no device memory.
+      if (placed.on_device || shared_input.on_device) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "output_shared_memory.", spec.name, ": ", spec.name,
+            " is rotated in place; with a CUDA region its output range must be the input's own "
+            "range (or leave ",
+            spec.name, " out of output_shared_memory)"));
+      }
+      std::memcpy(placed.data, source, static_cast<size_t>(bytes));
+    }
+    return kernels::TensorView{spec.dtype, spec.shape, placed.data, placed.on_device};
   }
-  if (shared_input != nullptr) {
+  if (shared_input.data != nullptr) {
     POSENC_RETURN_IF_ERROR(tensors->WriteInPlace(spec.name));
     *out->mutable_shared_memory() = in.shared_memory();
-    return kernels::TensorView{spec.dtype, spec.shape, shared_input};
+    return kernels::TensorView{spec.dtype, spec.shape, shared_input.data, shared_input.on_device};
   }
   if (ctx.consume_requests) {
     // The service owns the request object for the duration of the call and hands it over.
@@ -114,7 +126,8 @@ absl::Status PlanAndRun(const HandlerContext& ctx, Args args, absl::StatusOr<Pla
                         kernels::OutputSpec Plan::*spec, v1::Tensor* out) {
   POSENC_ASSIGN_OR_RETURN(Plan plan, plan_fn(std::move(args)));
   POSENC_ASSIGN_OR_RETURN(const kernels::Backend* backend, AdmitOutputs(ctx, {plan.*spec}));
-  POSENC_ASSIGN_OR_RETURN(const kernels::TensorView view, AllocateOutput(plan.*spec, out));
+  POSENC_ASSIGN_OR_RETURN(const kernels::TensorView view,
+                          AllocateOutput(plan.*spec, out, Reach::kDevice));
   return run_fn(*backend, plan, view);
 }
 
@@ -138,7 +151,7 @@ absl::Status AddPositionEncoding(const HandlerContext& ctx,
                                  const v1::AddPositionEncodingRequest& req,
                                  v1::AddPositionEncodingResponse* resp) {
   kernels::AddPositionEncodingArgs args;
-  POSENC_ASSIGN_OR_RETURN(args.x, ToConstView(req.x(), DTypeClass::kFloat, "x"));
+  POSENC_ASSIGN_OR_RETURN(args.x, ToConstView(req.x(), DTypeClass::kFloat, "x", Reach::kDevice));
   POSENC_RETURN_IF_ERROR(ToPositionSpec(PositionsOrNull(req.has_positions(), req.positions()),
                                         "positions", &args.positions));
   kernels::AddPositionEncodingParams& params = args.params;
@@ -191,10 +204,11 @@ absl::Status RopeCache(const HandlerContext& ctx, const v1::RopeCacheRequest& re
       plan.layout == kernels::RopeCacheLayout::kFusedCosSin ? resp->mutable_cos_sin()
       : plan.layout == kernels::RopeCacheLayout::kComplex   ? resp->mutable_freqs_cis()
                                                             : resp->mutable_cos();
-  POSENC_ASSIGN_OR_RETURN(const kernels::TensorView cos, AllocateOutput(plan.cos, cos_out));
+  POSENC_ASSIGN_OR_RETURN(const kernels::TensorView cos,
+                          AllocateOutput(plan.cos, cos_out, Reach::kDevice));
   kernels::TensorView sin;
   if (!plan.fused()) {
-    POSENC_ASSIGN_OR_RETURN(sin, AllocateOutput(plan.sin, resp->mutable_sin()));
+    POSENC_ASSIGN_OR_RETURN(sin, AllocateOutput(plan.sin, resp->mutable_sin(), Reach::kDevice));
   }
   POSENC_ASSIGN_OR_RETURN(kernels::RopeRunInfo info,
                           kernels::RunRopeCache(*backend, plan, ctx.rope_cache, cos, sin));
@@ -206,9 +220,9 @@ absl::Status RopeCache(const HandlerContext& ctx, const v1::RopeCacheRequest& re
 absl::Status ApplyRope(const HandlerContext& ctx, const v1::ApplyRopeRequest& req,
                        v1::ApplyRopeResponse* resp) {
   kernels::ApplyRopeArgs args;
-  POSENC_ASSIGN_OR_RETURN(args.q, ToConstView(req.q(), DTypeClass::kFloat, "q"));
+  POSENC_ASSIGN_OR_RETURN(args.q, ToConstView(req.q(), DTypeClass::kFloat, "q", Reach::kDevice));
   if (req.has_k()) {
-    POSENC_ASSIGN_OR_RETURN(args.k, ToConstView(req.k(), DTypeClass::kFloat, "k"));
+    POSENC_ASSIGN_OR_RETURN(args.k, ToConstView(req.k(), DTypeClass::kFloat, "k", Reach::kDevice));
   }
   RopeConfigNotes notes;
   POSENC_ASSIGN_OR_RETURN(args.config, ToRopeConfig(req.config(), &notes));
@@ -235,7 +249,7 @@ absl::Status ApplyRope(const HandlerContext& ctx, const v1::ApplyRopeRequest& re
 absl::Status RerotateKeys(const HandlerContext& ctx, const v1::RerotateKeysRequest& req,
                           v1::RerotateKeysResponse* resp) {
   kernels::RerotateKeysArgs args;
-  POSENC_ASSIGN_OR_RETURN(args.k, ToConstView(req.k(), DTypeClass::kFloat, "k"));
+  POSENC_ASSIGN_OR_RETURN(args.k, ToConstView(req.k(), DTypeClass::kFloat, "k", Reach::kDevice));
   if (req.has_delta()) {
     POSENC_ASSIGN_OR_RETURN(args.delta, ToConstView(req.delta(), DTypeClass::kInt, "delta"));
   }
@@ -362,7 +376,7 @@ absl::Status AlibiBias(const HandlerContext& ctx, const v1::AlibiBiasRequest& re
   POSENC_ASSIGN_OR_RETURN(const kernels::Backend* backend,
                           AdmitOutputs(ctx, {plan.bias, plan.slopes}));
   POSENC_ASSIGN_OR_RETURN(const kernels::TensorView bias,
-                          AllocateOutput(plan.bias, resp->mutable_bias()));
+                          AllocateOutput(plan.bias, resp->mutable_bias(), Reach::kDevice));
   POSENC_ASSIGN_OR_RETURN(const kernels::TensorView slopes,
                           AllocateOutput(plan.slopes, resp->mutable_slopes()));
   return kernels::RunAlibiBias(*backend, plan, bias, slopes);
@@ -455,7 +469,10 @@ absl::StatusOr<const kernels::Backend*> AdmitOutputs(const HandlerContext& ctx,
                                                      std::initializer_list<PlannedOutput> outputs,
                                                      int64_t scratch_bytes) {
   POSENC_ASSIGN_OR_RETURN(const int64_t bytes, CheckOutputBytes(ctx.limits, outputs));
-  const kernels::Backend& backend = ctx.backend->For(bytes);
+  // A call with tensors in device memory (CUDA regions) stays on the device backend.
+  const CallTensors* tensors = CallTensors::Current();
+  const kernels::Backend& backend =
+      ctx.backend->For(bytes, tensors != nullptr && tensors->OnDevice());
   if (&backend != ctx.backend && ctx.on_backend_unusable) {
     if (absl::Status usable = ctx.backend->Usable(); !usable.ok()) ctx.on_backend_unusable(usable);
   }
@@ -554,18 +571,39 @@ absl::Status RegisterSharedMemory(const HandlerContext& ctx,
   return registry->Register(req.name(), req.key(), req.offset(), req.byte_size());
 }
 
+absl::Status RegisterCudaSharedMemory(const HandlerContext& ctx,
+                                      const v1::RegisterCudaSharedMemoryRequest& req,
+                                      v1::RegisterCudaSharedMemoryResponse* /*resp*/) {
+  POSENC_ASSIGN_OR_RETURN(SharedMemoryRegistry * registry, Registry(ctx));
+  const int compute_device = ctx.backend->reads_device_memory() ? ctx.cuda_device : -1;
+  return registry->RegisterCuda(req.name(), req.raw_handle(), req.device_id(), req.byte_size(),
+                                compute_device);
+}
+
+// A request's kind filter (UNSPECIFIED: every kind).
+absl::StatusOr<std::optional<RegionKind>> ToRegionKind(v1::SharedMemoryKind kind) {
+  switch (kind) {
+    case v1::SHARED_MEMORY_KIND_UNSPECIFIED: return std::optional<RegionKind>();
+    case v1::SHARED_MEMORY_KIND_SYSTEM: return std::optional<RegionKind>(RegionKind::kSystem);
+    case v1::SHARED_MEMORY_KIND_CUDA: return std::optional<RegionKind>(RegionKind::kCuda);
+    default: return UnknownEnumError(kind, v1::SharedMemoryKind_descriptor(), "kind");
+  }
+}
+
 absl::Status UnregisterSharedMemory(const HandlerContext& ctx,
                                     const v1::UnregisterSharedMemoryRequest& req,
                                     v1::UnregisterSharedMemoryResponse* /*resp*/) {
   POSENC_ASSIGN_OR_RETURN(SharedMemoryRegistry * registry, Registry(ctx));
-  return registry->Unregister(req.name());
+  POSENC_ASSIGN_OR_RETURN(const std::optional<RegionKind> kind, ToRegionKind(req.kind()));
+  return registry->Unregister(req.name(), kind);
 }
 
 absl::Status SharedMemoryStatus(const HandlerContext& ctx, const v1::SharedMemoryStatusRequest& req,
                                 v1::SharedMemoryStatusResponse* resp) {
   POSENC_ASSIGN_OR_RETURN(SharedMemoryRegistry * registry, Registry(ctx));
+  POSENC_ASSIGN_OR_RETURN(const std::optional<RegionKind> kind, ToRegionKind(req.kind()));
   POSENC_ASSIGN_OR_RETURN(const std::vector<SharedMemoryRegionInfo> regions,
-                          registry->Status(req.name()));
+                          registry->Status(req.name(), kind));
   for (const SharedMemoryRegionInfo& info : regions) {
     v1::SharedMemoryRegionStatus* out = resp->add_regions();
     out->set_name(info.name);
@@ -573,6 +611,9 @@ absl::Status SharedMemoryStatus(const HandlerContext& ctx, const v1::SharedMemor
     out->set_offset(info.offset);
     out->set_byte_size(info.byte_size);
     out->set_broken(info.broken);
+    out->set_kind(info.kind == RegionKind::kCuda ? v1::SHARED_MEMORY_KIND_CUDA
+                                                 : v1::SHARED_MEMORY_KIND_SYSTEM);
+    out->set_device_id(info.device);
   }
   return absl::OkStatus();
 }

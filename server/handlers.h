@@ -118,7 +118,8 @@ absl::StatusOr<const kernels::Backend*> AdmitOutputs(const HandlerContext& ctx,
   X(RerotateKeys)              \
   X(MultimodalPositions)       \
   X(VisionPositions)            \
-  X(AnalyzeEncoding)
+  X(AnalyzeEncoding)           \
+  X(RegisterCudaSharedMemory)
 // clang-format on
 
 // One handler per RPC:

@@ -39,6 +39,7 @@ grpc::Status DescribeServer(const HandlerContext& ctx, inference::ServerMetadata
   resp->set_version(POSENC_VERSION);
   if (ctx.shared_memory != nullptr && ctx.shared_memory->options().allowed) {
     resp->add_extensions("system_shared_memory");
+    if (ctx.backend->reads_device_memory()) resp->add_extensions("cuda_shared_memory");
   }
   return grpc::Status::OK;
 }
@@ -81,6 +82,7 @@ grpc::Status RegionStatus(const HandlerContext& ctx,
                           inference::SystemSharedMemoryStatusResponse* resp) {
   v1::SharedMemoryStatusRequest posenc;
   posenc.set_name(req.name());
+  posenc.set_kind(v1::SHARED_MEMORY_KIND_SYSTEM);
   v1::SharedMemoryStatusResponse regions;
   if (grpc::Status s = HandleSharedMemoryStatus(ctx, posenc, &regions); !s.ok()) return s;
   for (const v1::SharedMemoryRegionStatus& region : regions.regions()) {
@@ -97,6 +99,47 @@ grpc::Status UnregisterRegion(const HandlerContext& ctx,
                               const inference::SystemSharedMemoryUnregisterRequest& req) {
   v1::UnregisterSharedMemoryRequest posenc;
   posenc.set_name(req.name());
+  posenc.set_kind(v1::SHARED_MEMORY_KIND_SYSTEM);
+  v1::UnregisterSharedMemoryResponse unused;
+  return HandleUnregisterSharedMemory(ctx, posenc, &unused);
+}
+
+// Triton's CUDA shared-memory RPCs: the same registry, CUDA regions only.
+grpc::Status RegisterCudaRegion(const HandlerContext& ctx,
+                                const inference::CudaSharedMemoryRegisterRequest& req) {
+  v1::RegisterCudaSharedMemoryRequest posenc;
+  posenc.set_name(req.name());
+  posenc.set_raw_handle(req.raw_handle());
+  posenc.set_device_id(req.device_id());
+  absl::StatusOr<int64_t> byte_size = SignedBytes(req.byte_size(), "byte_size");
+  if (!byte_size.ok()) return ToGrpcStatus(byte_size.status());
+  posenc.set_byte_size(*byte_size);
+  v1::RegisterCudaSharedMemoryResponse unused;
+  return HandleRegisterCudaSharedMemory(ctx, posenc, &unused);
+}
+
+grpc::Status CudaRegionStatus(const HandlerContext& ctx,
+                              const inference::CudaSharedMemoryStatusRequest& req,
+                              inference::CudaSharedMemoryStatusResponse* resp) {
+  v1::SharedMemoryStatusRequest posenc;
+  posenc.set_name(req.name());
+  posenc.set_kind(v1::SHARED_MEMORY_KIND_CUDA);
+  v1::SharedMemoryStatusResponse regions;
+  if (grpc::Status s = HandleSharedMemoryStatus(ctx, posenc, &regions); !s.ok()) return s;
+  for (const v1::SharedMemoryRegionStatus& region : regions.regions()) {
+    auto& out = (*resp->mutable_regions())[region.name()];
+    out.set_name(region.name());
+    out.set_device_id(static_cast<uint64_t>(region.device_id()));
+    out.set_byte_size(static_cast<uint64_t>(region.byte_size()));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status UnregisterCudaRegion(const HandlerContext& ctx,
+                                  const inference::CudaSharedMemoryUnregisterRequest& req) {
+  v1::UnregisterSharedMemoryRequest posenc;
+  posenc.set_name(req.name());
+  posenc.set_kind(v1::SHARED_MEMORY_KIND_CUDA);
   v1::UnregisterSharedMemoryResponse unused;
   return HandleUnregisterSharedMemory(ctx, posenc, &unused);
 }
@@ -185,6 +228,21 @@ void InferenceService::RegisterSharedMemory() {
       8, {.name = "SystemSharedMemoryUnregister"},
       [ctx](const SystemSharedMemoryUnregisterRequest& req, SystemSharedMemoryUnregisterResponse*) {
         return UnregisterRegion(*ctx, req);
+      });
+  Register<CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse>(
+      9, {.name = "CudaSharedMemoryStatus"},
+      [ctx](const CudaSharedMemoryStatusRequest& req, CudaSharedMemoryStatusResponse* resp) {
+        return CudaRegionStatus(*ctx, req, resp);
+      });
+  Register<CudaSharedMemoryRegisterRequest, CudaSharedMemoryRegisterResponse>(
+      10, {.name = "CudaSharedMemoryRegister"},
+      [ctx](const CudaSharedMemoryRegisterRequest& req, CudaSharedMemoryRegisterResponse*) {
+        return RegisterCudaRegion(*ctx, req);
+      });
+  Register<CudaSharedMemoryUnregisterRequest, CudaSharedMemoryUnregisterResponse>(
+      11, {.name = "CudaSharedMemoryUnregister"},
+      [ctx](const CudaSharedMemoryUnregisterRequest& req, CudaSharedMemoryUnregisterResponse*) {
+        return UnregisterCudaRegion(*ctx, req);
       });
 }
 

@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -166,46 +167,57 @@ SharedMemoryRegistry::SharedMemoryRegistry(SharedMemoryOptions options) : option
 SharedMemoryRegistry::~SharedMemoryRegistry() = default;
 
 absl::Status SharedMemoryRegistry::CheckRegistration(const std::string& name,
-                                                     const std::string& key, int64_t offset,
                                                      int64_t byte_size) const {
   if (!options_.allowed) {
     return absl::FailedPreconditionError(
         "shared memory is off on this server (start it with --allow_shared_memory)");
   }
   POSENC_RETURN_IF_ERROR(CheckName(name));
-  POSENC_RETURN_IF_ERROR(CheckKey(key));
-  if (offset < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("offset: expected >= 0, got ", offset));
-  }
   if (byte_size <= 0 || byte_size > options_.max_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("byte_size: expected 1 .. --max_shared_memory_bytes=", options_.max_bytes,
                      ", got ", byte_size));
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (regions_.count(name) != 0) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("name: a region named \"", name, "\" is registered already"));
-    }
-    if (static_cast<int64_t>(regions_.size()) >= options_.max_regions) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "name: ", regions_.size(), " regions are registered, --max_shared_memory_regions=",
-          options_.max_regions, "; unregister one first"));
-    }
-    if (bytes_ + byte_size > options_.max_bytes) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("byte_size: ", byte_size, " bytes more than the ", bytes_,
-                       " registered would exceed --max_shared_memory_bytes=", options_.max_bytes));
-    }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (regions_.count(name) != 0) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("name: a region named \"", name, "\" is registered already"));
   }
+  if (static_cast<int64_t>(regions_.size()) >= options_.max_regions) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "name: ", regions_.size(), " regions are registered, --max_shared_memory_regions=",
+        options_.max_regions, "; unregister one first"));
+  }
+  if (bytes_ + byte_size > options_.max_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("byte_size: ", byte_size, " bytes more than the ", bytes_,
+                     " registered would exceed --max_shared_memory_bytes=", options_.max_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SharedMemoryRegistry::Insert(std::shared_ptr<SharedMemoryRegion> region) {
+  const std::string& name = region->info().name;
+  const int64_t byte_size = region->info().byte_size;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (regions_.count(name) != 0) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("name: a region named \"", name, "\" is registered already"));
+  }
+  if (static_cast<int64_t>(regions_.size()) >= options_.max_regions ||
+      bytes_ + byte_size > options_.max_bytes) {
+    return absl::ResourceExhaustedError(
+        "name: the shared-memory bounds were reached while this region was opened; retry");
+  }
+  bytes_ += byte_size;
+  regions_.emplace(name, std::move(region));
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> SharedMemoryRegistry::MapRegion(
     const std::string& name, const std::string& key, int64_t offset, int64_t byte_size) {
   auto region = std::shared_ptr<SharedMemoryRegion>(new SharedMemoryRegion());
-  region->info_ = {name, key, offset, byte_size, false};
+  region->info_ = {name, key, offset, byte_size, false, RegionKind::kSystem, -1};
   region->fd_ = shm_open(key.c_str(), O_RDWR | O_CLOEXEC, 0);
   if (region->fd_ < 0) {
     const int error = errno;
@@ -244,60 +256,104 @@ absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> SharedMemoryRegistry::MapReg
 
 absl::Status SharedMemoryRegistry::Register(const std::string& name, const std::string& key,
                                             int64_t offset, int64_t byte_size) {
-  POSENC_RETURN_IF_ERROR(CheckRegistration(name, key, offset, byte_size));
+  POSENC_RETURN_IF_ERROR(CheckRegistration(name, byte_size));
+  POSENC_RETURN_IF_ERROR(CheckKey(key));
+  if (offset < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("offset: expected >= 0, got ", offset));
+  }
   POSENC_ASSIGN_OR_RETURN(std::shared_ptr<SharedMemoryRegion> region,
                           MapRegion(name, key, offset, byte_size));
-  std::lock_guard<std::mutex> lock(mu_);
-  // Checked again: another registration may have raced this one while it mapped.
-  if (regions_.count(name) != 0) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("name: a region named \"", name, "\" is registered already"));
-  }
-  if (static_cast<int64_t>(regions_.size()) >= options_.max_regions ||
-      bytes_ + byte_size > options_.max_bytes) {
-    return absl::ResourceExhaustedError(
-        "name: the shared-memory bounds were reached while this region was mapped; retry");
-  }
-  bytes_ += byte_size;
-  regions_.emplace(name, std::move(region));
-  return absl::OkStatus();
+  return Insert(std::move(region));
 }
 
-absl::Status SharedMemoryRegistry::Unregister(const std::string& name) {
-  std::map<std::string, std::shared_ptr<SharedMemoryRegion>> released;
+absl::Status SharedMemoryRegistry::RegisterCuda(const std::string& name,
+                                                absl::string_view raw_handle, int64_t device_id,
+                                                int64_t byte_size, int compute_device) {
+  POSENC_RETURN_IF_ERROR(CheckRegistration(name, byte_size));
+  if (device_id < 0 || device_id > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device_id: expected a CUDA device index >= 0, got ", device_id));
+  }
+  const int device = static_cast<int>(device_id);
+  POSENC_RETURN_IF_ERROR(kernels::CheckCudaIpcArgs(raw_handle, device, 0, byte_size));
+  if (compute_device < 0) {
+    return absl::FailedPreconditionError(
+        "raw_handle: CUDA shared memory needs a server that computes on a CUDA device (start it "
+        "with --backend=cuda); this one computes on the host");
+  }
+  if (device != compute_device) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("device_id: this server computes on CUDA device ", compute_device, ", got ",
+                     device, " (start a server on that device: --cuda_device=", device, ")"));
+  }
+  POSENC_ASSIGN_OR_RETURN(std::unique_ptr<kernels::CudaIpcRegion> opened,
+                          kernels::OpenCudaIpcRegion(raw_handle, device, 0, byte_size));
+  auto region = std::shared_ptr<SharedMemoryRegion>(new SharedMemoryRegion());
+  region->info_ = {name, "", 0, byte_size, false, RegionKind::kCuda, device};
+  region->cuda_ = std::move(opened);
+  return Insert(std::move(region));
+}
+
+namespace {
+
+std::string KindWord(std::optional<RegionKind> kind) {
+  if (!kind) return "";
+  return *kind == RegionKind::kCuda ? "CUDA " : "system ";
+}
+
+}  // namespace
+
+absl::Status SharedMemoryRegistry::Unregister(const std::string& name,
+                                              std::optional<RegionKind> kind) {
+  std::vector<std::shared_ptr<SharedMemoryRegion>> released;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (name.empty()) {
-      released.swap(regions_);
-      bytes_ = 0;
+      for (auto it = regions_.begin(); it != regions_.end();) {
+        if (kind && it->second->info().kind != *kind) {
+          ++it;
+          continue;
+        }
+        bytes_ -= it->second->info().byte_size;
+        released.push_back(std::move(it->second));
+        it = regions_.erase(it);
+      }
     } else {
       auto it = regions_.find(name);
-      if (it == regions_.end()) {
-        return absl::NotFoundError(
-            absl::StrCat("name: no region named \"", kernels::Abbreviate(name), "\""));
+      if (it == regions_.end() || (kind && it->second->info().kind != *kind)) {
+        return absl::NotFoundError(absl::StrCat("name: no ", KindWord(kind), "region named \"",
+                                                kernels::Abbreviate(name), "\""));
       }
       bytes_ -= it->second->info().byte_size;
-      released.emplace(name, std::move(it->second));
+      released.push_back(std::move(it->second));
       regions_.erase(it);
     }
   }
-  return absl::OkStatus();  // `released` unmaps here, or when the last call using it ends
+  return absl::OkStatus();  // `released` unmaps (closes) here, or when the last call using it ends
 }
 
 absl::StatusOr<std::vector<SharedMemoryRegionInfo>> SharedMemoryRegistry::Status(
-    const std::string& name) const {
+    const std::string& name, std::optional<RegionKind> kind) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<SharedMemoryRegionInfo> out;
   for (const auto& [region_name, region] : regions_) {
     if (!name.empty() && region_name != name) continue;
+    if (kind && region->info().kind != *kind) continue;
     out.push_back(region->info());
     out.back().broken = region->broken();
   }
   if (!name.empty() && out.empty()) {
-    return absl::NotFoundError(
-        absl::StrCat("name: no region named \"", kernels::Abbreviate(name), "\""));
+    return absl::NotFoundError(absl::StrCat("name: no ", KindWord(kind), "region named \"",
+                                            kernels::Abbreviate(name), "\""));
   }
   return out;
+}
+
+std::optional<RegionKind> SharedMemoryRegistry::KindOf(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = regions_.find(name);
+  if (it == regions_.end()) return std::nullopt;
+  return it->second->info().kind;
 }
 
 absl::StatusOr<SharedMemorySpan> SharedMemoryRegistry::Resolve(const std::string& name,
@@ -325,6 +381,7 @@ absl::StatusOr<SharedMemorySpan> SharedMemoryRegistry::Resolve(const std::string
         field, ".region: region \"", info.name,
         "\" was truncated by its owner while in use; unregister and register it again"));
   }
+  if (region->on_device()) return SharedMemorySpan{region, region->data() + offset, byte_size};
   struct stat st {};
   if (fstat(region->fd_, &st) != 0 || st.st_size < info.offset + info.byte_size) {
     return absl::FailedPreconditionError(

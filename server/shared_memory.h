@@ -22,6 +22,14 @@
 // - Mappings are populated at registration (MAP_POPULATE): a call on a registered region does
 //   not page-fault its way through the caller's memory.
 //
+// CUDA regions (Triton's CUDA shared-memory semantics; ARCHITECTURE.md "GPU callers"): device
+// memory another process exported (cudaIpcGetMemHandle), opened with kernels/cuda/ipc.h and
+// registered in the same registry, under the same bounds and names; only on a server whose
+// backend computes on that device. Their spans are device addresses (SharedMemorySpan::on_device):
+// only the cuda backend reads them. The exporter keeps the allocation alive while registered (as
+// in Triton, CUDA has no guard like the SIGBUS one); the handle is closed after the last call
+// using the region.
+//
 // Thread-safety: thread-safe.
 #ifndef POSENC_SERVER_SHARED_MEMORY_H_
 #define POSENC_SERVER_SHARED_MEMORY_H_
@@ -31,12 +39,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kernels/cuda/ipc.h"
 
 namespace posenc::server {
 
@@ -46,13 +56,17 @@ struct SharedMemoryOptions {
   int64_t max_bytes = int64_t{64} << 30;  // --max_shared_memory_bytes: the sum of byte_size
 };
 
+enum class RegionKind { kSystem, kCuda };
+
 // What a registration says, as SharedMemoryStatus reports it.
 struct SharedMemoryRegionInfo {
   std::string name;
-  std::string key;
+  std::string key;  // system regions: the shm_open name; "" for CUDA regions
   int64_t offset = 0;
   int64_t byte_size = 0;
   bool broken = false;  // truncated while in use: unregister it
+  RegionKind kind = RegionKind::kSystem;
+  int device = -1;  // CUDA regions: the device
 };
 
 // One registered mapping. Shared by the registry and the calls using it.
@@ -64,8 +78,12 @@ class SharedMemoryRegion {
 
   const SharedMemoryRegionInfo& info() const { return info_; }
   bool broken() const { return broken_.load(std::memory_order_acquire); }
-  // The registered range's first byte.
-  char* data() const { return base_ + (info_.offset - map_offset_); }
+  // The registered range's first byte: a device address for a CUDA region.
+  char* data() const {
+    return cuda_ != nullptr ? static_cast<char*>(cuda_->data())
+                            : base_ + (info_.offset - map_offset_);
+  }
+  bool on_device() const { return cuda_ != nullptr; }
 
  private:
   friend class SharedMemoryRegistry;
@@ -79,6 +97,7 @@ class SharedMemoryRegion {
   size_t map_bytes_ = 0;
   int guard_slot_ = -1;
   std::atomic<bool> broken_{false};
+  std::unique_ptr<kernels::CudaIpcRegion> cuda_;  // a CUDA region: the opened handle
 };
 
 // A tensor's bytes in a region, held for the call: the region stays mapped while this lives.
@@ -86,6 +105,7 @@ struct SharedMemorySpan {
   std::shared_ptr<SharedMemoryRegion> region;
   char* data = nullptr;
   int64_t byte_size = 0;
+  bool on_device() const { return region != nullptr && region->on_device(); }
 };
 
 class SharedMemoryRegistry {
@@ -102,10 +122,22 @@ class SharedMemoryRegistry {
   // bounds. Errors name the field (name, key, offset, byte_size).
   absl::Status Register(const std::string& name, const std::string& key, int64_t offset,
                         int64_t byte_size);
-  // Unregisters `name` ("" = every region). NOT_FOUND for an unknown name.
-  absl::Status Unregister(const std::string& name);
-  // `name`'s registration ("" = all, sorted by name). NOT_FOUND for an unknown name.
-  absl::StatusOr<std::vector<SharedMemoryRegionInfo>> Status(const std::string& name) const;
+  // Opens CUDA IPC handle `raw_handle` on `device_id` ([0, byte_size) of the exporter's
+  // allocation) and registers it as `name`. `compute_device` is the device the server's backend
+  // computes on (-1: not a device backend). Errors as Register's, and: INVALID_ARGUMENT naming
+  // raw_handle / device_id / byte_size for malformed arguments or a handle CUDA refuses;
+  // FAILED_PRECONDITION when the server computes on no device or on another one.
+  absl::Status RegisterCuda(const std::string& name, absl::string_view raw_handle,
+                            int64_t device_id, int64_t byte_size, int compute_device);
+  // Unregisters `name` ("" = every region), of `kind` only when given. NOT_FOUND for an unknown
+  // name (or one of another kind).
+  absl::Status Unregister(const std::string& name, std::optional<RegionKind> kind = std::nullopt);
+  // `name`'s registration ("" = all, sorted by name), of `kind` only when given. NOT_FOUND for
+  // an unknown name (or one of another kind).
+  absl::StatusOr<std::vector<SharedMemoryRegionInfo>> Status(
+      const std::string& name, std::optional<RegionKind> kind = std::nullopt) const;
+  // The kind of region `name`, or nullopt when none is registered under it.
+  std::optional<RegionKind> KindOf(const std::string& name) const;
 
   // [offset, offset + byte_size) of region `name` for a tensor of the call. `field` is the wire
   // path of the reference ("q.shared_memory"). NOT_FOUND for an unknown region;
@@ -119,9 +151,12 @@ class SharedMemoryRegistry {
   const SharedMemoryOptions& options() const { return options_; }
 
  private:
-  // Register's checks of its arguments and of the bounds (before anything is opened).
-  absl::Status CheckRegistration(const std::string& name, const std::string& key, int64_t offset,
-                                 int64_t byte_size) const;
+  // Register's checks: shared memory allowed, the name, byte_size, and the registry's bounds
+  // (before anything is opened).
+  absl::Status CheckRegistration(const std::string& name, int64_t byte_size) const;
+  // Adds an opened region under its name, checking the name and the bounds again (another
+  // registration may have raced this one while it was opened).
+  absl::Status Insert(std::shared_ptr<SharedMemoryRegion> region);
   // The object `key` opened and [offset, offset + byte_size) of it mapped and guarded.
   static absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> MapRegion(const std::string& name,
                                                                        const std::string& key,

@@ -8,8 +8,8 @@
 #   tests/bench/device_bundle.sh BUILD_DIR OUT_DIR
 #   then, on the GPU machine:  POSENC_PREBUILT=1 BUILD_DIR=OUT_DIR/build tests/bench/run_cuda.sh
 #
-# BUILD_DIR must hold kernels_test, cuda_parity_test, cuda_bench, posenc-server and the Python
-# package (targets of run_cuda.sh). OUT_DIR is replaced.
+# BUILD_DIR must hold kernels_test, cuda_parity_test, cuda_ipc_test, cuda_ipc_exporter,
+# cuda_shm_test, cuda_bench, posenc-server and the Python package (targets of run_cuda.sh). OUT_DIR is replaced.
 #
 # POSENC_BUNDLE_PROGRAMS (paths relative to BUILD_DIR, space-separated) packs other programs
 # instead, e.g. "tests/cuda_ipc_test tests/cuda_ipc_exporter" (the CUDA IPC tests: run them with
@@ -21,7 +21,8 @@ build=$(cd "$1" && pwd)
 out=$2
 rm -rf "$out"
 mkdir -p "$out/lib" "$out/bin" "$out/build/tests"
-programs=(posenc-server cuda_bench tests/kernels_test tests/cuda_parity_test)
+programs=(posenc-server cuda_bench tests/kernels_test tests/cuda_parity_test tests/cuda_ipc_test
+  tests/cuda_ipc_exporter tests/cuda_shm_test)
 if [ -n "${POSENC_BUNDLE_PROGRAMS:-}" ]; then
   read -r -a programs <<<"$POSENC_BUNDLE_PROGRAMS"
 fi

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The CUDA backend on a GPU machine, in one go: device info, the device parity suite
 # (cuda_parity_test), the golden suite through every backend incl. cuda (kernels_test's
-# GoldenTest) and end to end through posenc-server --backend=cuda (tests/python/test_golden.py), the host-side math tests, the GPU benchmarks (cuda_bench: kernels on device data
-# beside cudaMemcpy, and end to end) and the PyTorch eager peer on the GPU when torch with CUDA
-# is importable. Exits non-zero when a test fails (benchmarks never fail the run).
+# GoldenTest) and end to end through posenc-server --backend=cuda (tests/python/test_golden.py),
+# the host-side math tests, CUDA IPC regions (cuda_ipc_test; cuda_shm_test and
+# test_cuda_shared_memory.py through the server), the GPU benchmarks (cuda_bench: kernels on
+# device data beside cudaMemcpy, and end to end) and the PyTorch eager peer on the GPU when torch
+# with CUDA is importable. Exits non-zero when a test fails (benchmarks never fail the run).
 #
 #   tests/bench/run_cuda.sh [--quick]     (BUILD_DIR env: default build/cuda-release)
 #
@@ -25,7 +27,8 @@ prebuilt=${POSENC_PREBUILT:-}
 if [ -z "$prebuilt" ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPOSENC_ENABLE_CUDA=ON \
     -DPOSENC_BUILD_BENCHMARKS=ON >/dev/null
-  cmake --build "$build" --target kernels_test cuda_parity_test cuda_bench
+  cmake --build "$build" --target kernels_test cuda_parity_test cuda_bench cuda_ipc_test \
+    cuda_ipc_exporter cuda_shm_test
 fi
 status=0
 echo "== cuda_parity_test (the cuda backend vs the reference; skips without a device)"
@@ -40,6 +43,13 @@ if [ -x "$(command -v "$py")" ] && "$py" -c 'import grpc, numpy' 2>/dev/null; th
     POSENC_GOLDEN_BACKENDS=cuda "$py" -m unittest test_golden) || status=1
 else
   echo "skipped: a python3 with grpcio and numpy is needed (POSENC_PYTHON, default Debian's)"
+fi
+echo "== CUDA IPC regions: the kernels in another process's device memory, and through the server"
+POSENC_IPC_EXPORTER="$build/tests/cuda_ipc_exporter" "$build/tests/cuda_ipc_test" || status=1
+POSENC_SERVER_PATH="$build/posenc-server" "$build/tests/cuda_shm_test" || status=1
+if [ -x "$(command -v "$py")" ] && "$py" -c 'import grpc, numpy' 2>/dev/null; then
+  (cd tests/python && PYTHONPATH="$build/python" POSENC_SERVER_PATH="$build/posenc-server" \
+    "$py" -m unittest test_cuda_shared_memory) || status=1
 fi
 echo "== cuda_bench (kernel GB/s on device data, beside cudaMemcpy; end to end with copies)"
 "$build/cuda_bench" --benchmark_min_time="$min_time" --benchmark_counters_tabular=true \

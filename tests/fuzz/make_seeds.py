@@ -365,7 +365,8 @@ INFERENCE_SEEDS = {
 # shm_fuzz: records [op][length: 2 bytes LE][body] (tests/fuzz/shm_fuzz.cc); regions "ra" (64 KiB
 # of object "a") and "rb" (12 KiB of object "b") exist at the start of every input.
 SHM_OPS = {"RegisterSharedMemory": 0, "UnregisterSharedMemory": 1, "SharedMemoryStatus": 2,
-           "ApplyRope": 3, "RopeCache": 4, "AlibiBias": 5, "Sinusoidal": 6}
+           "ApplyRope": 3, "RopeCache": 4, "AlibiBias": 5, "Sinusoidal": 6,
+           "RegisterCudaSharedMemory": 128}
 
 
 def shm_ref(region, offset, size):
@@ -402,6 +403,14 @@ SHM_SEEDS = {
         ("RegisterSharedMemory", 'name: "x" key: "no_slash" offset: 0 byte_size: 8'),
         ("RegisterSharedMemory", 'name: "y" key: "/k" offset: -1 byte_size: 8'),
         ("UnregisterSharedMemory", 'name: "nope"')],
+    "register_cuda_refused": [
+        ("RegisterCudaSharedMemory", 'name: "g" raw_handle: "%s" device_id: 0 byte_size: 4096'
+         % ("\\001" * 64)),
+        ("RegisterCudaSharedMemory", 'name: "h" raw_handle: "short" device_id: -1 byte_size: 0'),
+        ("SharedMemoryStatus", 'kind: SHARED_MEMORY_KIND_CUDA'),
+        ("SharedMemoryStatus", 'name: "ra" kind: SHARED_MEMORY_KIND_CUDA'),
+        ("UnregisterSharedMemory", 'kind: SHARED_MEMORY_KIND_CUDA'),
+        ("UnregisterSharedMemory", 'name: "rb" kind: SHARED_MEMORY_KIND_SYSTEM')],
     "truncate_under_call": [
         (7, bytes([20])),
         ("ApplyRope", "q { %s %s } config { head_dim: 8 } %s" % (

@@ -3,8 +3,10 @@
 // backend, with no network.
 //
 // Input: a sequence of records, each [op: 1 byte][length: 2 bytes, little-endian][body]:
-//   op % 8 = 0 RegisterSharedMemory, 1 UnregisterSharedMemory, 2 SharedMemoryStatus (body: the
-//   serialized request); 3 ApplyRope, 4 RopeCache, 5 AlibiBias, 6 Sinusoidal (body: the request,
+//   op % 8 = 0 RegisterSharedMemory (RegisterCudaSharedMemory when op >= 128: on this CPU backend
+//   every CUDA registration must be refused, naming its field, and count nothing),
+//   1 UnregisterSharedMemory, 2 SharedMemoryStatus (body: the serialized request, with the kind
+//   filters); 3 ApplyRope, 4 RopeCache, 5 AlibiBias, 6 Sinusoidal (body: the request,
 //   whose tensors and output_shared_memory may reference regions); 7 truncates object "b" to
 //   body[0] * 256 bytes (0: its full size), as a client shrinking its object under a call does.
 // Every input starts from the same state: objects "a" (64 KiB) and "b" (16 KiB) exist, region
@@ -112,7 +114,13 @@ void Register(Fixture* fixture, const std::string& body) {
 void Record(Fixture* fixture, uint8_t op, const std::string& body) {
   const HandlerContext& ctx = fixture->ctx;
   switch (op % 8) {
-    case 0: Register(fixture, body); break;
+    case 0:
+      if (op >= 128) {
+        Run(HandleRegisterCudaSharedMemory, ctx, body);
+      } else {
+        Register(fixture, body);
+      }
+      break;
     case 1: Run(HandleUnregisterSharedMemory, ctx, body); break;
     case 2: Run(HandleSharedMemoryStatus, ctx, body); break;
     case 3: Run(HandleApplyRope, ctx, body); break;

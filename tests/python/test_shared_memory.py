@@ -71,6 +71,20 @@ class RegionTest(unittest.TestCase):
         with self.assertRaises(posenc.FailedPreconditionError):
             shm.array(1, np.float32)
 
+    def test_cuda_regions_need_the_cuda_backend(self):
+        # A device runs the rest (tests/server/cuda_shared_memory_test.cc).
+        with self.assertRaises(posenc.FailedPreconditionError) as cm:
+            CLIENT.register_cuda_shared_memory("gpu", b"\x01" * 64, 4096)
+        self.assertEqual(cm.exception.field, "raw_handle")
+        self.assertIn("--backend=cuda", str(cm.exception))
+        with self.assertRaises(posenc.InvalidArgumentError) as cm:
+            CLIENT.register_cuda_shared_memory("gpu", b"short", 4096, device_id=0)
+        self.assertEqual(cm.exception.field, "raw_handle")
+        with posenc.SharedMemory(CLIENT, 4096, name="kinds"):
+            [status] = CLIENT.shared_memory_status("kinds")
+            self.assertEqual((status.kind, status.device_id),
+                             (posenc.SharedMemoryKind.SYSTEM, -1))
+
     def test_attach_leaves_the_object(self):
         with posenc.SharedMemory(CLIENT, 8192, name="owner") as owner:
             owner.array(4, np.float32)[...] = [1, 2, 3, 4]

@@ -643,6 +643,53 @@ TEST_F(InferenceServerTest, SharedMemoryFlowOnTheRegistryPosencShares) {
   EXPECT_EQ(gone.error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
+// Triton's CUDA shared-memory RPCs on the same registry: a host-backend server refuses the
+// registration (FAILED_PRECONDITION naming raw_handle), the CUDA status and unregister see no
+// system region, and the system ones no CUDA region (a device runs the rest:
+// tests/server/cuda_shared_memory_test.cc).
+TEST_F(InferenceServerTest, CudaSharedMemoryRpcsKeepToTheirKind) {
+  inference::CudaSharedMemoryRegisterRequest request;
+  request.set_name("gpu");
+  request.set_raw_handle(std::string(64, '\x01'));
+  request.set_device_id(0);
+  request.set_byte_size(4096);
+  inference::CudaSharedMemoryRegisterResponse response;
+  grpc::Status status =
+      Call(stub_.get(), &inference::GRPCInferenceService::Stub::CudaSharedMemoryRegister, request,
+           &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+  EXPECT_EQ(Details(status).field, "raw_handle");
+  request.set_byte_size(uint64_t{1} << 63);
+  status = Call(stub_.get(), &inference::GRPCInferenceService::Stub::CudaSharedMemoryRegister,
+                request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Details(status).field, "byte_size");
+
+  testing::ShmObject object(kObjectBytes);
+  RegisterRegion("io", object);
+  inference::CudaSharedMemoryStatusResponse cuda;
+  ASSERT_TRUE(
+      Call(stub_.get(), &inference::GRPCInferenceService::Stub::CudaSharedMemoryStatus, {}, &cuda)
+          .ok());
+  EXPECT_TRUE(cuda.regions().empty());
+  inference::CudaSharedMemoryStatusRequest one;
+  one.set_name("io");
+  EXPECT_EQ(
+      Call(stub_.get(), &inference::GRPCInferenceService::Stub::CudaSharedMemoryStatus, one, &cuda)
+          .error_code(),
+      grpc::StatusCode::NOT_FOUND);
+  inference::CudaSharedMemoryUnregisterRequest unregister_all;  // every CUDA region: none
+  inference::CudaSharedMemoryUnregisterResponse unregistered;
+  ASSERT_TRUE(Call(stub_.get(), &inference::GRPCInferenceService::Stub::CudaSharedMemoryUnregister,
+                   unregister_all, &unregistered)
+                  .ok());
+  inference::SystemSharedMemoryStatusResponse system;
+  ASSERT_TRUE(Call(stub_.get(), &inference::GRPCInferenceService::Stub::SystemSharedMemoryStatus,
+                   {}, &system)
+                  .ok());
+  EXPECT_EQ(system.regions().count("io"), 1u);
+}
+
 TEST_F(InferenceServerTest, RegisterRefusesOffsetsPastInt64) {
   inference::SystemSharedMemoryRegisterRequest request;
   request.set_name("big");

@@ -1,7 +1,7 @@
-// The real posenc-server binary (POSENC_SERVER_PATH) as a child process, for the tests that
-// signal it (drain_test.cc, scaleout_test.cc). Its stdout and stderr are collected by a reader
-// thread; the destructor kills (SIGKILL) and reaps a child that is still running. Every wait is
-// bounded.
+// The real posenc-server binary (POSENC_SERVER_PATH, the environment's first) as a child process,
+// for the tests that signal it (drain_test.cc, scaleout_test.cc). Its stdout and stderr are
+// collected by a reader thread; the destructor kills (SIGKILL) and reaps a child that is still
+// running. Every wait is bounded.
 #ifndef POSENC_TESTS_SERVER_SERVER_PROCESS_H_
 #define POSENC_TESTS_SERVER_SERVER_PROCESS_H_
 
@@ -31,7 +31,10 @@ class ServerProcess {
   explicit ServerProcess(const std::vector<std::string>& args) {
     int fds[2];
     if (pipe(fds) != 0) return;
-    std::vector<std::string> argv_storage = {POSENC_SERVER_PATH};
+    // POSENC_SERVER_PATH in the environment overrides the build's binary (a GPU machine's bundle).
+    const char* env = std::getenv("POSENC_SERVER_PATH");
+    std::vector<std::string> argv_storage = {env != nullptr && *env != '\0' ? env
+                                                                            : POSENC_SERVER_PATH};
     argv_storage.insert(argv_storage.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (std::string& a : argv_storage) argv.push_back(a.data());

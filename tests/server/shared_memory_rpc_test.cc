@@ -165,6 +165,52 @@ TEST_F(SharedMemoryRpcTest, StatusAndUnregister) {
   EXPECT_EQ(again.error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
+// CUDA regions need a server computing on that device: this one runs on the host. The status
+// says each region's kind.
+TEST_F(SharedMemoryRpcTest, CudaRegionsNeedTheCudaBackend) {
+  v1::RegisterCudaSharedMemoryRequest request;
+  request.set_name("gpu");
+  request.set_raw_handle(std::string(64, '\x01'));
+  request.set_byte_size(4096);
+  v1::RegisterCudaSharedMemoryResponse response;
+  const grpc::Status status =
+      Call(&v1::PositionEncoding::Stub::RegisterCudaSharedMemory, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+  EXPECT_NE(status.error_message().find("--backend=cuda"), std::string::npos);
+  EXPECT_EQ(client::GetErrorDetails(client::internal::FromGrpcStatus(status)).field, "raw_handle");
+  request.set_raw_handle("short");
+  EXPECT_EQ(
+      Call(&v1::PositionEncoding::Stub::RegisterCudaSharedMemory, request, &response).error_code(),
+      grpc::StatusCode::INVALID_ARGUMENT);
+
+  v1::SharedMemoryStatusResponse all;
+  ASSERT_TRUE(Call(&v1::PositionEncoding::Stub::SharedMemoryStatus, {}, &all).ok());
+  ASSERT_EQ(all.regions_size(), 1);
+  EXPECT_EQ(all.regions(0).kind(), v1::SHARED_MEMORY_KIND_SYSTEM);
+  EXPECT_EQ(all.regions(0).device_id(), -1);
+  v1::SharedMemoryStatusRequest cuda_only;
+  cuda_only.set_kind(v1::SHARED_MEMORY_KIND_CUDA);
+  v1::SharedMemoryStatusResponse none;
+  ASSERT_TRUE(Call(&v1::PositionEncoding::Stub::SharedMemoryStatus, cuda_only, &none).ok());
+  EXPECT_EQ(none.regions_size(), 0);
+  cuda_only.set_name("r");
+  EXPECT_EQ(Call(&v1::PositionEncoding::Stub::SharedMemoryStatus, cuda_only, &none).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  v1::SharedMemoryStatusRequest bad_kind;
+  bad_kind.set_kind(static_cast<v1::SharedMemoryKind>(7));
+  const grpc::Status unknown =
+      Call(&v1::PositionEncoding::Stub::SharedMemoryStatus, bad_kind, &none);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(client::GetErrorDetails(client::internal::FromGrpcStatus(unknown)).field, "kind");
+  v1::UnregisterSharedMemoryRequest unregister_cuda;
+  unregister_cuda.set_kind(v1::SHARED_MEMORY_KIND_CUDA);
+  v1::UnregisterSharedMemoryResponse done;
+  ASSERT_TRUE(
+      Call(&v1::PositionEncoding::Stub::UnregisterSharedMemory, unregister_cuda, &done).ok());
+  ASSERT_TRUE(Call(&v1::PositionEncoding::Stub::SharedMemoryStatus, {}, &all).ok());
+  EXPECT_EQ(all.regions_size(), 1);  // the system region stays
+}
+
 // Every malformed reference: the code and the field its structured details name.
 TEST_F(SharedMemoryRpcTest, MalformedReferencesNameTheirField) {
   struct Row {

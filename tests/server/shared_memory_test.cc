@@ -104,6 +104,78 @@ TEST(SharedMemoryTest, BadRegistrationsNameTheField) {
   EXPECT_EQ(registry.Register("r", object.key(), 0, 16).code(), absl::StatusCode::kAlreadyExists);
 }
 
+// CUDA regions (RegisterCuda): every argument is checked before anything is opened, and a
+// server that computes on no device (or another one) refuses them; these rows need no GPU (a
+// device opens handles in tests/server/cuda_shared_memory_test.cc).
+TEST(SharedMemoryTest, BadCudaRegistrationsNameTheField) {
+  SharedMemoryRegistry registry(Allowed());
+  const std::string handle(64, '\x11');
+  struct Case {
+    std::string what, name, handle;
+    int64_t device, size;
+    int compute_device;
+    absl::StatusCode code;
+    std::string field;
+  };
+  const Case cases[] = {
+      {"no name", "", handle, 0, 16, 0, absl::StatusCode::kInvalidArgument, "name"},
+      {"short handle", "g", handle.substr(0, 63), 0, 16, 0, absl::StatusCode::kInvalidArgument,
+       "raw_handle"},
+      {"long handle", "g", handle + "x", 0, 16, 0, absl::StatusCode::kInvalidArgument,
+       "raw_handle"},
+      {"negative device", "g", handle, -1, 16, 0, absl::StatusCode::kInvalidArgument, "device_id"},
+      {"device past int", "g", handle, int64_t{1} << 40, 16, 0, absl::StatusCode::kInvalidArgument,
+       "device_id"},
+      {"no bytes", "g", handle, 0, 0, 0, absl::StatusCode::kInvalidArgument, "byte_size"},
+      {"over the bytes bound", "g", handle, 0, int64_t{1} << 40, 0,
+       absl::StatusCode::kInvalidArgument, "byte_size"},
+      {"host backend", "g", handle, 0, 16, -1, absl::StatusCode::kFailedPrecondition, "raw_handle"},
+      {"another device", "g", handle, 1, 16, 0, absl::StatusCode::kFailedPrecondition, "device_id"},
+  };
+  for (const Case& c : cases) {
+    const absl::Status s =
+        registry.RegisterCuda(c.name, c.handle, c.device, c.size, c.compute_device);
+    EXPECT_EQ(s.code(), c.code) << c.what << ": " << s;
+    EXPECT_EQ(s.message().substr(0, c.field.size() + 1), c.field + ":") << c.what << ": " << s;
+  }
+  const absl::Status host = registry.RegisterCuda("g", handle, 0, 16, -1);
+  EXPECT_NE(host.message().find("--backend=cuda"), std::string::npos) << host;
+  // The right device: the handle is opened, which without CUDA in the build or a device is
+  // FAILED_PRECONDITION, and on a device (this handle is no export) INVALID_ARGUMENT.
+  const absl::Status opened = registry.RegisterCuda("g", handle, 0, 16, 0);
+  EXPECT_TRUE(opened.code() == absl::StatusCode::kFailedPrecondition ||
+              opened.code() == absl::StatusCode::kInvalidArgument)
+      << opened;
+  EXPECT_EQ(registry.region_count(), 0);
+  SharedMemoryRegistry off({});
+  EXPECT_EQ(off.RegisterCuda("g", handle, 0, 16, 0).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(SharedMemoryTest, KindFiltersOfStatusAndUnregister) {
+  SharedMemoryRegistry registry(Allowed());
+  ShmObject object(4096);
+  ASSERT_TRUE(registry.Register("r", object.key(), 0, 4096).ok());
+  EXPECT_EQ(registry.KindOf("r"), RegionKind::kSystem);
+  EXPECT_EQ(registry.KindOf("none"), std::nullopt);
+  auto cuda = registry.Status("", RegionKind::kCuda);
+  ASSERT_TRUE(cuda.ok());
+  EXPECT_TRUE(cuda->empty());
+  const absl::Status wrong_kind = registry.Status("r", RegionKind::kCuda).status();
+  EXPECT_EQ(wrong_kind.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(wrong_kind.message().find("no CUDA region named"), std::string::npos) << wrong_kind;
+  auto system = registry.Status("r", RegionKind::kSystem);
+  ASSERT_TRUE(system.ok());
+  ASSERT_EQ(system->size(), 1u);
+  EXPECT_EQ((*system)[0].kind, RegionKind::kSystem);
+  EXPECT_EQ((*system)[0].device, -1);
+  EXPECT_EQ(registry.Unregister("r", RegionKind::kCuda).code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(registry.Unregister("", RegionKind::kCuda).ok());  // no CUDA region: nothing goes
+  EXPECT_EQ(registry.region_count(), 1);
+  EXPECT_TRUE(registry.Unregister("", RegionKind::kSystem).ok());
+  EXPECT_EQ(registry.region_count(), 0);
+  EXPECT_EQ(registry.registered_bytes(), 0);
+}
+
 TEST(SharedMemoryTest, BoundsOnRegionsAndBytes) {
   SharedMemoryRegistry registry(Allowed());
   ShmObject object(1 << 20);

@@ -82,6 +82,7 @@ TEST(VocabularyTest, EveryEnumRoundTrips) {
   ExpectRoundTrip<BiasForm>();
   ExpectRoundTrip<MultimodalFamily>();
   ExpectRoundTrip<VisionTower>();
+  ExpectRoundTrip<SharedMemoryKind>();
 }
 
 // The kernels' own names (used in the kernels' messages, which cannot link protobuf) are the

@@ -554,13 +554,30 @@ struct SharedMemoryRegistration {
   int64_t byte_size = 0;
 };
 
+// GPU callers: [0, byte_size) of device memory another process of this machine allocated and
+// exported (cudaIpcGetMemHandle: `raw_handle` is its 64 bytes) on CUDA device `device_id`,
+// registered under `name`. The server must run --backend=cuda on that device and with
+// --allow_shared_memory; references (SharedMemoryRef) name it as they name a system region, for
+// the tensors the device computes on (q, k, x and the outputs the backend writes). The exporting
+// process keeps the allocation alive until it unregisters the region.
+struct CudaSharedMemoryRegistration {
+  std::string name;
+  std::string raw_handle;
+  int64_t device_id = 0;
+  int64_t byte_size = 0;
+};
+
+enum class SharedMemoryKind { kSystem, kCuda };
+
 // SharedMemoryStatus: one registered region.
 struct SharedMemoryRegionStatus {
   std::string name;
-  std::string key;
+  std::string key;  // "" for a CUDA region
   int64_t offset = 0;
   int64_t byte_size = 0;
   bool broken = false;  // truncated by its owner while in use: unregister it
+  SharedMemoryKind kind = SharedMemoryKind::kSystem;
+  int64_t device_id = -1;  // a CUDA region's device
 };
 
 // grpc.health.v1.HealthCheckResponse.ServingStatus.
@@ -843,6 +860,13 @@ class Client {
   absl::Status RegisterSharedMemory(const SharedMemoryRegistration& region,
                                     const CallOptions& call = {}) const;
   absl::Status UnregisterSharedMemory(const std::string& name, const CallOptions& call = {}) const;
+  // RegisterCudaSharedMemory: as RegisterSharedMemory, for device memory (CUDA IPC);
+  // FAILED_PRECONDITION when the server does not compute on that device (--backend=cuda,
+  // --cuda_device), INVALID_ARGUMENT naming raw_handle for a handle CUDA refuses.
+  absl::Status RegisterCudaSharedMemory(const CudaSharedMemoryRegistration& region,
+                                        const CallOptions& call = {}) const;
+  std::future<absl::Status> RegisterCudaSharedMemoryAsync(
+      const CudaSharedMemoryRegistration& region, const CallOptions& call = {}) const;
   absl::StatusOr<std::vector<SharedMemoryRegionStatus>> SharedMemoryStatus(
       const std::string& name = "", const CallOptions& call = {}) const;
   std::future<absl::Status> RegisterSharedMemoryAsync(const SharedMemoryRegistration& region,

@@ -21,7 +21,7 @@ built from its descriptors.
 
 from ._enums import (AlibiMode, AnalysisProperty, BiasForm, Combine, DType, FreqScheme, FutureMode,
                      HealthStatus, MropeLayout, MultimodalFamily, RopeCacheLayout, RopeScalingType,
-                     RopeStyle, SinusoidalLayout, TensorLayout, VisionTower)
+                     RopeStyle, SharedMemoryKind, SinusoidalLayout, TensorLayout, VisionTower)
 from ._errors import (DOMAIN, AbortedError, AlreadyExistsError, CancelledError, DataLossError,
                       DeadlineExceededError, FailedPreconditionError, FieldViolation,
                       InternalError, InvalidArgumentError, NotFoundError, OutOfRangeError,
@@ -58,7 +58,7 @@ __all__ = [
     # enums (from posenc.proto's descriptors)
     "DType", "SinusoidalLayout", "FreqScheme", "Combine", "RopeStyle", "RopeScalingType",
     "MropeLayout", "RopeCacheLayout", "TensorLayout", "AlibiMode", "FutureMode", "BiasForm",
-    "MultimodalFamily", "VisionTower", "HealthStatus", "AnalysisProperty",
+    "MultimodalFamily", "VisionTower", "HealthStatus", "AnalysisProperty", "SharedMemoryKind",
     # the process's allocator for large tensors
     "retain_freed_memory", "release_freed_memory", "DEFAULT_RETAIN_FREED_MEMORY",
     # tensors

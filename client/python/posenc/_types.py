@@ -19,7 +19,7 @@ from typing import (Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Se
 import numpy as np
 
 from ._enums import (DType, FreqScheme, MropeLayout, MultimodalFamily, RopeScalingType,
-                     RopeStyle, SinusoidalLayout, VisionTower)
+                     RopeStyle, SharedMemoryKind, SinusoidalLayout, VisionTower)
 from ._errors import local_error
 from ._naming import enum_prefix
 from ._protos import posenc_pb2
@@ -108,10 +108,12 @@ class SharedMemoryRegionStatus:
     """A registered region (``posenc.v1.SharedMemoryRegionStatus``)."""
 
     name: str = ""
-    key: str = ""  # the POSIX shared-memory object ("/name")
+    key: str = ""  # the POSIX shared-memory object ("/name"); "" for a CUDA region
     offset: int = 0
     byte_size: int = 0
     broken: bool = False  # truncated by its owner while in use: unregister it
+    kind: Union[SharedMemoryKind, int] = SharedMemoryKind.SYSTEM  # SYSTEM or CUDA
+    device_id: int = -1  # a CUDA region's device
 
 
 # ---------------------------------------------------------------------------------------------

@@ -862,6 +862,23 @@ class Client:
                                                  byte_size=int(byte_size))
         self._send("RegisterSharedMemory", request, timeout)
 
+    def register_cuda_shared_memory(self, name: str, raw_handle: bytes, byte_size: int, *,
+                                    device_id: int = 0, timeout: Optional[float] = None) -> None:
+        """Registers ``[0, byte_size)`` of device memory another process allocated on CUDA
+        device ``device_id`` and exported, ``raw_handle`` being its 64-byte
+        ``cudaIpcMemHandle_t`` (``cudaIpcGetMemHandle``; e.g. cupy's
+        ``cupy.cuda.runtime.ipcGetMemHandle(ptr)``), under ``name`` (RegisterCudaSharedMemory).
+        References (:class:`SharedMemoryRef`) then name it as they name a system region, for the
+        tensors the device computes on: q and k rotated in place, x, and the outputs the
+        backend writes. The server must run ``--backend=cuda`` on that device with
+        ``--allow_shared_memory`` (FailedPreconditionError otherwise); InvalidArgumentError
+        naming raw_handle for a handle CUDA refuses. The exporting process keeps the allocation
+        alive until the region is unregistered."""
+        request = pb.RegisterCudaSharedMemoryRequest(name=name, raw_handle=bytes(raw_handle),
+                                                     device_id=int(device_id),
+                                                     byte_size=int(byte_size))
+        self._send("RegisterCudaSharedMemory", request, timeout)
+
     def unregister_shared_memory(self, name: str = "", *, timeout: Optional[float] = None
                                  ) -> None:
         """Unregisters region ``name`` ("" = every region of the server); calls using it
