@@ -11,12 +11,18 @@
 //  * End to end (BM_EndToEnd*): the cuda Backend method with host tensors (upload through the
 //    pinned staging buffers, kernel, download), wall time. BM_SmallCallApplyRope times small
 //    calls on the cpu and the cuda backend side by side, for --cuda_small_call_bytes.
+//  * GPU callers (BM_GpuCallerApplyRope): q and k in this process's device memory, registered as
+//    CUDA shared memory with a posenc-server --backend=cuda (a child process: POSENC_SERVER_PATH,
+//    default the build's) and rotated in place by ApplyRope calls of the C++ client over
+//    loopback TCP: wall time per call, bytes counted as BM_KernelApplyRope counts them, so the
+//    two rows of one shape give the caller's fraction of the kernel.
 //
 // Without a device every benchmark is skipped with the reason.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -26,9 +32,12 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/absolute/sinusoidal.h"
 #include "kernels/backend.h"
+#include "kernels/common/status.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/ops.h"
+#include "posenc/client.h"
+#include "tests/server/server_process.h"
 
 namespace posenc::kernels {
 namespace {
@@ -376,6 +385,91 @@ void BM_EndToEndAlibiBias(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(out.size()));
 }
 BENCHMARK(BM_EndToEndAlibiBias)->ArgNames({"h", "q", "k"})->Args({32, 2048, 2048})->UseRealTime();
+
+// The server of the GPU-caller benchmarks, started once (null when it did not start).
+struct GpuCallerServer {
+  server::testing::ServerProcess process{
+      {"--listen=127.0.0.1:0", "--backend=cuda", "--allow_shared_memory", "--threads=2",
+       "--max_output_elements=1073741824", "--max_inflight_bytes=0"}};
+  std::unique_ptr<client::Client> client;
+};
+GpuCallerServer* GpuServer() {
+  static GpuCallerServer* server = [] {
+    auto* s = new GpuCallerServer();
+    const int port = s->process.WaitForPort(std::chrono::seconds(60));
+    if (port == 0) {
+      std::fprintf(stderr, "posenc-server did not start: %s\n", s->process.output().c_str());
+      return static_cast<GpuCallerServer*>(nullptr);
+    }
+    auto c = client::Client::Connect(absl::StrCat("127.0.0.1:", port));
+    if (!c.ok()) return static_cast<GpuCallerServer*>(nullptr);
+    s->client = std::move(*c);
+    return s;
+  }();
+  return server;
+}
+
+// A device buffer registered with the server as CUDA region `name`, as a tensor reference.
+absl::StatusOr<client::Tensor> Register(const client::Client& c, const std::string& name,
+                                        const DeviceBuffer& buffer, client::DType dtype,
+                                        std::vector<int64_t> shape) {
+  cudaIpcMemHandle_t handle;
+  if (cudaError_t e = cudaIpcGetMemHandle(&handle, buffer.p); e != cudaSuccess) {
+    return absl::InternalError(cudaGetErrorName(e));
+  }
+  const auto bytes = static_cast<int64_t>(buffer.bytes);
+  POSENC_RETURN_IF_ERROR(c.RegisterCudaSharedMemory(
+      {name, std::string(reinterpret_cast<const char*>(&handle), sizeof(handle)), 0, bytes}));
+  client::Tensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.shared_memory = client::SharedMemoryRef{name, 0, bytes};
+  return t;
+}
+
+void BM_GpuCallerApplyRope(benchmark::State& state) {
+  if (!HaveDevice(state)) return;
+  GpuCallerServer* server = GpuServer();
+  if (server == nullptr) {
+    state.SkipWithError("posenc-server --backend=cuda did not start");
+    return;
+  }
+  const int64_t b = state.range(0), s = state.range(1), h = state.range(2), d = state.range(3);
+  const bool bf16 = state.range(5) == 2;
+  const int64_t esize = bf16 ? 2 : 4;
+  const int64_t bytes = b * s * h * d * esize;
+  DeviceBuffer q(static_cast<size_t>(bytes)), k(static_cast<size_t>(bytes));
+  const client::DType dtype = bf16 ? client::DType::kBFloat16 : client::DType::kFloat32;
+  client::ApplyRopeOptions rope;
+  auto qt = Register(*server->client, "bench_q", q, dtype, {b, s, h, d});
+  auto kt = Register(*server->client, "bench_k", k, dtype, {b, s, h, d});
+  if (!qt.ok() || !kt.ok()) {
+    state.SkipWithError((qt.ok() ? kt.status() : qt.status()).ToString().c_str());
+    (void)server->client->UnregisterSharedMemory("");
+    return;
+  }
+  rope.q = *std::move(qt);
+  rope.k = *std::move(kt);
+  rope.config.base = 10000;
+  for (auto _ : state) {
+    auto r = server->client->ApplyRope(rope);
+    if (!r.ok()) {
+      state.SkipWithError(r.status().ToString().c_str());
+      break;
+    }
+  }
+  (void)server->client->UnregisterSharedMemory("");
+  state.SetBytesProcessed(state.iterations() * 2 * 2 * bytes);  // q and k, read and written
+}
+BENCHMARK(BM_GpuCallerApplyRope)
+    ->ArgNames({"b", "s", "h", "d", "gptj", "dtype"})
+    ->Args({1, 4096, 32, 128, 0, 0})
+    ->Args({8, 2048, 32, 128, 0, 0})
+    ->Args({16, 4096, 32, 128, 0, 0})
+    ->Args({1, 4096, 32, 128, 0, 2})
+    ->Args({16, 4096, 32, 128, 0, 2})
+    ->Args({64, 1, 32, 128, 0, 0})
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace posenc::kernels

@@ -54,9 +54,13 @@ fi
 echo "== cuda_bench (kernel GB/s on device data, beside cudaMemcpy; end to end with copies)"
 "$build/cuda_bench" --benchmark_min_time="$min_time" --benchmark_counters_tabular=true \
   --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json || true
+echo "== GPU callers: ApplyRope on q and k in CUDA shared memory, end to end vs the kernel"
+PYTHONPATH="$build/python" POSENC_SERVER_PATH="$build/posenc-server" "$py" \
+  tests/bench/cuda_shm_bench.py --cuda-bench-json "$out/cuda_bench.json" |
+  tee "$out/cuda_shm.jsonl" || true
 echo "== small calls: cpu vs cuda end to end (for --cuda_small_call_bytes)"
 python3 tests/bench/small_call_threshold.py "$out/cuda_bench.json" || true
 echo "== PyTorch eager on the GPU, same shapes"
 python3 tests/bench/torch_cuda_peer.py | tee "$out/torch_cuda.jsonl" || true
-echo "results: $out (cuda_bench.json, torch_cuda.jsonl)"
+echo "results: $out (cuda_bench.json, cuda_shm.jsonl, torch_cuda.jsonl)"
 exit $status

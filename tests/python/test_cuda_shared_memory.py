@@ -1,12 +1,11 @@
 """CUDA shared memory from Python (``Client.register_cuda_shared_memory``): torch tensors on the
-GPU, exported with a CUDA IPC handle (``cudaIpcGetMemHandle`` through ctypes), registered with a
-posenc-server --backend=cuda (a second process) and computed on where they are: q and k rotated
-in place, a RopeCache table written into device memory. Results equal the inline calls' byte for byte (the server runs with
---cuda_small_call_bytes=0, so those run on the device too). Skips without torch with a CUDA
-device (CI: Debian's python3-torch has no CUDA); tests/bench/run_cuda.sh runs it on a GPU
-machine."""
+GPU, exported with a CUDA IPC handle (``posenc.cuda_ipc_handle``, the driver through ctypes),
+registered with a posenc-server --backend=cuda (a second process) and computed on where they
+are: q and k rotated in place, a RopeCache table written into device memory. Results equal the
+inline calls' byte for byte (the server runs with --cuda_small_call_bytes=0, so those run on the
+device too). Skips without torch with a CUDA device (CI: Debian's python3-torch has no CUDA);
+tests/bench/run_cuda.sh runs it on a GPU machine."""
 
-import ctypes
 import dataclasses
 import unittest
 
@@ -23,37 +22,7 @@ except ImportError:  # pragma: no cover - deploy/install-deps.sh installs python
     HAVE_CUDA = False
 
 
-def _library(*names):
-    for name in names:
-        try:
-            return ctypes.CDLL(name)
-        except OSError:
-            continue
-    return None
-
-
-# The CUDA runtime and driver, as a caller without cupy reaches them (torch's allocations live in
-# the device's primary context, which every runtime library in the process shares).
-CUDART = _library("libcudart.so", "/usr/local/cuda/lib64/libcudart.so") if HAVE_CUDA else None
-CUDA_DRIVER = _library("libcuda.so.1") if HAVE_CUDA else None
-
-
-def export(tensor):
-    """(raw_handle, device, the tensor's offset in its allocation) of a CUDA tensor: the 64-byte
-    cudaIpcMemHandle_t of the allocation holding it, and where in that allocation it starts."""
-    torch.cuda.set_device(tensor.device)
-    handle = (ctypes.c_char * 64)()
-    if CUDART.cudaIpcGetMemHandle(handle, ctypes.c_void_p(tensor.data_ptr())) != 0:
-        raise RuntimeError("cudaIpcGetMemHandle failed")
-    base, size = ctypes.c_uint64(), ctypes.c_size_t()
-    if CUDA_DRIVER.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size),
-                                           ctypes.c_uint64(tensor.data_ptr())) != 0:
-        raise RuntimeError("cuMemGetAddressRange failed")
-    return bytes(handle), tensor.device.index, tensor.data_ptr() - base.value
-
-
-@unittest.skipUnless(HAVE_CUDA and CUDART is not None and CUDA_DRIVER is not None,
-                     "needs torch with a CUDA device and the CUDA runtime library")
+@unittest.skipUnless(HAVE_CUDA, "needs torch with a CUDA device")
 class CudaSharedMemoryTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -67,11 +36,14 @@ class CudaSharedMemoryTest(unittest.TestCase):
         cls.server.stop()
 
     def register(self, name, tensor):
-        handle, device, offset = export(tensor)
-        self.client.register_cuda_shared_memory(name, handle, offset + tensor.nbytes,
-                                                device_id=device)
+        handle = posenc.cuda_ipc_handle(tensor)
+        self.assertEqual(handle.device_id, tensor.device.index)
+        self.assertGreaterEqual(handle.allocation_bytes, handle.offset + tensor.nbytes)
+        self.client.register_cuda_shared_memory(name, handle.raw_handle,
+                                                handle.offset + tensor.nbytes,
+                                                device_id=handle.device_id)
         self.addCleanup(self.client.unregister_shared_memory, name)
-        return posenc.SharedMemoryRef(name, offset, tensor.nbytes,
+        return posenc.SharedMemoryRef(name, handle.offset, tensor.nbytes,
                                       dtype=posenc.DType.FLOAT32, shape=tuple(tensor.shape))
 
     def test_apply_rope_rotates_torch_tensors_in_place(self):
@@ -99,6 +71,12 @@ class CudaSharedMemoryTest(unittest.TestCase):
             "cos": self.register("cos", cos), "sin": self.register("sin", sin)})
         np.testing.assert_array_equal(cos.cpu().numpy(), expected.cos)
         np.testing.assert_array_equal(sin.cpu().numpy(), expected.sin)
+
+    def test_cuda_ipc_handle_refuses_host_tensors(self):
+        with self.assertRaises(TypeError):
+            posenc.cuda_ipc_handle(torch.zeros(4))
+        with self.assertRaises(TypeError):
+            posenc.cuda_ipc_handle(np.zeros(4))
 
     def test_host_side_tensors_are_refused(self):
         ids = torch.arange(4, device="cuda")  # int64: position ids are read on the host

@@ -29,6 +29,7 @@ from ._errors import (DOMAIN, AbortedError, AlreadyExistsError, CancelledError, 
                       UnauthenticatedError, UnavailableError, UnimplementedError, UnknownError)
 from ._tensor import (BFLOAT16_DTYPE, HAVE_ML_DTYPES, bf16_to_float32, expand_bloom_rows,
                       expand_toeplitz, float32_to_bf16)
+from ._cuda import CudaIpcHandle, cuda_ipc_handle
 from ._memory import DEFAULT_RETAIN_FREED_MEMORY, release_freed_memory, retain_freed_memory
 from ._shared_memory import SharedMemory
 from ._types import (AlibiBiasResult, AnalysisCurve, AnalyzeEncodingResult, ApplyRopeResult,
@@ -54,7 +55,8 @@ __all__ = [
     "VisionSpan", "MultimodalPositionsResult", "VisionPositionsResult", "AnalyzeEncodingResult",
     "AnalysisCurve",
     # shared memory
-    "SharedMemory", "SharedMemoryRef", "SharedMemoryRegionStatus",
+    "SharedMemory", "SharedMemoryRef", "SharedMemoryRegionStatus", "cuda_ipc_handle",
+    "CudaIpcHandle",
     # enums (from posenc.proto's descriptors)
     "DType", "SinusoidalLayout", "FreqScheme", "Combine", "RopeStyle", "RopeScalingType",
     "MropeLayout", "RopeCacheLayout", "TensorLayout", "AlibiMode", "FutureMode", "BiasForm",
