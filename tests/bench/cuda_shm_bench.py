@@ -68,7 +68,8 @@ def main():
         print("cuda_shm_bench: skipped (needs torch with a CUDA device)")
         return 0
     kernels = kernel_gbps(args.cuda_bench_json)
-    server = ServerProcess("--backend=cuda", "--allow_shared_memory", "--threads=2")
+    server = ServerProcess("--backend=cuda", "--allow_shared_memory", "--threads=2",
+                           "--max_output_elements=1073741824", "--max_inflight_bytes=0")
     client = posenc.Client(server.address)
     try:
         rtt = median_seconds(lambda: client.health(), args.calls)
