@@ -5,10 +5,12 @@
 // sin and cos columns, hd::SinusoidSlotColumns) of K consecutive tokens per thread, a warp on 32
 // neighbouring slots of one row; hd::AngleWalk gives the exact short-polynomial cos/sin at the
 // first token and wherever a position does not follow the previous one, angle addition from one
-// position to the next, the same value for a repeated one. An exact sin/cos per element (~30 double
-// operations) kept the tables compute-bound at 0.09-0.19 of a device copy (H200). FLOAT64 tables
-// (K = 1) take the exact full-polynomial value of every entry. INTERLEAVED rows with even D store
-// each sin/cos pair as one access.
+// position to the next, the same value for a repeated one (positions compared as integers). An
+// exact sin/cos per element (~30 double operations) kept the tables compute-bound at 0.09-0.19 of
+// a device copy (H200). FLOAT64 tables (K = 1) take the exact full-polynomial value of every
+// entry. INTERLEAVED rows with even D store each sin/cos pair as one access. FLOAT16/BFLOAT16
+// tables take the short polynomial too, as RopeCache's (its truncation error, below 2e-9 and
+// relative to the value where the value is small, is far inside their ulp).
 //
 // AddPositionEncoding: one thread per output element, its column's exact-phase sin/cos
 // (hd::SinusoidValue), one rounding; it adds x * scale in the compute type (float for FLOAT32,
@@ -45,12 +47,13 @@ __global__ void __launch_bounds__(kThreads) SinusoidalKernel(SinusoidalLaunch a)
     const I t1 = t0 + K < tokens ? t0 + K : tokens;
     int64_t sc, cc;
     const bool live = hd::SinusoidSlotColumns(a.layout, a.dim, a.nfreq, j, &sc, &cc);
-    hd::AngleWalk w = hd::StartAngleWalk<(K > 1)>(live ? a.w_hi[j] : 0.0, live ? a.w_lo[j] : 0.0);
+    hd::AngleWalk<int64_t> w =
+        hd::StartAngleWalk<(K > 1), int64_t>(live ? a.w_hi[j] : 0.0, live ? a.w_lo[j] : 0.0);
     for (I t = t0; t < t1; ++t) {
       const int32_t p = a.positions[t];
       double sv = 0, cv = 0;  // padding (p < 0) and a zero column
       if (live && p >= 0) {
-        hd::AngleWalkTo<sizeof(S) == 8, (K > 1)>(&w, static_cast<double>(p));
+        hd::AngleWalkTo<sizeof(S) == 8, (K > 1)>(&w, static_cast<int64_t>(p));
         sv = w.s;
         cv = w.c;
       }

@@ -324,7 +324,7 @@ __global__ void RopeCacheKernel(RopeCacheLaunch a) {
        i += static_cast<I>(gridDim.x) * blockDim.x) {
     const I t0 = i / half * K, j = i % half;
     const I t1 = t0 + K < tokens ? t0 + K : tokens;
-    hd::AngleWalk w = hd::StartAngleWalk<(K > 1)>(g.w_hi[j], g.w_lo[j]);
+    hd::AngleWalk<double> w = hd::StartAngleWalk<(K > 1), double>(g.w_hi[j], g.w_lo[j]);
     int64_t c0, c1;
     const int cols = hd::CacheColumns(a.layout, g.half, j, &c0, &c1);
     for (I t = t0; t < t1; ++t) {

@@ -93,30 +93,32 @@ POSENC_HOST_DEVICE void RopeAngleStep(D cw, D sw, D* c, D* s) {
 // position and wherever p does not follow the previous one, one RopeAngleStep where p is the
 // previous position + 1 (the step's cos/sin computed once, exactly, by StartAngleWalk) and the
 // same value again where p repeats it. kWalk false: the exact value at every position (FLOAT64
-// tables). A plain struct and free functions: host-side POSENC_HOST_DEVICE is `static`.
+// tables). P: the position type (double, or int64_t: integer compares, a conversion to double only
+// at the anchors). A plain struct and free functions: host-side POSENC_HOST_DEVICE is `static`.
+template <typename P>
 struct AngleWalk {
   double w_hi = 0, w_lo = 0;  // omega
   double cw = 1, sw = 0;      // cos/sin of omega (kWalk)
-  double prev = 0;            // the previous position (started)
+  P prev = 0;                 // the previous position (started)
   double c = 1, s = 0;        // cos/sin at prev
   bool started = false;
 };
 
-template <bool kWalk>
-POSENC_HOST_DEVICE AngleWalk StartAngleWalk(double w_hi, double w_lo) {
-  AngleWalk w;
+template <bool kWalk, typename P>
+POSENC_HOST_DEVICE AngleWalk<P> StartAngleWalk(double w_hi, double w_lo) {
+  AngleWalk<P> w;
   w.w_hi = w_hi;
   w.w_lo = w_lo;
   if constexpr (kWalk) SinCosExactPhase<true>(1.0, w_hi, w_lo, &w.cw, &w.sw);
   return w;
 }
 
-template <bool kFull, bool kWalk>
-POSENC_HOST_DEVICE void AngleWalkTo(AngleWalk* w, double p) {
+template <bool kFull, bool kWalk, typename P>
+POSENC_HOST_DEVICE void AngleWalkTo(AngleWalk<P>* w, P p) {
   if (kWalk && w->started && p == w->prev + 1) {
     RopeAngleStep(w->cw, w->sw, &w->c, &w->s);
   } else if (!(kWalk && w->started && p == w->prev)) {
-    SinCosExactPhase<kFull>(p, w->w_hi, w->w_lo, &w->c, &w->s);
+    SinCosExactPhase<kFull>(static_cast<double>(p), w->w_hi, w->w_lo, &w->c, &w->s);
   }
   w->prev = p;
   w->started = true;

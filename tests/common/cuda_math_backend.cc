@@ -223,12 +223,12 @@ class CudaMathHostBackend final : public Backend {
         int64_t sc, cc;
         const bool live = hd::SinusoidSlotColumns(layout, dim, nfreq, j, &sc, &cc);
         const double w_hi = live ? w.hi[j] : 0.0, w_lo = live ? w.lo[j] : 0.0;
-        hd::AngleWalk a =
-            f64 ? hd::StartAngleWalk<false>(w_hi, w_lo) : hd::StartAngleWalk<true>(w_hi, w_lo);
+        hd::AngleWalk<int64_t> a = f64 ? hd::StartAngleWalk<false, int64_t>(w_hi, w_lo)
+                                       : hd::StartAngleWalk<true, int64_t>(w_hi, w_lo);
         for (int64_t t = t0; t < t1; ++t) {
           double sv = 0, cv = 0;
           if (live && positions.IsValid(t)) {
-            const double p = static_cast<double>(positions.At(t));
+            const int64_t p = positions.At(t);
             if (f64) {
               hd::AngleWalkTo<true, false>(&a, p);
             } else {
@@ -267,8 +267,8 @@ class CudaMathHostBackend final : public Backend {
     for (int64_t t0 = 0; t0 < positions.num_tokens; t0 += walk) {
       const int64_t t1 = std::min(t0 + walk, positions.num_tokens);
       for (int64_t j = 0; j < half; ++j) {
-        hd::AngleWalk w = f64 ? hd::StartAngleWalk<false>(a.w.hi[j], a.w.lo[j])
-                              : hd::StartAngleWalk<true>(a.w.hi[j], a.w.lo[j]);
+        hd::AngleWalk<double> w = f64 ? hd::StartAngleWalk<false, double>(a.w.hi[j], a.w.lo[j])
+                                      : hd::StartAngleWalk<true, double>(a.w.hi[j], a.w.lo[j]);
         for (int64_t t = t0; t < t1; ++t) {
           const double p = a.pos[t] < 0 ? 0.0 : a.Position(t, j);
           if (f64) {

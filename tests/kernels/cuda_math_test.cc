@@ -217,15 +217,19 @@ TEST(CudaMathWalkTest, AnglesWalkFromExactAnchorsAndRepeat) {
   for (double om : omega) {
     const long double wl = om;
     const double hi = static_cast<double>(wl), lo = static_cast<double>(wl - hi);
-    hd::AngleWalk w = hd::StartAngleWalk<true>(hi, lo);
-    hd::AngleWalk wf = hd::StartAngleWalk<true>(hi, lo);  // full-polynomial anchors
-    hd::AngleWalk e = hd::StartAngleWalk<false>(hi, lo);
+    hd::AngleWalk<double> w = hd::StartAngleWalk<true, double>(hi, lo);
+    hd::AngleWalk<double> wf = hd::StartAngleWalk<true, double>(hi, lo);  // full anchors
+    hd::AngleWalk<double> e = hd::StartAngleWalk<false, double>(hi, lo);
+    hd::AngleWalk<int64_t> wi = hd::StartAngleWalk<true, int64_t>(hi, lo);  // integer positions
     double prev = -1, prev_c = 0, prev_s = 0;
     for (size_t i = 0; i < pos.size(); ++i) {
       const double p = pos[i];
       hd::AngleWalkTo<false, true>(&w, p);
       hd::AngleWalkTo<true, true>(&wf, p);
       hd::AngleWalkTo<true, false>(&e, p);
+      hd::AngleWalkTo<false, true>(&wi, static_cast<int64_t>(p));
+      EXPECT_EQ(wi.c, w.c);  // the same walk
+      EXPECT_EQ(wi.s, w.s);
       double c, s, cs, ss;
       hd::SinCosExactPhase<true>(p, hi, lo, &c, &s);
       hd::SinCosExactPhase<false>(p, hi, lo, &cs, &ss);
