@@ -183,7 +183,9 @@ TEST(CudaMathSinusoidTest, SlotColumnsCoverEveryColumnOnceAsSinusoidSourceSays) 
           int64_t k;
           const int which = hd::SinusoidSource(layout, dim, nfreq, sc, &k);
           EXPECT_EQ(which, live ? 0 : -1) << dim << " " << layout << " " << j;
-          if (live) EXPECT_EQ(k, j);
+          if (live) {
+            EXPECT_EQ(k, j);
+          }
           ++seen[sc];
           if (cc >= 0) {
             EXPECT_TRUE(live);
