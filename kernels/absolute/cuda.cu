@@ -111,7 +111,7 @@ __global__ void AddPositionEncodingKernel(AddPositionEncodingLaunch a) {
 
 template <typename S, typename I, bool kPair>
 cudaError_t LaunchSinusoidalT(const SinusoidalLaunch& a, cudaStream_t stream) {
-  constexpr int kWalk = sizeof(S) == 8 ? 1 : 8;  // tokens per thread
+  constexpr int kWalk = sizeof(S) == 8 ? 1 : 16;  // tokens per thread
   const int64_t n = (a.tokens + kWalk - 1) / kWalk * ((a.dim + 1) / 2);
   SinusoidalKernel<S, I, kWalk, kPair><<<Blocks(n, kThreads), kThreads, 0, stream>>>(a);
   return cudaGetLastError();

@@ -209,14 +209,14 @@ class CudaMathHostBackend final : public Backend {
   absl::Status Sinusoidal(const SinusoidalPlan& plan, const ResolvedPositions& positions,
                           const TensorView& table) const override {
     // absolute/cuda.cu's SinusoidalKernel: per frequency slot (SinusoidSlotColumns) the walk of
-    // K = 8 tokens (AngleWalk, short-polynomial anchors), FLOAT64 exact per entry (full
+    // K = 16 tokens (AngleWalk, short-polynomial anchors), FLOAT64 exact per entry (full
     // polynomial); each value rounded once from double.
     const std::vector<long double>& exact = plan.frequencies;
     const cpu::SplitFrequencies w(exact);
     const int64_t dim = plan.params.dim, nfreq = static_cast<int64_t>(exact.size());
     const int layout = static_cast<int>(plan.params.layout);
     const bool f64 = table.dtype == DType::kFloat64;
-    const int64_t walk = f64 ? 1 : 8;
+    const int64_t walk = f64 ? 1 : 16;
     for (int64_t t0 = 0; t0 < positions.num_tokens; t0 += walk) {
       const int64_t t1 = std::min(t0 + walk, positions.num_tokens);
       for (int64_t j = 0; j < (dim + 1) / 2; ++j) {
