@@ -306,11 +306,12 @@ __global__ void __launch_bounds__(kThreads) ApplyRopeKernel(ApplyRopeLaunch a, i
 // RopeCache: one frequency j of K consecutive tokens per thread (a warp writes 32 neighbouring
 // columns of one row at a time); I: the index type (32-bit where the count fits: 64-bit division
 // is slow on the GPU). FLOAT64 tables (K = 1) take the exact cos/sin of every entry. The others
-// walk: the exact short-polynomial cos/sin (error below 2e-9) at the first token and wherever a
-// position does not follow the previous one, angle addition (RopeAngleStep) from one position to
-// the next, the same value again for a repeated position — a sincos costs ~30 double operations,
-// a step 4, which made the FLOAT16/BFLOAT16 tables compute-bound at a third of the memory speed.
-// The CPU backend's tables walk too (their bits may differ from these by the walkers' rounding).
+// walk (rope_math.h's AngleWalk): the exact short-polynomial cos/sin (error below 2e-9) at the
+// first token and wherever a position does not follow the previous one, angle addition
+// (RopeAngleStep) from one position to the next, the same value again for a repeated position — a
+// sincos costs ~30 double operations, a step 4, which made the FLOAT16/BFLOAT16 tables
+// compute-bound at a third of the memory speed. The CPU backend's tables walk too (their bits may
+// differ from these by the walkers' rounding).
 template <typename S, typename T, typename I, int K>
 __global__ void RopeCacheKernel(RopeCacheLaunch a) {
   const RopeAngles& g = a.angles;
@@ -323,22 +324,15 @@ __global__ void RopeCacheKernel(RopeCacheLaunch a) {
        i += static_cast<I>(gridDim.x) * blockDim.x) {
     const I t0 = i / half * K, j = i % half;
     const I t1 = t0 + K < tokens ? t0 + K : tokens;
-    double cw = 1, sw = 0;
-    if constexpr (K > 1) hd::SinCosExactPhase<true>(1.0, g.w_hi[j], g.w_lo[j], &cw, &sw);
+    hd::AngleWalk<double> w = hd::StartAngleWalk<(K > 1), double>(g.w_hi[j], g.w_lo[j]);
     int64_t c0, c1;
     const int cols = hd::CacheColumns(a.layout, g.half, j, &c0, &c1);
-    double prev = -1, c = 1, s = 0;
     for (I t = t0; t < t1; ++t) {
       const int32_t p0 = g.positions[t];
       const double p = p0 < 0 ? 0.0 : AnglePosition(g, t, j, p0);  // padding: position 0
-      if (K > 1 && t > t0 && p == prev + 1) {
-        hd::RopeAngleStep(cw, sw, &c, &s);
-      } else if (!(K > 1 && t > t0 && p == prev)) {
-        hd::SinCosExactPhase<sizeof(S) == 8>(p, g.w_hi[j], g.w_lo[j], &c, &s);
-      }
-      prev = p;
-      const S cs = Store<S, T>(static_cast<T>(c * g.scale));
-      const S ss = Store<S, T>(static_cast<T>(s * (g.sign * g.scale)));
+      hd::AngleWalkTo<sizeof(S) == 8, (K > 1)>(&w, p);
+      const S cs = Store<S, T>(static_cast<T>(w.c * g.scale));
+      const S ss = Store<S, T>(static_cast<T>(w.s * (g.sign * g.scale)));
       S* crow = cos_out + static_cast<int64_t>(t) * width;
       S* srow = sin_out + static_cast<int64_t>(t) * width;
       crow[c0] = cs;

@@ -86,6 +86,44 @@ POSENC_HOST_DEVICE void RopeAngleStep(D cw, D sw, D* c, D* s) {
   *s = sn;
 }
 
+// The cos/sin of one frequency along a table's tokens: the one implementation of the CUDA table
+// kernels' walk (rope/cuda.cu's RopeCacheKernel, absolute/cuda.cu's SinusoidalKernel) and of their
+// host emulation (tests/common/cuda_math_backend.cc). AngleWalkTo(&w, p) leaves the unscaled
+// cos/sin at position p in w.c, w.s: the exact-phase value (SinCosExactPhase<kFull>) at the first
+// position and wherever p does not follow the previous one, one RopeAngleStep where p is the
+// previous position + 1 (the step's cos/sin computed once, exactly, by StartAngleWalk) and the
+// same value again where p repeats it. kWalk false: the exact value at every position (FLOAT64
+// tables). P: the position type (double, or int64_t: integer compares, a conversion to double only
+// at the anchors). A plain struct and free functions: host-side POSENC_HOST_DEVICE is `static`.
+template <typename P>
+struct AngleWalk {
+  double w_hi = 0, w_lo = 0;  // omega
+  double cw = 1, sw = 0;      // cos/sin of omega (kWalk)
+  P prev = 0;                 // the previous position (started)
+  double c = 1, s = 0;        // cos/sin at prev
+  bool started = false;
+};
+
+template <bool kWalk, typename P>
+POSENC_HOST_DEVICE AngleWalk<P> StartAngleWalk(double w_hi, double w_lo) {
+  AngleWalk<P> w;
+  w.w_hi = w_hi;
+  w.w_lo = w_lo;
+  if constexpr (kWalk) SinCosExactPhase<true>(1.0, w_hi, w_lo, &w.cw, &w.sw);
+  return w;
+}
+
+template <bool kFull, bool kWalk, typename P>
+POSENC_HOST_DEVICE void AngleWalkTo(AngleWalk<P>* w, P p) {
+  if (kWalk && w->started && p == w->prev + 1) {
+    RopeAngleStep(w->cw, w->sw, &w->c, &w->s);
+  } else if (!(kWalk && w->started && p == w->prev)) {
+    SinCosExactPhase<kFull>(static_cast<double>(p), w->w_hi, w->w_lo, &w->c, &w->s);
+  }
+  w->prev = p;
+  w->started = true;
+}
+
 // One rotation: x_a' = x_a c - x_b s, x_b' = x_b c + x_a s (c, s carry m and the sign).
 template <typename T>
 POSENC_HOST_DEVICE void RotatePair(T* xa, T* xb, T c, T s) {
@@ -213,6 +251,24 @@ POSENC_HOST_DEVICE int SinusoidSource(int layout, int64_t dim, int64_t nfreq, in
   }
   *k = col < half ? col : col - half;
   return col < half ? 0 : 1;
+}
+
+// The columns of frequency slot j, 0 <= j < ceil(D/2), of a sinusoidal row (SinusoidSource's
+// inverse; the CUDA table kernel's work item): for j < floor(D/2) sin(p*omega_j) at *sin_col and
+// cos(p*omega_j) at *cos_col (INTERLEAVED: 2j, 2j+1; CONCAT: j, half + j); for the last slot of an
+// odd D, the last column at *sin_col and *cos_col = -1. Returns false where the slot's column is
+// zero (odd D, unless INTERLEAVED with nfreq > half frequencies: sin(p*omega_half) there).
+POSENC_HOST_DEVICE bool SinusoidSlotColumns(int layout, int64_t dim, int64_t nfreq, int64_t j,
+                                            int64_t* sin_col, int64_t* cos_col) {
+  const int64_t half = dim / 2;
+  if (j >= half) {
+    *sin_col = dim - 1;
+    *cos_col = -1;
+    return layout == 0 && nfreq > half;
+  }
+  *sin_col = layout == 0 ? 2 * j : j;
+  *cos_col = layout == 0 ? 2 * j + 1 : half + j;
+  return true;
 }
 
 // Column `col` of a sinusoidal row at position p in the compute type T (float rounds the

@@ -208,27 +208,38 @@ class CudaMathHostBackend final : public Backend {
 
   absl::Status Sinusoidal(const SinusoidalPlan& plan, const ResolvedPositions& positions,
                           const TensorView& table) const override {
+    // absolute/cuda.cu's SinusoidalKernel: per frequency slot (SinusoidSlotColumns) the walk of
+    // K = 16 tokens (AngleWalk, short-polynomial anchors), FLOAT64 exact per entry (full
+    // polynomial); each value rounded once from double.
     const std::vector<long double>& exact = plan.frequencies;
     const cpu::SplitFrequencies w(exact);
     const int64_t dim = plan.params.dim, nfreq = static_cast<int64_t>(exact.size());
-    for (int64_t t = 0; t < positions.num_tokens; ++t) {
-      for (int64_t col = 0; col < dim; ++col) {
-        int64_t k;
-        const int which =
-            hd::SinusoidSource(static_cast<int>(plan.params.layout), dim, nfreq, col, &k);
-        double v = 0;
-        if (positions.IsValid(t) && which >= 0) {
-          double c, s;
-          const double p = static_cast<double>(positions.At(t));
-          if (table.dtype == DType::kFloat32) {
-            hd::SinCosExactPhase<false>(p, w.hi[k], w.lo[k], &c, &s);
-            v = static_cast<float>(which == 0 ? s : c);
-          } else {
-            hd::SinCosExactPhase<true>(p, w.hi[k], w.lo[k], &c, &s);
-            v = which == 0 ? s : c;
+    const int layout = static_cast<int>(plan.params.layout);
+    const bool f64 = table.dtype == DType::kFloat64;
+    const int64_t walk = f64 ? 1 : 16;
+    for (int64_t t0 = 0; t0 < positions.num_tokens; t0 += walk) {
+      const int64_t t1 = std::min(t0 + walk, positions.num_tokens);
+      for (int64_t j = 0; j < (dim + 1) / 2; ++j) {
+        int64_t sc, cc;
+        const bool live = hd::SinusoidSlotColumns(layout, dim, nfreq, j, &sc, &cc);
+        const double w_hi = live ? w.hi[j] : 0.0, w_lo = live ? w.lo[j] : 0.0;
+        hd::AngleWalk<int64_t> a = f64 ? hd::StartAngleWalk<false, int64_t>(w_hi, w_lo)
+                                       : hd::StartAngleWalk<true, int64_t>(w_hi, w_lo);
+        for (int64_t t = t0; t < t1; ++t) {
+          double sv = 0, cv = 0;
+          if (live && positions.IsValid(t)) {
+            const int64_t p = positions.At(t);
+            if (f64) {
+              hd::AngleWalkTo<true, false>(&a, p);
+            } else {
+              hd::AngleWalkTo<false, true>(&a, p);
+            }
+            sv = a.s;
+            cv = a.c;
           }
+          StoreHd(table.data, table.dtype, t * dim + sc, sv);
+          if (cc >= 0) StoreHd(table.data, table.dtype, t * dim + cc, cv);
         }
-        StoreHd(table.data, table.dtype, t * dim + col, v);
       }
     }
     return absl::OkStatus();
@@ -247,7 +258,7 @@ class CudaMathHostBackend final : public Backend {
                          const ResolvedPositions& positions, const TensorView& cos,
                          const TensorView& sin) const override {
     // rope/cuda.cu's RopeCacheKernel: FLOAT64 exact per entry; the others walk K = 8 tokens per
-    // frequency from an exact short-polynomial anchor (RopeAngleStep for p == prev + 1, the same
+    // frequency (AngleWalk: short-polynomial anchors, RopeAngleStep for p == prev + 1, the same
     // value for p == prev).
     const Angles a(plan.config, freqs, positions);
     const int64_t half = static_cast<int64_t>(a.w.hi.size());
@@ -256,22 +267,16 @@ class CudaMathHostBackend final : public Backend {
     for (int64_t t0 = 0; t0 < positions.num_tokens; t0 += walk) {
       const int64_t t1 = std::min(t0 + walk, positions.num_tokens);
       for (int64_t j = 0; j < half; ++j) {
-        double cw = 1, sw = 0;
-        if (!f64) hd::SinCosExactPhase<true>(1.0, a.w.hi[j], a.w.lo[j], &cw, &sw);
-        double prev = -1, c = 1, s = 0;
+        hd::AngleWalk<double> w = f64 ? hd::StartAngleWalk<false, double>(a.w.hi[j], a.w.lo[j])
+                                      : hd::StartAngleWalk<true, double>(a.w.hi[j], a.w.lo[j]);
         for (int64_t t = t0; t < t1; ++t) {
           const double p = a.pos[t] < 0 ? 0.0 : a.Position(t, j);
-          if (!f64 && t > t0 && p == prev + 1) {
-            hd::RopeAngleStep(cw, sw, &c, &s);
-          } else if (f64 || t == t0 || p != prev) {
-            if (f64) {
-              hd::SinCosExactPhase<true>(p, a.w.hi[j], a.w.lo[j], &c, &s);
-            } else {
-              hd::SinCosExactPhase<false>(p, a.w.hi[j], a.w.lo[j], &c, &s);
-            }
+          if (f64) {
+            hd::AngleWalkTo<true, false>(&w, p);
+          } else {
+            hd::AngleWalkTo<false, true>(&w, p);
           }
-          prev = p;
-          double cv = c * a.scale, sv = s * (a.sign * a.scale);
+          double cv = w.c * a.scale, sv = w.s * (a.sign * a.scale);
           if (cos.dtype == DType::kFloat32) {  // rounded to float first, as the kernel
             cv = static_cast<float>(cv);
             sv = static_cast<float>(sv);

@@ -11,6 +11,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "kernels/common/half_codec.h"
 #include "kernels/rope/rope_math.h"
@@ -162,6 +163,97 @@ TEST(CudaMathPhaseTest, ExactPhaseSinCosWithinTwoUlp) {
     ASSERT_LE(es, tol) << "p " << p << " w " << static_cast<double>(w);
   }
   EXPECT_LE(worst, 1.0);
+}
+
+// SinusoidSlotColumns is SinusoidSource's inverse: over the slots of a row every column appears
+// exactly once, as the sin (0) or cos (1) of the slot's frequency, or as the zero column (-1) of
+// a dead slot.
+TEST(CudaMathSinusoidTest, SlotColumnsCoverEveryColumnOnceAsSinusoidSourceSays) {
+  for (int64_t dim = 1; dim <= 130; ++dim) {
+    const int64_t half = dim / 2;
+    for (int layout : {0, 1}) {
+      for (int64_t nfreq : {half, half + 1}) {
+        if (nfreq == half + 1 && dim % 2 == 0) continue;  // only odd VASWANI has ceil(D/2)
+        std::vector<int> seen(static_cast<size_t>(dim), 0);
+        for (int64_t j = 0; j < (dim + 1) / 2; ++j) {
+          int64_t sc = -2, cc = -2;
+          const bool live = hd::SinusoidSlotColumns(layout, dim, nfreq, j, &sc, &cc);
+          ASSERT_TRUE(sc >= 0 && sc < dim) << dim << " " << layout << " " << j;
+          ASSERT_TRUE(cc == -1 || (cc >= 0 && cc < dim)) << dim << " " << layout << " " << j;
+          int64_t k;
+          const int which = hd::SinusoidSource(layout, dim, nfreq, sc, &k);
+          EXPECT_EQ(which, live ? 0 : -1) << dim << " " << layout << " " << j;
+          if (live) {
+            EXPECT_EQ(k, j);
+          }
+          ++seen[sc];
+          if (cc >= 0) {
+            EXPECT_TRUE(live);
+            EXPECT_EQ(hd::SinusoidSource(layout, dim, nfreq, cc, &k), 1);
+            EXPECT_EQ(k, j);
+            ++seen[cc];
+          }
+        }
+        for (int64_t c = 0; c < dim; ++c) {
+          EXPECT_EQ(seen[c], 1) << "column " << c << " D=" << dim << " layout " << layout;
+        }
+      }
+    }
+  }
+}
+
+// The table walk (AngleWalk): exact values (bit for bit) at the first position and after a jump,
+// the previous value again for a repeat, angle addition for +1 steps (from full-polynomial anchors)
+// within 1e-14 of the exact cos/sin also far from zero (2^31 - 100), and the exact value
+// everywhere without kWalk.
+TEST(CudaMathWalkTest, AnglesWalkFromExactAnchorsAndRepeat) {
+  const std::vector<double> omega = {1.0, 0.5, 1e-4, 2.5e-9, 3.1};
+  std::vector<double> pos;
+  for (double p0 : {0.0, 17.0, 2147483647.0 - 100}) {
+    for (int i = 0; i < 40; ++i) pos.push_back(p0 + i);
+    pos.push_back(pos.back());  // repeat
+    pos.push_back(pos.back() + 1);
+    pos.push_back(pos.back() - 3);  // step back: an anchor
+    pos.push_back(pos.back() + 1);
+  }
+  for (double om : omega) {
+    const long double wl = om;
+    const double hi = static_cast<double>(wl), lo = static_cast<double>(wl - hi);
+    hd::AngleWalk<double> w = hd::StartAngleWalk<true, double>(hi, lo);
+    hd::AngleWalk<double> wf = hd::StartAngleWalk<true, double>(hi, lo);  // full anchors
+    hd::AngleWalk<double> e = hd::StartAngleWalk<false, double>(hi, lo);
+    hd::AngleWalk<int64_t> wi = hd::StartAngleWalk<true, int64_t>(hi, lo);  // integer positions
+    double prev = -1, prev_c = 0, prev_s = 0;
+    for (size_t i = 0; i < pos.size(); ++i) {
+      const double p = pos[i];
+      hd::AngleWalkTo<false, true>(&w, p);
+      hd::AngleWalkTo<true, true>(&wf, p);
+      hd::AngleWalkTo<true, false>(&e, p);
+      hd::AngleWalkTo<false, true>(&wi, static_cast<int64_t>(p));
+      EXPECT_EQ(wi.c, w.c);  // the same walk
+      EXPECT_EQ(wi.s, w.s);
+      double c, s, cs, ss;
+      hd::SinCosExactPhase<true>(p, hi, lo, &c, &s);
+      hd::SinCosExactPhase<false>(p, hi, lo, &cs, &ss);
+      EXPECT_EQ(e.c, c);  // no walk: exact everywhere
+      EXPECT_EQ(e.s, s);
+      if (i == 0 || (p != prev + 1 && p != prev)) {
+        EXPECT_EQ(w.c, cs) << "anchor at " << p;
+        EXPECT_EQ(w.s, ss) << "anchor at " << p;
+      } else if (p == prev) {
+        EXPECT_EQ(w.c, prev_c);
+        EXPECT_EQ(w.s, prev_s);
+      }
+      // The short polynomial's anchors are off by < 2e-9; the steps add ~1e-16 each.
+      EXPECT_NEAR(w.c, c, 2e-9) << om << " at " << p;
+      EXPECT_NEAR(w.s, s, 2e-9) << om << " at " << p;
+      EXPECT_NEAR(wf.c, c, 1e-14) << om << " at " << p;
+      EXPECT_NEAR(wf.s, s, 1e-14) << om << " at " << p;
+      prev = p;
+      prev_c = w.c;
+      prev_s = w.s;
+    }
+  }
 }
 
 TEST(CudaEntryPointsTest, AgreeWithTheBuild) {
