@@ -461,6 +461,56 @@ void BM_GpuCallerApplyRope(benchmark::State& state) {
   (void)server->client->UnregisterSharedMemory("");
   state.SetBytesProcessed(state.iterations() * 2 * 2 * bytes);  // q and k, read and written
 }
+// The floor of a GPU caller's call: one round trip of the same client and server (Health).
+void BM_GpuCallerRoundTrip(benchmark::State& state) {
+  if (!HaveDevice(state)) return;
+  GpuCallerServer* server = GpuServer();
+  if (server == nullptr) {
+    state.SkipWithError("posenc-server --backend=cuda did not start");
+    return;
+  }
+  for (auto _ : state) {
+    auto r = server->client->Health();
+    if (!r.ok()) {
+      state.SkipWithError(r.status().ToString().c_str());
+      break;
+    }
+  }
+}
+BENCHMARK(BM_GpuCallerRoundTrip)->UseRealTime();
+
+// What the server does for a GPU caller's ApplyRope past the RPC, in process: RunApplyRope on
+// the cuda backend with q and k device views (TensorView::on_device), positions resolved and the
+// frequencies computed per call (no cache), as a call with device tensors runs it.
+void BM_DeviceTensorsApplyRope(benchmark::State& state) {
+  if (!HaveDevice(state) || CudaBackendOrNull() == nullptr) return;
+  const int64_t b = state.range(0), s = state.range(1), h = state.range(2), d = state.range(3);
+  const auto dtype = static_cast<DType>(state.range(5));
+  const int64_t bytes = b * s * h * d * DTypeSize(dtype);
+  DeviceBuffer qd(static_cast<size_t>(bytes)), kd(static_cast<size_t>(bytes));
+  TensorView q{dtype, {b, s, h, d}, qd.p, true}, k{dtype, {b, s, h, d}, kd.p, true};
+  auto plan = PlanApplyRope(
+      {.config = RopeConfig{}, .layout = TensorLayout::kBSHD, .q = q, .k = k, .positions = {}});
+  if (!plan.ok()) {
+    state.SkipWithError(plan.status().ToString().c_str());
+    return;
+  }
+  for (auto _ : state) {
+    auto r = RunApplyRope(*CudaBackendOrNull(), *plan, nullptr, q, k);
+    if (!r.ok()) {
+      state.SkipWithError(r.status().ToString().c_str());
+      return;
+    }
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * 2 * bytes);
+}
+BENCHMARK(BM_DeviceTensorsApplyRope)
+    ->ArgNames({"b", "s", "h", "d", "gptj", "dtype"})
+    ->Args({1, 4096, 32, 128, 0, 0})
+    ->Args({16, 4096, 32, 128, 0, 0})
+    ->Args({64, 1, 32, 128, 0, 0})
+    ->UseRealTime();
+
 BENCHMARK(BM_GpuCallerApplyRope)
     ->ArgNames({"b", "s", "h", "d", "gptj", "dtype"})
     ->Args({1, 4096, 32, 128, 0, 0})
