@@ -256,27 +256,43 @@ absl::Status FillFromMask(const PositionSpec& spec, ResolvedPositions* out) {
 
 // Component 0 of every token's position (every component for ids), unchecked.
 absl::Status FillPositions(const PositionSpec& spec, int64_t seq, ResolvedPositions* out) {
+  // Sequence by sequence (no division per token: a 64-bit one costs more than the rest of it).
+  const int64_t tokens = out->num_tokens;
+  if (tokens > 0 && seq <= 0) {
+    return absl::InternalError(
+        absl::StrCat("positions: ", tokens, " tokens in sequences of ", seq));
+  }
   switch (spec.kind) {
     case Kind::kDefault:
-      for (int64_t t = 0; t < out->num_tokens; ++t) out->pos[t] = t % seq;
+    case Kind::kRange: {
+      const int64_t start = spec.kind == Kind::kRange ? spec.start : 0;
+      for (int64_t t0 = 0; t0 < tokens; t0 += seq) {
+        const int64_t n = std::min(seq, tokens - t0);
+        for (int64_t i = 0; i < n; ++i) out->pos[t0 + i] = start + i;
+      }
       break;
-    case Kind::kRange:
-      for (int64_t t = 0; t < out->num_tokens; ++t) out->pos[t] = spec.start + t % seq;
-      break;
+    }
     case Kind::kOffsets:
-      for (int64_t t = 0; t < out->num_tokens; ++t) {
-        int64_t v;
-        if (!CheckedAdd(spec.offsets[t / seq], t % seq, &v)) v = -1;
-        out->pos[t] = v;
+      for (int64_t t0 = 0, b = 0; t0 < tokens; t0 += seq, ++b) {
+        const int64_t n = std::min(seq, tokens - t0);
+        for (int64_t i = 0; i < n; ++i) {
+          int64_t v;
+          if (!CheckedAdd(spec.offsets[b], i, &v)) v = -1;
+          out->pos[t0 + i] = v;
+        }
       }
       break;
     case Kind::kIds: {
       // ids [S] broadcast over the batch, or the full grid; M-RoPE ids carry a leading 3.
       const int64_t per_component = spec.ids.NumElements() / out->components;
+      if (per_component <= 0) break;
       for (int64_t c = 0; c < out->components; ++c) {
-        for (int64_t t = 0; t < out->num_tokens; ++t) {
-          out->pos[c * out->num_tokens + t] =
-              LoadAsInt64(spec.ids.data, spec.ids.dtype, c * per_component + t % per_component);
+        int64_t* row = out->pos.data() + c * tokens;
+        for (int64_t t0 = 0; t0 < tokens; t0 += per_component) {
+          const int64_t n = std::min(per_component, tokens - t0);
+          for (int64_t i = 0; i < n; ++i) {
+            row[t0 + i] = LoadAsInt64(spec.ids.data, spec.ids.dtype, c * per_component + i);
+          }
         }
       }
       break;
@@ -316,17 +332,18 @@ absl::StatusOr<ResolvedPositions> ResolvePositions(const PositionPlan& plan) {
     }
   }
   const absl::string_view field = KindField(spec.kind);
-  for (int64_t i = 0; i < out.num_tokens * out.components; ++i) {
-    const int64_t p = out.pos[i];
-    if (p < 0 || p > kMaxPosition) {
-      const int64_t token = i % out.num_tokens;
-      return Invalid(field, absl::StrCat("position of token ", token,
-                                         out.components > 1
-                                             ? absl::StrCat(" (component ", i / out.num_tokens, ")")
-                                             : std::string(),
-                                         " is ", p, ", expected an integer in [0, 2^31)"));
+  for (int64_t c = 0; c < out.components; ++c) {
+    const int64_t* row = out.pos.data() + c * out.num_tokens;
+    for (int64_t t = 0; t < out.num_tokens; ++t) {
+      const int64_t p = row[t];
+      if (p < 0 || p > kMaxPosition) {
+        return Invalid(field, absl::StrCat("position of token ", t,
+                                           out.components > 1 ? absl::StrCat(" (component ", c, ")")
+                                                              : std::string(),
+                                           " is ", p, ", expected an integer in [0, 2^31)"));
+      }
+      if (out.IsValid(t)) out.max_position = std::max(out.max_position, p);
     }
-    if (out.IsValid(i % out.num_tokens)) out.max_position = std::max(out.max_position, p);
   }
   return out;
 }

@@ -225,6 +225,34 @@ void ApplyRopeArgs(benchmark::internal::Benchmark* bm) {
 }
 BENCHMARK(BM_ApplyRope)->Apply(ApplyRopeArgs);
 
+// The host-side work of one ApplyRope call before any backend runs (every backend pays it, the
+// cuda backend's GPU callers included): PrepareRopeRun resolves the positions of every token and
+// computes the frequencies (no cache), for [b, s] tokens of the default positions.
+void BM_PrepareRopeRun(benchmark::State& state) {
+  const int64_t b = state.range(0), s = state.range(1);
+  Buffer q(DType::kFloat32, {b, s, 1, 128});
+  auto plan = PlanApplyRope({.config = RopeConfig{},
+                             .layout = TensorLayout::kBSHD,
+                             .q = q.view,
+                             .k = {},
+                             .positions = {}});
+  if (!Ready(state, plan)) return;
+  for (auto _ : state) {
+    auto in = PrepareRopeRun(plan->positions, plan->config, /*cache=*/nullptr);
+    if (!Ready(state, in)) return;
+    benchmark::DoNotOptimize(in->positions.num_tokens);
+  }
+  state.counters["ns_per_token"] =
+      benchmark::Counter(static_cast<double>(b * s), benchmark::Counter::kIsIterationInvariantRate |
+                                                         benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_PrepareRopeRun)
+    ->ArgNames({"b", "s"})
+    ->Args({64, 1})
+    ->Args({1, 4096})
+    ->Args({16, 4096})
+    ->UseRealTime();
+
 // ---- tables ------------------------------------------------------------------------------------
 
 // A FLOAT32 RopeCache plan of positions 0 .. n-1, head_dim d, default RoPE.
