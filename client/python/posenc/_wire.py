@@ -104,37 +104,67 @@ def to_message(value: Any, msg: Any, path: str) -> None:
             setattr(msg, f.name, _scalar(fd, item, where))
 
 
+class _Field(typing.NamedTuple):
+    """How from_message reads one field of a dataclass from its message (worked out once)."""
+    name: str
+    nested: Optional[type]  # the dataclass of a message field
+    enum_cls: Any  # the enum of an enum field
+    repeated: bool
+    array: bool  # np.ndarray of float64
+    as_list: bool  # List (else a tuple)
+    message: bool
+    has_presence: bool  # a message or oneof member: unset reads as None (or the default)
+    optional: bool
+
+
+_PLANS: Dict[Any, Any] = {}
+
+
+def _plan(cls: type, descriptor: Any) -> Any:
+    key = (cls, descriptor)
+    if key not in _PLANS:
+        hints = _hints(cls)
+        fields = []
+        for f in dataclasses.fields(cls):
+            fd = descriptor.fields_by_name[f.name]
+            hint = hints[f.name]
+            fields.append(_Field(
+                f.name, _dataclass_in(hint) if fd.message_type is not None else None,
+                getattr(_enums, fd.enum_type.name) if fd.enum_type is not None else None,
+                _repeated(fd), hint is np.ndarray, typing.get_origin(hint) is list,
+                fd.message_type is not None,
+                fd.message_type is not None or fd.containing_oneof is not None, _optional(hint)))
+        _PLANS[key] = tuple(fields)
+    return _PLANS[key]
+
+
 def from_message(msg: Any, cls: Type[T]) -> T:
     """The dataclass ``cls`` of a message with the same field names: unset optional fields and
     absent messages become None, enums their members (a number this build does not know stays
     an int), repeated fields tuples (lists where the dataclass says List, float64 arrays where
     it says np.ndarray)."""
-    hints = _hints(cls)
     values: Dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        fd = msg.DESCRIPTOR.fields_by_name[f.name]
-        hint = hints[f.name]
+    for f in _plan(cls, msg.DESCRIPTOR):
         raw = getattr(msg, f.name)
-        nested = _dataclass_in(hint) if fd.message_type is not None else None
 
-        def one(v: Any, fd: Any = fd, nested: Optional[type] = nested) -> Any:
-            if nested is not None:
-                return from_message(v, nested)
-            if fd.enum_type is not None:
-                return enum_or_int(getattr(_enums, fd.enum_type.name), v)
+        def one(v: Any, f: _Field = f) -> Any:
+            if f.nested is not None:
+                return from_message(v, f.nested)
+            if f.enum_cls is not None:
+                return enum_or_int(f.enum_cls, v)
             return v
 
-        if _repeated(fd):
-            items = [one(v) for v in raw]
-            if hint is np.ndarray:
-                values[f.name] = np.array(items, dtype=np.float64)
-            elif typing.get_origin(hint) is list:
-                values[f.name] = items
-            else:
-                values[f.name] = tuple(items)
-        elif (fd.message_type is not None or fd.containing_oneof is not None) and (
-                not msg.HasField(f.name)):
-            values[f.name] = None if fd.message_type is not None or _optional(hint) else one(raw)
+        if f.repeated:
+            # Plain numbers (inv_freq: one per frequency) go over in one step, not one by one.
+            plain = f.nested is None and f.enum_cls is None
+            if f.array:
+                values[f.name] = (np.fromiter(raw, dtype=np.float64, count=len(raw)) if plain
+                                  else np.array([one(v) for v in raw], dtype=np.float64))
+                continue
+            items = list(raw) if plain else [one(v) for v in raw]
+            values[f.name] = items if f.as_list else tuple(items)
+        elif f.has_presence and not msg.HasField(f.name):
+            values[f.name] = None if f.message or f.optional else one(raw)
         else:
             values[f.name] = one(raw)
     return cls(**values)
