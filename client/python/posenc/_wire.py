@@ -75,33 +75,48 @@ def _scalar(fd: Any, value: Any, path: str) -> Any:
     raise local_error(path, f"expected a string, got {value!r}")
 
 
+_WRITE_PLANS: Dict[Any, Any] = {}
+
+
+def _write_plan(cls: type, descriptor: Any) -> Any:
+    """(name, field descriptor, repeated, message, nested dataclass) of each field of ``cls``."""
+    key = (cls, descriptor)
+    if key not in _WRITE_PLANS:
+        hints = _hints(cls)
+        plan = []
+        for f in dataclasses.fields(cls):
+            fd = descriptor.fields_by_name[f.name]
+            message = fd.message_type is not None
+            plan.append((f.name, fd, _repeated(fd), message,
+                         _dataclass_in(hints[f.name]) if message else None))
+        _WRITE_PLANS[key] = tuple(plan)
+    return _WRITE_PLANS[key]
+
+
 def to_message(value: Any, msg: Any, path: str) -> None:
     """Writes the dataclass ``value`` into ``msg`` field by field: None leaves a field unset
     (a proto3 ``optional`` field's default), enum fields take members, names or numbers, a
     nested mirror may be given as a dict (its class's ``from_dict``). ``path`` names the message
     in errors ("config": "config.scaling.factor: expected a number, got 'x'")."""
-    hints = _hints(type(value))
-    for f in dataclasses.fields(value):
-        item = getattr(value, f.name)
+    for name, fd, repeated, message, cls in _write_plan(type(value), msg.DESCRIPTOR):
+        item = getattr(value, name)
         if item is None:
             continue
-        fd = msg.DESCRIPTOR.fields_by_name[f.name]
-        where = f"{path}.{f.name}" if path else f.name
-        if _repeated(fd):
+        where = f"{path}.{name}" if path else name
+        if repeated:
             if isinstance(item, (str, bytes)):
                 raise local_error(where, f"expected a sequence, got {item!r}")
-            getattr(msg, f.name).extend(_scalar(fd, v, where) for v in item)
-        elif fd.message_type is not None:
-            cls = _dataclass_in(hints[f.name])
+            getattr(msg, name).extend(_scalar(fd, v, where) for v in item)
+        elif message:
             if isinstance(item, Mapping) and cls is not None and hasattr(cls, "from_dict"):
                 item = cls.from_dict(item)
             if not dataclasses.is_dataclass(item):
                 raise local_error(where, f"expected a {fd.message_type.name}, got {item!r}")
-            nested = getattr(msg, f.name)
+            nested = getattr(msg, name)
             to_message(item, nested, where)
             nested.SetInParent()
         else:
-            setattr(msg, f.name, _scalar(fd, item, where))
+            setattr(msg, name, _scalar(fd, item, where))
 
 
 class _Field(typing.NamedTuple):
