@@ -75,53 +75,11 @@ def _scalar(fd: Any, value: Any, path: str) -> Any:
     raise local_error(path, f"expected a string, got {value!r}")
 
 
-_WRITE_PLANS: Dict[Any, Any] = {}
-
-
-def _write_plan(cls: type, descriptor: Any) -> Any:
-    """(name, field descriptor, repeated, message, nested dataclass) of each field of ``cls``."""
-    key = (cls, descriptor)
-    if key not in _WRITE_PLANS:
-        hints = _hints(cls)
-        plan = []
-        for f in dataclasses.fields(cls):
-            fd = descriptor.fields_by_name[f.name]
-            message = fd.message_type is not None
-            plan.append((f.name, fd, _repeated(fd), message,
-                         _dataclass_in(hints[f.name]) if message else None))
-        _WRITE_PLANS[key] = tuple(plan)
-    return _WRITE_PLANS[key]
-
-
-def to_message(value: Any, msg: Any, path: str) -> None:
-    """Writes the dataclass ``value`` into ``msg`` field by field: None leaves a field unset
-    (a proto3 ``optional`` field's default), enum fields take members, names or numbers, a
-    nested mirror may be given as a dict (its class's ``from_dict``). ``path`` names the message
-    in errors ("config": "config.scaling.factor: expected a number, got 'x'")."""
-    for name, fd, repeated, message, cls in _write_plan(type(value), msg.DESCRIPTOR):
-        item = getattr(value, name)
-        if item is None:
-            continue
-        where = f"{path}.{name}" if path else name
-        if repeated:
-            if isinstance(item, (str, bytes)):
-                raise local_error(where, f"expected a sequence, got {item!r}")
-            getattr(msg, name).extend(_scalar(fd, v, where) for v in item)
-        elif message:
-            if isinstance(item, Mapping) and cls is not None and hasattr(cls, "from_dict"):
-                item = cls.from_dict(item)
-            if not dataclasses.is_dataclass(item):
-                raise local_error(where, f"expected a {fd.message_type.name}, got {item!r}")
-            nested = getattr(msg, name)
-            to_message(item, nested, where)
-            nested.SetInParent()
-        else:
-            setattr(msg, name, _scalar(fd, item, where))
-
-
 class _Field(typing.NamedTuple):
-    """How from_message reads one field of a dataclass from its message (worked out once)."""
+    """How to_message writes and from_message reads one field of a dataclass (worked out once
+    per class and message type)."""
     name: str
+    fd: Any  # the field's descriptor
     nested: Optional[type]  # the dataclass of a message field
     enum_cls: Any  # the enum of an enum field
     repeated: bool
@@ -144,13 +102,40 @@ def _plan(cls: type, descriptor: Any) -> Any:
             fd = descriptor.fields_by_name[f.name]
             hint = hints[f.name]
             fields.append(_Field(
-                f.name, _dataclass_in(hint) if fd.message_type is not None else None,
+                f.name, fd, _dataclass_in(hint) if fd.message_type is not None else None,
                 getattr(_enums, fd.enum_type.name) if fd.enum_type is not None else None,
                 _repeated(fd), hint is np.ndarray, typing.get_origin(hint) is list,
                 fd.message_type is not None,
                 fd.message_type is not None or fd.containing_oneof is not None, _optional(hint)))
         _PLANS[key] = tuple(fields)
     return _PLANS[key]
+
+
+def to_message(value: Any, msg: Any, path: str) -> None:
+    """Writes the dataclass ``value`` into ``msg`` field by field: None leaves a field unset
+    (a proto3 ``optional`` field's default), enum fields take members, names or numbers, a
+    nested mirror may be given as a dict (its class's ``from_dict``). ``path`` names the message
+    in errors ("config": "config.scaling.factor: expected a number, got 'x'")."""
+    for field in _plan(type(value), msg.DESCRIPTOR):
+        name, fd, cls = field.name, field.fd, field.nested
+        item = getattr(value, name)
+        if item is None:
+            continue
+        where = f"{path}.{name}" if path else name
+        if field.repeated:
+            if isinstance(item, (str, bytes)):
+                raise local_error(where, f"expected a sequence, got {item!r}")
+            getattr(msg, name).extend(_scalar(fd, v, where) for v in item)
+        elif field.message:
+            if isinstance(item, Mapping) and cls is not None and hasattr(cls, "from_dict"):
+                item = cls.from_dict(item)
+            if not dataclasses.is_dataclass(item):
+                raise local_error(where, f"expected a {fd.message_type.name}, got {item!r}")
+            nested = getattr(msg, name)
+            to_message(item, nested, where)
+            nested.SetInParent()
+        else:
+            setattr(msg, name, _scalar(fd, item, where))
 
 
 def from_message(msg: Any, cls: Type[T]) -> T:
