@@ -47,11 +47,15 @@ print("Limits, GB/s (1 / 2 threads): " + ", ".join(
 print()
 print("| op | shape | thr | posenc | of limit | PyTorch | speed-up |")
 print("|---|---|---|---|---|---|---|")
-rows, decode, worst = [], [], {}
+rows, decode, prepare, worst = [], [], [], {}
 for (op, a), b in ours.items():
     if op.startswith("BM_Stream"):
         continue
     a = dict(a)
+    if op == "BM_PrepareRopeRun":  # host work before the kernel: no bytes, no limit
+        sec = b["real_time"] * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1}[b["time_unit"]]
+        prepare.append((int(a["b"]) * int(a["s"]), f"[{a['b']},{a['s']}]", sec))
+        continue
     thr, name = a["threads"], op[3:]
     gbps = b["bytes_per_second"] / 1e9
     if name == "ApplyRope":
@@ -98,6 +102,14 @@ print("| shape | thr | per call | per token | GB/s |")
 print("|---|---|---|---|---|")
 for thr, shape, sec, per_token, gbps in sorted(decode, key=lambda d: (d[1], d[0])):
     print(f"| {shape} | {thr} | {sec * 1e6:.1f} us | {per_token * 1e9:.0f} ns | {gbps:.1f} |")
+
+print()
+print("Host work per ApplyRope call before the kernel (PrepareRopeRun: positions resolved):")
+print()
+print("| tokens [B,S] | per call | per token |")
+print("|---|---|---|")
+for tokens, shape, sec in sorted(prepare):
+    print(f"| {shape} | {sec * 1e6:.1f} us | {sec / tokens * 1e9:.1f} ns |")
 
 print()
 print("Targets of issue #19 (lowest ratio of each group, same run):")
