@@ -182,14 +182,22 @@ grpc::ServerUnaryReactor* CallRunner::Serve(const Method& method, const Call& ca
   if (metrics_ != nullptr) {
     metrics_->OnFinish(method.name, status.error_code(), seconds, request_size, response_size);
   }
-  if (AccessLogEnabled(status.error_code())) {
-    LogAccess(AccessRecord{method.name, RequestId(*call.context), status.error_code(),
-                           seconds * 1e3,
-                           reactor->admission().backend().empty() ? ctx_.backend->name()
-                                                                  : reactor->admission().backend(),
-                           input, output, request_size, response_size, status.error_message()});
+  // The access line is written after the call is finished, off its latency (a synchronous
+  // write of a line costs tens of microseconds, a fifth of a tiny call's round trip): what it
+  // needs from the call's context and reactor, which gRPC may free once finished, is copied first.
+  const bool log = AccessLogEnabled(status.error_code());
+  std::string request_id;
+  std::string backend;
+  if (log) {
+    request_id = RequestId(*call.context);
+    backend = std::string(reactor->admission().backend().empty() ? ctx_.backend->name()
+                                                                 : reactor->admission().backend());
   }
   reactor->FinishCall(status);
+  if (log) {
+    LogAccess(AccessRecord{method.name, request_id, status.error_code(), seconds * 1e3, backend,
+                           input, output, request_size, response_size, status.error_message()});
+  }
   return reactor;
 }
 
