@@ -17,6 +17,7 @@
 #include "kernels/common/positions.h"
 #include "kernels/common/status.h"
 #include "posenc/errors.h"
+#include "proto/posenc/v1/byte_buffer.h"
 
 namespace posenc::client::internal {
 namespace {
@@ -371,7 +372,7 @@ Tensor SliceBox(const Tensor& tensor, const std::vector<int64_t>& begin,
   out.dtype = tensor.dtype;
   out.shape = count;
   const auto item = static_cast<size_t>(DTypeSize(tensor.dtype));
-  out.data.resize(static_cast<size_t>(Product(count, 0, count.size())) * item);
+  v1::ResizeUninitialized(&out.data, static_cast<size_t>(Product(count, 0, count.size())) * item);
   CopyBox(tensor.shape, begin, count, item, tensor.data.data(), out.data.data(),
           /*from_box=*/true);
   return out;
@@ -419,7 +420,8 @@ absl::StatusOr<Tensor> ConcatAxis(const std::vector<Tensor>& parts, size_t axis)
     }
     out.shape[axis] += part.shape[axis];
   }
-  out.data.resize(static_cast<size_t>(out.NumElements() * DTypeSize(out.dtype)));
+  // The parts cover `out` along `axis` (checked above): no byte is left unwritten.
+  v1::ResizeUninitialized(&out.data, static_cast<size_t>(out.NumElements() * DTypeSize(out.dtype)));
   std::vector<int64_t> begin(out.shape.size(), 0);
   for (const Tensor& part : parts) {
     POSENC_RETURN_IF_ERROR(PasteBox(part, begin, &out));
@@ -726,11 +728,13 @@ absl::StatusOr<ApplyRopeResult> JoinApplyRope(const ApplyRopeOptions& options,
   if (parts.empty() || parts.size() != split.places.size()) {
     return absl::InternalError("split: the pieces' results do not match the pieces");
   }
+  // The pieces' boxes cover q and k (padding tokens included, overwritten below), and a piece
+  // of another shape is an error: the joined bytes need no zero-fill first.
   auto empty_like = [](const Tensor& t) {
     Tensor out;
     out.dtype = t.dtype;
     out.shape = t.shape;
-    out.data.resize(t.data.size());
+    v1::ResizeUninitialized(&out.data, t.data.size());
     return out;
   };
   ApplyRopeResult out;
@@ -837,7 +841,7 @@ absl::StatusOr<Tensor> JoinAddPositionEncoding(const AddPositionEncodingSplit& s
   Tensor y;
   y.dtype = split.y.dtype;
   y.shape = split.y.shape;
-  y.data.resize(static_cast<size_t>(split.y.Bytes()));
+  v1::ResizeUninitialized(&y.data, static_cast<size_t>(split.y.Bytes()));  // the boxes cover y
   for (size_t i = 0; i < parts.size(); ++i) {
     if (parts[i].shape != split.y_boxes[i].count) {
       return absl::InternalError("split: the server answered a piece with another shape");

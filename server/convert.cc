@@ -13,8 +13,8 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/repeated_ptr_field.h"
 #include "kernels/hf/config.h"
+#include "proto/posenc/v1/byte_buffer.h"
 #include "proto/posenc/v1/wire_dtype.h"
-#include "server/buffer.h"
 #include "server/call_tensors.h"
 #include "server/status.h"
 
@@ -160,7 +160,7 @@ absl::StatusOr<kernels::TensorView> AllocateOutput(const kernels::OutputSpec& sp
     return kernels::TensorView{dtype, shape, shared.data, shared.on_device};
   }
   std::string* data = out->mutable_data();
-  ResizeUninitialized(data, static_cast<size_t>(bytes));
+  v1::ResizeUninitialized(data, static_cast<size_t>(bytes));
   return kernels::TensorView{dtype, shape, data->data()};
 }
 

@@ -67,9 +67,9 @@ absl::StatusOr<kernels::ConstTensorView> ToConstView(const v1::Tensor& tensor, D
 
 // Sets `out`'s dtype and shape, sizes its data to the exact byte count and returns a view onto
 // it. The caller has checked the element count and bytes against its limits first.
-// The bytes are not zero-filled (server/buffer.h): the backend overwrites every one of them.
-// An output named in the request's output_shared_memory (server/call_tensors.h) goes into that
-// range instead: `out` then carries the reference and no bytes; a CUDA region only where
+// The bytes are not zero-filled (v1::ResizeUninitialized): the backend overwrites every one of
+// them. An output named in the request's output_shared_memory (server/call_tensors.h) goes into
+// that range instead: `out` then carries the reference and no bytes; a CUDA region only where
 // `reach` is Reach::kDevice.
 absl::StatusOr<kernels::TensorView> AllocateOutput(const kernels::OutputSpec& spec, v1::Tensor* out,
                                                    Reach reach = Reach::kHost);

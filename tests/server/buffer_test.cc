@@ -1,12 +1,11 @@
 // ResizeUninitialized: exact sizes whatever the previous capacity (libstdc++ 12 reports a grown
 // capacity to resize_and_overwrite's callback; the size must still be the one asked for).
-#include "server/buffer.h"
-
 #include <string>
 
 #include "gtest/gtest.h"
+#include "proto/posenc/v1/byte_buffer.h"
 
-namespace posenc::server {
+namespace posenc::v1 {
 namespace {
 
 TEST(ResizeUninitializedTest, SizesAreExactFromAnyStart) {
@@ -23,4 +22,4 @@ TEST(ResizeUninitializedTest, SizesAreExactFromAnyStart) {
 }
 
 }  // namespace
-}  // namespace posenc::server
+}  // namespace posenc::v1

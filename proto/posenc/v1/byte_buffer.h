@@ -79,6 +79,11 @@ class BorrowedBytes {
 // (where the kernel has them), so that filling it faults once per 2 MiB instead of per 4 KiB.
 void ReserveLarge(std::string* s, size_t n);
 
+// Resizes `s` to `n` bytes (reserved as ReserveLarge does); new bytes are left uninitialized, for
+// buffers the caller overwrites in full (a kernel's output, a join of pieces that cover it):
+// clearing them first would only cost a pass over memory.
+void ResizeUninitialized(std::string* s, size_t n);
+
 }  // namespace posenc::v1
 
 #endif  // POSENC_PROTO_POSENC_V1_BYTE_BUFFER_H_
