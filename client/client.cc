@@ -2,6 +2,7 @@
 
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
+#include <grpcpp/completion_queue.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
@@ -228,32 +229,35 @@ struct Client::Impl {
   // The request is serialized by v1::SerializeToByteBuffer (its tensors sent from its own
   // memory, which the call keeps alive) and the response parsed by v1::ParseFromByteBuffer.
   // `extend`, when set, adds to the serialized request (v1::BorrowedBytes).
+  //
+  // The calling thread waits on a completion queue of its own, as gRPC's synchronous stubs do,
+  // and so receives the response itself: through the callback API the response was received
+  // on gRPC's thread, which then had to wake this one (a thread hand-off per call).
   template <typename Request, typename Response>
   absl::Status Call(Method<Request, Response> /*method*/, Request request, Response* response,
                     const CallOptions& call, const Extend& extend = {}) const {
-    std::promise<absl::Status> done;
-    Invoke(
-        std::move(request), response, call,
-        [&done](absl::Status status) { done.set_value(std::move(status)); }, extend);
-    return done.get_future().get();
-  }
-
-  // Starts the call of `request`; `done` runs on gRPC's thread with the status once `response`
-  // holds the parsed response (or the error), after the call's ClientContext is gone.
-  //
-  // That order matters: a ClientContext holds a reference to the channel. Destroyed after `done`
-  // (with the callback, on gRPC's thread), it can outlive the Client, which its caller may destroy
-  // as soon as `done` has run; its reference is then the channel's last. gRPC 1.51 then shuts its
-  // callback queue down from that queue's own thread, which deletes the queue and goes on reading
-  // it: a double free in grpc_cq_internal_unref, and under ASan a `posenc` that crashed or hung
-  // at exit (its leak check against the error report). Released before `done`, the context's
-  // reference never is the last: the Client holds one until `done` has run.
-  template <typename Request, typename Response>
-  void Invoke(Request request, Response* response, const CallOptions& call,
-              std::function<void(absl::Status)> done, const Extend& extend = {}) const {
-    absl::StatusOr<grpc::ByteBuffer> bytes = Serialize(std::move(request), extend);
-    if (!bytes.ok()) return done(bytes.status());
-    InvokeBytes(MethodPath<Request>(), *bytes, response, call, std::move(done));
+    POSENC_ASSIGN_OR_RETURN(const grpc::ByteBuffer request_bytes,
+                            Serialize(std::move(request), extend));
+    grpc::ClientContext context;
+    PrepareContext(&context, call);
+    grpc::CompletionQueue cq;
+    grpc::ByteBuffer response_bytes;
+    grpc::Status status;
+    void* tag = nullptr;
+    bool ok = false;
+    {
+      const std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> rpc =
+          generic_stub.PrepareUnaryCall(&context, MethodPath<Request>(), request_bytes, &cq);
+      rpc->StartCall();
+      rpc->Finish(&response_bytes, &status, &status);
+      while (cq.Next(&tag, &ok) && tag != &status) {
+      }
+    }
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+    if (!status.ok()) return ToAbsl(status);
+    return ParseResponse(response_bytes, response);
   }
 
   // The bytes of `request` as sent: v1::SerializeToByteBuffer (its tensors sent from its own
@@ -268,8 +272,18 @@ struct Client::Impl {
     return bytes;
   }
 
-  // Invoke of a serialized request to the RPC `path` (a copy of a grpc::ByteBuffer shares its
-  // slices: sending the same bytes twice copies none).
+  // Starts the call of the serialized request to the RPC `path` (a copy of a grpc::ByteBuffer
+  // shares its slices: sending the same bytes twice copies none); `done` runs on gRPC's thread
+  // with the status once `response` holds the parsed response (or the error), after the call's
+  // ClientContext is gone.
+  //
+  // That order matters: a ClientContext holds a reference to the channel. Destroyed after `done`
+  // (with the callback, on gRPC's thread), it can outlive the Client, which its caller may destroy
+  // as soon as `done` has run; its reference is then the channel's last. gRPC 1.51 then shuts its
+  // callback queue down from that queue's own thread, which deletes the queue and goes on reading
+  // it: a double free in grpc_cq_internal_unref, and under ASan a `posenc` that crashed or hung
+  // at exit (its leak check against the error report). Released before `done`, the context's
+  // reference never is the last: the Client holds one until `done` has run.
   template <typename Response>
   void InvokeBytes(const std::string& path, const grpc::ByteBuffer& request_bytes,
                    Response* response, const CallOptions& call,
