@@ -306,22 +306,44 @@ def assert_same(test, got, expected, where="result"):
 class EveryOpTest(unittest.TestCase):
     """Each client method through the direct path and the plain protobuf path: the same."""
 
+    # direct_tensors=0: every tensor and response through posenc._direct, however small (the
+    # default takes them from DIRECT_MIN_BYTES on; these tensors are smaller).
     @classmethod
     def setUpClass(cls):
         cls.plain = posenc.Client(SERVER.address, direct_tensors=False)
-        cls.small = {direct: posenc.Client(SERVER.address, direct_tensors=direct,
+        cls.direct = posenc.Client(SERVER.address, direct_tensors=0)
+        cls.small = {direct: posenc.Client(SERVER.address, direct_tensors=0 if direct else False,
                                            max_message_bytes=96 << 10)
                      for direct in (True, False)}
 
     @classmethod
     def tearDownClass(cls):
         cls.plain.close()
+        cls.direct.close()
         for client in cls.small.values():
             client.close()
 
     def same(self, call, *clients):
-        direct, plain = clients or (CLIENT, self.plain)
+        direct, plain = clients or (self.direct, self.plain)
         assert_same(self, call(direct), call(plain))
+
+    def test_default_client_by_size(self):
+        """The default client: small tensors through protobuf's messages, large ones direct
+        (each call the same as the plain path's)."""
+        for shape in ((1, 4, 2, 16), (1, 64, 8, 64)):  # 512 bytes; 128 KiB (>= DIRECT_MIN_BYTES)
+            q = rng(21).standard_normal(shape).astype(np.float32)
+            self.same(lambda c: c.apply_rope(q, q[:, :, :1]), CLIENT, self.plain)
+            request = pb.ApplyRopeRequest()
+            tensors = posenc.client._Tensors(request, None,
+                                             CLIENT._transport.direct_min_bytes)
+            tensors.float(request.q, q, "q")
+            self.assertEqual(isinstance(tensors.request(), _direct.WireMessage),
+                             q.nbytes >= _direct.DIRECT_MIN_BYTES, shape)
+
+    def test_direct_tensors_is_checked(self):
+        for bad in (-1, 1.5, "yes"):
+            with self.assertRaises(posenc.InvalidArgumentError):
+                posenc.Client(SERVER.address, direct_tensors=bad)
 
     def test_rope(self):
         q = rng(1).standard_normal((2, 9, 4, 32)).astype(np.float32)
@@ -391,10 +413,11 @@ class DTypeTest(unittest.TestCase):
         inputs = [q.astype(t) for t in (np.float16, np.float32, np.float64, np.uint16)]
         inputs += [q.astype(">f4"), np.asfortranarray(q.astype(np.float32)),
                    DLPackOnly(q.astype(np.float32))]
-        with posenc.Client(SERVER.address, direct_tensors=False) as plain:
+        with posenc.Client(SERVER.address, direct_tensors=False) as plain, posenc.Client(
+                SERVER.address, direct_tensors=0) as direct:
             for value in inputs:
-                assert_same(self, CLIENT.apply_rope(value), plain.apply_rope(value))
-                assert_same(self, CLIENT.rerotate_keys(value, 3), plain.rerotate_keys(value, 3))
+                assert_same(self, direct.apply_rope(value), plain.apply_rope(value))
+                assert_same(self, direct.rerotate_keys(value, 3), plain.rerotate_keys(value, 3))
 
     @unittest.skipIf(torch is None, "python3-torch is not installed")
     def test_torch_in_and_out(self):

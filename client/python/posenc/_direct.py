@@ -44,7 +44,12 @@ from ._protos import posenc_pb2 as pb
 from ._tensor import describe_tensor, fill_tensor
 
 __all__ = ["WireMessage", "WireTensor", "Malformed", "encode", "decode", "message_of", "like",
-           "copied", "put_tensor", "tensor_fields"]
+           "copied", "put_tensor", "tensor_fields", "DIRECT_MIN_BYTES"]
+
+# Below this many bytes a tensor goes through the message and a response is parsed by protobuf
+# alone: for small tensors the copies saved cost less than the scan and the join (a tiny ApplyRope
+# from Python: 640 -> 480 us per call), as the C++ client references only fields from 64 KiB on.
+DIRECT_MIN_BYTES = 64 << 10
 
 _TENSOR = pb.Tensor.DESCRIPTOR
 _DATA = _TENSOR.fields_by_name["data"].number
@@ -356,10 +361,17 @@ def _scan(buf: bytes, cls: Type[Any]) -> WireMessage:
     return WireMessage(cls.FromString(b"".join(rest)), views)
 
 
-def decode(buf: Union[bytes, bytearray, memoryview], cls: Type[Any]) -> Any:
+def decode(buf: Union[bytes, bytearray, memoryview], cls: Type[Any], scan_from: int = 0) -> Any:
     """A response of type ``cls`` from its wire bytes: a WireMessage whose Tensor fields' bytes
-    are views of ``buf`` (see the module), or :class:`Malformed`."""
+    are views of ``buf`` (see the module), or :class:`Malformed`. Responses under ``scan_from``
+    bytes are parsed by protobuf alone (the client's transport: DIRECT_MIN_BYTES)."""
     data = bytes(buf) if not isinstance(buf, bytes) else buf
+    if len(data) < scan_from:
+        try:
+            return WireMessage(cls.FromString(data))
+        except DecodeError as e:
+            return Malformed(f"{len(data)} bytes that are not a {cls.DESCRIPTOR.full_name}: "
+                             f"{str(e) or 'protobuf could not parse it'}")
     try:
         return _scan(data, cls)
     except (_ScanError, DecodeError) as e:

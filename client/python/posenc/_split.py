@@ -298,6 +298,8 @@ class _Box:
 
 def plan_apply_rope(request: pb.ApplyRopeRequest, limits: LimitsFn) -> Optional[Plan]:
     """The pieces of an ApplyRope request over the limit, or None to send it as it is."""
+    if request.ByteSize() <= OVERHEAD_BYTES:  # what _budget decides below, without the arrays
+        return None
     layout = request.layout or TensorLayout.BSHD
     if layout not in ROPE_AXES:
         return None

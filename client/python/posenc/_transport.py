@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import grpc
 
-from ._direct import Malformed, decode, encode, tensor_fields
+from ._direct import DIRECT_MIN_BYTES, Malformed, decode, encode, tensor_fields
 from ._errors import InternalError, PosencError, from_rpc_error
 from ._protos import health_pb2, health_pb2_grpc, posenc_pb2, posenc_pb2_grpc
 from ._split import Limits
@@ -75,10 +75,11 @@ def channel_options(max_message_bytes: int, max_attempts: int, load_balancing_po
     return options
 
 
-def direct_calls(channel: grpc.Channel) -> Dict[str, Any]:
+def direct_calls(channel: grpc.Channel, scan_from: int) -> Dict[str, Any]:
     """Unary calls of every posenc method with a Tensor field in its request or response,
     through posenc._direct's serializer (a WireMessage's arrays joined into the request once)
-    and deserializer (the response's tensor bytes as views of the received buffer)."""
+    and deserializer (the tensor bytes of a response of ``scan_from`` bytes or more as views of
+    the received buffer)."""
     service = posenc_pb2.DESCRIPTOR.services_by_name["PositionEncoding"]
     calls: Dict[str, Any] = {}
     for method in service.methods:
@@ -86,7 +87,8 @@ def direct_calls(channel: grpc.Channel) -> Dict[str, Any]:
             response = getattr(posenc_pb2, method.output_type.name)
             calls[method.name] = channel.unary_unary(
                 f"/{service.full_name}/{method.name}", request_serializer=encode,
-                response_deserializer=functools.partial(decode, cls=response))
+                response_deserializer=functools.partial(decode, cls=response,
+                                                        scan_from=scan_from))
     return calls
 
 
@@ -101,15 +103,16 @@ def _parsed(method: str, response: Any) -> Any:
 
 class Transport:
     """Calls over one channel; thread-safe (the channel multiplexes the calls). With
-    ``direct``, the methods that carry tensors go through posenc._direct (requests may be
-    WireMessages; responses are)."""
+    ``direct_min_bytes`` (None: off), the methods that carry tensors go through posenc._direct
+    (requests may be WireMessages; responses are, their tensors views from that size on)."""
 
     def __init__(self, channel: grpc.Channel, max_message_bytes: int, max_in_flight: int,
-                 direct: bool = True):
+                 direct_min_bytes: Optional[int] = DIRECT_MIN_BYTES):
         self.channel = channel
         self.stub = posenc_pb2_grpc.PositionEncodingStub(channel)
-        self.direct = direct
-        self._calls = direct_calls(channel) if direct else {}
+        self.direct = direct_min_bytes is not None
+        self.direct_min_bytes = direct_min_bytes
+        self._calls = {} if direct_min_bytes is None else direct_calls(channel, direct_min_bytes)
         self._health = health_pb2_grpc.HealthStub(channel)
         self._max_message_bytes = max_message_bytes
         self._max_in_flight = max_in_flight

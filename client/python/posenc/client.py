@@ -35,14 +35,15 @@ import grpc
 import numpy as np
 
 from . import _memory, _split, _transport
-from ._direct import WireMessage
+from ._direct import DIRECT_MIN_BYTES, WireMessage
 from ._enums import (AlibiMode, AnalysisProperty, BiasForm, Combine, DType, FutureMode,
                      HealthStatus, MultimodalFamily, RopeCacheLayout, TensorLayout, VisionTower)
 from ._errors import local_error
 from ._protos import posenc_pb2 as pb
 from ._protos import posenc_pb2_grpc as pb_grpc
 from ._tensor import (DTypeLike, describe_tensor, expand_compact_alibi, expand_toeplitz,
-                      float_array, float_output_dtype, host_array, is_torch, set_float_tensor,
+                      fill_tensor, float_array, float_output_dtype, host_array, is_torch,
+                      set_float_tensor,
                       set_int_tensor, to_numpy, to_torch)
 from ._transport import Transport
 from ._types import (AlibiBiasResult, AnalyzeEncodingResult, ApplyRopeResult, Array,
@@ -91,17 +92,29 @@ def _set_output_dtype(request: Any, dtype: DTypeLike) -> None:
 Placements = Optional[Mapping[str, SharedMemoryRef]]
 
 
+def _direct_min_bytes(direct_tensors: Union[bool, int]) -> Optional[int]:
+    """Client's ``direct_tensors`` as the size from which tensors go direct (None: never)."""
+    if isinstance(direct_tensors, bool):
+        return DIRECT_MIN_BYTES if direct_tensors else None
+    if isinstance(direct_tensors, numbers.Integral) and direct_tensors >= 0:
+        return int(direct_tensors)
+    raise local_error("direct_tensors", f"expected a bool or a byte count >= 0, got "
+                      f"{direct_tensors!r}")
+
+
 class _Tensors:
     """One call's tensors: what its results are returned as (torch tensors when a tensor input
     was one) and which are in shared memory (``output_shared_memory``, and the ApplyRope inputs
     rotated in place there), so that those come back as views of their region. With
-    ``direct``, the request's top-level float tensors are held as arrays (``request()`` is then
-    a posenc._direct.WireMessage: their bytes are joined into the request once, when sent)."""
+    ``direct_min_bytes``, the request's top-level float tensors of that many bytes or more are
+    held as arrays (``request()`` is then a posenc._direct.WireMessage: their bytes are joined
+    into the request once, when sent)."""
 
-    def __init__(self, request: Any, placements: Placements, direct: bool = False):
+    def __init__(self, request: Any, placements: Placements,
+                 direct_min_bytes: Optional[int] = None):
         self.torch = False
         self._request = request
-        self._direct = direct
+        self._direct_min_bytes = direct_min_bytes
         self._arrays: Dict[str, np.ndarray] = {}
         self._refs: Dict[str, SharedMemoryRef] = {}
         for name, ref in (placements or {}).items():
@@ -123,9 +136,12 @@ class _Tensors:
     def float(self, msg: Any, value: Any, field: str) -> None:
         """A float input: tensor field ``field`` of the request (``msg``)."""
         value = self.note(value, field)
-        if self._direct and not isinstance(value, SharedMemoryRef):
+        if self._direct_min_bytes is not None and not isinstance(value, SharedMemoryRef):
             dtype, a = float_array(value, field)
-            self._arrays[field] = describe_tensor(msg, dtype, a)
+            if a.nbytes >= self._direct_min_bytes:
+                self._arrays[field] = describe_tensor(msg, dtype, a)
+            else:
+                fill_tensor(msg, dtype, a)
         else:
             set_float_tensor(msg, value, field)
 
@@ -197,8 +213,11 @@ class Client:
       direct_tensors: move the tensors' bytes between the arrays and the wire directly
         (default True): the request is serialized with the input arrays' bytes joined in once,
         the response's tensor bytes are read as views of the received buffer; not through
-        protobuf's Python messages, which copy them three times each way. False: the plain
-        protobuf path (the same messages on the wire; for comparison).
+        protobuf's Python messages, which copy them three times each way. True does so for
+        tensors and responses from 64 KiB on (``posenc._direct.DIRECT_MIN_BYTES``; smaller
+        ones cost less through protobuf than the join and the scan); an int, from that many
+        bytes on (0: every one). False: the plain protobuf path (the same messages on the
+        wire; for comparison).
       retain_freed_memory: bytes of freed memory the process's allocator keeps for the next
         calls' buffers (default 1 GiB, as posenc-server's ``--retain_free_memory_bytes``), so
         that large arrays reuse pages already faulted in instead of fresh ones the kernel
@@ -221,7 +240,7 @@ class Client:
                  channel_options: Sequence[Tuple[str, Any]] = (), split_requests: bool = True,
                  compact_biases: bool = True,
                  max_split_in_flight: int = DEFAULT_MAX_SPLIT_IN_FLIGHT,
-                 direct_tensors: bool = True,
+                 direct_tensors: Union[bool, int] = True,
                  retain_freed_memory: int = _memory.DEFAULT_RETAIN_FREED_MEMORY):
         self._timeout = _seconds(timeout, "timeout")
         retain = _positive_int(retain_freed_memory, "retain_freed_memory", least=0)
@@ -243,7 +262,7 @@ class Client:
                                                  health_check, keepalive, keepalive_wait)
             options += list(channel_options)
             channel = self._make_channel(target, tls, options)
-        self._transport = Transport(channel, limit, in_flight, bool(direct_tensors))
+        self._transport = Transport(channel, limit, in_flight, _direct_min_bytes(direct_tensors))
 
     @staticmethod
     def _make_channel(target: str, tls: Union[None, bool, TlsConfig], options: list
@@ -351,7 +370,7 @@ class Client:
         Over the message limit, it is split along batch rows, then tokens.
         """
         request = pb.AddPositionEncodingRequest()
-        tensors = _Tensors(request, output_shared_memory, self._transport.direct)
+        tensors = _Tensors(request, output_shared_memory, self._transport.direct_min_bytes)
         tensors.float(request.x, x, "x")
         set_positions(request, positions)
         if sinusoidal is not None and learned is not None:
@@ -439,7 +458,7 @@ class Client:
         Returns ``ApplyRopeResult(q, k, derived)`` (k None when none was sent).
         """
         request = pb.ApplyRopeRequest()
-        tensors = _Tensors(request, output_shared_memory, self._transport.direct)
+        tensors = _Tensors(request, output_shared_memory, self._transport.direct_min_bytes)
         tensors.float(request.q, q, "q")
         if k is not None:
             tensors.float(request.k, k, "k")
@@ -465,7 +484,7 @@ class Client:
           config: the keys' :class:`RopeConfig` or config.json (inverse must be false).
         """
         request = pb.RerotateKeysRequest()
-        tensors = _Tensors(request, None, self._transport.direct)
+        tensors = _Tensors(request, None, self._transport.direct_min_bytes)
         tensors.float(request.k, k, "k")
         set_int_tensor(request.delta, delta, "delta")
         set_positions(request, positions)
