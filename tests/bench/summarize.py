@@ -80,8 +80,12 @@ for (op, a), b in ours.items():
         tkey = f"{name}/h:{a['h']}/q:{a['q']}/k:{a['k']}" if a.get("mode", "0") == "0" else None
         value, unit = gbps, "GB/s"
     else:
-        group, ref = "Table", "fill"
+        # The whole RopeCache op per layout (issue #21's one-table layouts): not #19's targets.
+        group, ref = ("Layout" if "layout" in a else "Table"), "fill"
         shape = f"{a['n']} x {a['d']}"
+        if "layout" in a:
+            shape += " " + {"0": "compact", "3": "fused_cos_sin", "4": "complex"}.get(
+                a["layout"], f"layout {a['layout']}")
         tkey = f"{name}/n:{a['n']}/d:{a['d']}"
         value, unit = b["items_per_second"] / 1e9, "G el/s"
     ratio = gbps / limit[(ref, thr)] if (ref, thr) in limit else float("nan")
