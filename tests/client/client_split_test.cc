@@ -427,6 +427,13 @@ TEST_F(SplitTest, PerCallDeadlineOverridesTheClientDefault) {
   const auto async_expired =
       client->RelativeBiasAsync(heavy, CallOptions{std::chrono::milliseconds(1)}).get();
   EXPECT_EQ(async_expired.status().code(), absl::StatusCode::kDeadlineExceeded);
+  // A call that is not split (64 MiB of output, one message) waits on its own completion
+  // queue: expired there too, and the next call on the same client goes through.
+  RelativeBiasOptions whole = heavy;
+  whole.table_inline = Ramp({32, 4});
+  const auto whole_expired = client->RelativeBias(whole, CallOptions{std::chrono::milliseconds(1)});
+  EXPECT_EQ(whole_expired.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << whole_expired.status();
   EXPECT_TRUE(client->AlibiSlopes({.num_heads = 4}, CallOptions{std::chrono::seconds(10)}).ok());
 }
 
