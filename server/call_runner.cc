@@ -132,7 +132,8 @@ grpc::Status CallRunner::RunHandler(const Method& method, const Call& call,
 }
 
 grpc::Status CallRunner::Handle(const Method& method, const Call& call, Reactor* reactor,
-                                std::string* input, absl::FunctionRef<grpc::Status()> handle) {
+                                std::string* input, bool* summarize_later,
+                                absl::FunctionRef<grpc::Status()> handle) {
   if (draining() && !method.serve_while_draining) {
     reactor->LeaveInFlight();
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -145,9 +146,14 @@ grpc::Status CallRunner::Handle(const Method& method, const Call& call, Reactor*
   if (call.context->deadline() < std::chrono::system_clock::now()) {
     return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline passed before the call ran");
   }
-  // Before the handler: it may move tensor bytes out of the request (consume_requests).
-  if (AccessLogEnabled(grpc::StatusCode::INTERNAL))
-    *input = method.summarize_request(*call.request);
+  // The handler may move tensor bytes out of the request (consume_requests).
+  if (AccessLogEnabled(grpc::StatusCode::INTERNAL)) {
+    if (method.summarize_request_first) {
+      *input = method.summarize_request(*call.request);
+    } else {
+      *summarize_later = true;
+    }
+  }
   return RunHandler(method, call, &reactor->admission(), handle);
 }
 
@@ -159,7 +165,8 @@ grpc::ServerUnaryReactor* CallRunner::Serve(const Method& method, const Call& ca
   const size_t request_size = call.request_bytes->Length();
   auto* reactor = new Reactor(admission_, static_cast<int64_t>(request_size), &calls_in_flight_);
   std::string input;
-  grpc::Status status = Handle(method, call, reactor, &input, handle);
+  bool summarize_later = false;
+  grpc::Status status = Handle(method, call, reactor, &input, &summarize_later, handle);
   if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
     // gRPC retry policies (A6) honour this: a busy server (admission refused the call) asks for a
     // retry after the heavy-call wait; a request over a hard limit must not be retried at all.
@@ -182,9 +189,10 @@ grpc::ServerUnaryReactor* CallRunner::Serve(const Method& method, const Call& ca
   if (metrics_ != nullptr) {
     metrics_->OnFinish(method.name, status.error_code(), seconds, request_size, response_size);
   }
-  // The access line is written after the call is finished, off its latency (a synchronous
-  // write of a line costs tens of microseconds, a fifth of a tiny call's round trip): what it
-  // needs from the call's context and reactor, which gRPC may free once finished, is copied first.
+  // The access line is written (and the request summarized, Method::summarize_request_first
+  // aside) after the call is finished, off its latency (a tiny call's summary and line cost tens
+  // of microseconds, a fifth of its round trip): what it needs from the call's context and
+  // reactor, which gRPC may free once finished, is copied first; the request is this call's.
   const bool log = AccessLogEnabled(status.error_code());
   std::string request_id;
   std::string backend;
@@ -195,6 +203,7 @@ grpc::ServerUnaryReactor* CallRunner::Serve(const Method& method, const Call& ca
   }
   reactor->FinishCall(status);
   if (log) {
+    if (summarize_later) input = method.summarize_request(*call.request);
     LogAccess(AccessRecord{method.name, request_id, status.error_code(), seconds * 1e3, backend,
                            input, output, request_size, response_size, status.error_message()});
   }

@@ -52,6 +52,11 @@ class CallRunner {
     // The access log's input and output (summary.h's by default).
     std::string (*summarize_request)(const google::protobuf::Message&) = &SummarizeRequest;
     std::string (*summarize_response)(const google::protobuf::Message&) = &SummarizeResponse;
+    // The request is summarized before its handler runs, for a handler that moves out of the
+    // request what the summary reads (ModelInfer's raw_input_contents). Otherwise after the call
+    // is finished, off its latency (posenc.v1's handlers move only Tensor.data, which summaries
+    // do not read).
+    bool summarize_request_first = false;
   };
 
   // `ctx`'s backend and tables must outlive the runner. Every request is handed over to its
@@ -111,8 +116,10 @@ class CallRunner {
   grpc::ServerUnaryReactor* Serve(const Method& method, const Call& call,
                                   absl::FunctionRef<grpc::Status()> handle);
   // The call's status before its response is serialized: refused, unparseable, late or handled.
+  // `input` gets the request's summary when the method summarizes first; `summarize_later` is set
+  // when the request parsed and is to be summarized once the call is finished.
   grpc::Status Handle(const Method& method, const Call& call, Reactor* reactor, std::string* input,
-                      absl::FunctionRef<grpc::Status()> handle);
+                      bool* summarize_later, absl::FunctionRef<grpc::Status()> handle);
   // The handler under the call's cancellation and admission, exceptions turned into statuses.
   grpc::Status RunHandler(const Method& method, const Call& call, CallAdmission* admission,
                           absl::FunctionRef<grpc::Status()> handle) const;

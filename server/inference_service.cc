@@ -205,7 +205,8 @@ void InferenceService::RegisterInference() {
       5,
       {.name = "ModelInfer",
        .summarize_request = &SummarizeInferRequest,
-       .summarize_response = &SummarizeInferResponse},
+       .summarize_response = &SummarizeInferResponse,
+       .summarize_request_first = true},  // its handler moves raw_input_contents out
       [ctx = &runner_->context()](ModelInferRequest& req, ModelInferResponse* resp) {
         return RunModelInfer(*ctx, req, resp);
       });
