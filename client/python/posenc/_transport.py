@@ -110,7 +110,6 @@ class Transport:
                  direct_min_bytes: Optional[int] = DIRECT_MIN_BYTES):
         self.channel = channel
         self.stub = posenc_pb2_grpc.PositionEncodingStub(channel)
-        self.direct = direct_min_bytes is not None
         self.direct_min_bytes = direct_min_bytes
         self._calls = {} if direct_min_bytes is None else direct_calls(channel, direct_min_bytes)
         self._health = health_pb2_grpc.HealthStub(channel)

@@ -43,8 +43,7 @@ from ._protos import posenc_pb2 as pb
 from ._protos import posenc_pb2_grpc as pb_grpc
 from ._tensor import (DTypeLike, describe_tensor, expand_compact_alibi, expand_toeplitz,
                       fill_tensor, float_array, float_output_dtype, host_array, is_torch,
-                      set_float_tensor,
-                      set_int_tensor, to_numpy, to_torch)
+                      set_float_tensor, set_int_tensor, to_numpy, to_torch)
 from ._transport import Transport
 from ._types import (AlibiBiasResult, AnalyzeEncodingResult, ApplyRopeResult, Array,
                      DescribeRopeResult, LearnedTable, MultimodalPositionsResult,
