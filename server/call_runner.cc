@@ -10,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
 #include "kernels/common/cancellation.h"
@@ -78,24 +79,44 @@ grpc::Status Unparseable(const grpc::ByteBuffer& bytes, const google::protobuf::
 }
 
 // Parses gRPC's request bytes (v1::ParseFromByteBuffer: large tensor fields sized once, no copy
-// of the bytes first), then frees them (the parsed message holds the payload from here on, as
-// with gRPC's own parsing). The buffer is const to gRPC's handler but ours to read and clear;
+// of the bytes first; with `wire`, v1::ParseLeavingTensorData: large tensors' data left in the
+// slices, which `wire` then holds), then frees them (the parsed message and `wire` hold the
+// payload from here on). The buffer is const to gRPC's handler but ours to read and clear;
 // Clear() leaves gRPC an empty buffer to destroy.
-grpc::Status ParseRequest(const grpc::ByteBuffer* bytes, google::protobuf::Message* request) {
+grpc::Status ParseRequest(const grpc::ByteBuffer* bytes, google::protobuf::Message* request,
+                          v1::WireTensors* wire) {
   auto* buffer = const_cast<grpc::ByteBuffer*>(bytes);
   grpc::Status status;
-  if (!v1::ParseFromByteBuffer(*buffer, request)) status = Unparseable(*buffer, *request);
+  const bool parsed = wire != nullptr ? v1::ParseLeavingTensorData(*buffer, request, wire)
+                                      : v1::ParseFromByteBuffer(*buffer, request);
+  if (!parsed) status = Unparseable(*buffer, *request);
   buffer->Clear();
   return status;
 }
 
 // Serializes `response` into gRPC's buffer with its tensors referenced, not copied
 // (v1::SerializeToByteBuffer): the payload moves (a swap, no copy) into a message the buffer's
-// slices keep alive until gRPC has sent them, and `response` is left empty.
-grpc::Status SerializeAndFree(google::protobuf::Message* response, grpc::ByteBuffer* bytes) {
+// slices keep alive until gRPC has sent them, and `response` is left empty. The tensors the
+// handler sends back from the received slices (`wire`) are referenced there.
+grpc::Status SerializeAndFree(google::protobuf::Message* response, const WireTensors& wire,
+                              grpc::ByteBuffer* bytes) {
   std::shared_ptr<google::protobuf::Message> owned(response->New());
   response->GetReflection()->Swap(response, owned.get());
+  if (!wire.sent_back().empty()) {
+    return v1::SerializeWithWireData(std::move(owned), wire.sent_back(), bytes);
+  }
   return v1::SerializeToByteBuffer(std::move(owned), bytes);
+}
+
+// Whether the call's bytes came off a socket (TCP, a Unix socket): then its received slices are
+// memory the transport read them into, which the handler may write. An in-process channel hands
+// over the sender's own slices (the C++ client's reference its caller's tensors).
+bool ReceivedOffASocket(const grpc::CallbackServerContext& context) {
+  const std::string peer = context.peer();
+  for (const absl::string_view scheme : {"ipv4:", "ipv6:", "unix:", "unix-abstract:"}) {
+    if (absl::StartsWith(peer, scheme)) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -132,14 +153,19 @@ grpc::Status CallRunner::RunHandler(const Method& method, const Call& call,
 }
 
 grpc::Status CallRunner::Handle(const Method& method, const Call& call, Reactor* reactor,
-                                std::string* input, bool* summarize_later,
+                                std::string* input, bool* summarize_later, WireTensors* wire,
                                 absl::FunctionRef<grpc::Status()> handle) {
   if (draining() && !method.serve_while_draining) {
     reactor->LeaveInFlight();
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "the server is draining (shutting down); retry on another replica");
   }
-  if (grpc::Status parsed = ParseRequest(call.request_bytes, call.request); !parsed.ok()) {
+  const bool leave = method.leave_tensor_data &&
+                     call.request_bytes->Length() >= v1::kLargeFieldBytes &&
+                     ReceivedOffASocket(*call.context);
+  if (grpc::Status parsed =
+          ParseRequest(call.request_bytes, call.request, leave ? wire->left() : nullptr);
+      !parsed.ok()) {
     if (metrics_ != nullptr) metrics_->OnUnparseable(method.name);
     return parsed;
   }
@@ -154,6 +180,7 @@ grpc::Status CallRunner::Handle(const Method& method, const Call& call, Reactor*
       *summarize_later = true;
     }
   }
+  const ScopedWireTensors scoped_wire(wire);
   return RunHandler(method, call, &reactor->admission(), handle);
 }
 
@@ -166,7 +193,8 @@ grpc::ServerUnaryReactor* CallRunner::Serve(const Method& method, const Call& ca
   auto* reactor = new Reactor(admission_, static_cast<int64_t>(request_size), &calls_in_flight_);
   std::string input;
   bool summarize_later = false;
-  grpc::Status status = Handle(method, call, reactor, &input, &summarize_later, handle);
+  WireTensors wire;  // tensor data left in the received slices, until the response holds it
+  grpc::Status status = Handle(method, call, reactor, &input, &summarize_later, &wire, handle);
   if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
     // gRPC retry policies (A6) honour this: a busy server (admission refused the call) asks for a
     // retry after the heavy-call wait; a request over a hard limit must not be retried at all.
@@ -182,7 +210,7 @@ grpc::ServerUnaryReactor* CallRunner::Serve(const Method& method, const Call& ca
   if (status.ok() && AccessLogEnabled(grpc::StatusCode::OK)) {
     output = method.summarize_response(*call.response);
   }
-  if (status.ok()) status = SerializeAndFree(call.response, call.response_bytes);
+  if (status.ok()) status = SerializeAndFree(call.response, wire, call.response_bytes);
   const size_t response_size = status.ok() ? call.response_bytes->Length() : 0;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

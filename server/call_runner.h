@@ -36,6 +36,7 @@
 #include "absl/functional/function_ref.h"
 #include "google/protobuf/message.h"
 #include "server/admission.h"
+#include "server/call_tensors.h"
 #include "server/handlers.h"
 #include "server/metrics.h"
 #include "server/summary.h"
@@ -57,6 +58,11 @@ class CallRunner {
     // is finished, off its latency (posenc.v1's handlers move only Tensor.data, which summaries
     // do not read).
     bool summarize_request_first = false;
+    // The data of the request's large top-level tensors is left in gRPC's received slices for
+    // the handler (v1::ParseLeavingTensorData, WireTensors in call_tensors.h) instead of parsed
+    // into the message, when the call came off a socket: ApplyRope, which rotates q and k in place
+    // there and sends them back from there (no copy of their bytes in the server).
+    bool leave_tensor_data = false;
   };
 
   // `ctx`'s backend and tables must outlive the runner. Every request is handed over to its
@@ -118,8 +124,10 @@ class CallRunner {
   // The call's status before its response is serialized: refused, unparseable, late or handled.
   // `input` gets the request's summary when the method summarizes first; `summarize_later` is set
   // when the request parsed and is to be summarized once the call is finished.
+  // `wire` receives the tensor data left in the received slices (Method::leave_tensor_data).
   grpc::Status Handle(const Method& method, const Call& call, Reactor* reactor, std::string* input,
-                      bool* summarize_later, absl::FunctionRef<grpc::Status()> handle);
+                      bool* summarize_later, WireTensors* wire,
+                      absl::FunctionRef<grpc::Status()> handle);
   // The handler under the call's cancellation and admission, exceptions turned into statuses.
   grpc::Status RunHandler(const Method& method, const Call& call, CallAdmission* admission,
                           absl::FunctionRef<grpc::Status()> handle) const;

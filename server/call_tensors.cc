@@ -11,6 +11,7 @@ namespace posenc::server {
 namespace {
 
 thread_local CallTensors* current_tensors = nullptr;
+thread_local WireTensors* current_wire_tensors = nullptr;
 
 bool Overlap(const SharedMemorySpan& a, const SharedMemorySpan& b) {
   if (a.byte_size == 0 || b.byte_size == 0 || a.on_device() != b.on_device()) return false;
@@ -171,5 +172,32 @@ ScopedCallTensors::ScopedCallTensors(CallTensors* tensors) : previous_(current_t
 }
 
 ScopedCallTensors::~ScopedCallTensors() { current_tensors = previous_; }
+
+WireTensors* WireTensors::Current() { return current_wire_tensors; }
+
+v1::WireBytes* WireTensors::Find(absl::string_view field) {
+  const auto it = left_.find(field);
+  return it == left_.end() ? nullptr : &it->second;
+}
+
+void WireTensors::TakeInto(absl::string_view field, v1::Tensor* tensor) {
+  const auto it = left_.find(field);
+  if (it == left_.end()) return;
+  it->second.CopyTo(tensor->mutable_data());
+  left_.erase(it);
+}
+
+void WireTensors::SendBack(absl::string_view field,
+                           const google::protobuf::FieldDescriptor* response_field) {
+  if (const v1::WireBytes* bytes = Find(field); bytes != nullptr) {
+    sent_back_.emplace_back(response_field, bytes);
+  }
+}
+
+ScopedWireTensors::ScopedWireTensors(WireTensors* tensors) : previous_(current_wire_tensors) {
+  current_wire_tensors = tensors;
+}
+
+ScopedWireTensors::~ScopedWireTensors() { current_wire_tensors = previous_; }
 
 }  // namespace posenc::server

@@ -1,8 +1,8 @@
-// Where one call's tensors live: the request's bytes, or ranges of registered shared memory
-// (server/shared_memory.h). Every handler runs inside a ScopedCallTensors (handlers.cc's
-// Handle<Method>), so the conversions (convert.h: ToConstView, AllocateOutput, and ApplyRope's
-// in-place MoveToResponse) find a tensor's bytes wherever the caller put them, and no handler
-// spells shared memory out:
+// Where one call's tensors live: the request's bytes, ranges of registered shared memory
+// (server/shared_memory.h), or gRPC's received slices (WireTensors, below: ApplyRope's). Every
+// handler runs inside a ScopedCallTensors (handlers.cc's Handle<Method>), so the conversions
+// (convert.h: ToConstView, AllocateOutput, and ApplyRope's in-place MoveToResponse) find a tensor's
+// bytes wherever the caller put them, and no handler spells shared memory out:
 //  - an input Tensor with `shared_memory` set reads from that range (its `data` must be empty);
 //  - an output named in the request's `output_shared_memory` is written into that range, and the
 //    response's tensor carries the reference instead of bytes;
@@ -21,13 +21,16 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/map.h"
 #include "posenc/v1/posenc.pb.h"
+#include "proto/posenc/v1/byte_buffer.h"
 #include "server/shared_memory.h"
 
 namespace posenc::server {
@@ -114,6 +117,47 @@ class ScopedCallTensors {
 
  private:
   CallTensors* previous_;
+};
+
+// The tensor data of a call's request that the runner left in gRPC's received slices
+// (CallRunner::Method::leave_tensor_data: ApplyRope's q and k; only from a peer on a socket, whose
+// bytes are in memory the transport read them into, which the handler may then write), and what
+// of it the response sends back from there. One per call, the handler's through Current().
+class WireTensors {
+ public:
+  // Filled by the runner's parse.
+  v1::WireTensors* left() { return &left_; }
+  // The calling thread's, or null outside a handler.
+  static WireTensors* Current();
+
+  // Request field `field`'s data left in the slices, or null (its data is in the message).
+  v1::WireBytes* Find(absl::string_view field);
+  // Request field `field`'s data (left in the slices) put into `tensor`'s data (a copy), and no
+  // longer in the slices: for the paths that need the tensor whole.
+  void TakeInto(absl::string_view field, v1::Tensor* tensor);
+  // The response's Tensor field `response_field` (whose data the handler leaves empty) is sent
+  // with request field `field`'s data, from the slices (the runner: v1::SerializeWithWireData).
+  void SendBack(absl::string_view field, const google::protobuf::FieldDescriptor* response_field);
+  const std::vector<std::pair<const google::protobuf::FieldDescriptor*, const v1::WireBytes*>>&
+  sent_back() const {
+    return sent_back_;
+  }
+
+ private:
+  v1::WireTensors left_;
+  std::vector<std::pair<const google::protobuf::FieldDescriptor*, const v1::WireBytes*>> sent_back_;
+};
+
+// Installs a WireTensors as the calling thread's current one for the scope.
+class ScopedWireTensors {
+ public:
+  explicit ScopedWireTensors(WireTensors* tensors);
+  ~ScopedWireTensors();
+  ScopedWireTensors(const ScopedWireTensors&) = delete;
+  ScopedWireTensors& operator=(const ScopedWireTensors&) = delete;
+
+ private:
+  WireTensors* previous_;
 };
 
 }  // namespace posenc::server

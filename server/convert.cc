@@ -88,7 +88,9 @@ v1::DType ToProtoDType(DType dtype) { return v1::ToWireDType(dtype); }
 // ----- tensors --------------------------------------------------------------------------------
 
 absl::StatusOr<kernels::ConstTensorView> ToConstView(const v1::Tensor& tensor, DTypeClass allowed,
-                                                     absl::string_view field, Reach reach) {
+                                                     absl::string_view field, Reach reach,
+                                                     const v1::WireBytes* wire) {
+  const size_t data_bytes = wire != nullptr ? wire->size : tensor.data().size();
   kernels::ConstTensorView view;
   POSENC_ASSIGN_OR_RETURN(view.dtype,
                           FromProtoDType(tensor.dtype(), allowed, absl::StrCat(field, ".dtype")));
@@ -117,9 +119,9 @@ absl::StatusOr<kernels::ConstTensorView> ToConstView(const v1::Tensor& tensor, D
   }
   view.shape.assign(tensor.shape().begin(), tensor.shape().end());
   if (tensor.has_shared_memory()) {
-    if (!tensor.data().empty()) {
+    if (data_bytes != 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat(field, ": data has ", tensor.data().size(),
+          absl::StrCat(field, ": data has ", data_bytes,
                        " bytes and shared_memory is set; give the bytes one way"));
     }
     CallTensors* tensors = CallTensors::Current();
@@ -134,12 +136,14 @@ absl::StatusOr<kernels::ConstTensorView> ToConstView(const v1::Tensor& tensor, D
     view.on_device = shared.on_device;
     return view;
   }
-  if (static_cast<int64_t>(tensor.data().size()) != bytes) {
+  if (static_cast<int64_t>(data_bytes) != bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        field, ": data has ", tensor.data().size(), " bytes, expected ", bytes, " (",
+        field, ": data has ", data_bytes, " bytes, expected ", bytes, " (",
         kernels::DTypeName(view.dtype), " ", kernels::ShapeString(tensor.shape()), ")"));
   }
-  view.data = tensor.data().data();
+  view.data = wire == nullptr        ? tensor.data().data()
+              : wire->pieces.empty() ? nullptr
+                                     : wire->pieces.front().data();
   return view;
 }
 

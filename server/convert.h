@@ -60,10 +60,13 @@ inline constexpr int kMaxTensorRank = 8;
 // Errors name `field`, e.g. "q: data has 100 bytes, expected 128 (FLOAT32 [2, 4, 4])". A tensor
 // with `shared_memory` set views that range of the call's shared memory instead
 // (server/call_tensors.h), which must hold exactly its bytes; a range in a CUDA region (a view
-// with on_device set) only where `reach` is Reach::kDevice.
+// with on_device set) only where `reach` is Reach::kDevice. With `wire`, the tensor's data was
+// left in gRPC's received slices (ScopedWireTensors): its size is checked, and the view's data
+// is the first piece only, for planning (the op reads the pieces).
 absl::StatusOr<kernels::ConstTensorView> ToConstView(const v1::Tensor& tensor, DTypeClass allowed,
                                                      absl::string_view field,
-                                                     Reach reach = Reach::kHost);
+                                                     Reach reach = Reach::kHost,
+                                                     const v1::WireBytes* wire = nullptr);
 
 // Sets `out`'s dtype and shape, sizes its data to the exact byte count and returns a view onto
 // it. The caller has checked the element count and bytes against its limits first.

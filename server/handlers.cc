@@ -217,12 +217,34 @@ absl::Status RopeCache(const HandlerContext& ctx, const v1::RopeCacheRequest& re
   return absl::OkStatus();
 }
 
+// ApplyRope: q and k are rotated in place where they are (MoveToResponse). Their data left in
+// gRPC's received slices (WireTensors: large tensors from a peer on a socket) is rotated there
+// and sent back from there, when every tensor of the call is there, no output goes to shared
+// memory and a host backend computes; otherwise it is copied into the request first.
 absl::Status ApplyRope(const HandlerContext& ctx, const v1::ApplyRopeRequest& req,
                        v1::ApplyRopeResponse* resp) {
+  WireTensors* wire = WireTensors::Current();
+  v1::WireBytes* q_wire = wire != nullptr ? wire->Find("q") : nullptr;
+  v1::WireBytes* k_wire = wire != nullptr ? wire->Find("k") : nullptr;
+  // The service owns the request for the call (ctx.consume_requests), as MoveToResponse.
+  auto& q_in = const_cast<v1::Tensor&>(req.q());
+  auto& k_in = const_cast<v1::Tensor&>(req.k());
+  const auto take_whole = [&] {
+    if (q_wire != nullptr) wire->TakeInto("q", &q_in);
+    if (k_wire != nullptr) wire->TakeInto("k", &k_in);
+    q_wire = k_wire = nullptr;
+  };
+  const CallTensors* tensors = CallTensors::Current();
+  if (q_wire == nullptr || (k_wire == nullptr && req.has_k()) ||
+      (tensors != nullptr && (tensors->HasPlacement("q") || tensors->HasPlacement("k")))) {
+    take_whole();
+  }
   kernels::ApplyRopeArgs args;
-  POSENC_ASSIGN_OR_RETURN(args.q, ToConstView(req.q(), DTypeClass::kFloat, "q", Reach::kDevice));
+  POSENC_ASSIGN_OR_RETURN(args.q,
+                          ToConstView(req.q(), DTypeClass::kFloat, "q", Reach::kDevice, q_wire));
   if (req.has_k()) {
-    POSENC_ASSIGN_OR_RETURN(args.k, ToConstView(req.k(), DTypeClass::kFloat, "k", Reach::kDevice));
+    POSENC_ASSIGN_OR_RETURN(args.k,
+                            ToConstView(req.k(), DTypeClass::kFloat, "k", Reach::kDevice, k_wire));
   }
   RopeConfigNotes notes;
   POSENC_ASSIGN_OR_RETURN(args.config, ToRopeConfig(req.config(), &notes));
@@ -233,14 +255,33 @@ absl::Status ApplyRope(const HandlerContext& ctx, const v1::ApplyRopeRequest& re
   POSENC_ASSIGN_OR_RETURN(const kernels::Backend* backend,
                           plan.has_k() ? AdmitOutputs(ctx, {plan.q, plan.k, plan.inv_freq})
                                        : AdmitOutputs(ctx, {plan.q, plan.inv_freq}));
-  POSENC_ASSIGN_OR_RETURN(kernels::TensorView q,
-                          MoveToResponse(ctx, req.q(), plan.q, resp->mutable_q()));
-  kernels::TensorView k;
-  if (plan.has_k()) {
-    POSENC_ASSIGN_OR_RETURN(k, MoveToResponse(ctx, req.k(), plan.k, resp->mutable_k()));
+  if (backend->reads_device_memory()) take_whole();
+  kernels::RopeRunInfo info;
+  if (q_wire != nullptr) {
+    const google::protobuf::Descriptor* type = v1::ApplyRopeResponse::descriptor();
+    resp->mutable_q()->set_dtype(req.q().dtype());
+    *resp->mutable_q()->mutable_shape() = req.q().shape();
+    if (plan.has_k()) {
+      resp->mutable_k()->set_dtype(req.k().dtype());
+      *resp->mutable_k()->mutable_shape() = req.k().shape();
+    }
+    POSENC_ASSIGN_OR_RETURN(
+        info, kernels::RunApplyRopeInPieces(
+                  *backend, plan, ctx.rope_cache, q_wire->pieces,
+                  k_wire != nullptr ? kernels::BytePieces(k_wire->pieces) : kernels::BytePieces()));
+    wire->SendBack("q", type->FindFieldByNumber(v1::ApplyRopeResponse::kQFieldNumber));
+    if (plan.has_k()) {
+      wire->SendBack("k", type->FindFieldByNumber(v1::ApplyRopeResponse::kKFieldNumber));
+    }
+  } else {
+    POSENC_ASSIGN_OR_RETURN(const kernels::TensorView q,
+                            MoveToResponse(ctx, req.q(), plan.q, resp->mutable_q()));
+    kernels::TensorView k;
+    if (plan.has_k()) {
+      POSENC_ASSIGN_OR_RETURN(k, MoveToResponse(ctx, req.k(), plan.k, resp->mutable_k()));
+    }
+    POSENC_ASSIGN_OR_RETURN(info, kernels::RunApplyRope(*backend, plan, ctx.rope_cache, q, k));
   }
-  POSENC_ASSIGN_OR_RETURN(kernels::RopeRunInfo info,
-                          kernels::RunApplyRope(*backend, plan, ctx.rope_cache, q, k));
   CountCacheLookup(ctx, info);
   FillRopeDerived(plan.config, *info.frequencies, resp->mutable_derived(), &notes);
   return absl::OkStatus();

@@ -1,5 +1,7 @@
 #include "server/service.h"
 
+#include <type_traits>
+
 namespace posenc::server {
 
 PositionEncodingService::PositionEncodingService(CallRunner* runner) : runner_(runner) {
@@ -17,11 +19,14 @@ void PositionEncodingService::Register(int index, const char* method,
   // list them in that order (checked here, once, at startup).
   CheckMethodIndex(v1::PositionEncoding::service_full_name(), index, method, Request::descriptor());
   const HandlerContext* ctx = &runner_->context();
-  MarkMethodRawCallback(
-      index, runner_->RawHandler<Request, Response>(
-                 {.name = method}, [ctx, handler](const Request& request, Response* response) {
-                   return handler(*ctx, request, response);
-                 }));
+  // ApplyRope reads q and k once, rotating them into its response: their data stays in gRPC's
+  // slices until then (handlers.cc, ApplyRope).
+  const CallRunner::Method how{.name = method,
+                               .leave_tensor_data = std::is_same_v<Request, v1::ApplyRopeRequest>};
+  MarkMethodRawCallback(index, runner_->RawHandler<Request, Response>(
+                                   how, [ctx, handler](const Request& request, Response* response) {
+                                     return handler(*ctx, request, response);
+                                   }));
 }
 
 }  // namespace posenc::server

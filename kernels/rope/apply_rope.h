@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "kernels/common/positions.h"
 #include "kernels/common/types.h"
 #include "kernels/rope/config.h"
@@ -63,6 +64,19 @@ absl::StatusOr<ApplyRopePlan> PlanApplyRope(ApplyRopeArgs args);
 absl::StatusOr<RopeRunInfo> RunApplyRope(const Backend& backend, const ApplyRopePlan& plan,
                                          RopeFrequencyCache* cache, const TensorView& q,
                                          const TensorView& k);
+
+// A tensor's bytes in order, in any number of pieces: e.g. as they came off the wire, in the
+// received message's slices.
+using BytePieces = absl::Span<const absl::Span<char>>;
+
+// RunApplyRope for q and k whose bytes are in pieces (`q`, and `k`, empty when the plan has no
+// k), rotated in place there: a block of whole tokens at a time is gathered into scratch that
+// stays in cache, rotated and put back (one pass over the pieces' memory, about 256 KiB of
+// scratch). INVALID_ARGUMENT when the pieces do not hold exactly the planned bytes;
+// FAILED_PRECONDITION on a device backend (reads_device_memory: it needs the tensors whole).
+absl::StatusOr<RopeRunInfo> RunApplyRopeInPieces(const Backend& backend, const ApplyRopePlan& plan,
+                                                 RopeFrequencyCache* cache, BytePieces q,
+                                                 BytePieces k);
 
 }  // namespace posenc::kernels
 

@@ -187,5 +187,139 @@ TEST(BorrowedBytesTest, AppendedDataParsesAsTheWholeRequest) {
   }
 }
 
+// ApplyRope's parse: large tensors' data stays in the received slices; the rest of the message
+// is what protobuf parses.
+TEST(ParseLeavingTensorDataTest, LeavesLargeTensorDataInTheSlices) {
+  const std::shared_ptr<ApplyRopeRequest> whole = LargeRequest();  // q 1 MiB, k 100 bytes
+  whole->mutable_positions()->mutable_range()->set_start(5);
+  const std::string bytes = whole->SerializeAsString();
+  for (const size_t pieces : {size_t{1}, size_t{7}, size_t{1000}}) {
+    const grpc::ByteBuffer buffer = BufferOf(bytes, pieces);
+    ApplyRopeRequest parsed;
+    WireTensors left;
+    ASSERT_TRUE(ParseLeavingTensorData(buffer, &parsed, &left)) << pieces;
+    ASSERT_EQ(left.size(), 1U);
+    ASSERT_EQ(left.count("q"), 1U);
+    const WireBytes& q = left.at("q");
+    EXPECT_EQ(q.size, whole->q().data().size());
+    EXPECT_GE(q.pieces.size(), std::min<size_t>(pieces, 2));
+    std::string joined;
+    q.CopyTo(&joined);
+    EXPECT_TRUE(joined == whole->q().data());
+    // The message is the request without q's data; k's 100 bytes are in it.
+    ApplyRopeRequest expected = *whole;
+    expected.mutable_q()->clear_data();
+    EXPECT_EQ(parsed.SerializeAsString(), expected.SerializeAsString());
+  }
+}
+
+TEST(ParseLeavingTensorDataTest, TheClientsAppendedDataToo) {
+  const std::shared_ptr<ApplyRopeRequest> whole = LargeRequest();
+  whole->mutable_k()->set_data(std::string(size_t{200} << 10, 'k'));
+  auto without = std::make_shared<ApplyRopeRequest>(*whole);
+  without->mutable_q()->clear_data();
+  without->mutable_k()->clear_data();
+  const std::string q = whole->q().data(), k = whole->k().data();
+  grpc::ByteBuffer buffer;
+  BorrowedBytes borrowed;
+  ASSERT_TRUE(SerializeToByteBuffer(without, &buffer).ok());
+  borrowed.Append(1, q, &buffer);
+  borrowed.Append(2, k, &buffer);
+  ApplyRopeRequest parsed;
+  WireTensors left;
+  ASSERT_TRUE(ParseLeavingTensorData(buffer, &parsed, &left));
+  ASSERT_EQ(left.size(), 2U);
+  std::string q_left, k_left;
+  left.at("q").CopyTo(&q_left);
+  left.at("k").CopyTo(&k_left);
+  EXPECT_TRUE(q_left == q);
+  EXPECT_TRUE(k_left == k);
+  EXPECT_EQ(parsed.SerializeAsString(), without->SerializeAsString());
+  left.clear();
+  buffer.Clear();
+}
+
+// Where leaving the data out would change what the message means, the message is parsed whole.
+TEST(ParseLeavingTensorDataTest, ParsesWholeWhereDataComesTwice) {
+  const std::shared_ptr<ApplyRopeRequest> whole = LargeRequest();
+  std::string bytes = whole->SerializeAsString();
+  // q again, with 3 bytes of data: protobuf keeps the last data.
+  ApplyRopeRequest again;
+  again.mutable_q()->set_data("abc");
+  bytes += again.SerializeAsString();
+  ApplyRopeRequest parsed, expected;
+  ASSERT_TRUE(expected.ParseFromString(bytes));
+  WireTensors left;
+  ASSERT_TRUE(ParseLeavingTensorData(BufferOf(bytes, 3), &parsed, &left));
+  EXPECT_TRUE(left.empty());
+  EXPECT_EQ(parsed.q().data(), "abc");
+  EXPECT_EQ(parsed.SerializeAsString(), expected.SerializeAsString());
+  // Large data twice in one tensor field, and in two occurrences of it.
+  bytes = whole->SerializeAsString() + whole->SerializeAsString();
+  ASSERT_TRUE(expected.ParseFromString(bytes));
+  ASSERT_TRUE(ParseLeavingTensorData(BufferOf(bytes, 5), &parsed, &left));
+  EXPECT_TRUE(left.empty());
+  EXPECT_EQ(parsed.SerializeAsString(), expected.SerializeAsString());
+}
+
+// ApplyRope's round trip: the data left in the slices is written in place and sent back in the
+// response, whole, wherever the received slices were cut (down to a few bytes, which gRPC holds
+// inline in the slice itself).
+TEST(ParseLeavingTensorDataTest, DataWrittenInPlaceIsSentBack) {
+  ApplyRopeRequest request;
+  request.mutable_q()->set_dtype(DTYPE_FLOAT32);
+  request.mutable_q()->add_shape(25600);
+  std::string q(size_t{100} << 10, '\0');
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<char>(i * 13);
+  request.mutable_q()->set_data(q);
+  const std::string bytes = request.SerializeAsString();
+  for (const size_t pieces : {size_t{3}, size_t{20000}}) {  // ~34 KiB and ~5-byte slices
+    ApplyRopeRequest parsed;
+    WireTensors left;
+    ASSERT_TRUE(ParseLeavingTensorData(BufferOf(bytes, pieces), &parsed, &left));
+    ASSERT_EQ(left.count("q"), 1U);
+    for (const absl::Span<char> piece : left.at("q").pieces) {
+      for (char& c : piece) c = static_cast<char>(c ^ 0x5a);
+    }
+    auto response = std::make_shared<ApplyRopeResponse>();
+    response->mutable_q()->set_dtype(DTYPE_FLOAT32);
+    response->mutable_q()->add_shape(25600);
+    response->mutable_derived()->add_inv_freq(0.5);
+    const google::protobuf::FieldDescriptor* field =
+        ApplyRopeResponse::descriptor()->FindFieldByName("q");
+    grpc::ByteBuffer out;
+    ASSERT_TRUE(SerializeWithWireData(response, {{field, &left.at("q")}}, &out).ok());
+    ApplyRopeResponse got;
+    ASSERT_TRUE(got.ParseFromString(Flat(out)));
+    std::string want = q;
+    for (char& c : want) c = static_cast<char>(c ^ 0x5a);
+    EXPECT_TRUE(got.q().data() == want) << pieces;
+    EXPECT_EQ(got.q().shape(0), 25600);
+    EXPECT_EQ(got.derived().inv_freq(0), 0.5);
+  }
+}
+
+TEST(ParseLeavingTensorDataTest, RefusesWhatProtobufRefuses) {
+  const std::string bytes = LargeRequest()->SerializeAsString();
+  ApplyRopeRequest parsed;
+  WireTensors left;
+  // Truncated inside q's data, and a length past the end.
+  EXPECT_FALSE(
+      ParseLeavingTensorData(BufferOf(bytes.substr(0, bytes.size() / 2), 3), &parsed, &left));
+  EXPECT_TRUE(left.empty());
+  std::string bad = bytes;
+  bad += std::string("\x0a\xff\xff\xff\x0f", 5);  // q: a 4 GiB length
+  parsed.Clear();
+  EXPECT_FALSE(ParseLeavingTensorData(BufferOf(bad, 2), &parsed, &left));
+  EXPECT_TRUE(left.empty());
+  // Small requests are protobuf's whole.
+  ApplyRopeRequest small;
+  small.mutable_q()->set_data("0123");
+  parsed.Clear();
+  ASSERT_TRUE(ParseLeavingTensorData(BufferOf(small.SerializeAsString()), &parsed, &left));
+  EXPECT_TRUE(left.empty());
+  EXPECT_EQ(parsed.q().data(), "0123");
+}
+
 }  // namespace
 }  // namespace posenc::v1

@@ -14,6 +14,7 @@
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream.h"
 #include "google/protobuf/stubs/common.h"
+#include "posenc/v1/posenc.pb.h"
 
 namespace posenc::v1 {
 namespace {
@@ -21,6 +22,7 @@ namespace {
 using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
+using google::protobuf::Reflection;
 
 // Blocks of the serialized message around its referenced fields: from 4 KiB, doubling to 1 MiB.
 constexpr int kFirstBlockBytes = 4 << 10;
@@ -113,6 +115,28 @@ class WireReader {
       }
       offset_ += step;
       n -= step;
+    }
+    return true;
+  }
+  // Moves `n` bytes ahead, adding them to `out` as slices of the received ones (referenced, not
+  // copied; a piece of a few bytes is a copy held inline in its grpc::Slice) and views of
+  // those; false past the end.
+  bool TakeLeft(uint64_t n, WireBytes* out) {
+    if (n > size_ - position_) return false;
+    position_ += n;
+    out->size += n;
+    while (n > 0) {
+      Settle();
+      const size_t step = std::min<uint64_t>(n, slices_[slice_].size() - offset_);
+      out->slices.push_back(slices_[slice_].sub(offset_, offset_ + step));
+      offset_ += step;
+      n -= step;
+    }
+    // The views once the slices stay put: an inline piece's bytes live in its grpc::Slice.
+    out->pieces.clear();
+    for (const grpc::Slice& slice : out->slices) {
+      out->pieces.emplace_back(reinterpret_cast<char*>(const_cast<uint8_t*>(slice.begin())),
+                               slice.size());
     }
     return true;
   }
@@ -229,7 +253,166 @@ class WireWalk {
   std::string* problem_;
 };
 
+// A protobuf varint of `value` appended to `out`.
+void AppendVarint(uint64_t value, std::string* out) {
+  for (; value >= 0x80; value >>= 7) out->push_back(static_cast<char>((value & 0x7f) | 0x80));
+  out->push_back(static_cast<char>(value));
+}
+
+constexpr uint64_t kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5;
+constexpr uint64_t kTensorData = 3;  // posenc.v1.Tensor.data
+
+// The value of a field (its key read and appended to `out` already) copied to `out`; false on a
+// malformed value or a group (which the caller does not leave data in).
+bool CopyValue(WireReader* reader, uint64_t key, size_t end, std::string* out) {
+  uint64_t value = 0;
+  switch (key & 7) {
+    case kVarint:
+      if (!reader->Varint(&value)) return false;
+      AppendVarint(value, out);
+      return true;
+    case kFixed64: return reader->Take(8, out);
+    case kFixed32: return reader->Take(4, out);
+    case kLengthDelimited:
+      if (!reader->Varint(&value) || value > end - std::min(end, reader->position())) return false;
+      AppendVarint(value, out);
+      return reader->Take(value, out);
+    default: return false;
+  }
+}
+
+// The fields of a posenc.v1.Tensor up to byte `end` copied to `out`, but its data, which goes to
+// `data`; false on a malformed field or a second data field.
+bool LeaveTensorData(WireReader* reader, size_t end, std::string* out, WireBytes* data,
+                     bool* has_data) {
+  while (reader->position() < end) {
+    uint64_t key = 0;
+    if (!reader->Varint(&key)) return false;
+    if (key == (kTensorData << 3 | kLengthDelimited)) {
+      uint64_t length = 0;
+      if (*has_data || !reader->Varint(&length) || length > end - reader->position() ||
+          !reader->TakeLeft(length, data)) {
+        return false;
+      }
+      *has_data = true;
+      continue;
+    }
+    AppendVarint(key, out);
+    if (!CopyValue(reader, key, end, out)) return false;
+  }
+  return reader->position() == end;
+}
+
+// The message in `reader` with the data of its large top-level Tensor fields left out: the rest
+// of its bytes into `rest`, the data into `left`. false where that cannot be done.
+bool SplitTensorData(WireReader* reader, const Descriptor* type, std::string* rest,
+                     WireTensors* left) {
+  const Descriptor* tensor = Tensor::descriptor();
+  const size_t end = reader->size();
+  while (reader->position() < end) {
+    uint64_t key = 0;
+    if (!reader->Varint(&key)) return false;
+    AppendVarint(key, rest);
+    const FieldDescriptor* field =
+        (key >> 3) <= INT_MAX ? type->FindFieldByNumber(static_cast<int>(key >> 3)) : nullptr;
+    if ((key & 7) != kLengthDelimited || field == nullptr || field->is_repeated() ||
+        field->message_type() != tensor) {
+      if (!CopyValue(reader, key, end, rest)) return false;
+      continue;
+    }
+    uint64_t length = 0;
+    if (!reader->Varint(&length) || length > end - reader->position()) return false;
+    if (length < kLargeFieldBytes) {
+      AppendVarint(length, rest);
+      if (!reader->Take(length, rest)) return false;
+      continue;
+    }
+    std::string fields;
+    WireBytes data;
+    bool has_data = false;
+    if (!LeaveTensorData(reader, reader->position() + length, &fields, &data, &has_data) ||
+        left->count(field->name()) > 0) {
+      return false;
+    }
+    if (has_data && data.size < kLargeFieldBytes) {  // small data (a large shape): kept inline
+      AppendVarint(kTensorData << 3 | kLengthDelimited, &fields);
+      AppendVarint(data.size, &fields);
+      for (const absl::Span<char> piece : data.pieces) fields.append(piece.data(), piece.size());
+    } else if (has_data) {
+      left->emplace(field->name(), std::move(data));
+    }
+    AppendVarint(fields.size(), rest);
+    *rest += fields;
+  }
+  return true;
+}
+
 }  // namespace
+
+void WireBytes::CopyTo(std::string* out) const {
+  ResizeUninitialized(out, size);
+  char* at = out->data();
+  for (const absl::Span<char> piece : pieces) {
+    std::memcpy(at, piece.data(), piece.size());
+    at += piece.size();
+  }
+}
+
+bool ParseLeavingTensorData(const grpc::ByteBuffer& in, Message* message, WireTensors* left) {
+  left->clear();
+  if (in.Length() >= kLargeFieldBytes) {
+    WireReader reader(in);
+    std::string rest;
+    bool parsed = SplitTensorData(&reader, message->GetDescriptor(), &rest, left) &&
+                  message->ParseFromString(rest);
+    // A tensor given again later with (small) data of its own: protobuf's last-one-wins would
+    // keep that data; parse the whole message instead.
+    const Reflection* reflection = message->GetReflection();
+    for (auto it = left->begin(); parsed && it != left->end(); ++it) {
+      const FieldDescriptor* field = message->GetDescriptor()->FindFieldByName(it->first);
+      parsed = static_cast<const Tensor&>(reflection->GetMessage(*message, field)).data().empty();
+    }
+    if (parsed) return true;
+    left->clear();
+    message->Clear();
+  }
+  return ParseFromByteBuffer(in, message);
+}
+
+grpc::Status SerializeWithWireData(
+    std::shared_ptr<Message> message,
+    const std::vector<std::pair<const FieldDescriptor*, const WireBytes*>>& data,
+    grpc::ByteBuffer* out) {
+  const std::string type = message->GetTypeName();
+  const Reflection* reflection = message->GetReflection();
+  std::vector<std::string> tensors;  // each field's header and its tensor without the data
+  for (const auto& [field, bytes] : data) {
+    const std::unique_ptr<Message> tensor(reflection->ReleaseMessage(message.get(), field));
+    std::string& head = tensors.emplace_back();
+    std::string rest = tensor != nullptr ? tensor->SerializeAsString() : std::string();
+    AppendVarint(kTensorData << 3 | kLengthDelimited, &rest);
+    AppendVarint(bytes->size, &rest);
+    AppendVarint(static_cast<uint64_t>(field->number()) << 3 | kLengthDelimited, &head);
+    AppendVarint(rest.size() + bytes->size, &head);
+    head += rest;
+  }
+  if (grpc::Status s = SerializeToByteBuffer(std::move(message), out); !s.ok()) return s;
+  std::vector<grpc::Slice> slices;
+  (void)out->Dump(&slices);
+  for (size_t i = 0; i < data.size(); ++i) {
+    slices.emplace_back(tensors[i].data(), tensors[i].size());
+    slices.insert(slices.end(), data[i].second->slices.begin(), data[i].second->slices.end());
+  }
+  size_t total = out->Length();
+  for (size_t i = 0; i < data.size(); ++i) total += tensors[i].size() + data[i].second->size;
+  if (total > static_cast<size_t>(INT_MAX)) {
+    return grpc::Status(
+        grpc::StatusCode::INTERNAL,
+        absl::StrCat("a ", type, " of ", total, " bytes is over protobuf's limit of 2 GiB - 1"));
+  }
+  *out = grpc::ByteBuffer(slices.data(), slices.size());
+  return grpc::Status::OK;
+}
 
 grpc::Status SerializeToByteBuffer(std::shared_ptr<const Message> message, grpc::ByteBuffer* out) {
   const size_t size = message->ByteSizeLong();  // also caches the sizes of nested messages
@@ -280,20 +463,8 @@ std::string DescribeParseFailure(const grpc::ByteBuffer& in, const Descriptor* t
   return problem;
 }
 
-namespace {
-
-// A protobuf varint of `value` appended to `out`.
-void AppendVarint(uint64_t value, std::string* out) {
-  for (; value >= 0x80; value >>= 7) out->push_back(static_cast<char>((value & 0x7f) | 0x80));
-  out->push_back(static_cast<char>(value));
-}
-
-}  // namespace
-
 void BorrowedBytes::Append(int field_number, absl::string_view bytes, grpc::ByteBuffer* buffer) {
   if (bytes.empty()) return;  // no data: the field serialized before says all
-  constexpr uint64_t kLengthDelimited = 2;
-  constexpr uint64_t kTensorData = 3;  // posenc.v1.Tensor.data
   std::string data_header;
   AppendVarint(kTensorData << 3 | kLengthDelimited, &data_header);
   AppendVarint(bytes.size(), &data_header);

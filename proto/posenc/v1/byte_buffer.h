@@ -9,6 +9,9 @@
 //   field once, in memory advised for transparent huge pages, before protobuf copies the bytes in
 //   (protobuf reserves at most 50 MB and grows a larger field by reallocating and copying, and a
 //   fresh mapping of small pages costs a page fault per 4 KiB).
+// - ParseLeavingTensorData: ParseFromByteBuffer, but the large tensors' bytes stay where gRPC
+//   received them (WireBytes), and SerializeWithWireData sends such bytes back from there: an op
+//   that works in place (ApplyRope) copies none of its tensors' bytes.
 // - DescribeParseFailure: the field path of what makes bytes unparseable (invalid UTF-8 in a
 //   string field, a length past the end of its message), for the error the caller gets.
 //
@@ -21,11 +24,16 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 
@@ -43,6 +51,41 @@ grpc::Status SerializeToByteBuffer(std::shared_ptr<const google::protobuf::Messa
 // Parses `in` into `message`, which must be empty (a fresh message). false when the bytes are
 // not a valid message of its type (DescribeParseFailure says why, where it can).
 bool ParseFromByteBuffer(const grpc::ByteBuffer& in, google::protobuf::Message* message);
+
+// A bytes field's bytes left in a received buffer's slices (ParseLeavingTensorData): in order,
+// in pieces, each a slice of its own (referencing the received memory, or for a piece of a few
+// bytes holding a copy inline: `pieces` views them, so `slices` must not be modified, though
+// the WireBytes may be moved).
+// The pieces are writable where the received memory is the transport's own (read off a socket),
+// never where it may be the sender's (an in-process channel).
+struct WireBytes {
+  std::vector<grpc::Slice> slices;
+  std::vector<absl::Span<char>> pieces;
+  size_t size = 0;
+
+  // The bytes, copied into `out` (replacing its contents).
+  void CopyTo(std::string* out) const;
+};
+
+// Tensor data left in received slices, by the request field holding the tensor ("q").
+using WireTensors = std::map<std::string, WireBytes, std::less<>>;
+
+// ParseFromByteBuffer, except that the data (posenc.v1.Tensor.data) of each top-level Tensor field
+// of `message` holding kLargeFieldBytes or more stays in `in`'s slices: `left` gets it by the
+// field's name, and the message's tensor has no data. Where the bytes do not allow it (a tensor's
+// data given twice, groups, a malformed field), the message is parsed whole, as
+// ParseFromByteBuffer does, and `left` is empty. `message` must be empty; false when the bytes do
+// not parse.
+bool ParseLeavingTensorData(const grpc::ByteBuffer& in, google::protobuf::Message* message,
+                            WireTensors* left);
+
+// SerializeToByteBuffer of `message` whose top-level Tensor fields listed in `data` take that
+// data (referenced, not copied) in place of their own, which must be empty: each such field is
+// taken out of the message and written after the rest of it, whole.
+grpc::Status SerializeWithWireData(
+    std::shared_ptr<google::protobuf::Message> message,
+    const std::vector<std::pair<const google::protobuf::FieldDescriptor*, const WireBytes*>>& data,
+    grpc::ByteBuffer* out);
 
 // Why `in` does not parse as a message of `type`: "PATH: REASON", e.g.
 // "config.hf_config_json: invalid UTF-8 in a string field (use bytes for raw bytes)", or "" when
