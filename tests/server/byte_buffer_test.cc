@@ -299,6 +299,31 @@ TEST(ParseLeavingTensorDataTest, DataWrittenInPlaceIsSentBack) {
   }
 }
 
+// protobuf's parse stops early at a top-level END_GROUP tag and then backs up; grpc's
+// ProtoBufferReader asserted when that went past the chunk it had given (the process aborted:
+// UnparseableRequestTest.AStrayEndGroupBeforeMoreSlicesIsInvalidArgument reproduces it over
+// TCP). Refused over any slicing here.
+TEST(ByteBufferTest, AStrayEndGroupIsRefusedWhateverTheSlices) {
+  const std::string bytes = LargeRequest()->SerializeAsString();
+  const std::string stray = bytes.substr(0, 8) + std::string("\x0c", 1) + bytes;
+  ApplyRopeRequest probe;
+  ASSERT_FALSE(probe.ParseFromString(stray));
+  for (const size_t pieces : {size_t{1}, size_t{2}, size_t{3}, size_t{1000}}) {
+    ApplyRopeRequest parsed;
+    EXPECT_FALSE(ParseFromByteBuffer(BufferOf(stray, pieces), &parsed)) << pieces;
+    ApplyRopeRequest left_parsed;
+    WireTensors left;
+    EXPECT_FALSE(ParseLeavingTensorData(BufferOf(stray, pieces), &left_parsed, &left)) << pieces;
+  }
+  // The tag at the end of a first slice shorter than protobuf's 16 bytes of slop.
+  for (const size_t cut : {size_t{5}, size_t{9}, size_t{12}, size_t{20}}) {
+    grpc::Slice two[] = {grpc::Slice(stray.data(), cut),
+                         grpc::Slice(stray.data() + cut, stray.size() - cut)};
+    ApplyRopeRequest parsed;
+    EXPECT_FALSE(ParseFromByteBuffer(grpc::ByteBuffer(two, 2), &parsed)) << cut;
+  }
+}
+
 TEST(ParseLeavingTensorDataTest, RefusesWhatProtobufRefuses) {
   const std::string bytes = LargeRequest()->SerializeAsString();
   ApplyRopeRequest parsed;

@@ -5,11 +5,13 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <future>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "google/rpc/error_details.pb.h"
 #include "google/rpc/status.pb.h"
@@ -42,13 +44,19 @@ class UnparseableRequestTest : public ::testing::Test {
     server_->Wait();
   }
 
-  // `bytes` sent as the request of `method`.
-  grpc::Status Send(const std::string& bytes, const char* method = kApplyRope) {
-    grpc::GenericStub generic(server_->InProcessChannel());
+  // `bytes` sent as the request of `method`, in `pieces` slices, over `channel` (default: the
+  // in-process channel, which hands the server these very slices).
+  grpc::Status Send(const std::string& bytes, const char* method = kApplyRope, size_t pieces = 1,
+                    std::shared_ptr<grpc::Channel> channel = nullptr) {
+    grpc::GenericStub generic(channel != nullptr ? channel : server_->InProcessChannel());
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    grpc::Slice slice(bytes);
-    const grpc::ByteBuffer request(&slice, 1);
+    std::vector<grpc::Slice> slices;
+    const size_t step = std::max<size_t>(1, (bytes.size() + pieces - 1) / pieces);
+    for (size_t at = 0; at < bytes.size(); at += step) {
+      slices.emplace_back(bytes.data() + at, std::min(step, bytes.size() - at));
+    }
+    const grpc::ByteBuffer request(slices.data(), slices.size());
     grpc::ByteBuffer response;
     std::promise<grpc::Status> done;
     generic.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
@@ -116,6 +124,25 @@ TEST_F(UnparseableRequestTest, GarbageAfterALargeTensorIsInvalidArgument) {
     EXPECT_NE(status.error_message().find("do not parse as posenc.v1.ApplyRopeRequest"),
               std::string::npos)
         << status.error_message();
+  }
+}
+
+// A top-level END_GROUP tag stops protobuf's parse early; it then backs up past the last chunk it
+// read, which gRPC's own reader asserts on (the process aborted). Refused, over any slicing and
+// over TCP (where the server receives the bytes in its own slices), and the server goes on.
+TEST_F(UnparseableRequestTest, AStrayEndGroupBeforeMoreSlicesIsInvalidArgument) {
+  const std::string bytes = LargeRequest(4) + std::string("\x0c", 1) + LargeRequest(400);
+  const auto tcp = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                       grpc::InsecureChannelCredentials());
+  for (const size_t pieces : {size_t{1}, size_t{2}, size_t{7}, size_t{500}}) {
+    for (const auto& channel : {std::shared_ptr<grpc::Channel>(), tcp}) {
+      const grpc::Status status = Send(bytes, kApplyRope, pieces, channel);
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+          << pieces << ": " << status.error_message();
+      EXPECT_NE(status.error_message().find("do not parse as posenc.v1.ApplyRopeRequest"),
+                std::string::npos)
+          << status.error_message();
+    }
   }
 }
 

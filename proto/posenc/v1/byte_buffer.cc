@@ -1,6 +1,5 @@
 #include "proto/posenc/v1/byte_buffer.h"
 
-#include <grpcpp/support/proto_buffer_reader.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -81,6 +80,59 @@ class SliceOutputStream final : public google::protobuf::io::ZeroCopyOutputStrea
   int64_t closed_bytes_ = 0;
 };
 
+// A protobuf input stream over the slices of a byte buffer. Unlike grpc::ProtoBufferReader it
+// backs up any number of the bytes it gave: protobuf's parser, stopping early at a top-level
+// END_GROUP tag, backs up past the last chunk it was given, on which gRPC's reader asserts and
+// the process aborts (a crafted request of two slices or more would stop the server).
+class SliceInputStream final : public google::protobuf::io::ZeroCopyInputStream {
+ public:
+  explicit SliceInputStream(const grpc::ByteBuffer& in) { (void)in.Dump(&slices_); }
+
+  bool Next(const void** data, int* size) override {
+    while (slice_ < slices_.size() && offset_ == slices_[slice_].size()) {
+      ++slice_;
+      offset_ = 0;
+    }
+    if (slice_ == slices_.size()) return false;
+    const size_t n = std::min<size_t>(slices_[slice_].size() - offset_, INT_MAX);
+    *data = slices_[slice_].begin() + offset_;
+    *size = static_cast<int>(n);
+    offset_ += n;
+    position_ += static_cast<int64_t>(n);
+    return true;
+  }
+  void BackUp(int count) override {
+    auto left = static_cast<size_t>(std::clamp<int64_t>(count, 0, position_));
+    position_ -= static_cast<int64_t>(left);
+    while (left > 0) {
+      if (offset_ == 0) offset_ = slices_[--slice_].size();
+      const size_t step = std::min(left, offset_);
+      offset_ -= step;
+      left -= step;
+    }
+  }
+  bool Skip(int count) override {
+    while (count > 0) {
+      const void* data = nullptr;
+      int size = 0;
+      if (!Next(&data, &size)) return false;
+      if (size > count) {
+        BackUp(size - count);
+        return true;
+      }
+      count -= size;
+    }
+    return true;
+  }
+  int64_t ByteCount() const override { return position_; }
+
+ private:
+  std::vector<grpc::Slice> slices_;
+  size_t slice_ = 0;
+  size_t offset_ = 0;  // in slices_[slice_]
+  int64_t position_ = 0;
+};
+
 // Sequential reads of protobuf wire format across the slices of a byte buffer.
 class WireReader {
  public:
@@ -91,13 +143,15 @@ class WireReader {
   size_t position() const { return position_; }
   size_t size() const { return size_; }
 
-  bool Varint(uint64_t* value) {
+  // A varint; its bytes as they were are also appended to `raw` when not null.
+  bool Varint(uint64_t* value, std::string* raw = nullptr) {
     *value = 0;
     for (int shift = 0; shift < 64; shift += 7) {
       if (position_ == size_) return false;
       Settle();
       const uint8_t byte = slices_[slice_].begin()[offset_++];
       ++position_;
+      if (raw != nullptr) raw->push_back(static_cast<char>(byte));
       *value |= static_cast<uint64_t>(byte & 0x7f) << shift;
       if ((byte & 0x80) == 0) return true;
     }
@@ -262,20 +316,19 @@ void AppendVarint(uint64_t value, std::string* out) {
 constexpr uint64_t kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5;
 constexpr uint64_t kTensorData = 3;  // posenc.v1.Tensor.data
 
-// The value of a field (its key read and appended to `out` already) copied to `out`; false on a
-// malformed value or a group (which the caller does not leave data in).
+// The value of a field (its key read and copied to `out` already) copied to `out` byte for byte
+// (protobuf then judges the bytes as it would have); false on a malformed value or a group
+// (which the caller does not leave data in).
 bool CopyValue(WireReader* reader, uint64_t key, size_t end, std::string* out) {
   uint64_t value = 0;
   switch (key & 7) {
-    case kVarint:
-      if (!reader->Varint(&value)) return false;
-      AppendVarint(value, out);
-      return true;
+    case kVarint: return reader->Varint(&value, out);
     case kFixed64: return reader->Take(8, out);
     case kFixed32: return reader->Take(4, out);
     case kLengthDelimited:
-      if (!reader->Varint(&value) || value > end - std::min(end, reader->position())) return false;
-      AppendVarint(value, out);
+      if (!reader->Varint(&value, out) || value > end - std::min(end, reader->position())) {
+        return false;
+      }
       return reader->Take(value, out);
     default: return false;
   }
@@ -287,7 +340,8 @@ bool LeaveTensorData(WireReader* reader, size_t end, std::string* out, WireBytes
                      bool* has_data) {
   while (reader->position() < end) {
     uint64_t key = 0;
-    if (!reader->Varint(&key)) return false;
+    std::string key_bytes;
+    if (!reader->Varint(&key, &key_bytes)) return false;
     if (key == (kTensorData << 3 | kLengthDelimited)) {
       uint64_t length = 0;
       if (*has_data || !reader->Varint(&length) || length > end - reader->position() ||
@@ -297,7 +351,7 @@ bool LeaveTensorData(WireReader* reader, size_t end, std::string* out, WireBytes
       *has_data = true;
       continue;
     }
-    AppendVarint(key, out);
+    *out += key_bytes;
     if (!CopyValue(reader, key, end, out)) return false;
   }
   return reader->position() == end;
@@ -311,8 +365,7 @@ bool SplitTensorData(WireReader* reader, const Descriptor* type, std::string* re
   const size_t end = reader->size();
   while (reader->position() < end) {
     uint64_t key = 0;
-    if (!reader->Varint(&key)) return false;
-    AppendVarint(key, rest);
+    if (!reader->Varint(&key, rest)) return false;
     const FieldDescriptor* field =
         (key >> 3) <= INT_MAX ? type->FindFieldByNumber(static_cast<int>(key >> 3)) : nullptr;
     if ((key & 7) != kLengthDelimited || field == nullptr || field->is_repeated() ||
@@ -321,9 +374,10 @@ bool SplitTensorData(WireReader* reader, const Descriptor* type, std::string* re
       continue;
     }
     uint64_t length = 0;
-    if (!reader->Varint(&length) || length > end - reader->position()) return false;
+    std::string length_bytes;
+    if (!reader->Varint(&length, &length_bytes) || length > end - reader->position()) return false;
     if (length < kLargeFieldBytes) {
-      AppendVarint(length, rest);
+      *rest += length_bytes;
       if (!reader->Take(length, rest)) return false;
       continue;
     }
@@ -450,10 +504,8 @@ bool ParseFromByteBuffer(const grpc::ByteBuffer& in, Message* message) {
     WireWalk(&reader, nullptr).Walk(message->GetDescriptor(), message, reader.size(), "", 0);
   }
   if (in.Length() > static_cast<size_t>(INT_MAX)) return false;
-  // ProtoBufferReader takes a mutable buffer but only reads it.
-  grpc::ProtoBufferReader reader(const_cast<grpc::ByteBuffer*>(&in));
-  return reader.status().ok() &&
-         message->MergeFromBoundedZeroCopyStream(&reader, static_cast<int>(in.Length()));
+  SliceInputStream stream(in);
+  return message->MergeFromBoundedZeroCopyStream(&stream, static_cast<int>(in.Length()));
 }
 
 std::string DescribeParseFailure(const grpc::ByteBuffer& in, const Descriptor* type) {

@@ -8,7 +8,9 @@
 // - ParseFromByteBuffer: a first pass over the wire format (headers only) sizes every large bytes
 //   field once, in memory advised for transparent huge pages, before protobuf copies the bytes in
 //   (protobuf reserves at most 50 MB and grows a larger field by reallocating and copying, and a
-//   fresh mapping of small pages costs a page fault per 4 KiB).
+//   fresh mapping of small pages costs a page fault per 4 KiB). Protobuf reads the slices through
+//   a stream of this file's own: grpc::ProtoBufferReader aborts the process when protobuf backs
+//   up past the chunk it last gave, as protobuf does at a stray top-level END_GROUP tag.
 // - ParseLeavingTensorData: ParseFromByteBuffer, but the large tensors' bytes stay where gRPC
 //   received them (WireBytes), and SerializeWithWireData sends such bytes back from there: an op
 //   that works in place (ApplyRope) copies none of its tensors' bytes.
