@@ -86,6 +86,7 @@ class Pieces {
     }
   }
   int64_t size() const { return size_; }
+  BytePieces pieces() const { return pieces_; }
 
   // Bytes [offset, offset + n) (inside size()) to `out`, or from `in`.
   void Read(int64_t offset, int64_t n, char* out) const {
@@ -173,17 +174,16 @@ void SelectPositions(const ResolvedPositions& all, int64_t n, Token token, Resol
 }
 
 // Rotates one token-major tensor (BSHD or THD, dense: token t's `heads` rows are bytes
-// [t * token_bytes, (t + 1) * token_bytes) of `pieces`) in place: the tokens that lie whole in
+// [t * token_bytes, (t + 1) * token_bytes) of `all`) in place: the tokens that lie whole in
 // a piece where they are, a call per piece; the tokens cut between pieces gathered into scratch,
 // some at a time, and put back. `sub` is the plan with this tensor as its q, no k.
 absl::Status RotateTokensInPieces(const Backend& backend, ApplyRopePlan sub,
                                   const RopeFrequencies& freqs, const ResolvedPositions& positions,
-                                  BytePieces pieces, int64_t token_bytes) {
+                                  const Pieces& all, int64_t token_bytes) {
   const int64_t tokens = positions.num_tokens;
   const int64_t cut_batch = std::max<int64_t>(1, kPieceBlockBytes / token_bytes);
   std::vector<char> scratch;
   std::vector<int64_t> cut;  // tokens cut between pieces, waiting in `scratch`
-  const Pieces all(pieces);
   ResolvedPositions sub_positions;
   const auto rotate = [&](char* at, int64_t n, auto token) {
     sub.batch = 1;
@@ -207,7 +207,7 @@ absl::Status RotateTokensInPieces(const Backend& backend, ApplyRopePlan sub,
   };
   scratch.resize(static_cast<size_t>(cut_batch * token_bytes));
   int64_t start = 0;  // of the piece, in the tensor
-  for (const absl::Span<char> piece : pieces) {
+  for (const absl::Span<char> piece : all.pieces()) {
     const int64_t end = start + static_cast<int64_t>(piece.size());
     const int64_t first = (start + token_bytes - 1) / token_bytes;  // first whole token
     const int64_t last = std::min(end / token_bytes, tokens);       // past the last whole one
@@ -376,12 +376,12 @@ absl::StatusOr<RopeRunInfo> RunApplyRopeInPieces(const Backend& backend, const A
           ApplyRopePlan sub = plan;
           sub.k_heads = 0;
           POSENC_RETURN_IF_ERROR(
-              RotateTokensInPieces(backend, sub, freqs, positions, q, q_token * esize));
+              RotateTokensInPieces(backend, sub, freqs, positions, q_pieces, q_token * esize));
           if (!plan.has_k()) return absl::OkStatus();
           sub.q_heads = plan.k_heads;
           sub.q_strides = plan.k_strides;
           sub.q = plan.k;
-          return RotateTokensInPieces(backend, sub, freqs, positions, k, k_token * esize);
+          return RotateTokensInPieces(backend, sub, freqs, positions, k_pieces, k_token * esize);
         });
   }
   // Head-major (BHSD): blocks of tokens of every head gathered into scratch (each token's angles

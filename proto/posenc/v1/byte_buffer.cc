@@ -316,6 +316,18 @@ void AppendVarint(uint64_t value, std::string* out) {
 constexpr uint64_t kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5;
 constexpr uint64_t kTensorData = 3;  // posenc.v1.Tensor.data
 
+// The bytes of `field_number { <fields> data: <data_bytes bytes> }` (a posenc.v1.Tensor field)
+// up to where the data goes: the field's key and length, `fields` (the tensor's other fields,
+// serialized) and the data's key and length.
+std::string TensorFieldHead(int field_number, std::string fields, size_t data_bytes) {
+  AppendVarint(kTensorData << 3 | kLengthDelimited, &fields);
+  AppendVarint(data_bytes, &fields);
+  std::string head;
+  AppendVarint(static_cast<uint64_t>(field_number) << 3 | kLengthDelimited, &head);
+  AppendVarint(fields.size() + data_bytes, &head);
+  return head + fields;
+}
+
 // The value of a field (its key read and copied to `out` already) copied to `out` byte for byte
 // (protobuf then judges the bytes as it would have); false on a malformed value or a group
 // (which the caller does not leave data in).
@@ -442,13 +454,9 @@ grpc::Status SerializeWithWireData(
   std::vector<std::string> tensors;  // each field's header and its tensor without the data
   for (const auto& [field, bytes] : data) {
     const std::unique_ptr<Message> tensor(reflection->ReleaseMessage(message.get(), field));
-    std::string& head = tensors.emplace_back();
-    std::string rest = tensor != nullptr ? tensor->SerializeAsString() : std::string();
-    AppendVarint(kTensorData << 3 | kLengthDelimited, &rest);
-    AppendVarint(bytes->size, &rest);
-    AppendVarint(static_cast<uint64_t>(field->number()) << 3 | kLengthDelimited, &head);
-    AppendVarint(rest.size() + bytes->size, &head);
-    head += rest;
+    tensors.push_back(TensorFieldHead(
+        field->number(), tensor != nullptr ? tensor->SerializeAsString() : std::string(),
+        bytes->size));
   }
   if (grpc::Status s = SerializeToByteBuffer(std::move(message), out); !s.ok()) return s;
   std::vector<grpc::Slice> slices;
@@ -517,13 +525,7 @@ std::string DescribeParseFailure(const grpc::ByteBuffer& in, const Descriptor* t
 
 void BorrowedBytes::Append(int field_number, absl::string_view bytes, grpc::ByteBuffer* buffer) {
   if (bytes.empty()) return;  // no data: the field serialized before says all
-  std::string data_header;
-  AppendVarint(kTensorData << 3 | kLengthDelimited, &data_header);
-  AppendVarint(bytes.size(), &data_header);
-  std::string header;
-  AppendVarint(static_cast<uint64_t>(field_number) << 3 | kLengthDelimited, &header);
-  AppendVarint(data_header.size() + bytes.size(), &header);
-  header += data_header;
+  std::string header = TensorFieldHead(field_number, "", bytes.size());
   std::vector<grpc::Slice> slices;
   (void)buffer->Dump(&slices);
   if (bytes.size() < kLargeFieldBytes) {
