@@ -52,7 +52,7 @@ if [ -x "$(command -v "$py")" ] && "$py" -c 'import grpc, numpy' 2>/dev/null; th
     "$py" -m unittest test_cuda_shared_memory) || status=1
 fi
 echo "== cuda_bench (kernel GB/s on device data, beside cudaMemcpy; end to end with copies)"
-"$build/cuda_bench" --benchmark_min_time="$min_time" --benchmark_counters_tabular=true \
+POSENC_SERVER_PATH="$build/posenc-server" "$build/cuda_bench" --benchmark_min_time="$min_time" --benchmark_counters_tabular=true \
   --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json || true
 echo "== GPU callers: ApplyRope on q and k in CUDA shared memory, end to end vs the kernel"
 PYTHONPATH="$build/python" POSENC_SERVER_PATH="$build/posenc-server" "$py" \

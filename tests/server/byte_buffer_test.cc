@@ -262,6 +262,34 @@ TEST(ParseLeavingTensorDataTest, ParsesWholeWhereDataComesTwice) {
   EXPECT_EQ(parsed.SerializeAsString(), expected.SerializeAsString());
 }
 
+// A request whose bulk is not tensor data is parsed whole: splitting it would copy that bulk
+// once more beside the received bytes and the message (3x its size for a moment, not 2x).
+TEST(ParseLeavingTensorDataTest, ParsesWholeWhereTheBulkIsNotTensorData) {
+  const std::shared_ptr<ApplyRopeRequest> whole = LargeRequest();  // q 1 MiB
+  for (const size_t other : {kMaxKeptBytes / 2, 2 * kMaxKeptBytes}) {
+    whole->mutable_config()->set_hf_config_json(std::string(other, ' ') + "{}");
+    const std::string bytes = whole->SerializeAsString();
+    for (const size_t pieces : {size_t{1}, size_t{9}}) {
+      ApplyRopeRequest parsed;
+      WireTensors left;
+      ASSERT_TRUE(ParseLeavingTensorData(BufferOf(bytes, pieces), &parsed, &left));
+      EXPECT_EQ(left.size(), other < kMaxKeptBytes ? 1U : 0U) << other;
+      ApplyRopeRequest expected = *whole;
+      if (!left.empty()) expected.mutable_q()->clear_data();
+      EXPECT_EQ(parsed.SerializeAsString(), expected.SerializeAsString()) << other;
+    }
+  }
+  // The bulk in the large tensor's other fields (a shape of 2 Mi dims).
+  whole->mutable_config()->clear_hf_config_json();
+  for (int i = 0; i < (1 << 21); ++i) whole->mutable_q()->add_shape(1);
+  const std::string bytes = whole->SerializeAsString();
+  ApplyRopeRequest parsed;
+  WireTensors left;
+  ASSERT_TRUE(ParseLeavingTensorData(BufferOf(bytes, 4), &parsed, &left));
+  EXPECT_TRUE(left.empty());
+  EXPECT_EQ(parsed.SerializeAsString(), whole->SerializeAsString());
+}
+
 // ApplyRope's round trip: the data left in the slices is written in place and sent back in the
 // response, whole, wherever the received slices were cut (down to a few bytes, which gRPC holds
 // inline in the slice itself).

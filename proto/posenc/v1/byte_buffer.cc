@@ -329,16 +329,17 @@ std::string TensorFieldHead(int field_number, std::string fields, size_t data_by
 }
 
 // The value of a field (its key read and copied to `out` already) copied to `out` byte for byte
-// (protobuf then judges the bytes as it would have); false on a malformed value or a group
-// (which the caller does not leave data in).
-bool CopyValue(WireReader* reader, uint64_t key, size_t end, std::string* out) {
+// (protobuf then judges the bytes as it would have); false on a malformed value, a group (which
+// the caller does not leave data in) or a value that would take `out` past `limit` bytes.
+bool CopyValue(WireReader* reader, uint64_t key, size_t end, size_t limit, std::string* out) {
   uint64_t value = 0;
   switch (key & 7) {
     case kVarint: return reader->Varint(&value, out);
     case kFixed64: return reader->Take(8, out);
     case kFixed32: return reader->Take(4, out);
     case kLengthDelimited:
-      if (!reader->Varint(&value, out) || value > end - std::min(end, reader->position())) {
+      if (!reader->Varint(&value, out) || value > end - std::min(end, reader->position()) ||
+          value > limit - std::min(limit, out->size())) {
         return false;
       }
       return reader->Take(value, out);
@@ -346,10 +347,10 @@ bool CopyValue(WireReader* reader, uint64_t key, size_t end, std::string* out) {
   }
 }
 
-// The fields of a posenc.v1.Tensor up to byte `end` copied to `out`, but its data, which goes to
-// `data`; false on a malformed field or a second data field.
-bool LeaveTensorData(WireReader* reader, size_t end, std::string* out, WireBytes* data,
-                     bool* has_data) {
+// The fields of a posenc.v1.Tensor up to byte `end` copied to `out` (at most `limit` bytes), but
+// its data, which goes to `data`; false on a malformed field or a second data field.
+bool LeaveTensorData(WireReader* reader, size_t end, size_t limit, std::string* out,
+                     WireBytes* data, bool* has_data) {
   while (reader->position() < end) {
     uint64_t key = 0;
     std::string key_bytes;
@@ -364,14 +365,16 @@ bool LeaveTensorData(WireReader* reader, size_t end, std::string* out, WireBytes
       continue;
     }
     *out += key_bytes;
-    if (!CopyValue(reader, key, end, out)) return false;
+    if (!CopyValue(reader, key, end, limit, out)) return false;
   }
   return reader->position() == end;
 }
 
 // The message in `reader` with the data of its large top-level Tensor fields left out: the rest
-// of its bytes into `rest`, the data into `left`. false where that cannot be done.
-bool SplitTensorData(WireReader* reader, const Descriptor* type, std::string* rest,
+// of its bytes into `rest`, the data into `left`. false where that cannot be done, or where the
+// rest passes `max_rest` bytes (a request whose bulk is not tensor data: copying it here, beside
+// the received bytes and the message protobuf parses it into, would hold it three times).
+bool SplitTensorData(WireReader* reader, const Descriptor* type, size_t max_rest, std::string* rest,
                      WireTensors* left) {
   const Descriptor* tensor = Tensor::descriptor();
   const size_t end = reader->size();
@@ -382,13 +385,14 @@ bool SplitTensorData(WireReader* reader, const Descriptor* type, std::string* re
         (key >> 3) <= INT_MAX ? type->FindFieldByNumber(static_cast<int>(key >> 3)) : nullptr;
     if ((key & 7) != kLengthDelimited || field == nullptr || field->is_repeated() ||
         field->message_type() != tensor) {
-      if (!CopyValue(reader, key, end, rest)) return false;
+      if (!CopyValue(reader, key, end, max_rest, rest)) return false;
       continue;
     }
     uint64_t length = 0;
     std::string length_bytes;
     if (!reader->Varint(&length, &length_bytes) || length > end - reader->position()) return false;
     if (length < kLargeFieldBytes) {
+      if (length > max_rest - std::min(max_rest, rest->size())) return false;
       *rest += length_bytes;
       if (!reader->Take(length, rest)) return false;
       continue;
@@ -396,7 +400,8 @@ bool SplitTensorData(WireReader* reader, const Descriptor* type, std::string* re
     std::string fields;
     WireBytes data;
     bool has_data = false;
-    if (!LeaveTensorData(reader, reader->position() + length, &fields, &data, &has_data) ||
+    if (!LeaveTensorData(reader, reader->position() + length,
+                         max_rest - std::min(max_rest, rest->size()), &fields, &data, &has_data) ||
         left->count(field->name()) > 0) {
       return false;
     }
@@ -409,6 +414,7 @@ bool SplitTensorData(WireReader* reader, const Descriptor* type, std::string* re
     }
     AppendVarint(fields.size(), rest);
     *rest += fields;
+    if (rest->size() > max_rest) return false;
   }
   return true;
 }
@@ -429,7 +435,8 @@ bool ParseLeavingTensorData(const grpc::ByteBuffer& in, Message* message, WireTe
   if (in.Length() >= kLargeFieldBytes) {
     WireReader reader(in);
     std::string rest;
-    bool parsed = SplitTensorData(&reader, message->GetDescriptor(), &rest, left) &&
+    const size_t max_rest = std::max(kMaxKeptBytes, in.Length() / 8);
+    bool parsed = SplitTensorData(&reader, message->GetDescriptor(), max_rest, &rest, left) &&
                   message->ParseFromString(rest);
     // A tensor given again later with (small) data of its own: protobuf's last-one-wins would
     // keep that data; parse the whole message instead.

@@ -44,6 +44,8 @@ namespace posenc::v1 {
 // Bytes and string fields from this size on are referenced, not copied, by SerializeToByteBuffer
 // and sized once by ParseFromByteBuffer.
 inline constexpr size_t kLargeFieldBytes = size_t{64} << 10;
+// ParseLeavingTensorData's bound on the bytes it copies besides the tensor data it leaves.
+inline constexpr size_t kMaxKeptBytes = size_t{1} << 20;
 
 // `message` serialized into `out` (replacing its contents). INTERNAL when the message is over
 // protobuf's 2 GiB - 1 or does not serialize.
@@ -75,9 +77,10 @@ using WireTensors = std::map<std::string, WireBytes, std::less<>>;
 // ParseFromByteBuffer, except that the data (posenc.v1.Tensor.data) of each top-level Tensor field
 // of `message` holding kLargeFieldBytes or more stays in `in`'s slices: `left` gets it by the
 // field's name, and the message's tensor has no data. Where the bytes do not allow it (a tensor's
-// data given twice, groups, a malformed field), the message is parsed whole, as
-// ParseFromByteBuffer does, and `left` is empty. `message` must be empty; false when the bytes do
-// not parse.
+// data given twice, groups, a malformed field, or more than max(kMaxKeptBytes, 1/8 of the
+// request) in the other fields, which are copied once more here), the message is parsed whole,
+// as ParseFromByteBuffer does, and `left` is empty. `message` must be empty; false when the bytes
+// do not parse.
 bool ParseLeavingTensorData(const grpc::ByteBuffer& in, google::protobuf::Message* message,
                             WireTensors* left);
 
