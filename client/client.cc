@@ -374,7 +374,7 @@ struct Client::Impl {
   // another); plus one when `overlap` (the pieces' requests carry their tensors: that piece's
   // request travels while the others compute; docs/splitting.md "Pieces in flight"). That one
   // may find no free slot in time (OVERLOADED): it is sent again, once, from the same bytes,
-  // after the pieces before it are done.
+  // after every other piece in flight is done, so that no piece of this call holds a slot then.
   template <typename Options, typename Request, typename Response, typename Convert>
   auto Gather(AsyncMethod<Request, Response> method, std::vector<Options> pieces,
               const CallOptions& call, Convert convert, bool overlap) const
@@ -383,7 +383,11 @@ struct Client::Impl {
     using Result = decltype(convert(std::declval<Response&&>()));
     struct Sent {
       std::future<Result> result;
+      std::optional<Result> got;               // taken before its turn (see the resend)
       std::optional<grpc::ByteBuffer> resend;  // the request of the piece over the heavy slots
+      void Wait() {
+        if (!got.has_value()) got = result.get();
+      }
     };
     const int64_t heavy = server_heavy_calls.load(std::memory_order_relaxed);
     const size_t computing =
@@ -404,9 +408,13 @@ struct Client::Impl {
         if (next - done >= computing && bytes.ok()) sent.resend = *bytes;
         sent.result = StartBytes(method, bytes, call, convert);
       }
-      Result result = in_flight[done].result.get();
+      in_flight[done].Wait();
+      Result result = *std::move(in_flight[done].got);
       if (!result.ok() && in_flight[done].resend.has_value() &&
           GetErrorDetails(result.status()).reason == "OVERLOADED") {
+        // The pieces started after it may hold the slots now (a slow server computes one for
+        // longer than it keeps a request waiting): sent again once they are done.
+        for (size_t later = done + 1; later < next; ++later) in_flight[later].Wait();
         result = StartBytes(method, *in_flight[done].resend, call, convert).get();
       }
       in_flight[done].resend.reset();

@@ -328,6 +328,9 @@ std::string TensorFieldHead(int field_number, std::string fields, size_t data_by
   return head + fields;
 }
 
+// The bytes left below `limit` once `used` are taken (0 past it).
+size_t Room(size_t limit, size_t used) { return limit - std::min(limit, used); }
+
 // The value of a field (its key read and copied to `out` already) copied to `out` byte for byte
 // (protobuf then judges the bytes as it would have); false on a malformed value, a group (which
 // the caller does not leave data in) or a value that would take `out` past `limit` bytes.
@@ -338,8 +341,8 @@ bool CopyValue(WireReader* reader, uint64_t key, size_t end, size_t limit, std::
     case kFixed64: return reader->Take(8, out);
     case kFixed32: return reader->Take(4, out);
     case kLengthDelimited:
-      if (!reader->Varint(&value, out) || value > end - std::min(end, reader->position()) ||
-          value > limit - std::min(limit, out->size())) {
+      if (!reader->Varint(&value, out) || value > Room(end, reader->position()) ||
+          value > Room(limit, out->size())) {
         return false;
       }
       return reader->Take(value, out);
@@ -392,7 +395,7 @@ bool SplitTensorData(WireReader* reader, const Descriptor* type, size_t max_rest
     std::string length_bytes;
     if (!reader->Varint(&length, &length_bytes) || length > end - reader->position()) return false;
     if (length < kLargeFieldBytes) {
-      if (length > max_rest - std::min(max_rest, rest->size())) return false;
+      if (length > Room(max_rest, rest->size())) return false;
       *rest += length_bytes;
       if (!reader->Take(length, rest)) return false;
       continue;
@@ -400,8 +403,8 @@ bool SplitTensorData(WireReader* reader, const Descriptor* type, size_t max_rest
     std::string fields;
     WireBytes data;
     bool has_data = false;
-    if (!LeaveTensorData(reader, reader->position() + length,
-                         max_rest - std::min(max_rest, rest->size()), &fields, &data, &has_data) ||
+    if (!LeaveTensorData(reader, reader->position() + length, Room(max_rest, rest->size()), &fields,
+                         &data, &has_data) ||
         left->count(field->name()) > 0) {
       return false;
     }
