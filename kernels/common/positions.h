@@ -72,6 +72,12 @@ struct ResolvedPositions {
   std::vector<uint8_t> valid;
   // Largest position over all real tokens and components; -1 when there is none.
   int64_t max_position = -1;
+  // Where every position is its sequence's first plus the token's index in it (the default, a
+  // range, offsets: tokens in sequences of `run`): those firsts, one per sequence, so that a
+  // device backend can form the positions where it needs them instead of uploading `pos`. Empty
+  // for the other kinds.
+  std::vector<int64_t> starts;
+  int64_t run = 0;
 
   bool IsValid(int64_t token) const { return valid.empty() || valid[token] != 0; }
   int64_t At(int64_t token, int64_t component = 0) const {

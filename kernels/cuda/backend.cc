@@ -300,6 +300,15 @@ absl::Status Request::Upload() {
     return device_.Fail(e, absl::StrCat("cudaMallocAsync of ", total, " bytes"));
   }
   issued_ = true;
+  // The download copies the outputs' alignment padding too, which no kernel writes: cleared, so
+  // that every byte it reads is defined (compute-sanitizer's initcheck gates on this).
+  for (const Segment& s : segments_) {
+    const size_t end = s.offset + s.bytes, padded = (end + kAlign - 1) / kAlign * kAlign;
+    if (s.kind == kOut && padded > end) {
+      POSENC_RETURN_IF_ERROR(
+          Check(cudaMemsetAsync(memory_ + end, 0, padded - end, stream_), "clear padding"));
+    }
+  }
   const size_t staging = std::max(up_end_, down_end_ - down_begin_);
   if (staging == 0) return absl::OkStatus();
   POSENC_ASSIGN_OR_RETURN(staging_, device_.pinned().Acquire(staging));

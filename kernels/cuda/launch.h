@@ -13,11 +13,14 @@ namespace posenc::kernels::cuda {
 
 // RoPE angles: omega_j = w_hi[j] + w_lo[j] (double-double); positions[c * tokens + t] of token t
 // and component c (int32: positions are < 2^31), -1 for a padding token; component[j] the
-// M-RoPE component of frequency j, or null (every frequency uses component 0).
+// M-RoPE component of frequency j, or null (every frequency uses component 0). ApplyRope may
+// take starts instead of positions (positions null): token t of sequence b (t / seq of the
+// launch) at starts[b] + t % seq, the same on every component.
 struct RopeAngles {
   const double* w_hi = nullptr;
   const double* w_lo = nullptr;
   const int32_t* positions = nullptr;
+  const int32_t* starts = nullptr;
   const int8_t* component = nullptr;
   int64_t tokens = 0, half = 0;
   double scale = 1, sign = 1;  // m and +1; 1/m and -1 inverse

@@ -12,17 +12,24 @@
 namespace posenc::kernels::cuda {
 namespace {
 
-// What the angle kernels need, packed for one upload.
+// What the angle kernels need, packed for one upload: every token's position, or with `seq` > 0
+// (ApplyRope) and positions that are each sequence's first plus the token's index in it, only
+// those firsts (a [16,4096] call uploads 16 integers, not 65536).
 struct AngleInputs {
   cpu::SplitFrequencies w;
-  std::vector<int32_t> positions;
+  std::vector<int32_t> positions, starts;
   std::vector<int8_t> component;  // empty without M-RoPE
   double scale = 1, sign = 1;
   bool exact_range = true;  // every phase below hd::kMaxExactPhase
 
   AngleInputs(const RopeConfig& config, const RopeFrequencies& freqs,
-              const ResolvedPositions& resolved)
-      : w(freqs.inv_freq), positions(DevicePositions(resolved)) {
+              const ResolvedPositions& resolved, int64_t seq = 0)
+      : w(freqs.inv_freq) {
+    if (seq > 0 && resolved.run == seq && resolved.valid.empty() && !resolved.starts.empty()) {
+      starts.assign(resolved.starts.begin(), resolved.starts.end());  // < 2^31: resolved
+    } else {
+      positions = DevicePositions(resolved);
+    }
     const double m = freqs.CosSinScale();
     scale = config.inverse ? 1.0 / m : m;
     sign = config.inverse ? -1.0 : 1.0;
@@ -38,7 +45,8 @@ struct AngleInputs {
     RopeAngles a;
     a.w_hi = r.DeviceAs<double>(hi_);
     a.w_lo = r.DeviceAs<double>(lo_);
-    a.positions = r.DeviceAs<int32_t>(pos_);
+    a.positions = starts.empty() ? r.DeviceAs<int32_t>(pos_) : nullptr;
+    a.starts = starts.empty() ? nullptr : r.DeviceAs<int32_t>(pos_);
     a.component = component.empty() ? nullptr : r.DeviceAs<int8_t>(comp_);
     a.tokens = tokens;
     a.half = static_cast<int64_t>(w.hi.size());
@@ -49,7 +57,7 @@ struct AngleInputs {
   void Add(Request& r) {
     hi_ = r.Input(w.hi);
     lo_ = r.Input(w.lo);
-    pos_ = r.Input(positions);
+    pos_ = r.Input(starts.empty() ? positions : starts);
     if (!component.empty()) comp_ = r.Input(component);
   }
 
@@ -86,7 +94,7 @@ absl::Status ApplyRope(const CudaContext& ctx, const ApplyRopePlan& plan,
                        const RopeFrequencies& freqs, const ResolvedPositions& positions,
                        const TensorView& q, const TensorView& k) {
   const int64_t half = freqs.rotary_dim / 2;
-  AngleInputs angles(plan.config, freqs, positions);
+  AngleInputs angles(plan.config, freqs, positions, plan.seq);
   const bool device_ok = angles.exact_range &&
                          !(plan.config.style == RopeStyle::kDeepseek && half > kRopeChunk) &&
                          (plan.q_heads + plan.k_heads) * 2 * kRopeChunk < (int64_t{1} << 31);

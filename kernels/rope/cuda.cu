@@ -25,10 +25,11 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// The position of token t for frequency j (M-RoPE picks the component), as a double.
+// The position of token t for frequency j (M-RoPE picks the component; positions formed from
+// starts are the same on every component), as a double; p0 is its component 0.
 __device__ __forceinline__ double AnglePosition(const RopeAngles& a, int64_t t, int64_t j,
                                                 int32_t p0) {
-  if (a.component == nullptr) return static_cast<double>(p0);
+  if (a.component == nullptr || a.positions == nullptr) return static_cast<double>(p0);
   return static_cast<double>(a.positions[static_cast<int64_t>(a.component[j]) * a.tokens + t]);
 }
 
@@ -52,11 +53,12 @@ struct ChunkAngles {
 // At most this many tokens per block (their offsets sit in shared memory).
 constexpr int kMaxGroup = 32;
 
-// The element offsets of a group's tokens in q and in k; -1 in q for a padding token (it passes
-// through).
+// The element offsets of a group's tokens in q and in k, -1 in q for a padding token (it passes
+// through), and their positions (component 0).
 struct GroupRows {
   int64_t q[kMaxGroup];
   int64_t k[kMaxGroup];
+  int32_t pos[kMaxGroup];
 };
 
 // The float factors of P consecutive pairs from jj on (FLOAT16/BFLOAT16): 16-byte shared-memory
@@ -247,28 +249,32 @@ __host__ int GroupTokens(int64_t tokens, int64_t half) {
   return static_cast<int>(group < spread ? group : spread);
 }
 
-// The cos/sin (and float factors) of pairs [j0, j0 + n) of the group's tokens into g, token by
-// token n apart, and the tokens' row offsets.
+// The group's tokens' row offsets and positions, then the cos/sin (and float factors) of pairs
+// [j0, j0 + n) of those tokens into g, token by token n apart.
 template <typename S, typename T>
 __device__ void GroupAngles(const ApplyRopeLaunch& a, int64_t t0, int group, int64_t j0, int n,
                             const ChunkAngles<T>& g, GroupRows* rows) {
   const RopeAngles& r = a.angles;
+  if (static_cast<int>(threadIdx.x) < group) {
+    const int64_t t = t0 + threadIdx.x;
+    const int64_t b = t / a.seq, sq = t % a.seq;
+    const int32_t p =
+        r.positions != nullptr ? r.positions[t] : r.starts[b] + static_cast<int32_t>(sq);
+    rows->pos[threadIdx.x] = p;
+    rows->q[threadIdx.x] = p < 0 ? -1 : b * a.q_batch + sq * a.q_seq;
+    rows->k[threadIdx.x] = b * a.k_batch + sq * a.k_seq;
+  }
+  __syncthreads();
   for (int item = threadIdx.x; item < group * n; item += blockDim.x) {
     const int tt = item / n;
     const int64_t j = j0 + item % n;
-    const int32_t p0 = r.positions[t0 + tt];
+    const int32_t p0 = rows->pos[tt];
     if (p0 < 0) continue;
     hd::RopeCosSin<T>(AnglePosition(r, t0 + tt, j, p0), r.w_hi[j], r.w_lo[j], r.scale, r.sign,
                       &g.c[item], &g.s[item]);
     if constexpr (kSmallFloat<S>) {
       hd::FloatRotationFactors(g.c[item], g.s[item], &g.cf[item], &g.t_hi[item], &g.t_lo[item]);
     }
-  }
-  if (static_cast<int>(threadIdx.x) < group) {
-    const int64_t t = t0 + threadIdx.x;
-    const int64_t b = t / a.seq, sq = t % a.seq;
-    rows->q[threadIdx.x] = r.positions[t] < 0 ? -1 : b * a.q_batch + sq * a.q_seq;
-    rows->k[threadIdx.x] = b * a.k_batch + sq * a.k_seq;
   }
 }
 

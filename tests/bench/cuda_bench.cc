@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -38,6 +39,7 @@
 #include "kernels/cuda/launch.h"
 #include "kernels/ops.h"
 #include "posenc/client.h"
+#include "tests/common/position_specs.h"
 #include "tests/server/server_process.h"
 
 namespace posenc::kernels {
@@ -496,7 +498,9 @@ BENCHMARK(BM_GpuCallerRoundTrip)->UseRealTime();
 
 // What the server does for a GPU caller's ApplyRope past the RPC, in process: RunApplyRope on
 // the cuda backend with q and k device views (TensorView::on_device), positions resolved and the
-// frequencies computed per call (no cache), as a call with device tensors runs it.
+// frequencies computed per call (no cache), as a call with device tensors runs it. ids = 1: the
+// same positions 0 .. S-1 given as ids, which go up token by token (the default goes up as one
+// start per sequence).
 void BM_DeviceTensorsApplyRope(benchmark::State& state) {
   if (!HaveDevice(state) || CudaBackendOrNull() == nullptr) return;
   const int64_t b = state.range(0), s = state.range(1), h = state.range(2), d = state.range(3);
@@ -504,8 +508,14 @@ void BM_DeviceTensorsApplyRope(benchmark::State& state) {
   const int64_t bytes = b * s * h * d * DTypeSize(dtype);
   DeviceBuffer qd(static_cast<size_t>(bytes)), kd(static_cast<size_t>(bytes));
   TensorView q{dtype, {b, s, h, d}, qd.p, true}, k{dtype, {b, s, h, d}, kd.p, true};
-  auto plan = PlanApplyRope(
-      {.config = RopeConfig{}, .layout = TensorLayout::kBSHD, .q = q, .k = k, .positions = {}});
+  std::vector<int64_t> ids(static_cast<size_t>(s));
+  std::iota(ids.begin(), ids.end(), int64_t{0});
+  auto plan =
+      PlanApplyRope({.config = RopeConfig{},
+                     .layout = TensorLayout::kBSHD,
+                     .q = q,
+                     .k = k,
+                     .positions = state.range(6) != 0 ? testing::IdsSpec(ids) : PositionSpec{}});
   if (!plan.ok()) {
     state.SkipWithError(plan.status().ToString().c_str());
     return;
@@ -520,10 +530,11 @@ void BM_DeviceTensorsApplyRope(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * 2 * 2 * bytes);
 }
 BENCHMARK(BM_DeviceTensorsApplyRope)
-    ->ArgNames({"b", "s", "h", "d", "gptj", "dtype"})
-    ->Args({1, 4096, 32, 128, 0, 0})
-    ->Args({16, 4096, 32, 128, 0, 0})
-    ->Args({64, 1, 32, 128, 0, 0})
+    ->ArgNames({"b", "s", "h", "d", "gptj", "dtype", "ids"})
+    ->Args({1, 4096, 32, 128, 0, 0, 0})
+    ->Args({16, 4096, 32, 128, 0, 0, 0})
+    ->Args({16, 4096, 32, 128, 0, 0, 1})
+    ->Args({64, 1, 32, 128, 0, 0, 0})
     ->UseRealTime();
 
 BENCHMARK(BM_GpuCallerApplyRope)

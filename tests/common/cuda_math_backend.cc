@@ -79,17 +79,25 @@ void WriteBiasFromGenerators(const TensorView& bias, bool compact, int64_t heads
   if (!compact) ExpandToeplitz(gen, heads, q_len, k_len, DTypeSize(bias.dtype), bias.data);
 }
 
+// rope/cuda.cc's AngleInputs: with `seq` > 0 (ApplyRope) and positions given as sequence
+// starts, component 0 formed from them as the kernel forms it (starts[t / seq] + t % seq).
 struct Angles {
   cpu::SplitFrequencies w;
   std::vector<int32_t> pos;  // -1 padding
   std::vector<int8_t> comp;
   double scale = 1, sign = 1;
   int64_t tokens = 0;
-  Angles(const RopeConfig& config, const RopeFrequencies& freqs, const ResolvedPositions& r)
+  bool from_starts = false;  // every component at pos[t]
+  Angles(const RopeConfig& config, const RopeFrequencies& freqs, const ResolvedPositions& r,
+         int64_t seq = 0)
       : w(freqs.inv_freq), pos(r.pos.size()), tokens(r.num_tokens) {
+    from_starts = seq > 0 && r.run == seq && r.valid.empty() && !r.starts.empty();
     for (int64_t c = 0; c < r.components; ++c) {
       for (int64_t t = 0; t < r.num_tokens; ++t) {
-        pos[c * r.num_tokens + t] = r.IsValid(t) ? static_cast<int32_t>(r.At(t, c)) : -1;
+        pos[c * r.num_tokens + t] =
+            from_starts    ? static_cast<int32_t>(r.starts[t / seq]) + static_cast<int32_t>(t % seq)
+            : r.IsValid(t) ? static_cast<int32_t>(r.At(t, c))
+                           : -1;
       }
     }
     if (!config.mrope_section.empty()) {
@@ -103,7 +111,7 @@ struct Angles {
   }
   // rope/cuda.cu's AnglePosition.
   double Position(int64_t t, int64_t j) const {
-    if (comp.empty()) return pos[t];
+    if (comp.empty() || from_starts) return pos[t];
     return pos[comp[j] * tokens + t];
   }
 };
@@ -296,7 +304,7 @@ class CudaMathHostBackend final : public Backend {
   absl::Status ApplyRope(const ApplyRopePlan& plan, const RopeFrequencies& freqs,
                          const ResolvedPositions& positions, const TensorView& q,
                          const TensorView& k) const override {
-    const Angles a(plan.config, freqs, positions);
+    const Angles a(plan.config, freqs, positions, plan.seq);
     if (plan.dtype == DType::kFloat32) {
       ApplyRopeT<float>(plan, a, q, k);
     } else {

@@ -154,6 +154,50 @@ TEST(PositionsTest, MropeRepeatsOrReadsThreeComponents) {
   EXPECT_THAT(Resolve(IdsSpec(ids, {2, 3}), g).status().message(), HasSubstr("[3, ...]"));
 }
 
+// The default, ranges and offsets also give each sequence's first position (a device backend
+// forms the rest from them); the other kinds do not.
+TEST(PositionsTest, AffineKindsGiveTheirSequencesFirstPositions) {
+  TokenGrid bs{TokenGrid::Kind::kBatchSeq, 2, 3};
+  auto r = Resolve(PositionSpec{}, bs);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->starts, (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(r->run, 3);
+  r = Resolve(RangeSpec(5, 0), bs);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->starts, (std::vector<int64_t>{5, 5}));
+  PositionSpec off;
+  off.kind = PositionSpec::Kind::kOffsets;
+  off.offsets = {0, kMaxPosition - 2};
+  r = Resolve(off, bs);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->starts, (std::vector<int64_t>{0, kMaxPosition - 2}));
+  for (int64_t t = 0; t < r->num_tokens; ++t) {
+    EXPECT_EQ(r->At(t), r->starts[t / r->run] + t % r->run) << t;
+  }
+  r = Resolve(RangeSpec(9, 0), TokenGrid{TokenGrid::Kind::kPacked, 1, 1, 4});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->starts, (std::vector<int64_t>{9}));
+  EXPECT_EQ(r->run, 4);
+
+  std::vector<int64_t> ids = {4, 4, 9};
+  r = Resolve(IdsSpec(ids, {3}), bs);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->starts.empty());
+  std::vector<int32_t> mask = {1, 1, 1, 1, 1, 0};
+  PositionSpec m;
+  m.kind = PositionSpec::Kind::kAttentionMask;
+  m.mask = {DType::kInt32, {2, 3}, mask.data()};
+  r = Resolve(m, bs);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->starts.empty());
+  PositionSpec cu;
+  cu.kind = PositionSpec::Kind::kCuSeqlens;
+  cu.cu_seqlens = {0, 2, 5};
+  r = Resolve(cu, TokenGrid{TokenGrid::Kind::kPacked, 1, 1, 5});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->starts.empty());
+}
+
 TEST(PositionsTest, RejectsBadPositions) {
   TokenGrid bs{TokenGrid::Kind::kBatchSeq, 2, 3};
   std::vector<int64_t> neg = {0, -1, 2};
