@@ -7,7 +7,11 @@
 # device data beside cudaMemcpy, and end to end) and the PyTorch eager peer on the GPU when torch
 # with CUDA is importable. Exits non-zero when a test fails (benchmarks never fail the run).
 #
-#   tests/bench/run_cuda.sh [--quick]     (BUILD_DIR env: default build/cuda-release)
+#   tests/bench/run_cuda.sh [--quick] [--sanitize]   (BUILD_DIR env: default build/cuda-release)
+#
+# --sanitize also runs cuda_parity_test (without its 1-stream variants) under compute-sanitizer's
+# memcheck (--leak-check full) and initcheck, each a failing step on any error (about two minutes
+# more on an H200).
 #
 # POSENC_PREBUILT=1 skips the build (a folder made by device_bundle.sh on a machine with our build
 # dependencies); POSENC_PYTHON names the Python with grpcio and numpy (default /usr/bin/python3).
@@ -16,7 +20,14 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD_DIR:-$root/build/cuda-release}
 out=${POSENC_BENCH_OUT:-$build/bench}
 min_time=0.5
-[ "${1:-}" = "--quick" ] && min_time=0.1
+sanitize=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) min_time=0.1 ;;
+    --sanitize) sanitize=1 ;;
+    *) echo "usage: $0 [--quick] [--sanitize]" >&2; exit 2 ;;
+  esac
+done
 cd "$root"
 mkdir -p "$out"
 echo "== device"
@@ -50,6 +61,21 @@ POSENC_SERVER_PATH="$build/posenc-server" "$build/tests/cuda_shm_test" || status
 if [ -x "$(command -v "$py")" ] && "$py" -c 'import grpc, numpy' 2>/dev/null; then
   (cd tests/python && PYTHONPATH="$build/python" POSENC_SERVER_PATH="$build/posenc-server" \
     "$py" -m unittest test_cuda_shared_memory) || status=1
+fi
+if [ "$sanitize" = 1 ]; then
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  if [ -x "$cs" ]; then
+    for tool in "memcheck --leak-check full" "initcheck"; do
+      echo "== compute-sanitizer $tool: cuda_parity_test"
+      # shellcheck disable=SC2086  # the tool and its options are words
+      "$cs" --tool $tool --target-processes all --error-exitcode 9 \
+        "$build/tests/cuda_parity_test" --gtest_filter='-*1stream*' >"$out/${tool%% *}.log" 2>&1 ||
+        status=1
+      grep -E "ERROR SUMMARY|LEAK SUMMARY|^\[  (PASSED|FAILED) " "$out/${tool%% *}.log" || true
+    done
+  else
+    echo "compute-sanitizer not found: --sanitize skipped"; status=1
+  fi
 fi
 echo "== cuda_bench (kernel GB/s on device data, beside cudaMemcpy; end to end with copies)"
 POSENC_SERVER_PATH="$build/posenc-server" "$build/cuda_bench" --benchmark_min_time="$min_time" --benchmark_counters_tabular=true \
