@@ -106,6 +106,8 @@ TEST(PositionsTest, EveryKindResolves) {
   auto r = Resolve(RangeSpec(5, 0), bs);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->pos, (std::vector<int64_t>{5, 6, 7, 5, 6, 7}));
+  EXPECT_EQ(r->starts, (std::vector<int64_t>{5, 5}));  // each sequence's first, `run` apart
+  EXPECT_EQ(r->run, 3);
 
   PositionSpec off;
   off.kind = PositionSpec::Kind::kOffsets;
@@ -114,11 +116,13 @@ TEST(PositionsTest, EveryKindResolves) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->pos, (std::vector<int64_t>{0, 1, 2, 10, 11, 12}));
   EXPECT_EQ(r->max_position, 12);
+  EXPECT_EQ(r->starts, (std::vector<int64_t>{0, 10}));
 
   std::vector<int64_t> ids = {4, 4, 9};
   r = Resolve(IdsSpec(ids, {3}), bs);  // broadcast over the batch
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->pos, (std::vector<int64_t>{4, 4, 9, 4, 4, 9}));
+  EXPECT_TRUE(r->starts.empty());  // not each sequence's first plus the index: none
 
   std::vector<int32_t> mask = {0, 1, 1, 1, 1, 0};
   PositionSpec m;
@@ -130,6 +134,7 @@ TEST(PositionsTest, EveryKindResolves) {
   EXPECT_FALSE(r->IsValid(0));
   EXPECT_TRUE(r->IsValid(1));
   EXPECT_FALSE(r->IsValid(5));
+  EXPECT_TRUE(r->starts.empty());
 
   PositionSpec cu;
   cu.kind = PositionSpec::Kind::kCuSeqlens;
@@ -138,6 +143,7 @@ TEST(PositionsTest, EveryKindResolves) {
   r = Resolve(cu, TokenGrid{TokenGrid::Kind::kPacked, 1, 1, 5});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->pos, (std::vector<int64_t>{7, 8, 100, 101, 102}));
+  EXPECT_TRUE(r->starts.empty());
 }
 
 TEST(PositionsTest, MropeRepeatsOrReadsThreeComponents) {
@@ -154,17 +160,15 @@ TEST(PositionsTest, MropeRepeatsOrReadsThreeComponents) {
   EXPECT_THAT(Resolve(IdsSpec(ids, {2, 3}), g).status().message(), HasSubstr("[3, ...]"));
 }
 
-// The default, ranges and offsets also give each sequence's first position (a device backend
-// forms the rest from them); the other kinds do not.
+// The default, ranges and offsets also give each sequence's first position, from which a device
+// backend forms the rest (starts[t / run] + t % run); the other kinds give none
+// (EveryKindResolves).
 TEST(PositionsTest, AffineKindsGiveTheirSequencesFirstPositions) {
   TokenGrid bs{TokenGrid::Kind::kBatchSeq, 2, 3};
   auto r = Resolve(PositionSpec{}, bs);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->starts, (std::vector<int64_t>{0, 0}));
   EXPECT_EQ(r->run, 3);
-  r = Resolve(RangeSpec(5, 0), bs);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->starts, (std::vector<int64_t>{5, 5}));
   PositionSpec off;
   off.kind = PositionSpec::Kind::kOffsets;
   off.offsets = {0, kMaxPosition - 2};
@@ -178,24 +182,6 @@ TEST(PositionsTest, AffineKindsGiveTheirSequencesFirstPositions) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->starts, (std::vector<int64_t>{9}));
   EXPECT_EQ(r->run, 4);
-
-  std::vector<int64_t> ids = {4, 4, 9};
-  r = Resolve(IdsSpec(ids, {3}), bs);
-  ASSERT_TRUE(r.ok());
-  EXPECT_TRUE(r->starts.empty());
-  std::vector<int32_t> mask = {1, 1, 1, 1, 1, 0};
-  PositionSpec m;
-  m.kind = PositionSpec::Kind::kAttentionMask;
-  m.mask = {DType::kInt32, {2, 3}, mask.data()};
-  r = Resolve(m, bs);
-  ASSERT_TRUE(r.ok());
-  EXPECT_TRUE(r->starts.empty());
-  PositionSpec cu;
-  cu.kind = PositionSpec::Kind::kCuSeqlens;
-  cu.cu_seqlens = {0, 2, 5};
-  r = Resolve(cu, TokenGrid{TokenGrid::Kind::kPacked, 1, 1, 5});
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_TRUE(r->starts.empty());
 }
 
 TEST(PositionsTest, RejectsBadPositions) {
