@@ -7,11 +7,14 @@
 # device data beside cudaMemcpy, and end to end) and the PyTorch eager peer on the GPU when torch
 # with CUDA is importable. Exits non-zero when a test fails (benchmarks never fail the run).
 #
-#   tests/bench/run_cuda.sh [--quick] [--sanitize]   (BUILD_DIR env: default build/cuda-release)
+#   tests/bench/run_cuda.sh [--quick] [--sanitize] [--profile]   (BUILD_DIR: build/cuda-release)
 #
 # --sanitize also runs cuda_parity_test (without its 1-stream variants) under compute-sanitizer's
 # memcheck (--leak-check full) and initcheck, each a failing step on any error (about two minutes
-# more on an H200).
+# more on an H200). --profile, where Nsight Systems (nsys) is installed, records where a GPU
+# caller's time goes past the kernel: the in-process device-view call at [16,4096,32,128] and the
+# decode step end to end (posenc-server runs as the benchmark's child process), with nsys's CUDA
+# API and GPU summaries in $out/nsys.log. Not run on a GPU yet.
 #
 # POSENC_PREBUILT=1 skips the build (a folder made by device_bundle.sh on a machine with our build
 # dependencies); POSENC_PYTHON names the Python with grpcio and numpy (default /usr/bin/python3).
@@ -21,11 +24,13 @@ build=${BUILD_DIR:-$root/build/cuda-release}
 out=${POSENC_BENCH_OUT:-$build/bench}
 min_time=0.5
 sanitize=0
+profile=0
 for arg in "$@"; do
   case "$arg" in
     --quick) min_time=0.1 ;;
     --sanitize) sanitize=1 ;;
-    *) echo "usage: $0 [--quick] [--sanitize]" >&2; exit 2 ;;
+    --profile) profile=1 ;;
+    *) echo "usage: $0 [--quick] [--sanitize] [--profile]" >&2; exit 2 ;;
   esac
 done
 cd "$root"
@@ -80,6 +85,22 @@ fi
 echo "== cuda_bench (kernel GB/s on device data, beside cudaMemcpy; end to end with copies)"
 POSENC_SERVER_PATH="$build/posenc-server" "$build/cuda_bench" --benchmark_min_time="$min_time" --benchmark_counters_tabular=true \
   --benchmark_out="$out/cuda_bench.json" --benchmark_out_format=json || true
+if [ "$profile" = 1 ]; then
+  ns=$(command -v nsys || true)
+  for candidate in /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys; do
+    if [ -z "$ns" ] && [ -x "$candidate" ]; then ns=$candidate; fi
+  done
+  if [ -n "$ns" ]; then
+    echo "== nsys: a GPU caller's time past the kernel ($out/nsys.log)"
+    POSENC_SERVER_PATH="$build/posenc-server" "$ns" profile --stats=true --force-overwrite true \
+      -o "$out/gpu_caller" "$build/cuda_bench" --benchmark_min_time=0.2 \
+      --benchmark_filter='DeviceTensorsApplyRope/b:16/.*/ids:0|GpuCallerApplyRope/b:64/' \
+      >"$out/nsys.log" 2>&1 || echo "nsys failed (see $out/nsys.log)"
+    grep -A14 -E "cuda_api_sum|cuda_gpu_kern_sum|cuda_gpu_mem_time_sum" "$out/nsys.log" || true
+  else
+    echo "nsys not found: --profile skipped"
+  fi
+fi
 echo "== GPU callers: ApplyRope on q and k in CUDA shared memory, end to end vs the kernel"
 PYTHONPATH="$build/python" POSENC_SERVER_PATH="$build/posenc-server" "$py" \
   tests/bench/cuda_shm_bench.py --cuda-bench-json "$out/cuda_bench.json" |
