@@ -266,19 +266,17 @@ absl::Status FillPositions(const PositionSpec& spec, int64_t seq, ResolvedPositi
     case Kind::kDefault:
     case Kind::kRange: {
       const int64_t start = spec.kind == Kind::kRange ? spec.start : 0;
-      out->run = seq;
+      out->consecutive_run = seq;
       for (int64_t t0 = 0; t0 < tokens; t0 += seq) {
         const int64_t n = std::min(seq, tokens - t0);
         for (int64_t i = 0; i < n; ++i) out->pos[t0 + i] = start + i;
-        out->starts.push_back(start);
       }
       break;
     }
     case Kind::kOffsets:
-      out->run = seq;
+      out->consecutive_run = seq;
       for (int64_t t0 = 0, b = 0; t0 < tokens; t0 += seq, ++b) {
         const int64_t n = std::min(seq, tokens - t0);
-        out->starts.push_back(spec.offsets[b]);
         for (int64_t i = 0; i < n; ++i) {
           int64_t v;
           if (!CheckedAdd(spec.offsets[b], i, &v)) v = -1;

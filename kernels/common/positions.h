@@ -72,14 +72,14 @@ struct ResolvedPositions {
   std::vector<uint8_t> valid;
   // Largest position over all real tokens and components; -1 when there is none.
   int64_t max_position = -1;
-  // Where every position is its sequence's first plus the token's index in it (the default, a
-  // range, offsets: tokens in sequences of `run`): those firsts, one per sequence, so that a
-  // device backend can form the positions where it needs them instead of uploading `pos`. Empty
-  // for the other kinds.
-  std::vector<int64_t> starts;
-  int64_t run = 0;
+  // > 0 where positions count up by one within runs of this many tokens (the default, a range,
+  // offsets): token t at pos[t - t % run] + t % run, every component alike, so that a device
+  // backend can upload one position per run instead of `pos`. 0 for the other kinds.
+  int64_t consecutive_run = 0;
 
   bool IsValid(int64_t token) const { return valid.empty() || valid[token] != 0; }
+  // Whether the positions count up by one within each sequence of `seq` tokens.
+  bool ConsecutiveIn(int64_t seq) const { return seq > 0 && consecutive_run == seq; }
   int64_t At(int64_t token, int64_t component = 0) const {
     return pos[component * num_tokens + token];
   }

@@ -282,13 +282,14 @@ absl::Status Request::Upload() {
   // Layout: [inputs | in-out | outputs | scratch], each segment 256-byte aligned: the inputs and
   // in-out tensors go up in one copy, the in-out tensors and outputs come down in one.
   constexpr size_t kAlign = 256;
+  const auto padded = [](size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; };
   size_t offset = 0;
   for (int kind = kIn; kind <= kScratch; ++kind) {
     if (kind == kInOut) down_begin_ = offset;  // the download starts at the in-out tensors
     for (Segment& s : segments_) {
       if (s.kind != kind) continue;
       s.offset = offset;
-      offset += (s.bytes + kAlign - 1) / kAlign * kAlign;
+      offset += padded(s.bytes);
     }
     if (kind == kInOut) up_end_ = offset;  // the upload ends after them
     if (kind == kOut) down_end_ = offset;
@@ -303,10 +304,10 @@ absl::Status Request::Upload() {
   // The download copies the outputs' alignment padding too, which no kernel writes: cleared, so
   // that every byte it reads is defined (compute-sanitizer's initcheck gates on this).
   for (const Segment& s : segments_) {
-    const size_t end = s.offset + s.bytes, padded = (end + kAlign - 1) / kAlign * kAlign;
-    if (s.kind == kOut && padded > end) {
-      POSENC_RETURN_IF_ERROR(
-          Check(cudaMemsetAsync(memory_ + end, 0, padded - end, stream_), "clear padding"));
+    if (s.kind == kOut && padded(s.bytes) > s.bytes) {
+      POSENC_RETURN_IF_ERROR(Check(
+          cudaMemsetAsync(memory_ + s.offset + s.bytes, 0, padded(s.bytes) - s.bytes, stream_),
+          "clear padding"));
     }
   }
   const size_t staging = std::max(up_end_, down_end_ - down_begin_);

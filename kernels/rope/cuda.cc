@@ -25,8 +25,10 @@ struct AngleInputs {
   AngleInputs(const RopeConfig& config, const RopeFrequencies& freqs,
               const ResolvedPositions& resolved, int64_t seq = 0)
       : w(freqs.inv_freq) {
-    if (seq > 0 && resolved.run == seq && resolved.valid.empty() && !resolved.starts.empty()) {
-      starts.assign(resolved.starts.begin(), resolved.starts.end());  // < 2^31: resolved
+    if (resolved.ConsecutiveIn(seq)) {
+      for (int64_t t = 0; t < resolved.num_tokens; t += seq) {
+        starts.push_back(static_cast<int32_t>(resolved.pos[t]));  // < 2^31: resolved
+      }
     } else {
       positions = DevicePositions(resolved);
     }

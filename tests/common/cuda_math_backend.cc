@@ -79,23 +79,23 @@ void WriteBiasFromGenerators(const TensorView& bias, bool compact, int64_t heads
   if (!compact) ExpandToeplitz(gen, heads, q_len, k_len, DTypeSize(bias.dtype), bias.data);
 }
 
-// rope/cuda.cc's AngleInputs: with `seq` > 0 (ApplyRope) and positions given as sequence
-// starts, component 0 formed from them as the kernel forms it (starts[t / seq] + t % seq).
+// rope/cuda.cc's AngleInputs: with `seq` > 0 (ApplyRope) and positions that count up within
+// each sequence, formed from each sequence's first as the kernel forms them (the same on every
+// component).
 struct Angles {
   cpu::SplitFrequencies w;
   std::vector<int32_t> pos;  // -1 padding
   std::vector<int8_t> comp;
   double scale = 1, sign = 1;
   int64_t tokens = 0;
-  bool from_starts = false;  // every component at pos[t]
   Angles(const RopeConfig& config, const RopeFrequencies& freqs, const ResolvedPositions& r,
          int64_t seq = 0)
       : w(freqs.inv_freq), pos(r.pos.size()), tokens(r.num_tokens) {
-    from_starts = seq > 0 && r.run == seq && r.valid.empty() && !r.starts.empty();
+    const bool from_starts = r.ConsecutiveIn(seq);
     for (int64_t c = 0; c < r.components; ++c) {
       for (int64_t t = 0; t < r.num_tokens; ++t) {
         pos[c * r.num_tokens + t] =
-            from_starts    ? static_cast<int32_t>(r.starts[t / seq]) + static_cast<int32_t>(t % seq)
+            from_starts ? static_cast<int32_t>(r.pos[t - t % seq]) + static_cast<int32_t>(t % seq)
             : r.IsValid(t) ? static_cast<int32_t>(r.At(t, c))
                            : -1;
       }
@@ -111,7 +111,7 @@ struct Angles {
   }
   // rope/cuda.cu's AnglePosition.
   double Position(int64_t t, int64_t j) const {
-    if (comp.empty() || from_starts) return pos[t];
+    if (comp.empty()) return pos[t];
     return pos[comp[j] * tokens + t];
   }
 };

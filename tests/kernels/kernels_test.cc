@@ -106,8 +106,7 @@ TEST(PositionsTest, EveryKindResolves) {
   auto r = Resolve(RangeSpec(5, 0), bs);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->pos, (std::vector<int64_t>{5, 6, 7, 5, 6, 7}));
-  EXPECT_EQ(r->starts, (std::vector<int64_t>{5, 5}));  // each sequence's first, `run` apart
-  EXPECT_EQ(r->run, 3);
+  EXPECT_EQ(r->consecutive_run, 3);  // counting up within each sequence
 
   PositionSpec off;
   off.kind = PositionSpec::Kind::kOffsets;
@@ -116,13 +115,13 @@ TEST(PositionsTest, EveryKindResolves) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->pos, (std::vector<int64_t>{0, 1, 2, 10, 11, 12}));
   EXPECT_EQ(r->max_position, 12);
-  EXPECT_EQ(r->starts, (std::vector<int64_t>{0, 10}));
+  EXPECT_EQ(r->consecutive_run, 3);
 
   std::vector<int64_t> ids = {4, 4, 9};
   r = Resolve(IdsSpec(ids, {3}), bs);  // broadcast over the batch
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->pos, (std::vector<int64_t>{4, 4, 9, 4, 4, 9}));
-  EXPECT_TRUE(r->starts.empty());  // not each sequence's first plus the index: none
+  EXPECT_EQ(r->consecutive_run, 0);  // not counting up: none
 
   std::vector<int32_t> mask = {0, 1, 1, 1, 1, 0};
   PositionSpec m;
@@ -134,7 +133,7 @@ TEST(PositionsTest, EveryKindResolves) {
   EXPECT_FALSE(r->IsValid(0));
   EXPECT_TRUE(r->IsValid(1));
   EXPECT_FALSE(r->IsValid(5));
-  EXPECT_TRUE(r->starts.empty());
+  EXPECT_EQ(r->consecutive_run, 0);
 
   PositionSpec cu;
   cu.kind = PositionSpec::Kind::kCuSeqlens;
@@ -143,7 +142,7 @@ TEST(PositionsTest, EveryKindResolves) {
   r = Resolve(cu, TokenGrid{TokenGrid::Kind::kPacked, 1, 1, 5});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->pos, (std::vector<int64_t>{7, 8, 100, 101, 102}));
-  EXPECT_TRUE(r->starts.empty());
+  EXPECT_EQ(r->consecutive_run, 0);
 }
 
 TEST(PositionsTest, MropeRepeatsOrReadsThreeComponents) {
@@ -160,28 +159,31 @@ TEST(PositionsTest, MropeRepeatsOrReadsThreeComponents) {
   EXPECT_THAT(Resolve(IdsSpec(ids, {2, 3}), g).status().message(), HasSubstr("[3, ...]"));
 }
 
-// The default, ranges and offsets also give each sequence's first position, from which a device
-// backend forms the rest (starts[t / run] + t % run); the other kinds give none
-// (EveryKindResolves).
-TEST(PositionsTest, AffineKindsGiveTheirSequencesFirstPositions) {
+// The default, ranges and offsets count up within each sequence, so that a device backend can
+// form every position from each sequence's first (pos[t - t % run] + t % run); the other kinds
+// do not (EveryKindResolves).
+TEST(PositionsTest, AffineKindsCountUpWithinEachSequence) {
   TokenGrid bs{TokenGrid::Kind::kBatchSeq, 2, 3};
   auto r = Resolve(PositionSpec{}, bs);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->starts, (std::vector<int64_t>{0, 0}));
-  EXPECT_EQ(r->run, 3);
+  EXPECT_EQ(r->consecutive_run, 3);
+  EXPECT_TRUE(r->ConsecutiveIn(3));
+  EXPECT_FALSE(r->ConsecutiveIn(6));
   PositionSpec off;
   off.kind = PositionSpec::Kind::kOffsets;
   off.offsets = {0, kMaxPosition - 2};
   r = Resolve(off, bs);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->starts, (std::vector<int64_t>{0, kMaxPosition - 2}));
+  const int64_t run = r->consecutive_run;
+  ASSERT_EQ(run, 3);
+  EXPECT_EQ(r->At(3), kMaxPosition - 2);
   for (int64_t t = 0; t < r->num_tokens; ++t) {
-    EXPECT_EQ(r->At(t), r->starts[t / r->run] + t % r->run) << t;
+    EXPECT_EQ(r->At(t), r->At(t - t % run) + t % run) << t;
   }
   r = Resolve(RangeSpec(9, 0), TokenGrid{TokenGrid::Kind::kPacked, 1, 1, 4});
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->starts, (std::vector<int64_t>{9}));
-  EXPECT_EQ(r->run, 4);
+  EXPECT_EQ(r->consecutive_run, 4);
+  EXPECT_EQ(r->At(0), 9);
 }
 
 TEST(PositionsTest, RejectsBadPositions) {
