@@ -3,16 +3,20 @@
 moving the same bytes, side by side in one run (issue #20; the C++ twin is wire_bench.cc).
 
 Usage: PYTHONPATH=build/release/python tests/bench/wire_bench.py --target ADDR
-           [--sizes 2,8,32,128,256] [--rounds 5] [--paths direct,plain,direct+noretain]
+           [--sizes 2,8,32,128,256] [--rounds 5] [--paths direct,grpcio,plain,direct+noretain]
 For each size S (MiB of q + k, float32 numpy arrays [1, T, 32, 128] each), alternating rounds:
   stream: one socket of the target's kind (TCP on 127.0.0.1, or a Unix socket pair) carrying
           2 S MiB one way between two buffers (sendall / recv_into, both touched before timing);
   then each client path, in turn first in a round, each in a process of its own (same
   interpreter) that times Client.apply_rope(q, k) on arrays it keeps, the numpy results
   received:
-  direct: the client's default (the tensors' bytes joined into the request and viewed in the
-          response, posenc._direct; freed memory kept for reuse, Client's retain_freed_memory
-          default of 1 GiB);
+  direct: the client's default (the tensors' bytes sent from the arrays and the results
+          views of the received buffer, posenc._direct, through the native transport
+          posenc._wirecall where it is built; freed memory kept for reuse, Client's
+          retain_freed_memory default of 1 GiB);
+  grpcio: direct through gRPC Python (Client(native_transport=False): the tensors' bytes joined
+          into the request, the results copied out of the views of the received bytes; the
+          default before 2026-11-28);
   plain:  the same through protobuf's Python messages (Client(direct_tensors=False));
   PATH+malloc: PATH in a process whose glibc malloc keeps freed memory for reuse
           (MALLOC_MMAP_MAX_=0, MALLOC_TRIM_THRESHOLD_=16 GiB: no fresh, page-faulting buffers
@@ -75,13 +79,14 @@ def tensors(mib: int) -> Tuple[np.ndarray, np.ndarray]:
             rng.standard_normal((1, tokens, 32, 128), dtype=np.float32))
 
 
-def worker(target: str, direct: bool, variant: str) -> None:
+def worker(target: str, base: str, variant: str) -> None:
     """A client path's process: reads a size (MiB) per line, answers the call's seconds."""
     if variant == "retain" and not posenc.retain_freed_memory(1 << 30):
         raise SystemExit("posenc.retain_freed_memory refused (not glibc?)")
     arrays: Dict[int, Tuple[np.ndarray, np.ndarray]] = {}
     retain = 0 if variant in ("noretain", "malloc") else posenc.DEFAULT_RETAIN_FREED_MEMORY
-    with posenc.Client(target, timeout=300, direct_tensors=direct,
+    with posenc.Client(target, timeout=300, direct_tensors=base != "plain",
+                       native_transport=base == "direct",
                        retain_freed_memory=retain) as client:
         for line in sys.stdin:
             mib = int(line)
@@ -99,8 +104,8 @@ class Path:
     def __init__(self, name: str, target: str):
         base, _, variant = name.partition("+")
         variants = ("", "malloc", "retain", "noretain")
-        if base not in ("direct", "plain") or variant not in variants:
-            raise SystemExit(f"unknown path {name!r} (direct, plain, direct+malloc, "
+        if base not in ("direct", "grpcio", "plain") or variant not in variants:
+            raise SystemExit(f"unknown path {name!r} (direct, grpcio, plain, direct+malloc, "
                              "direct+retain, direct+noretain, ...)")
         env = dict(os.environ, **(KEEP_FREED_MEMORY if variant == "malloc" else {}))
         retain = ["--variant", variant] if variant else []
@@ -151,14 +156,14 @@ def main() -> None:
     parser.add_argument("--target", required=True)
     parser.add_argument("--sizes", default="2,8,32,128,256")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--paths", default="direct,plain",
+    parser.add_argument("--paths", default="direct,grpcio",
                         help="client paths: direct, plain, PATH+malloc, PATH+retain, "
                         "PATH+noretain")
-    parser.add_argument("--worker", choices=("direct", "plain"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=("direct", "grpcio", "plain"), help=argparse.SUPPRESS)
     parser.add_argument("--variant", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.target, args.worker == "direct", args.variant)
+        worker(args.target, args.worker, args.variant)
         return
     unix_socket = args.target.startswith("unix:")
     paths = [Path(name, args.target) for name in args.paths.split(",")]

@@ -6,6 +6,7 @@ malformed responses (a gRPC server that answers any bytes)."""
 
 import concurrent.futures
 import dataclasses
+import os
 import unittest
 import warnings
 
@@ -14,7 +15,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 import posenc
-from posenc import _direct
+from posenc import _direct, _transport
 from posenc._enums import DType
 from posenc._protos import is_repeated
 from posenc._protos import posenc_pb2 as pb
@@ -228,11 +229,11 @@ class DecodeTest(unittest.TestCase):
 
 
 class RawServer:
-    """A gRPC server answering every posenc method with the same bytes."""
+    """A gRPC server answering every posenc method with the same bytes (None: the request's)."""
 
     def __init__(self, answer):
         def handler(request, context):
-            return answer
+            return request if answer is None else answer
 
         class Handler(grpc.GenericRpcHandler):
             def service(self, details):
@@ -259,9 +260,10 @@ class MalformedResponseTest(unittest.TestCase):
         response = pb.ApplyRopeResponse()
         fill_tensor(response.q, DType.FLOAT32, np.ones((1, 4, 2, 8), np.float32))
         truncated = response.SerializeToString()[:-5]
-        for direct in (True, False):
+        for direct, native in ((True, True), (True, False), (False, False)):
             with RawServer(truncated) as raw, posenc.Client(
-                    f"127.0.0.1:{raw.port}", direct_tensors=direct, **NO_HEALTH) as client:
+                    f"127.0.0.1:{raw.port}", direct_tensors=direct, native_transport=native,
+                    **NO_HEALTH) as client:
                 with self.assertRaises(posenc.InternalError) as caught:
                     client.apply_rope(np.ones((1, 4, 2, 8), np.float32))
                 if direct:
@@ -272,10 +274,11 @@ class MalformedResponseTest(unittest.TestCase):
         response = pb.ApplyRopeResponse()
         fill_tensor(response.q, DType.FLOAT32, np.ones((1, 4, 2, 8), np.float32))
         response.q.shape[1] = 5
-        with RawServer(response.SerializeToString()) as raw, posenc.Client(
-                f"127.0.0.1:{raw.port}", **NO_HEALTH) as client:
-            with self.assertRaisesRegex(posenc.InternalError, "inconsistent q"):
-                client.apply_rope(np.ones((1, 4, 2, 8), np.float32))
+        for native in (True, False):
+            with RawServer(response.SerializeToString()) as raw, posenc.Client(
+                    f"127.0.0.1:{raw.port}", native_transport=native, **NO_HEALTH) as client:
+                with self.assertRaisesRegex(posenc.InternalError, "inconsistent q"):
+                    client.apply_rope(np.ones((1, 4, 2, 8), np.float32))
 
 
 def assert_same(test, got, expected, where="result"):
@@ -304,7 +307,8 @@ def assert_same(test, got, expected, where="result"):
 
 
 class EveryOpTest(unittest.TestCase):
-    """Each client method through the direct path and the plain protobuf path: the same."""
+    """Each client method through the direct path (on the native transport where it is built,
+    and on gRPC Python's) and the plain protobuf path: the same."""
 
     # direct_tensors=0: every tensor and response through posenc._direct, however small (the
     # default takes them from DIRECT_MIN_BYTES on; these tensors are smaller).
@@ -312,20 +316,26 @@ class EveryOpTest(unittest.TestCase):
     def setUpClass(cls):
         cls.plain = posenc.Client(SERVER.address, direct_tensors=False)
         cls.direct = posenc.Client(SERVER.address, direct_tensors=0)
+        cls.grpcio = posenc.Client(SERVER.address, direct_tensors=0, native_transport=False)
         cls.small = {direct: posenc.Client(SERVER.address, direct_tensors=0 if direct else False,
                                            max_message_bytes=96 << 10)
                      for direct in (True, False)}
+        cls.small_grpcio = posenc.Client(SERVER.address, direct_tensors=0,
+                                         native_transport=False, max_message_bytes=96 << 10)
 
     @classmethod
     def tearDownClass(cls):
-        cls.plain.close()
-        cls.direct.close()
-        for client in cls.small.values():
+        for client in (cls.plain, cls.direct, cls.grpcio, cls.small_grpcio,
+                       *cls.small.values()):
             client.close()
 
     def same(self, call, *clients):
-        direct, plain = clients or (self.direct, self.plain)
-        assert_same(self, call(direct), call(plain))
+        if clients:
+            assert_same(self, call(clients[0]), call(clients[1]))
+            return
+        expected = call(self.plain)
+        assert_same(self, call(self.direct), expected, "native transport")
+        assert_same(self, call(self.grpcio), expected, "gRPC Python")
 
     def test_default_client_by_size(self):
         """The default client: small tensors through protobuf's messages, large ones direct
@@ -368,6 +378,7 @@ class EveryOpTest(unittest.TestCase):
         mask[1, :5] = 0
         small = (self.small[True], self.small[False])
         self.same(lambda c: c.apply_rope(q, k), *small)
+        self.same(lambda c: c.apply_rope(q, k), self.small_grpcio, self.small[False])
         self.same(lambda c: c.apply_rope(q, k, posenc.Positions.attention_mask(mask)), *small)
         assert_same(self, self.small[True].apply_rope(q, k), CLIENT.apply_rope(q, k))
         x = rng(5).standard_normal((3, 200, 64)).astype(np.float32)
@@ -405,6 +416,126 @@ class EveryOpTest(unittest.TestCase):
             count=8, sinusoidal=posenc.SinusoidalParams(16),
             embeddings=rng(12).standard_normal((8, 16))))
         self.same(lambda c: c.get_server_info())
+
+
+@unittest.skipUnless(posenc.NATIVE_TRANSPORT, "posenc._wirecall not built (python3-dev)")
+class NativeTransportTest(unittest.TestCase):
+    """posenc._wirecall, the native transport of the calls carrying tensors: the same answers
+    and errors as gRPC Python's, its own inputs checked."""
+
+    def test_built_where_the_build_says(self):
+        # The CMake build sets POSENC_EXPECT_NATIVE when it built posenc._wirecall: then a
+        # failing import must not skip these tests silently.
+        if os.environ.get("POSENC_EXPECT_NATIVE") == "1":
+            self.assertTrue(posenc.NATIVE_TRANSPORT)
+        self.assertTrue(CLIENT._transport.native)
+        with posenc.Client(SERVER.address, native_transport=False) as grpcio, posenc.Client(
+                SERVER.address, direct_tensors=False) as plain:
+            self.assertFalse(grpcio._transport.native)
+            self.assertFalse(plain._transport.native)
+
+    def test_large_results_are_writable_arrays_of_their_own(self):
+        q = rng(31).standard_normal((1, 256, 8, 64)).astype(np.float32)  # 512 KiB each
+        k = q.copy()
+        out = CLIENT.apply_rope(q, k)
+        with posenc.Client(SERVER.address, native_transport=False) as grpcio:
+            assert_same(self, out.q, grpcio.apply_rope(q, k).q)
+        self.assertTrue(out.q.flags.writeable and out.k.flags.writeable)
+        before = out.k.copy()
+        out.q[...] = 0
+        np.testing.assert_array_equal(out.k, before)
+        np.testing.assert_array_equal(q, k)  # the inputs untouched
+
+    def test_errors_are_the_same_as_grpc_pythons(self):
+        q = rng(32).standard_normal((1, 64, 4, 32)).astype(np.float32)
+        config = posenc.RopeConfig(head_dim=64)
+        caught = []
+        for native in (True, False):
+            with posenc.Client(SERVER.address, native_transport=native,
+                               direct_tensors=0) as client:
+                with self.assertRaises(posenc.InvalidArgumentError) as cm:
+                    client.apply_rope(q, None, None, config)
+                caught.append(cm.exception)
+        native, grpcio = caught
+        self.assertEqual(native.message, grpcio.message)
+        self.assertEqual((native.field, native.reason, native.domain),
+                         (grpcio.field, grpcio.reason, grpcio.domain))
+        self.assertEqual(native.violations, grpcio.violations)
+        self.assertTrue(native.violations)
+        self.assertEqual(native.method, "ApplyRope")
+
+    def test_deadline_and_unreachable_server(self):
+        q = rng(33).standard_normal((1, 4096, 32, 128)).astype(np.float32)  # 64 MiB
+        with self.assertRaises(posenc.DeadlineExceededError):
+            CLIENT.apply_rope(q, timeout=1e-4)
+        with posenc.Client("127.0.0.1:1", timeout=5, **NO_HEALTH) as client:
+            self.assertTrue(client._transport.native)
+            with self.assertRaises(posenc.UnavailableError):
+                client.apply_rope(q[:, :16])
+
+    def test_calls_from_many_threads(self):
+        arrays = [rng(40 + i).standard_normal((1, 128, 8, 64)).astype(np.float32)
+                  for i in range(8)]
+        with posenc.Client(SERVER.address, native_transport=False) as grpcio:
+            expected = [grpcio.apply_rope(a, a[:, :, :2]) for a in arrays]
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda a: CLIENT.apply_rope(a, a[:, :, :2]), arrays * 3))
+        for i, result in enumerate(got):
+            assert_same(self, result.q, expected[i % 8].q)
+            assert_same(self, result.k, expected[i % 8].k)
+
+    def test_the_channel_checks_its_inputs(self):
+        wirecall = _transport.native_module()
+        with self.assertRaises(posenc.InvalidArgumentError) as cm:
+            posenc.Client(SERVER.address, channel_options=[("grpc.x", 1.5)])
+        self.assertEqual(cm.exception.field, "channel_options")
+        for options in ([("grpc.x", 1 << 40)], [(1, 1)], [("grpc.x",)], 5):
+            with self.assertRaises((TypeError, ValueError), msg=repr(options)):
+                wirecall.Channel(SERVER.address, options)
+        with self.assertRaises(TypeError):
+            wirecall.Channel(SERVER.address, [], True, "not bytes")
+        channel = wirecall.Channel(SERVER.address, [])
+        method = "/posenc.v1.PositionEncoding/ApplyRope"
+        strided = np.zeros((64, 64), np.float32)[:, ::2]
+        for parts, error in (([strided], (BufferError, TypeError, ValueError)),
+                             ([1], TypeError), (5, TypeError)):
+            with self.assertRaises(error, msg=repr(parts)):
+                channel.unary(method, parts, 5.0)
+        with self.assertRaises(ValueError):
+            channel.unary(method, [], -1.0)
+        channel.close()
+        with self.assertRaisesRegex(ValueError, "closed"):
+            channel.unary(method, [], 5.0)
+
+    def test_parts_of_every_kind_are_joined_in_order(self):
+        """An echo server: what arrives is the parts joined, small and large, bytes,
+        memoryviews and arrays (the large ones lent, not copied)."""
+        wirecall = _transport.native_module()
+        big = rng(34).integers(0, 256, size=300 << 10, dtype=np.uint8)
+        parts = [b"head", memoryview(b"-view-"), big, bytearray(b"tail"), big[: 70 << 10],
+                 np.arange(5, dtype=np.int64), b""]
+        expected = b"".join(bytes(memoryview(p).cast("B")) for p in parts)
+        with RawServer(None) as raw:
+            channel = wirecall.Channel(f"127.0.0.1:{raw.port}", [])
+            got = channel.unary("/any/Echo", parts, 20.0)
+            self.assertIsInstance(got, bytearray)
+            self.assertEqual(bytes(got), expected)
+            self.assertEqual(bytes(channel.unary("/any/Echo", [], 20.0)), b"")
+            channel.close()
+
+    def test_a_failing_status_carries_its_code_and_trailers(self):
+        wirecall = _transport.native_module()
+        channel = wirecall.Channel(SERVER.address, [])
+        with self.assertRaises(wirecall.CallError) as cm:
+            channel.unary("/posenc.v1.PositionEncoding/ApplyRope", [b"\xff\xff"], 20.0)
+        code, details, trailers = cm.exception.args
+        self.assertEqual(code, grpc.StatusCode.INVALID_ARGUMENT.value[0])
+        self.assertTrue(details)
+        self.assertIn("grpc-status-details-bin", [key for key, _ in trailers])
+        error = posenc.PosencError.from_rpc_error(_transport.NativeError(code, details, trailers))
+        self.assertIsInstance(error, posenc.InvalidArgumentError)
+        self.assertTrue(error.reason)
+        channel.close()
 
 
 class DTypeTest(unittest.TestCase):

@@ -118,9 +118,14 @@ class WheelTest(unittest.TestCase):
             except posenc.InvalidArgumentError as e:
                 assert e.field == "num_heads", e.field
             print(client.alibi_slopes(2).tolist())
+            q = np.ones((1, 64, 8, 64), np.float32)
+            assert np.array_equal(client.apply_rope(q).q, client.apply_rope(q, k=q).k)
+            if sys.argv[2] == "1":  # the build made posenc._wirecall: so must the wheel
+                assert posenc.NATIVE_TRANSPORT and client._transport.native
             """)
         with ServerProcess() as server:
-            run = self.run_ok([self.python, "-c", script, server.address])
+            run = self.run_ok([self.python, "-c", script, server.address,
+                               os.environ.get("POSENC_EXPECT_NATIVE", "0")])
         self.assertEqual(run.stdout.strip(), "[0.0625, 0.00390625]")
 
     def test_mypy_checks_a_user_of_the_installed_package(self):

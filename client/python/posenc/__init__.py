@@ -39,6 +39,7 @@ from ._types import (AlibiBiasResult, AnalysisCurve, AnalyzeEncodingResult, Appl
                      RopeScaling, RopeSubmodule, RopeValueSource, ServerInfo, SharedMemoryRef,
                      SharedMemoryRegionStatus, SinusoidalParams, TableInfo, TlsConfig,
                      VisionPositionsResult, VisionSpan)
+from ._transport import NATIVE_TRANSPORT
 from .client import (DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_SPLIT_IN_FLIGHT, DEFAULT_TIMEOUT,
                      Client)
 
@@ -46,6 +47,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client", "DEFAULT_TIMEOUT", "DEFAULT_MAX_MESSAGE_BYTES", "DEFAULT_MAX_SPLIT_IN_FLIGHT",
+    "NATIVE_TRANSPORT",
     # values
     "Positions", "SinusoidalParams", "LearnedTable", "RopeScaling", "RopeConfig", "RopeDerived",
     "RopeCacheResult", "ApplyRopeResult", "AlibiBiasResult", "ServerInfo", "BackendInfo",

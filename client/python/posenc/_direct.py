@@ -43,8 +43,8 @@ from ._protos import is_repeated
 from ._protos import posenc_pb2 as pb
 from ._tensor import describe_tensor, fill_tensor
 
-__all__ = ["WireMessage", "WireTensor", "Malformed", "encode", "decode", "message_of", "like",
-           "copied", "put_tensor", "tensor_fields", "DIRECT_MIN_BYTES"]
+__all__ = ["WireMessage", "WireTensor", "Malformed", "encode", "encode_parts", "decode",
+           "message_of", "like", "copied", "put_tensor", "tensor_fields", "DIRECT_MIN_BYTES"]
 
 # Below this many bytes a tensor goes through the message and a response is parsed by protobuf
 # alone: for small tensors the copies saved cost less than the scan and the join (a tiny ApplyRope
@@ -234,11 +234,17 @@ def _data_header_size(nbytes: int) -> int:
 
 def encode(value: Any) -> bytes:
     """The protobuf wire format of a WireMessage (or of a plain message: SerializeToString)."""
+    return b"".join(encode_parts(value))
+
+
+def encode_parts(value: Any) -> List[Any]:
+    """:func:`encode`'s bytes as buffers to be joined in order: the arrays' bytes are their own
+    memory, not copied (the native transport sends them from there)."""
     if not isinstance(value, WireMessage):
-        return bytes(value.SerializeToString())
+        return [value.SerializeToString()]
     message = value.message
     if not value.arrays:
-        return bytes(message.SerializeToString())
+        return [message.SerializeToString()]
     rest = type(message)()
     rest.CopyFrom(message)
     numbers = tensor_fields(message.DESCRIPTOR)
@@ -255,7 +261,7 @@ def encode(value: Any) -> bytes:
         header = _key(_DATA) + _varint(n) if n else b""
         parts.append(_key(numbers[name]) + _varint(len(small) + len(header) + n) + small + header)
         parts.extend(_chunks(array))
-    return b"".join(parts)
+    return parts
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,21 +367,27 @@ def _scan(buf: bytes, cls: Type[Any]) -> WireMessage:
     return WireMessage(cls.FromString(b"".join(rest)), views)
 
 
-def decode(buf: Union[bytes, bytearray, memoryview], cls: Type[Any], scan_from: int = 0) -> Any:
+def decode(buf: Union[bytes, bytearray, memoryview], cls: Type[Any], scan_from: int = 0,
+           owned: bool = False) -> Any:
     """A response of type ``cls`` from its wire bytes: a WireMessage whose Tensor fields' bytes
     are views of ``buf`` (see the module), or :class:`Malformed`. Responses under ``scan_from``
-    bytes are parsed by protobuf alone (the client's transport: DIRECT_MIN_BYTES)."""
-    data = bytes(buf) if not isinstance(buf, bytes) else buf
+    bytes are parsed by protobuf alone (the client's transport: DIRECT_MIN_BYTES). ``owned``: a
+    bytearray no one else holds (the native transport's), whose writable views the caller may
+    get as results without a copy."""
+    data = buf if isinstance(buf, (bytes, bytearray)) else bytes(buf)
     scan_error: Optional[Exception] = None
     if len(data) >= scan_from:
         try:
-            return _scan(data, cls)
+            message = _scan(data, cls)
+            if owned and isinstance(data, bytearray):
+                message.owned = set(message.arrays)
+            return message
         except (_ScanError, DecodeError) as e:
             scan_error = e
         except _Merged:
             scan_error = _Merged()
     try:
-        return WireMessage(cls.FromString(data))
+        return WireMessage(cls.FromString(bytes(data)))
     except DecodeError as e:
         reason = str(scan_error) if isinstance(scan_error, _ScanError) else (
             str(e) or "protobuf could not parse it")

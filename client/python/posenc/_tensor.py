@@ -332,7 +332,8 @@ def to_numpy(msg: Any, field: str) -> np.ndarray:
         raise InternalError(grpc.StatusCode.INTERNAL, f"server sent an inconsistent {field}: "
                             f"{dtype} {list(msg.shape)} with {len(msg.data)} bytes")
     if getattr(msg, "owned", False) and wire.dtype.isnative:
-        a = msg.array.reshape(wire.shape)  # a joined result the client made: no copy
+        # a joined result the client made, or a view of the native transport's buffer: no copy
+        a = msg.array.reshape(-1).view(wire.dtype).reshape(wire.shape)
     else:
         a = wire.astype(wire.dtype.newbyteorder("="), copy=True)
     if msg.dtype == DType.BFLOAT16 and BFLOAT16_DTYPE is not None:

@@ -12,16 +12,18 @@ import functools
 import json
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import grpc
 
-from ._direct import DIRECT_MIN_BYTES, Malformed, decode, encode, tensor_fields
+from ._direct import DIRECT_MIN_BYTES, Malformed, decode, encode, encode_parts, tensor_fields
 from ._errors import InternalError, PosencError, from_rpc_error
 from ._protos import health_pb2, health_pb2_grpc, posenc_pb2, posenc_pb2_grpc
 from ._split import Limits
 
-__all__ = ["service_config", "channel_options", "Transport"]
+__all__ = ["service_config", "channel_options", "Transport", "NativeError", "native_module",
+           "NATIVE_TRANSPORT"]
 
 _SERVICE_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                "service_config.json")
@@ -92,6 +94,70 @@ def direct_calls(channel: grpc.Channel, scan_from: int) -> Dict[str, Any]:
     return calls
 
 
+def native_module() -> Any:
+    """posenc._wirecall (client/python/native/wirecall.cc), or None where it was not built."""
+    try:
+        from . import _wirecall  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _wirecall
+
+
+# Whether this installation has posenc._wirecall (Client's native_transport).
+NATIVE_TRANSPORT = native_module() is not None
+
+
+class NativeError(grpc.RpcError):
+    """A failed call of the native transport, shaped as gRPC Python's (code, details,
+    trailing_metadata) for posenc._errors.from_rpc_error."""
+
+    _CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+    def __init__(self, code: int, details: str, trailing_metadata: Sequence[Tuple[str, Any]]):
+        super().__init__(details)
+        self._code = self._CODES.get(code, grpc.StatusCode.UNKNOWN)
+        self._details = details
+        self._trailing_metadata = tuple(trailing_metadata)
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    def trailing_metadata(self) -> Tuple[Tuple[str, Any], ...]:
+        return self._trailing_metadata
+
+
+class NativeCalls:
+    """The methods that carry tensors, called through posenc._wirecall: the request's parts
+    (posenc._direct.encode_parts) lent to gRPC without a join, the calling thread waiting
+    without the GIL, the response copied once into a bytearray whose views are the results."""
+
+    def __init__(self, channel: Any, scan_from: int):
+        self.channel = channel
+        service = posenc_pb2.DESCRIPTOR.services_by_name["PositionEncoding"]
+        self._methods: Dict[str, Tuple[str, Any]] = {}
+        for method in service.methods:
+            if tensor_fields(method.input_type) or tensor_fields(method.output_type):
+                self._methods[method.name] = (f"/{service.full_name}/{method.name}",
+                                              getattr(posenc_pb2, method.output_type.name))
+        self._scan_from = scan_from
+        self._error = native_module().CallError
+
+    def __contains__(self, method: str) -> bool:
+        return method in self._methods
+
+    def call(self, method: str, request: Any, timeout: Optional[float]) -> Any:
+        """The response (a WireMessage or Malformed); a failure raises NativeError."""
+        path, response = self._methods[method]
+        try:
+            received = self.channel.unary(path, encode_parts(request), timeout)
+        except self._error as e:
+            raise NativeError(*e.args) from None
+        return decode(received, response, self._scan_from, owned=True)
+
+
 def _parsed(method: str, response: Any) -> Any:
     """The response, or INTERNAL for one whose bytes did not parse (posenc._direct.Malformed)."""
     if isinstance(response, Malformed):
@@ -107,8 +173,13 @@ class Transport:
     (requests may be WireMessages; responses are, their tensors views from that size on)."""
 
     def __init__(self, channel: grpc.Channel, max_message_bytes: int, max_in_flight: int,
-                 direct_min_bytes: Optional[int] = DIRECT_MIN_BYTES):
+                 direct_min_bytes: Optional[int] = DIRECT_MIN_BYTES, native: Any = None):
         self.channel = channel
+        # posenc._wirecall.Channel to the same target (direct tensors only): the methods that
+        # carry tensors go through it, the rest (health, server info) through `channel`.
+        self._native = NativeCalls(native, direct_min_bytes) if (
+            native is not None and direct_min_bytes is not None) else None
+        self._pool: Optional[ThreadPoolExecutor] = None
         self.stub = posenc_pb2_grpc.PositionEncodingStub(channel)
         self.direct_min_bytes = direct_min_bytes
         self._calls = {} if direct_min_bytes is None else direct_calls(channel, direct_min_bytes)
@@ -121,10 +192,36 @@ class Transport:
     def _rpc(self, method: str) -> Any:
         return self._calls.get(method) or getattr(self.stub, method)
 
+    @property
+    def native(self) -> bool:
+        """Whether the calls carrying tensors go through the native transport."""
+        return self._native is not None
+
+    def close(self) -> None:
+        """Closes the channels (the pool's calls finish first)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        if self._native is not None:
+            self._native.channel.close()
+        self.channel.close()
+
+    def _future(self, method: str, request: Any, timeout: Optional[float]) -> Any:
+        """A call in flight: gRPC's future, or the native call on the transport's threads."""
+        if self._native is not None and method in self._native:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self._max_in_flight,
+                                                    thread_name_prefix="posenc-call")
+            return self._pool.submit(self._native.call, method, request, timeout)
+        return self._rpc(method).future(request, timeout=timeout)
+
     def call(self, method: str, request: Any, timeout: Optional[float]) -> Any:
         """One unary call of the posenc service; a failure raises its PosencError."""
         try:
-            response = self._rpc(method)(request, timeout=timeout)
+            if self._native is not None and method in self._native:
+                response = self._native.call(method, request, timeout)
+            else:
+                response = self._rpc(method)(request, timeout=timeout)
         except grpc.RpcError as e:
             raise from_rpc_error(e, method) from None
         return _parsed(method, response)
@@ -133,19 +230,19 @@ class Transport:
                  response_bytes: int = 0) -> List[Any]:
         """Every request sent, at most the in-flight bound at once (fewer when each response
         carries over 4 MiB: no more than the server computes at once); the responses in order,
-        or the first failing request's error (the ones still in flight are cancelled)."""
+        or the first failing request's error (the ones still in flight are cancelled; the native
+        transport's run to their end, their answers dropped)."""
         most = self._max_in_flight
         heavy = self._known_server(timeout).limits.max_heavy_calls if (
             response_bytes > _HEAVY_CALL_BYTES) else 0
         if heavy > 0:
             most = min(most, heavy)
-        rpc = self._rpc(method)
         futures: List[Any] = []
         responses: List[Any] = []
         try:
             for done in range(len(requests)):
                 while len(futures) < len(requests) and len(futures) - done < most:
-                    futures.append(rpc.future(requests[len(futures)], timeout=timeout))
+                    futures.append(self._future(method, requests[len(futures)], timeout))
                 responses.append(_parsed(method, futures[done].result()))
         except (grpc.RpcError, PosencError) as e:
             for future in futures[len(responses):]:

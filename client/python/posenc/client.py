@@ -44,7 +44,7 @@ from ._protos import posenc_pb2_grpc as pb_grpc
 from ._tensor import (DTypeLike, describe_tensor, expand_compact_alibi, expand_toeplitz,
                       fill_tensor, float_array, float_output_dtype, host_array, is_torch,
                       set_float_tensor, set_int_tensor, to_numpy, to_torch)
-from ._transport import Transport
+from ._transport import NATIVE_TRANSPORT, Transport
 from ._types import (AlibiBiasResult, AnalyzeEncodingResult, ApplyRopeResult, Array,
                      DescribeRopeResult, LearnedTable, MultimodalPositionsResult,
                      MultimodalTokenIds, RerotateKeysResult, RopeCacheResult, RopeConfig,
@@ -217,6 +217,16 @@ class Client:
         ones cost less through protobuf than the join and the scan); an int, from that many
         bytes on (0: every one). False: the plain protobuf path (the same messages on the
         wire; for comparison).
+      native_transport: send the calls that carry tensors through ``posenc._wirecall``, the
+        package's native transport, where it was built (``posenc.NATIVE_TRANSPORT``; needs
+        Python's headers at install time, Debian: python3-dev): the input arrays' bytes are
+        lent to gRPC, not joined into a request first, the response is copied once, into the
+        buffer the result arrays view (gRPC Python copies each way two to four times); 1.4-1.6x
+        the throughput of such calls from 2 MiB up (BENCHMARKS.md "The Python client's native
+        transport"). A second connection to the same target, with the same options and
+        credentials: health and server info go through ``channel``. Default True; with
+        ``channel`` given, or ``direct_tensors=False``, it is not used. A call on it cannot be
+        interrupted by a signal (Ctrl-C waits for it or for its timeout).
       retain_freed_memory: bytes of freed memory the process's allocator keeps for the next
         calls' buffers (default 1 GiB, as posenc-server's ``--retain_free_memory_bytes``), so
         that large arrays reuse pages already faulted in instead of fresh ones the kernel
@@ -240,7 +250,8 @@ class Client:
                  compact_biases: bool = True,
                  max_split_in_flight: int = DEFAULT_MAX_SPLIT_IN_FLIGHT,
                  direct_tensors: Union[bool, int] = True,
-                 retain_freed_memory: int = _memory.DEFAULT_RETAIN_FREED_MEMORY):
+                 retain_freed_memory: int = _memory.DEFAULT_RETAIN_FREED_MEMORY,
+                 native_transport: bool = True):
         self._timeout = _seconds(timeout, "timeout")
         retain = _positive_int(retain_freed_memory, "retain_freed_memory", least=0)
         limit = min(_positive_int(max_message_bytes, "max_message_bytes"), 2**31 - 1)
@@ -254,30 +265,56 @@ class Client:
         self._owns_channel = channel is None
         if channel is not None or target:
             _memory.retain_by_default(retain)  # before the channel's threads, where it makes one
+        direct = _direct_min_bytes(direct_tensors)
+        native = None
         if channel is None:
             if not target:
                 raise local_error("target", "must not be empty")
             options = _transport.channel_options(limit, attempts, load_balancing_policy,
                                                  health_check, keepalive, keepalive_wait)
             options += list(channel_options)
+            if native_transport and direct is not None and NATIVE_TRANSPORT:
+                native = self._make_native_channel(target, tls, options)
             channel = self._make_channel(target, tls, options)
-        self._transport = Transport(channel, limit, in_flight, _direct_min_bytes(direct_tensors))
+        self._transport = Transport(channel, limit, in_flight, direct, native)
 
     @staticmethod
-    def _make_channel(target: str, tls: Union[None, bool, TlsConfig], options: list
-                      ) -> grpc.Channel:
+    def _tls_config(tls: Union[None, bool, TlsConfig]) -> Optional[TlsConfig]:
         if tls is None or tls is False:
-            return grpc.insecure_channel(target, options)
+            return None
         config = TlsConfig() if tls is True else tls
         if not isinstance(config, TlsConfig):
             raise local_error("tls", f"expected None, a bool or a TlsConfig, got "
                               f"{type(tls).__name__}")
+        return config
+
+    @staticmethod
+    def _make_channel(target: str, tls: Union[None, bool, TlsConfig], options: list
+                      ) -> grpc.Channel:
+        config = Client._tls_config(tls)
+        if config is None:
+            return grpc.insecure_channel(target, options)
         root, key, cert = config.pem()
         credentials = grpc.ssl_channel_credentials(root_certificates=root, private_key=key,
                                                    certificate_chain=cert)
         if config.server_name:
             options = options + [("grpc.ssl_target_name_override", config.server_name)]
         return grpc.secure_channel(target, credentials, options)
+
+    @staticmethod
+    def _make_native_channel(target: str, tls: Union[None, bool, TlsConfig], options: list
+                             ) -> Any:
+        """The native transport's channel, with _make_channel's options and credentials."""
+        config = Client._tls_config(tls)
+        try:
+            if config is None:
+                return _transport.native_module().Channel(target, options)
+            root, key, cert = config.pem()
+            if config.server_name:
+                options = options + [("grpc.ssl_target_name_override", config.server_name)]
+            return _transport.native_module().Channel(target, options, True, root, key, cert)
+        except (TypeError, ValueError) as e:  # an option gRPC Python takes and it does not
+            raise local_error("channel_options", str(e)) from None
 
     # -- lifetime ---------------------------------------------------------------------------
     @property
@@ -291,9 +328,9 @@ class Client:
         return self._transport.stub
 
     def close(self) -> None:
-        """Closes the channel (when the client created it). Calls afterwards fail."""
+        """Closes the channels (when the client created them). Calls afterwards fail."""
         if self._owns_channel:
-            self._transport.channel.close()
+            self._transport.close()
 
     def __enter__(self) -> "Client":
         return self

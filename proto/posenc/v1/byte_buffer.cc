@@ -543,24 +543,9 @@ void BorrowedBytes::Append(int field_number, absl::string_view bytes, grpc::Byte
     slices.emplace_back(header.data(), header.size());
   } else {
     slices.emplace_back(header.data(), header.size());
-    {
-      const std::lock_guard<std::mutex> lock(mu_);
-      ++outstanding_;
-    }
-    slices.emplace_back(const_cast<char*>(bytes.data()), bytes.size(), &Release, this);
+    slices.push_back(lent_.Lend(bytes.data(), bytes.size()));
   }
   *buffer = grpc::ByteBuffer(slices.data(), slices.size());
-}
-
-void BorrowedBytes::Wait() {
-  std::unique_lock<std::mutex> lock(mu_);
-  released_.wait(lock, [this] { return outstanding_ == 0; });
-}
-
-void BorrowedBytes::Release(void* self) {
-  auto* borrowed = static_cast<BorrowedBytes*>(self);
-  const std::lock_guard<std::mutex> lock(borrowed->mu_);
-  if (--borrowed->outstanding_ == 0) borrowed->released_.notify_all();
 }
 
 void ReserveLarge(std::string* s, size_t n) {

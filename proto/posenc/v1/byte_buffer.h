@@ -38,6 +38,7 @@
 #include "absl/types/span.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
+#include "proto/posenc/v1/borrowed_slices.h"
 
 namespace posenc::v1 {
 
@@ -104,23 +105,15 @@ std::string DescribeParseFailure(const grpc::ByteBuffer& in,
 // it into that field as serialized before (dtype, shape). Bytes from kLargeFieldBytes on are
 // referenced, not copied; Wait() returns once gRPC has dropped every such reference, and must be
 // called (and return) before the bytes change or go away.
-// Thread-safety: Append from one thread; the references are dropped from any.
+// Thread-safety: Append from one thread; the references are dropped from any. The destructor
+// waits.
 class BorrowedBytes {
  public:
-  BorrowedBytes() = default;
-  BorrowedBytes(const BorrowedBytes&) = delete;
-  BorrowedBytes& operator=(const BorrowedBytes&) = delete;
-  ~BorrowedBytes() { Wait(); }
-
   void Append(int field_number, absl::string_view bytes, grpc::ByteBuffer* buffer);
-  void Wait();
+  void Wait() { lent_.Wait(); }
 
  private:
-  static void Release(void* self);
-
-  std::mutex mu_;
-  std::condition_variable released_;
-  int outstanding_ = 0;
+  BorrowedSlices lent_;
 };
 
 // Reserves `n` bytes in `s`; a buffer of 2 MiB or more is advised for transparent huge pages
