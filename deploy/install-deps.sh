@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf python3-numpy python3-pip python3-venv
   python3-setuptools python3-wheel flake8 mypy
+  python3-dev  # the Python client's native transport (client/python/native/wirecall.cc)
   python3-torch  # the Python client's torch tests (tests/python/test_tensors.py, test_shared_memory.py)
 )
 missing=()

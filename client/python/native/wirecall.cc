@@ -220,27 +220,130 @@ Trailers TrailersOf(const grpc::Status& status, const grpc::ClientContext& conte
   return out;
 }
 
+// What a call gives back: its status, the server's trailers when it failed, the response.
+struct Outcome {
+  grpc::Status status;
+  Trailers trailers;
+  grpc::ByteBuffer response;
+};
+
+// The request: the parts joined, those from kLendFrom bytes on lent by `lent`, each run of
+// smaller ones between them copied into `copied` (sized once, so that it never moves) and lent
+// from there.
+grpc::ByteBuffer Request(const std::vector<Py_buffer>& views, posenc::v1::BorrowedSlices* lent,
+                         std::string* copied) {
+  size_t small_bytes = 0;
+  for (const Py_buffer& view : views) {
+    if (view.len < kLendFrom) small_bytes += static_cast<size_t>(view.len);
+  }
+  copied->reserve(small_bytes);
+  std::vector<grpc::Slice> slices;
+  size_t run = 0;  // where the current run of small parts starts in `copied`
+  const auto end_run = [&] {
+    if (copied->size() > run)
+      slices.push_back(lent->Lend(copied->data() + run, copied->size() - run));
+    run = copied->size();
+  };
+  for (const Py_buffer& view : views) {
+    const char* data = static_cast<const char*>(view.buf);
+    if (view.len < kLendFrom) {
+      copied->append(data, static_cast<size_t>(view.len));
+    } else {
+      end_run();
+      slices.push_back(lent->Lend(data, static_cast<size_t>(view.len)));
+    }
+  }
+  end_run();
+  if (slices.empty()) slices.emplace_back();  // an empty message
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+// One unary call, the calling thread waiting on a queue of its own (as the C++ client's calls
+// do). Touches no Python object: run without the GIL. Returns once gRPC has let go of the lent
+// parts.
+void Call(Connection* connection, const std::string& path, const std::vector<Py_buffer>& views,
+          double seconds, Outcome* out) {
+  std::string copied;  // outlives the wait below
+  posenc::v1::BorrowedSlices lent;
+  grpc::ByteBuffer request = Request(views, &lent, &copied);
+  {
+    // The call (owned by its context) may hold the request's slices until it is destroyed,
+    // e.g. one that ended before all was sent: so the context ends before the wait below.
+    grpc::ClientContext context;
+    if (seconds >= 0) {
+      context.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                               std::chrono::duration<double>(seconds)));
+    }
+    grpc::CompletionQueue queue;
+    void* tag = nullptr;
+    bool ok = false;
+    {
+      const std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> rpc =
+          connection->stub.PrepareUnaryCall(&context, path, request, &queue);
+      rpc->StartCall();
+      rpc->Finish(&out->response, &out->status, &out->status);
+      while (queue.Next(&tag, &ok) && tag != &out->status) {
+      }
+    }
+    queue.Shutdown();
+    while (queue.Next(&tag, &ok)) {
+    }
+    if (!out->status.ok()) out->trailers = TrailersOf(out->status, context);
+  }
+  request.Clear();
+  lent.Wait();
+}
+
+// The response's bytes in a new bytearray (the one copy of them), the copy made without the GIL.
+PyObject* CopyOut(grpc::ByteBuffer* response) {
+  const size_t size = response->Length();
+  if (size > static_cast<size_t>(PY_SSIZE_T_MAX)) return PyErr_NoMemory();
+  PyObject* out = PyByteArray_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(size));
+  if (out == nullptr) return nullptr;
+  char* into = PyByteArray_AS_STRING(out);
+  Py_BEGIN_ALLOW_THREADS;
+  std::vector<grpc::Slice> received;
+  if (response->Dump(&received).ok()) {
+    for (const grpc::Slice& slice : received) {
+      std::memcpy(into, slice.begin(), slice.size());
+      into += slice.size();
+    }
+  }
+  received.clear();
+  response->Clear();
+  Py_END_ALLOW_THREADS;
+  return out;
+}
+
+// `timeout` (None or seconds >= 0) as seconds, -1 for no deadline; false with an error set.
+bool Seconds(PyObject* timeout, double* seconds) {
+  *seconds = -1;
+  if (timeout == Py_None) return true;
+  const double value = PyFloat_AsDouble(timeout);
+  if (value == -1 && PyErr_Occurred() != nullptr) return false;
+  if (!(value >= 0)) {
+    PyErr_Format(PyExc_ValueError, "timeout must be None or >= 0, got %R", timeout);
+    return false;
+  }
+  if (value <= kNoDeadlineFrom) *seconds = value;
+  return true;
+}
+
 PyObject* ChannelUnary(PyObject* self_object, PyObject* args) {
   auto* self = reinterpret_cast<ChannelObject*>(self_object);
   const char* method = nullptr;
   PyObject* parts = nullptr;
   PyObject* timeout = nullptr;
-  if (!PyArg_ParseTuple(args, "sOO", &method, &parts, &timeout)) return nullptr;
+  double seconds = -1;
+  if (!PyArg_ParseTuple(args, "sOO", &method, &parts, &timeout) || !Seconds(timeout, &seconds)) {
+    return nullptr;
+  }
   if (self->connection == nullptr) {
     PyErr_SetString(PyExc_ValueError, "the channel is closed");
     return nullptr;
   }
   const std::shared_ptr<Connection> connection = *self->connection;
-  double seconds = -1;  // no deadline
-  if (timeout != Py_None) {
-    seconds = PyFloat_AsDouble(timeout);
-    if (seconds == -1 && PyErr_Occurred() != nullptr) return nullptr;
-    if (!(seconds >= 0)) {
-      PyErr_Format(PyExc_ValueError, "timeout must be None or >= 0, got %R", timeout);
-      return nullptr;
-    }
-    if (seconds > kNoDeadlineFrom) seconds = -1;
-  }
   PyObject* sequence = PySequence_Fast(parts, "parts must be a sequence of buffers");
   if (sequence == nullptr) return nullptr;
   Views views;
@@ -252,79 +355,14 @@ PyObject* ChannelUnary(PyObject* self_object, PyObject* args) {
     }
   }
   Py_DECREF(sequence);
-
-  // Everything below until the GIL is taken back touches no Python object: the views' memory
-  // stays valid (the buffers are held) and unchanged (the caller waits for this call).
+  // The views' memory stays valid (the buffers are held) and unchanged (the caller waits).
   const std::string path(method);
-  grpc::Status status;
-  Trailers trailers;
-  grpc::ByteBuffer response;
+  Outcome outcome;
   Py_BEGIN_ALLOW_THREADS;
-  {
-    posenc::v1::BorrowedSlices lent;
-    std::vector<grpc::Slice> slices;
-    std::string small;  // consecutive small parts, copied into one slice
-    for (const Py_buffer& view : views.views()) {
-      const char* data = static_cast<const char*>(view.buf);
-      if (view.len < kLendFrom) {
-        small.append(data, static_cast<size_t>(view.len));
-        continue;
-      }
-      if (!small.empty()) slices.emplace_back(small.data(), small.size());
-      small.clear();
-      slices.push_back(lent.Lend(data, static_cast<size_t>(view.len)));
-    }
-    if (!small.empty() || slices.empty()) slices.emplace_back(small.data(), small.size());
-    grpc::ByteBuffer request(slices.data(), slices.size());
-    slices.clear();
-    {
-      // The call (owned by its context) may hold the request's slices until it is destroyed,
-      // e.g. one that ended before all was sent: so the context ends before the wait below.
-      grpc::ClientContext context;
-      if (seconds >= 0) {
-        context.set_deadline(std::chrono::system_clock::now() +
-                             std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                 std::chrono::duration<double>(seconds)));
-      }
-      grpc::CompletionQueue queue;
-      void* tag = nullptr;
-      bool ok = false;
-      {
-        const std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> rpc =
-            connection->stub.PrepareUnaryCall(&context, path, request, &queue);
-        rpc->StartCall();
-        rpc->Finish(&response, &status, &status);
-        while (queue.Next(&tag, &ok) && tag != &status) {
-        }
-      }
-      queue.Shutdown();
-      while (queue.Next(&tag, &ok)) {
-      }
-      if (!status.ok()) trailers = TrailersOf(status, context);
-    }
-    request.Clear();
-    lent.Wait();  // before the views are released
-  }
+  Call(connection.get(), path, views.views(), seconds, &outcome);
   Py_END_ALLOW_THREADS;
-  if (!status.ok()) return RaiseCallError(status, trailers);
-
-  const size_t size = response.Length();
-  if (size > static_cast<size_t>(PY_SSIZE_T_MAX)) return PyErr_NoMemory();
-  PyObject* out = PyByteArray_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(size));
-  if (out == nullptr) return nullptr;
-  char* into = PyByteArray_AS_STRING(out);
-  Py_BEGIN_ALLOW_THREADS;
-  std::vector<grpc::Slice> received;
-  if (response.Dump(&received).ok()) {
-    for (const grpc::Slice& slice : received) {
-      std::memcpy(into, slice.begin(), slice.size());
-      into += slice.size();
-    }
-  }
-  received.clear();
-  response.Clear();
-  Py_END_ALLOW_THREADS;
-  return out;
+  if (!outcome.status.ok()) return RaiseCallError(outcome.status, outcome.trailers);
+  return CopyOut(&outcome.response);
 }
 
 PyObject* ChannelClose(PyObject* self_object, PyObject* /*unused*/) {
