@@ -221,7 +221,7 @@ class Client:
         package's native transport, where it was built (``posenc.NATIVE_TRANSPORT``; needs
         Python's headers at install time, Debian: python3-dev): the input arrays' bytes are
         lent to gRPC, not joined into a request first, the response is copied once, into the
-        buffer the result arrays view (gRPC Python copies each way two to four times); 1.4-1.6x
+        buffer the result arrays view (gRPC Python copies each way two to four times); 1.3-1.8x
         the throughput of such calls from 2 MiB up (BENCHMARKS.md "The Python client's native
         transport"). A second connection to the same target, with the same options and
         credentials: health and server info go through ``channel``. Default True; with
