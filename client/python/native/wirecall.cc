@@ -43,21 +43,15 @@ constexpr double kNoDeadlineFrom = 1e9;
 
 PyObject* call_error = nullptr;  // posenc._wirecall.CallError
 
-// A channel and its stub; a call holds a reference, so that close() from another thread while
-// it runs leaves them alive until it returns.
-struct Connection {
-  explicit Connection(std::shared_ptr<grpc::Channel> c) : channel(std::move(c)), stub(channel) {}
-  std::shared_ptr<grpc::Channel> channel;
-  grpc::GenericStub stub;
-};
-
+// The channel's stub (which keeps the channel); a call holds a reference, so that close() from
+// another thread while it runs leaves the stub alive until it returns.
 struct ChannelObject {
-  PyObject_HEAD std::shared_ptr<Connection>* connection;  // null once closed
+  PyObject_HEAD std::shared_ptr<grpc::GenericStub>* stub;  // null once closed
 };
 
 void Close(ChannelObject* self) {
-  delete self->connection;
-  self->connection = nullptr;
+  delete self->stub;
+  self->stub = nullptr;
 }
 
 // The buffers of a call's parts, held (and released) with the GIL.
@@ -168,8 +162,8 @@ int ChannelInit(PyObject* self_object, PyObject* args, PyObject* kwargs) {
     credentials = grpc::InsecureChannelCredentials();
   }
   Close(self);
-  self->connection = new std::shared_ptr<Connection>(
-      std::make_shared<Connection>(grpc::CreateCustomChannel(target, credentials, arguments)));
+  self->stub = new std::shared_ptr<grpc::GenericStub>(std::make_shared<grpc::GenericStub>(
+      grpc::CreateCustomChannel(target, credentials, arguments)));
   return 0;
 }
 
@@ -261,7 +255,7 @@ grpc::ByteBuffer Request(const std::vector<Py_buffer>& views, posenc::v1::Borrow
 // One unary call, the calling thread waiting on a queue of its own (as the C++ client's calls
 // do). Touches no Python object: run without the GIL. Returns once gRPC has let go of the lent
 // parts.
-void Call(Connection* connection, const std::string& path, const std::vector<Py_buffer>& views,
+void Call(grpc::GenericStub* stub, const std::string& path, const std::vector<Py_buffer>& views,
           double seconds, Outcome* out) {
   std::string copied;  // outlives the wait below
   posenc::v1::BorrowedSlices lent;
@@ -280,7 +274,7 @@ void Call(Connection* connection, const std::string& path, const std::vector<Py_
     bool ok = false;
     {
       const std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> rpc =
-          connection->stub.PrepareUnaryCall(&context, path, request, &queue);
+          stub->PrepareUnaryCall(&context, path, request, &queue);
       rpc->StartCall();
       rpc->Finish(&out->response, &out->status, &out->status);
       while (queue.Next(&tag, &ok) && tag != &out->status) {
@@ -339,11 +333,11 @@ PyObject* ChannelUnary(PyObject* self_object, PyObject* args) {
   if (!PyArg_ParseTuple(args, "sOO", &method, &parts, &timeout) || !Seconds(timeout, &seconds)) {
     return nullptr;
   }
-  if (self->connection == nullptr) {
+  if (self->stub == nullptr) {
     PyErr_SetString(PyExc_ValueError, "the channel is closed");
     return nullptr;
   }
-  const std::shared_ptr<Connection> connection = *self->connection;
+  const std::shared_ptr<grpc::GenericStub> stub = *self->stub;
   PyObject* sequence = PySequence_Fast(parts, "parts must be a sequence of buffers");
   if (sequence == nullptr) return nullptr;
   Views views;
@@ -359,7 +353,7 @@ PyObject* ChannelUnary(PyObject* self_object, PyObject* args) {
   const std::string path(method);
   Outcome outcome;
   Py_BEGIN_ALLOW_THREADS;
-  Call(connection.get(), path, views.views(), seconds, &outcome);
+  Call(stub.get(), path, views.views(), seconds, &outcome);
   Py_END_ALLOW_THREADS;
   if (!outcome.status.ok()) return RaiseCallError(outcome.status, outcome.trailers);
   return CopyOut(&outcome.response);

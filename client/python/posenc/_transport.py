@@ -77,21 +77,24 @@ def channel_options(max_message_bytes: int, max_attempts: int, load_balancing_po
     return options
 
 
-def direct_calls(channel: grpc.Channel, scan_from: int) -> Dict[str, Any]:
-    """Unary calls of every posenc method with a Tensor field in its request or response,
-    through posenc._direct's serializer (a WireMessage's arrays joined into the request once)
-    and deserializer (the tensor bytes of a response of ``scan_from`` bytes or more as views of
-    the received buffer)."""
+def tensor_methods() -> Dict[str, Tuple[str, Any]]:
+    """Every posenc method with a Tensor field in its request or response: its path and its
+    response's class, by name."""
     service = posenc_pb2.DESCRIPTOR.services_by_name["PositionEncoding"]
-    calls: Dict[str, Any] = {}
-    for method in service.methods:
-        if tensor_fields(method.input_type) or tensor_fields(method.output_type):
-            response = getattr(posenc_pb2, method.output_type.name)
-            calls[method.name] = channel.unary_unary(
-                f"/{service.full_name}/{method.name}", request_serializer=encode,
-                response_deserializer=functools.partial(decode, cls=response,
-                                                        scan_from=scan_from))
-    return calls
+    return {method.name: (f"/{service.full_name}/{method.name}",
+                          getattr(posenc_pb2, method.output_type.name))
+            for method in service.methods
+            if tensor_fields(method.input_type) or tensor_fields(method.output_type)}
+
+
+def direct_calls(channel: grpc.Channel, scan_from: int) -> Dict[str, Any]:
+    """Unary calls of the tensor_methods through posenc._direct's serializer (a WireMessage's
+    arrays joined into the request once) and deserializer (the tensor bytes of a response of
+    ``scan_from`` bytes or more as views of the received buffer)."""
+    return {name: channel.unary_unary(
+        path, request_serializer=encode,
+        response_deserializer=functools.partial(decode, cls=response, scan_from=scan_from))
+        for name, (path, response) in tensor_methods().items()}
 
 
 def native_module() -> Any:
@@ -136,12 +139,7 @@ class NativeCalls:
 
     def __init__(self, channel: Any, scan_from: int):
         self.channel = channel
-        service = posenc_pb2.DESCRIPTOR.services_by_name["PositionEncoding"]
-        self._methods: Dict[str, Tuple[str, Any]] = {}
-        for method in service.methods:
-            if tensor_fields(method.input_type) or tensor_fields(method.output_type):
-                self._methods[method.name] = (f"/{service.full_name}/{method.name}",
-                                              getattr(posenc_pb2, method.output_type.name))
+        self._methods = tensor_methods()
         self._scan_from = scan_from
         self._error = native_module().CallError
 

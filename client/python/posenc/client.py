@@ -273,9 +273,13 @@ class Client:
             options = _transport.channel_options(limit, attempts, load_balancing_policy,
                                                  health_check, keepalive, keepalive_wait)
             options += list(channel_options)
+            config = self._tls_config(tls)
+            pem = config.pem() if config is not None else None
+            if config is not None and config.server_name:
+                options.append(("grpc.ssl_target_name_override", config.server_name))
             if native_transport and direct is not None and NATIVE_TRANSPORT:
-                native = self._make_native_channel(target, tls, options)
-            channel = self._make_channel(target, tls, options)
+                native = self._make_native_channel(target, pem, options)
+            channel = self._make_channel(target, pem, options)
         self._transport = Transport(channel, limit, in_flight, direct, native)
 
     @staticmethod
@@ -289,30 +293,24 @@ class Client:
         return config
 
     @staticmethod
-    def _make_channel(target: str, tls: Union[None, bool, TlsConfig], options: list
+    def _make_channel(target: str, pem: Optional[Tuple[Optional[bytes], ...]], options: list
                       ) -> grpc.Channel:
-        config = Client._tls_config(tls)
-        if config is None:
+        """gRPC Python's channel: insecure without ``pem`` (TlsConfig.pem(): root, key, cert)."""
+        if pem is None:
             return grpc.insecure_channel(target, options)
-        root, key, cert = config.pem()
+        root, key, cert = pem
         credentials = grpc.ssl_channel_credentials(root_certificates=root, private_key=key,
                                                    certificate_chain=cert)
-        if config.server_name:
-            options = options + [("grpc.ssl_target_name_override", config.server_name)]
         return grpc.secure_channel(target, credentials, options)
 
     @staticmethod
-    def _make_native_channel(target: str, tls: Union[None, bool, TlsConfig], options: list
-                             ) -> Any:
+    def _make_native_channel(target: str, pem: Optional[Tuple[Optional[bytes], ...]],
+                             options: list) -> Any:
         """The native transport's channel, with _make_channel's options and credentials."""
-        config = Client._tls_config(tls)
         try:
-            if config is None:
+            if pem is None:
                 return _transport.native_module().Channel(target, options)
-            root, key, cert = config.pem()
-            if config.server_name:
-                options = options + [("grpc.ssl_target_name_override", config.server_name)]
-            return _transport.native_module().Channel(target, options, True, root, key, cert)
+            return _transport.native_module().Channel(target, options, True, *pem)
         except (TypeError, ValueError) as e:  # an option gRPC Python takes and it does not
             raise local_error("channel_options", str(e)) from None
 
