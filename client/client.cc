@@ -168,15 +168,35 @@ const std::string& MethodPath() {
   return path;
 }
 
+// INTERNAL for a response whose bytes do not parse as `type`, naming what fails.
+absl::Status Unparsed(const grpc::ByteBuffer& bytes, const google::protobuf::Descriptor* type) {
+  const std::string why = v1::DescribeParseFailure(bytes, type);
+  return absl::InternalError(absl::StrCat("the server's response (", bytes.Length(),
+                                          " bytes) does not parse as ", type->full_name(),
+                                          why.empty() ? "" : ": ", why));
+}
+
 // The response of a call parsed from its bytes; INTERNAL, naming what fails, when they do not
 // parse.
 template <typename Response>
 absl::Status ParseResponse(const grpc::ByteBuffer& bytes, Response* response) {
   if (v1::ParseFromByteBuffer(bytes, response)) return absl::OkStatus();
-  const std::string why = v1::DescribeParseFailure(bytes, Response::descriptor());
-  return absl::InternalError(
-      absl::StrCat("the server's response (", bytes.Length(), " bytes) does not parse as ",
-                   Response::descriptor()->full_name(), why.empty() ? "" : ": ", why));
+  return Unparsed(bytes, Response::descriptor());
+}
+
+// A response whose large tensors' bytes stay where gRPC received them, for a caller that copies
+// them once to where they go (a split piece's answer into the joined result).
+template <typename Message>
+struct WireResponse {
+  Message message;
+  v1::WireTensors left;
+};
+template <typename Message>
+absl::Status ParseResponse(const grpc::ByteBuffer& bytes, WireResponse<Message>* response) {
+  if (v1::ParseLeavingTensorData(bytes, &response->message, &response->left)) {
+    return absl::OkStatus();
+  }
+  return Unparsed(bytes, Message::descriptor());
 }
 
 // internal::ApplyRopeRequestBytes of the request `without_bytes` (ToRequestWithoutBytes) once
@@ -190,6 +210,10 @@ internal::RequestBytes ApplyRopeBytes(const ApplyRopeOptions& options,
 
 // At most this many pieces of a split request are in flight at once.
 constexpr size_t kMaxPiecesInFlight = 8;
+
+// A split ApplyRope's pieces send the runs of their boxes from this size on from the caller's
+// tensors (BSHD cut along heads: one run per token), and copy the smaller ones.
+constexpr size_t kLendRunsFrom = size_t{4} << 10;
 
 }  // namespace
 
@@ -349,6 +373,14 @@ struct Client::Impl {
                   const absl::StatusOr<grpc::ByteBuffer>& bytes, const CallOptions& call,
                   Convert convert) const
       -> std::future<decltype(convert(std::declval<Response&&>()))> {
+    return StartPath<Response>(MethodPath<Request>(), bytes, call, convert);
+  }
+
+  // StartBytes of the RPC at `path`, its response a `Response` (a message, or a WireResponse).
+  template <typename Response, typename Convert>
+  auto StartPath(const std::string& path, const absl::StatusOr<grpc::ByteBuffer>& bytes,
+                 const CallOptions& call, Convert convert) const
+      -> std::future<decltype(convert(std::declval<Response&&>()))> {
     using Result = decltype(convert(std::declval<Response&&>()));
     auto promise = std::make_shared<std::promise<Result>>();
     std::future<Result> future = promise->get_future();
@@ -357,7 +389,7 @@ struct Client::Impl {
       return future;
     }
     auto response = std::make_shared<Response>();
-    InvokeBytes(MethodPath<Request>(), *bytes, response.get(), call,
+    InvokeBytes(path, *bytes, response.get(), call,
                 [promise, response, convert](absl::Status status) {
                   if (status.ok()) {
                     promise->set_value(convert(std::move(*response)));
@@ -368,19 +400,40 @@ struct Client::Impl {
     return future;
   }
 
-  // Every piece sent (each moved into its request), the results in order, or the first error.
-  // In flight at once: at most kMaxPiecesInFlight, and each piece being a heavy call on the
-  // server, no more than it computes at once (--max_heavy_calls, so that they do not refuse one
-  // another); plus one when `overlap` (the pieces' requests carry their tensors: that piece's
-  // request travels while the others compute; docs/splitting.md "Pieces in flight"). That one
-  // may find no free slot in time (OVERLOADED): it is sent again, once, from the same bytes,
-  // after every other piece in flight is done, so that no piece of this call holds a slot then.
+  // Every piece sent (each moved into its request), the results in order, or the first error
+  // (GatherBytes).
   template <typename Options, typename Request, typename Response, typename Convert>
-  auto Gather(AsyncMethod<Request, Response> method, std::vector<Options> pieces,
+  auto Gather(AsyncMethod<Request, Response> /*method*/, std::vector<Options> pieces,
               const CallOptions& call, Convert convert, bool overlap) const
       -> absl::StatusOr<
           std::vector<typename decltype(convert(std::declval<Response&&>()))::value_type>> {
-    using Result = decltype(convert(std::declval<Response&&>()));
+    return GatherBytes<Response>(
+        MethodPath<Request>(), pieces.size(),
+        [&](size_t i) -> absl::StatusOr<grpc::ByteBuffer> {
+          POSENC_ASSIGN_OR_RETURN(Request request, internal::ToRequest(std::move(pieces[i])));
+          return Serialize(std::move(request));
+        },
+        call,
+        [convert](size_t /*piece*/, Response&& response) { return convert(std::move(response)); },
+        overlap);
+  }
+
+  // The `count` pieces of a split request to the RPC at `path` sent (`bytes_of(i)`: piece i's
+  // request, made when it is sent), their results (`convert(i, response)`, on gRPC's thread) in
+  // order, or the first error. In flight at once: at most kMaxPiecesInFlight, and each piece
+  // being a heavy call on the server, no more than it computes at once (--max_heavy_calls, so
+  // that they do not refuse one another); plus one when `overlap` (the pieces' requests carry
+  // their tensors: that piece's request travels while the others compute; docs/splitting.md
+  // "Pieces in flight"). That one may find no free slot in time (OVERLOADED): it is sent again,
+  // once, from the same bytes, after every other piece in flight is done, so that no piece of
+  // this call holds a slot then. Returns once every piece started has ended (its ClientContext
+  // gone).
+  template <typename Response, typename BytesOf, typename Convert>
+  auto GatherBytes(const std::string& path, size_t count, BytesOf bytes_of, const CallOptions& call,
+                   Convert convert, bool overlap) const
+      -> absl::StatusOr<std::vector<
+          typename decltype(convert(size_t{0}, std::declval<Response&&>()))::value_type>> {
+    using Result = decltype(convert(size_t{0}, std::declval<Response&&>()));
     struct Sent {
       std::future<Result> result;
       std::optional<Result> got;               // taken before its turn (see the resend)
@@ -397,16 +450,18 @@ struct Client::Impl {
     std::vector<Sent> in_flight;
     std::vector<typename Result::value_type> out;
     absl::Status first_error;
+    const auto start = [&](size_t i, const absl::StatusOr<grpc::ByteBuffer>& bytes) {
+      return StartPath<Response>(path, bytes, call, [convert, i](Response&& response) {
+        return convert(i, std::move(response));
+      });
+    };
     // After an error no more pieces are started; those in flight are waited for.
-    for (size_t next = 0, done = 0; done < next || (next < pieces.size() && first_error.ok());
-         ++done) {
-      for (; next < pieces.size() && next - done < most && first_error.ok(); ++next) {
-        absl::StatusOr<Request> request = internal::ToRequest(std::move(pieces[next]));
-        const absl::StatusOr<grpc::ByteBuffer> bytes =
-            request.ok() ? Serialize(*std::move(request)) : request.status();
+    for (size_t next = 0, done = 0; done < next || (next < count && first_error.ok()); ++done) {
+      for (; next < count && next - done < most && first_error.ok(); ++next) {
+        const absl::StatusOr<grpc::ByteBuffer> bytes = bytes_of(next);
         Sent& sent = in_flight.emplace_back();
         if (next - done >= computing && bytes.ok()) sent.resend = *bytes;
-        sent.result = StartBytes(method, bytes, call, convert);
+        sent.result = start(next, bytes);
       }
       in_flight[done].Wait();
       Result result = *std::move(in_flight[done].got);
@@ -415,7 +470,7 @@ struct Client::Impl {
         // The pieces started after it may hold the slots now (a slow server computes one for
         // longer than it keeps a request waiting): sent again once they are done.
         for (size_t later = done + 1; later < next; ++later) in_flight[later].Wait();
-        result = StartBytes(method, *in_flight[done].resend, call, convert).get();
+        result = start(done, *in_flight[done].resend).get();
       }
       in_flight[done].resend.reset();
       if (!result.ok() && first_error.ok()) first_error = result.status();
@@ -423,6 +478,42 @@ struct Client::Impl {
     }
     if (!first_error.ok()) return first_error;
     return out;
+  }
+
+  // A split ApplyRope (`split` made without copying the pieces' data): each piece's request sends
+  // its boxes of q and k from the caller's tensors (BoxParts, lent), each answer is written into
+  // the joined result where gRPC received it (WireResponse, ApplyRopeJoin) on gRPC's thread as it
+  // comes: one copy of the tensors on this side, the one out of the received bytes.
+  absl::StatusOr<ApplyRopeResult> ApplyRopeInPieces(const ApplyRopeOptions& options,
+                                                    const internal::ApplyRopeSplit& split,
+                                                    const CallOptions& call) const {
+    internal::ApplyRopeJoin join(options, split);
+    v1::BorrowedBytes borrowed;
+    auto bytes_of = [&](size_t i) -> absl::StatusOr<grpc::ByteBuffer> {
+      POSENC_ASSIGN_OR_RETURN(
+          v1::ApplyRopeRequest request,
+          internal::ToRequestWithoutBytes(split.pieces[i], /*shapes_only=*/true));
+      return Serialize(std::move(request), [&](grpc::ByteBuffer* bytes) {
+        const internal::ApplyRopeSplit::Place& place = split.places[i];
+        borrowed.Append(1, internal::BoxParts(options.q, place.q), bytes, kLendRunsFrom);
+        if (!place.k.count.empty()) {
+          borrowed.Append(2, internal::BoxParts(*options.k, place.k), bytes, kLendRunsFrom);
+        }
+      });
+    };
+    auto paste =
+        [&join](size_t i,
+                WireResponse<v1::ApplyRopeResponse>&& response) -> absl::StatusOr<RopeDerived> {
+      POSENC_RETURN_IF_ERROR(join.Paste(i, response.message, response.left));
+      return internal::FromProto(response.message.derived());
+    };
+    absl::StatusOr<std::vector<RopeDerived>> derived =
+        GatherBytes<WireResponse<v1::ApplyRopeResponse>>(MethodPath<v1::ApplyRopeRequest>(),
+                                                         split.pieces.size(), bytes_of, call, paste,
+                                                         /*overlap=*/true);
+    borrowed.Wait();  // every piece has ended: gRPC lets go of the caller's bytes
+    if (!derived.ok()) return derived.status();
+    return join.Finish(std::move(derived->front()));
   }
 
   // The budget of a request of `bytes` (docs/splitting.md "The budget"); nullopt when it goes
@@ -632,15 +723,9 @@ absl::StatusOr<ApplyRopeResult> Client::ApplyRope(const ApplyRopeOptions& option
       UsesSharedMemory(options) ? std::nullopt
                                 : impl_->SplitBudget(ApplyRopeBytes(options, request), call);
   if (budget.has_value()) {
-    POSENC_ASSIGN_OR_RETURN(internal::ApplyRopeSplit split,
-                            internal::SplitApplyRope(options, *budget));
-    if (!split.whole) {
-      POSENC_ASSIGN_OR_RETURN(
-          std::vector<ApplyRopeResult> parts,
-          impl_->Gather(&Stub::async::ApplyRope, std::move(split.pieces), call, kWhole,
-                        /*overlap=*/true));
-      return internal::JoinApplyRope(options, split, std::move(parts));
-    }
+    POSENC_ASSIGN_OR_RETURN(const internal::ApplyRopeSplit split,
+                            internal::SplitApplyRope(options, *budget, /*copy_data=*/false));
+    if (!split.whole) return impl_->ApplyRopeInPieces(options, split, call);
   }
   // One call: q and k go from the caller's tensors, not copied into the request (issue #20).
   v1::BorrowedBytes borrowed;

@@ -97,12 +97,13 @@ absl::StatusOr<DType> FromProto(v1::DType dtype, absl::string_view field) {
   return FromKernelsDType(*kernel);
 }
 
-absl::Status ToProtoWithoutBytes(const Tensor& tensor, absl::string_view field, v1::Tensor* out) {
+absl::Status ToProtoWithoutBytes(const Tensor& tensor, absl::string_view field, v1::Tensor* out,
+                                 bool shape_only) {
   // A reference goes as it is: the server checks its size and range and names what is wrong
   // (with structured details), and a reference to a missing region is for it to tell.
   if (tensor.shared_memory.has_value()) {
     SetRef(*tensor.shared_memory, out->mutable_shared_memory());
-  } else if (absl::Status s = tensor.Validate(); !s.ok()) {
+  } else if (absl::Status s = shape_only ? absl::OkStatus() : tensor.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": ", s.message()));
   }
   out->set_dtype(ToProto(tensor.dtype));
@@ -311,11 +312,12 @@ absl::StatusOr<v1::ApplyRopeRequest> ToRequest(ApplyRopeOptions&& options) {
   return request;
 }
 
-absl::StatusOr<v1::ApplyRopeRequest> ToRequestWithoutBytes(const ApplyRopeOptions& options) {
+absl::StatusOr<v1::ApplyRopeRequest> ToRequestWithoutBytes(const ApplyRopeOptions& options,
+                                                           bool shapes_only) {
   v1::ApplyRopeRequest request;
-  POSENC_RETURN_IF_ERROR(ToProtoWithoutBytes(options.q, "q", request.mutable_q()));
+  POSENC_RETURN_IF_ERROR(ToProtoWithoutBytes(options.q, "q", request.mutable_q(), shapes_only));
   if (options.k.has_value()) {
-    POSENC_RETURN_IF_ERROR(ToProtoWithoutBytes(*options.k, "k", request.mutable_k()));
+    POSENC_RETURN_IF_ERROR(ToProtoWithoutBytes(*options.k, "k", request.mutable_k(), shapes_only));
   }
   POSENC_RETURN_IF_ERROR(ToProto(options.positions, request.mutable_positions()));
   ToProto(options.config, request.mutable_config());

@@ -25,9 +25,11 @@ absl::StatusOr<DType> FromProto(v1::DType dtype, absl::string_view field);
 
 // `field` names the tensor in error messages ("q", "positions.ids", ...).
 absl::Status ToProto(const Tensor& tensor, absl::string_view field, v1::Tensor* out);
-// ToProto without the bytes (dtype, shape, reference; the tensor validated): for a caller that
-// sends the bytes from the tensor's own memory (v1::BorrowedBytes).
-absl::Status ToProtoWithoutBytes(const Tensor& tensor, absl::string_view field, v1::Tensor* out);
+// ToProto without the bytes (dtype, shape, reference; the tensor validated unless `shape_only`,
+// for one that holds no bytes): for a caller that sends the bytes from the tensor's own memory
+// (v1::BorrowedBytes).
+absl::Status ToProtoWithoutBytes(const Tensor& tensor, absl::string_view field, v1::Tensor* out,
+                                 bool shape_only = false);
 absl::StatusOr<Tensor> FromProto(const v1::Tensor& tensor, absl::string_view field);
 // Moves the bytes out of `tensor` (responses are consumed once).
 absl::StatusOr<Tensor> FromProto(v1::Tensor&& tensor, absl::string_view field);
@@ -45,8 +47,10 @@ absl::StatusOr<v1::ApplyRopeRequest> ToRequest(const ApplyRopeOptions& options);
 // ToRequest with q's and k's bytes moved from `options`, not copied (a split piece's, sent once).
 absl::StatusOr<v1::ApplyRopeRequest> ToRequest(ApplyRopeOptions&& options);
 // ToRequest with q and k without their bytes (Client::ApplyRope sends them from the caller's
-// tensors, v1::BorrowedBytes).
-absl::StatusOr<v1::ApplyRopeRequest> ToRequestWithoutBytes(const ApplyRopeOptions& options);
+// tensors, v1::BorrowedBytes). `shapes_only`: q and k hold no bytes at all (a split piece's, whose
+// boxes are sent from the caller's checked tensors), so their sizes are not checked against them.
+absl::StatusOr<v1::ApplyRopeRequest> ToRequestWithoutBytes(const ApplyRopeOptions& options,
+                                                           bool shapes_only = false);
 absl::StatusOr<v1::AlibiSlopesRequest> ToRequest(const AlibiSlopesOptions& options);
 absl::StatusOr<v1::AlibiBiasRequest> ToRequest(const AlibiBiasOptions& options);
 absl::StatusOr<v1::RelativeBiasRequest> ToRequest(const RelativeBiasOptions& options);

@@ -10,7 +10,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "client/convert.h"
 #include "client/kernels_dtype.h"
 #include "google/rpc/error_details.pb.h"
 #include "google/rpc/status.pb.h"
@@ -44,15 +46,15 @@ int64_t Product(const std::vector<int64_t>& shape, size_t begin, size_t end) {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Copies between the box [begin, begin + count) of a tensor of `shape` and a dense tensor of
-// shape `count`: from the box (`from_box`) or into it. One contiguous run per index of the
-// leading cut axes.
-void CopyBox(const std::vector<int64_t>& shape, const std::vector<int64_t>& begin,
-             const std::vector<int64_t>& count, size_t item, const char* from, char* to,
-             bool from_box) {
+// Calls `run(boxed, bytes)` for each contiguous run of the box [begin, begin + count) of a
+// tensor of `shape` (`item` bytes an element), in the box's row-major order; `boxed` is the
+// run's byte offset in the tensor. One run per index of the leading cut axes.
+template <typename Run>
+void ForEachRun(const std::vector<int64_t>& shape, const std::vector<int64_t>& begin,
+                const std::vector<int64_t>& count, size_t item, Run run) {
   const size_t rank = shape.size();
   if (rank == 0) {
-    std::memcpy(to, from, item);
+    run(size_t{0}, item);
     return;
   }
   for (int64_t c : count) {
@@ -63,18 +65,30 @@ void CopyBox(const std::vector<int64_t>& shape, const std::vector<int64_t>& begi
   while (inner > 0 && begin[inner] == 0 && count[inner] == shape[inner]) --inner;
   std::vector<size_t> stride(rank, item);
   for (size_t a = rank - 1; a > 0; --a) stride[a - 1] = stride[a] * static_cast<size_t>(shape[a]);
-  const size_t run = static_cast<size_t>(count[inner]) * stride[inner];
+  const size_t bytes = static_cast<size_t>(count[inner]) * stride[inner];
   std::vector<int64_t> index(inner, 0);
-  for (size_t dense = 0;; dense += run) {
+  for (;;) {
     size_t boxed = static_cast<size_t>(begin[inner]) * stride[inner];
     for (size_t a = 0; a < inner; ++a) {
       boxed += static_cast<size_t>(begin[a] + index[a]) * stride[a];
     }
-    std::memcpy(to + (from_box ? dense : boxed), from + (from_box ? boxed : dense), run);
+    run(boxed, bytes);
     size_t a = inner;
     while (a > 0 && ++index[a - 1] == count[a - 1]) index[--a] = 0;
     if (a == 0) return;
   }
+}
+
+// Copies between the box [begin, begin + count) of a tensor of `shape` and a dense tensor of
+// shape `count`: from the box (`from_box`) or into it.
+void CopyBox(const std::vector<int64_t>& shape, const std::vector<int64_t>& begin,
+             const std::vector<int64_t>& count, size_t item, const char* from, char* to,
+             bool from_box) {
+  size_t dense = 0;
+  ForEachRun(shape, begin, count, item, [&](size_t boxed, size_t bytes) {
+    std::memcpy(to + (from_box ? dense : boxed), from + (from_box ? boxed : dense), bytes);
+    dense += bytes;
+  });
 }
 
 // RESOURCE_EXHAUSTED before anything is sent: `smallest` (the smallest piece) takes `need`
@@ -395,6 +409,15 @@ absl::Status PasteBox(const Tensor& part, const std::vector<int64_t>& begin, Ten
   return absl::OkStatus();
 }
 
+std::vector<v1::BorrowedSlices::Part> BoxParts(const Tensor& tensor, const Box& box) {
+  std::vector<v1::BorrowedSlices::Part> parts;
+  ForEachRun(tensor.shape, box.begin, box.count, static_cast<size_t>(DTypeSize(tensor.dtype)),
+             [&](size_t boxed, size_t bytes) {
+               parts.push_back({tensor.data.data() + boxed, bytes});
+             });
+  return parts;
+}
+
 Tensor SliceAxis(const Tensor& tensor, size_t axis, int64_t begin, int64_t count) {
   std::vector<int64_t> begins(tensor.shape.size(), 0);
   std::vector<int64_t> counts = tensor.shape;
@@ -578,10 +601,12 @@ namespace {
 // The steps of SplitApplyRope over one request of a known geometry.
 class RopeSplitter {
  public:
-  RopeSplitter(const ApplyRopeOptions& options, const RopeGeometry& g, const Budget& budget)
+  RopeSplitter(const ApplyRopeOptions& options, const RopeGeometry& g, const Budget& budget,
+               bool copy_data)
       : options_(options),
         g_(g),
         budget_(budget),
+        copy_data_(copy_data),
         head_(SatMul(SatMul(g.grid.batch, g.grid.seq), g.head_bytes)),
         most_heads_(std::max(g.q_heads, g.k_heads)) {}
 
@@ -662,11 +687,19 @@ class RopeSplitter {
     piece.positions = std::move(positions);
     piece.config = config;
     ApplyRopeSplit::Place place;
+    // The box of `tensor`: its bytes copied, or its dtype and shape alone.
+    auto slice = [this](const Tensor& tensor, const Box& box) {
+      if (copy_data_) return SliceBox(tensor, box.begin, box.count);
+      Tensor out;
+      out.dtype = tensor.dtype;
+      out.shape = box.count;
+      return out;
+    };
     place.q = HeadBox(g_, options_.q.shape, qh, rows, tokens);
-    piece.q = SliceBox(options_.q, place.q.begin, place.q.count);
+    piece.q = slice(options_.q, place.q);
     if (kh.second > 0) {
       place.k = HeadBox(g_, options_.k->shape, kh, rows, tokens);
-      piece.k = SliceBox(*options_.k, place.k.begin, place.k.count);
+      piece.k = slice(*options_.k, place.k);
     }
     split->pieces.push_back(std::move(piece));
     split->places.push_back(std::move(place));
@@ -675,19 +708,20 @@ class RopeSplitter {
   const ApplyRopeOptions& options_;
   const RopeGeometry& g_;
   const Budget budget_;
+  const bool copy_data_;
   const int64_t head_;  // one head of q or k, every token
   const int64_t most_heads_;
 };
 
 }  // namespace
 
-absl::StatusOr<ApplyRopeSplit> SplitApplyRope(const ApplyRopeOptions& options,
-                                              const Budget& budget) {
+absl::StatusOr<ApplyRopeSplit> SplitApplyRope(const ApplyRopeOptions& options, const Budget& budget,
+                                              bool copy_data) {
   ApplyRopeSplit split;
   split.whole = true;  // until the pieces are made
   const std::optional<RopeGeometry> geometry = Geometry(options);
   if (!geometry.has_value()) return split;
-  const RopeSplitter splitter(options, *geometry, budget);
+  const RopeSplitter splitter(options, *geometry, budget, copy_data);
   if (const std::optional<int64_t> p = splitter.HeadPieces(); p.has_value()) {
     const auto pairs = splitter.Pairs(*p);
     if (!pairs.has_value()) return split;
@@ -722,13 +756,9 @@ absl::StatusOr<ApplyRopeSplit> SplitApplyRope(const ApplyRopeOptions& options,
   return split;
 }
 
-absl::StatusOr<ApplyRopeResult> JoinApplyRope(const ApplyRopeOptions& options,
-                                              const ApplyRopeSplit& split,
-                                              std::vector<ApplyRopeResult> parts) {
-  if (parts.empty() || parts.size() != split.places.size()) {
-    return absl::InternalError("split: the pieces' results do not match the pieces");
-  }
-  // The pieces' boxes cover q and k (padding tokens included, overwritten below), and a piece
+ApplyRopeJoin::ApplyRopeJoin(const ApplyRopeOptions& options, const ApplyRopeSplit& split)
+    : options_(options), split_(split), pasted_(split.places.size(), 0) {
+  // The pieces' boxes cover q and k (padding tokens included, overwritten in Finish), and a piece
   // of another shape is an error: the joined bytes need no zero-fill first.
   auto empty_like = [](const Tensor& t) {
     Tensor out;
@@ -737,32 +767,102 @@ absl::StatusOr<ApplyRopeResult> JoinApplyRope(const ApplyRopeOptions& options,
     v1::ResizeUninitialized(&out.data, t.data.size());
     return out;
   };
-  ApplyRopeResult out;
-  out.q = empty_like(options.q);
-  if (options.k.has_value()) out.k = empty_like(*options.k);
-  auto paste = [](const Tensor& part, const Box& box, Tensor* whole) {
-    if (part.shape != box.count) {
-      return absl::InternalError("split: the server answered a piece with another shape");
-    }
-    return PasteBox(part, box.begin, whole);
-  };
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const ApplyRopeSplit::Place& place = split.places[i];
-    ApplyRopeResult& part = parts[i];
-    POSENC_RETURN_IF_ERROR(paste(part.q, place.q, &out.q));
-    if (!place.k.count.empty()) {
-      if (!part.k.has_value()) return absl::InternalError("split: a piece's k did not come back");
-      POSENC_RETURN_IF_ERROR(paste(*part.k, place.k, &*out.k));
-    }
+  out_.q = empty_like(options.q);
+  if (options.k.has_value()) out_.k = empty_like(*options.k);
+}
+
+absl::Status ApplyRopeJoin::Paste(size_t piece, bool is_k, DType dtype,
+                                  const std::vector<int64_t>& shape,
+                                  const std::vector<absl::string_view>& chunks) {
+  if (piece >= split_.places.size() || (is_k && !out_.k.has_value())) {
+    return absl::InternalError("split: an answer to no piece");
   }
-  if (!split.padding.empty()) {
-    const std::optional<RopeGeometry> g = Geometry(options);
+  const Box& box = is_k ? split_.places[piece].k : split_.places[piece].q;
+  Tensor& whole = is_k ? *out_.k : out_.q;
+  size_t size = 0;
+  for (absl::string_view chunk : chunks) size += chunk.size();
+  const auto item = static_cast<size_t>(DTypeSize(whole.dtype));
+  if (dtype != whole.dtype || shape != box.count ||
+      size != static_cast<size_t>(Product(box.count, 0, box.count.size())) * item) {
+    return absl::InternalError(
+        absl::StrCat("split: the server answered piece ", piece, "'s ", is_k ? "k" : "q", " with ",
+                     std::string(DTypeName(dtype)), " [", absl::StrJoin(shape, ", "), "] and ",
+                     size, " bytes, not the ", std::string(DTypeName(whole.dtype)), " [",
+                     absl::StrJoin(box.count, ", "), "] it asked for"));
+  }
+  // The chunks read in order, each run of the box filled from as many of them as it spans.
+  size_t chunk = 0, at = 0;
+  ForEachRun(whole.shape, box.begin, box.count, item, [&](size_t boxed, size_t bytes) {
+    char* to = whole.data.data() + boxed;
+    while (bytes > 0) {
+      while (at == chunks[chunk].size()) ++chunk, at = 0;
+      const size_t n = std::min(bytes, chunks[chunk].size() - at);
+      std::memcpy(to, chunks[chunk].data() + at, n);
+      to += n, at += n, bytes -= n;
+    }
+  });
+  pasted_[piece] |= is_k ? 2 : 1;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyRopeJoin::Paste(size_t piece, const v1::ApplyRopeResponse& response,
+                                  const v1::WireTensors& left) {
+  for (const bool is_k : {false, true}) {
+    if (piece < split_.places.size() &&
+        (is_k ? split_.places[piece].k : split_.places[piece].q).count.empty()) {
+      continue;
+    }
+    const char* field = is_k ? "k" : "q";
+    if (is_k && !response.has_k()) {
+      return absl::InternalError("split: a piece's k did not come back");
+    }
+    const v1::Tensor& tensor = is_k ? response.k() : response.q();
+    POSENC_ASSIGN_OR_RETURN(const DType dtype, FromProto(tensor.dtype(), field));
+    std::vector<absl::string_view> chunks;
+    if (const auto it = left.find(field); it != left.end()) {
+      for (const absl::Span<char> data : it->second.pieces)
+        chunks.emplace_back(data.data(), data.size());
+    } else {
+      chunks.emplace_back(tensor.data());
+    }
+    POSENC_RETURN_IF_ERROR(Paste(piece, is_k, dtype,
+                                 std::vector<int64_t>(tensor.shape().begin(), tensor.shape().end()),
+                                 chunks));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ApplyRopeResult> ApplyRopeJoin::Finish(RopeDerived derived) {
+  for (size_t i = 0; i < pasted_.size(); ++i) {
+    const uint8_t expected = split_.places[i].k.count.empty() ? 1 : 3;
+    if (pasted_[i] != expected) return absl::InternalError("split: a piece did not come back");
+  }
+  if (!split_.padding.empty()) {
+    const std::optional<RopeGeometry> g = Geometry(options_);
     if (!g.has_value()) return absl::InternalError("split: the request changed");
-    CopyPadding(*g, split.padding, options.q, &out.q);
-    if (options.k.has_value()) CopyPadding(*g, split.padding, *options.k, &*out.k);
+    CopyPadding(*g, split_.padding, options_.q, &out_.q);
+    if (options_.k.has_value()) CopyPadding(*g, split_.padding, *options_.k, &*out_.k);
   }
-  out.derived = std::move(parts[0].derived);
-  return out;
+  out_.derived = std::move(derived);
+  return std::move(out_);
+}
+
+absl::StatusOr<ApplyRopeResult> JoinApplyRope(const ApplyRopeOptions& options,
+                                              const ApplyRopeSplit& split,
+                                              std::vector<ApplyRopeResult> parts) {
+  if (parts.empty() || parts.size() != split.places.size()) {
+    return absl::InternalError("split: the pieces' results do not match the pieces");
+  }
+  ApplyRopeJoin join(options, split);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const ApplyRopeResult& part = parts[i];
+    POSENC_RETURN_IF_ERROR(join.Paste(i, false, part.q.dtype, part.q.shape, {part.q.data}));
+    if (!split.places[i].k.count.empty()) {
+      if (!part.k.has_value()) return absl::InternalError("split: a piece's k did not come back");
+      POSENC_RETURN_IF_ERROR(join.Paste(i, true, part.k->dtype, part.k->shape, {part.k->data}));
+    }
+  }
+  return join.Finish(std::move(parts[0].derived));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -45,6 +45,8 @@
 #include "kernels/common/positions.h"
 #include "posenc/client.h"
 #include "posenc/v1/posenc.pb.h"
+#include "proto/posenc/v1/borrowed_slices.h"
+#include "proto/posenc/v1/byte_buffer.h"
 
 namespace posenc::client::internal {
 
@@ -89,6 +91,9 @@ Tensor SliceBox(const Tensor& tensor, const std::vector<int64_t>& begin,
 // Writes `part` into `whole` at `begin`; INTERNAL when its dtype, rank or extent does not fit
 // there (the server answered a piece with a shape the piece did not ask for).
 absl::Status PasteBox(const Tensor& part, const std::vector<int64_t>& begin, Tensor* whole);
+// The bytes of `box` in `tensor`, run by run in the box's row-major order (views of its data, in
+// no shared memory): what SliceBox would copy, for a request that sends them from there.
+std::vector<v1::BorrowedSlices::Part> BoxParts(const Tensor& tensor, const Box& box);
 // Rows [begin, begin + count) of `tensor` along `axis` (a copy).
 Tensor SliceAxis(const Tensor& tensor, size_t axis, int64_t begin, int64_t count);
 // `parts` joined along `axis`; every other dimension and the dtype must agree (INTERNAL if not).
@@ -157,9 +162,40 @@ struct ApplyRopeSplit {
 };
 // The pieces of `options` within `budget`; RESOURCE_EXHAUSTED when one token of one head of one
 // batch row does not fit; the caller's positions' INVALID_ARGUMENT (the kernels' message, as the
-// server's) when tokens must be cut and they do not resolve.
-absl::StatusOr<ApplyRopeSplit> SplitApplyRope(const ApplyRopeOptions& options,
-                                              const Budget& budget);
+// server's) when tokens must be cut and they do not resolve. With `copy_data` false, the pieces'
+// q and k hold their dtype and shape but no bytes (the request sends BoxParts of the caller's).
+absl::StatusOr<ApplyRopeSplit> SplitApplyRope(const ApplyRopeOptions& options, const Budget& budget,
+                                              bool copy_data = true);
+
+// The pieces' answers joined as they come: the result is sized first (left uninitialized: the
+// pieces' boxes cover it), each answer is written into its piece's boxes, and padding tokens are
+// copied through from the input at the end. `options` and `split` must outlive the join.
+// Thread-safety: different pieces may be pasted from different threads at once (their boxes do
+// not overlap); Finish once every Paste has returned.
+class ApplyRopeJoin {
+ public:
+  ApplyRopeJoin(const ApplyRopeOptions& options, const ApplyRopeSplit& split);
+
+  // Piece `piece`'s answer: the server's response, whose q's and k's bytes are in the message or
+  // (v1::ParseLeavingTensorData) in `left`. INTERNAL when its tensors do not fit the piece's boxes.
+  absl::Status Paste(size_t piece, const v1::ApplyRopeResponse& response,
+                     const v1::WireTensors& left);
+  // Piece `piece`'s q (`is_k` false) or k, its bytes given in order in `chunks`.
+  absl::Status Paste(size_t piece, bool is_k, DType dtype, const std::vector<int64_t>& shape,
+                     const std::vector<absl::string_view>& chunks);
+
+  // The joined result with `derived` (every piece derives the same values); INTERNAL when a
+  // piece's q or k was not pasted.
+  absl::StatusOr<ApplyRopeResult> Finish(RopeDerived derived);
+
+ private:
+  const ApplyRopeOptions& options_;
+  const ApplyRopeSplit& split_;
+  ApplyRopeResult out_;
+  std::vector<uint8_t> pasted_;  // per piece: bit 0 q, bit 1 k
+};
+
+// ApplyRopeJoin of every piece's result, in order.
 absl::StatusOr<ApplyRopeResult> JoinApplyRope(const ApplyRopeOptions& options,
                                               const ApplyRopeSplit& split,
                                               std::vector<ApplyRopeResult> parts);

@@ -5,7 +5,9 @@
 // every byte: the joined result must be the flipped request, padding tokens excepted).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +32,12 @@ Tensor Bytes(std::vector<int64_t> shape, DType dtype = DType::kFloat32) {
   t.data.resize(static_cast<size_t>(t.NumElements() * DTypeSize(dtype)));
   for (size_t i = 0; i < t.data.size(); ++i) t.data[i] = static_cast<char>(i * 31 % 251);
   return t;
+}
+
+std::string Joined(const std::vector<v1::BorrowedSlices::Part>& parts) {
+  std::string out;
+  for (const v1::BorrowedSlices::Part& part : parts) out.append(part.data, part.size);
+  return out;
 }
 
 Tensor Flipped(Tensor t) {
@@ -142,6 +150,25 @@ ApplyRopeSplit ExpectRopeSplit(const ApplyRopeOptions& options, int64_t limit, b
   }
   EXPECT_EQ(covered,
             options.q.NumElements() + (options.k.has_value() ? options.k->NumElements() : 0));
+  // The split Client::ApplyRope sends: the same pieces without their bytes, which go from the
+  // caller's tensors box by box (BoxParts), joined the same.
+  const absl::StatusOr<ApplyRopeSplit> shapes = SplitApplyRope(options, budget, false);
+  EXPECT_TRUE(shapes.ok()) << shapes.status();
+  if (!shapes.ok()) return *split;
+  EXPECT_EQ(shapes->pieces.size(), split->pieces.size());
+  EXPECT_EQ(shapes->padding, split->padding);
+  for (size_t i = 0; i < std::min(shapes->pieces.size(), split->pieces.size()); ++i) {
+    const ApplyRopeOptions& piece = shapes->pieces[i];
+    EXPECT_EQ(piece.q.shape, split->pieces[i].q.shape);
+    EXPECT_TRUE(piece.q.data.empty());
+    EXPECT_EQ(shapes->places[i].q.begin, split->places[i].q.begin);
+    EXPECT_EQ(Joined(BoxParts(options.q, shapes->places[i].q)), split->pieces[i].q.data);
+    if (options.k.has_value() && !shapes->places[i].k.count.empty()) {
+      EXPECT_EQ(Joined(BoxParts(*options.k, shapes->places[i].k)), split->pieces[i].k->data);
+    }
+    EXPECT_EQ(ToRequestWithoutBytes(piece, /*shapes_only=*/true)->SerializeAsString(),
+              ToRequestWithoutBytes(split->pieces[i])->SerializeAsString());
+  }
   return *split;
 }
 
@@ -177,6 +204,37 @@ void ExpectFlippedJoin(const ApplyRopeOptions& options, const ApplyRopeSplit& sp
   ASSERT_EQ(joined->k.has_value(), options.k.has_value());
   if (options.k.has_value()) {
     EXPECT_TRUE(joined->k->data == expected(*options.k).data) << "k differs";
+  }
+
+  // The same answers as Client::ApplyRope pastes them: from the responses, their bytes left in
+  // received slices (v1::WireTensors) of odd sizes, the pieces in reverse order.
+  ApplyRopeJoin join(options, split);
+  std::vector<std::string> flipped;  // the answers' bytes, which the slices' pieces view
+  for (size_t i = split.pieces.size(); i-- > 0;) {
+    v1::ApplyRopeResponse response;
+    v1::WireTensors left;
+    for (const bool is_k : {false, true}) {
+      const std::optional<Tensor>& piece =
+          is_k ? split.pieces[i].k : std::optional<Tensor>(split.pieces[i].q);
+      if (!piece.has_value()) continue;
+      v1::Tensor* tensor = is_k ? response.mutable_k() : response.mutable_q();
+      tensor->set_dtype(ToProto(piece->dtype));
+      tensor->mutable_shape()->Assign(piece->shape.begin(), piece->shape.end());
+      std::string& bytes = flipped.emplace_back(Flipped(*piece).data);
+      v1::WireBytes& wire = left[is_k ? "k" : "q"];
+      for (size_t at = 0, n = 3; at < bytes.size(); at += n, n = n * 5 % 1999 + 1) {
+        n = std::min(n, bytes.size() - at);
+        wire.pieces.emplace_back(bytes.data() + at, n);
+        wire.size += n;
+      }
+    }
+    ASSERT_TRUE(join.Paste(i, response, left).ok()) << "piece " << i;
+  }
+  const absl::StatusOr<ApplyRopeResult> pasted = join.Finish(RopeDerived{});
+  ASSERT_TRUE(pasted.ok()) << pasted.status();
+  EXPECT_TRUE(pasted->q.data == joined->q.data) << "q pasted from slices differs";
+  if (options.k.has_value()) {
+    EXPECT_TRUE(pasted->k->data == joined->k->data) << "k pasted from slices differs";
   }
 }
 
@@ -226,6 +284,36 @@ TEST(SplitRangesTest, SliceBoxAndPasteBoxAreInverse) {
   ASSERT_TRUE(joined.ok()) << joined.status();
   EXPECT_TRUE(joined->data == t.data);
   EXPECT_FALSE(ConcatAxis({Bytes({2, 3}), Bytes({2, 4})}, 0).ok());
+}
+
+// A piece answered with another dtype, shape or byte count, a piece never answered, an answer to
+// no piece: INTERNAL, never a write outside the result.
+TEST(SplitApplyRopeTest, AJoinRefusesAnswersThatDoNotFitTheirPiece) {
+  ApplyRopeOptions options;
+  options.q = Bytes({1, 64, 4, 64});
+  options.k = Bytes({1, 64, 4, 64});
+  const absl::StatusOr<ApplyRopeSplit> split =
+      SplitApplyRope(options, {kMiB, 2 * 64 * 64 * 4 * 2}, /*copy_data=*/false);
+  ASSERT_TRUE(split.ok()) << split.status();
+  ASSERT_EQ(split->pieces.size(), 2u);
+  const std::string half(64 * 2 * 64 * 4, 'x');
+  ApplyRopeJoin join(options, *split);
+  EXPECT_EQ(join.Paste(0, false, DType::kFloat16, {1, 64, 2, 64}, {half}).code(),
+            absl::StatusCode::kInternal);
+  EXPECT_EQ(join.Paste(0, false, DType::kFloat32, {1, 64, 4, 64}, {half}).code(),
+            absl::StatusCode::kInternal);
+  EXPECT_EQ(join.Paste(0, false, DType::kFloat32, {1, 64, 2, 64}, {half, "y"}).code(),
+            absl::StatusCode::kInternal);
+  EXPECT_EQ(join.Paste(2, false, DType::kFloat32, {1, 64, 2, 64}, {half}).code(),
+            absl::StatusCode::kInternal);
+  v1::ApplyRopeResponse no_k;
+  no_k.mutable_q()->set_dtype(v1::DTYPE_FLOAT32);
+  for (const int64_t n : {1, 64, 2, 64}) no_k.mutable_q()->add_shape(n);
+  no_k.mutable_q()->set_data(half);
+  EXPECT_EQ(join.Paste(1, no_k, {}).code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(join.Paste(0, false, DType::kFloat32, {1, 64, 2, 64}, {half}).ok());
+  EXPECT_TRUE(join.Paste(0, true, DType::kFloat32, {1, 64, 2, 64}, {"", half}).ok());
+  EXPECT_EQ(join.Finish(RopeDerived{}).status().code(), absl::StatusCode::kInternal);  // piece 1
 }
 
 // The headline: one long head through a 1 MiB server, cut along tokens.

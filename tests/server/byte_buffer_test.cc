@@ -4,6 +4,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -156,6 +157,47 @@ TEST(ByteBufferTest, ReserveLargeReserves) {
 
 // Client::ApplyRope sends q and k from the caller's tensors: the request without their bytes,
 // then each tensor's data appended; the server parses what the copying request would give.
+// Data given in parts (a box of a larger tensor, run by run): the large parts referenced, the
+// small ones copied, neighbours in memory taken as one; parsed, the parts joined in order.
+TEST(BorrowedBytesTest, PartsAreJoinedInOrder) {
+  const std::string memory = [] {
+    std::string m(300000, '\0');
+    for (size_t i = 0; i < m.size(); ++i) m[i] = static_cast<char>(i * 13 % 251);
+    return m;
+  }();
+  const std::vector<BorrowedSlices::Part> parts = {
+      {memory.data() + 100, 5000}, {memory.data() + 5100, 3000},  // neighbours: one of 8000
+      {memory.data() + 20000, 9},  {memory.data() + 9, 70000},    // small, then large
+      {memory.data() + 200000, 0}, {memory.data() + 90000, 4096}, {memory.data() + 1, 4095}};
+  std::string expected;
+  for (const BorrowedSlices::Part& part : parts) expected.append(part.data, part.size);
+  ApplyRopeRequest without;
+  without.mutable_q()->set_dtype(DTYPE_FLOAT32);
+  without.mutable_q()->add_shape(static_cast<int64_t>(expected.size() / 4));
+  grpc::ByteBuffer buffer;
+  {
+    BorrowedBytes borrowed;
+    ASSERT_TRUE(
+        SerializeToByteBuffer(std::make_shared<const ApplyRopeRequest>(without), &buffer).ok());
+    borrowed.Append(1, parts, &buffer, /*lend_from=*/4096);
+    std::vector<grpc::Slice> slices;
+    ASSERT_TRUE(buffer.Dump(&slices).ok());
+    std::vector<const char*> lent;
+    for (const grpc::Slice& s : slices) lent.push_back(reinterpret_cast<const char*>(s.begin()));
+    auto lent_from = [&](const char* p) { return std::count(lent.begin(), lent.end(), p) == 1; };
+    EXPECT_TRUE(lent_from(memory.data() + 100)) << "the neighbours were not lent as one";
+    EXPECT_TRUE(lent_from(memory.data() + 9));
+    EXPECT_TRUE(lent_from(memory.data() + 90000));
+    EXPECT_FALSE(lent_from(memory.data() + 1)) << "a part under lend_from was lent";
+    ApplyRopeRequest parsed;
+    ASSERT_TRUE(ParseFromByteBuffer(buffer, &parsed));
+    EXPECT_TRUE(parsed.q().data() == expected);
+    EXPECT_EQ(parsed.q().shape(0), static_cast<int64_t>(expected.size() / 4));
+    buffer.Clear();
+    slices.clear();
+  }
+}
+
 TEST(BorrowedBytesTest, AppendedDataParsesAsTheWholeRequest) {
   const std::shared_ptr<ApplyRopeRequest> whole = LargeRequest();
   whole->mutable_k()->set_dtype(DTYPE_FLOAT32);

@@ -10,6 +10,8 @@
 #include <condition_variable>
 #include <cstddef>
 #include <mutex>
+#include <string>
+#include <vector>
 
 namespace posenc::v1 {
 
@@ -35,6 +37,51 @@ class BorrowedSlices {
   void Wait() {
     std::unique_lock<std::mutex> lock(mu_);
     released_.wait(lock, [this] { return outstanding_ == 0; });
+  }
+
+  // Bytes the caller keeps, at `data`.
+  struct Part {
+    const char* data;
+    size_t size;
+  };
+  // The slices of `parts` joined, in order: a part of `lend_from` bytes or more is lent, each
+  // run of smaller ones between such parts is copied into `copied` (sized here, once, so that it
+  // never moves: it must outlive Wait()) and lent from there. Where the parts lie back to back
+  // in memory, neighbours count as one part.
+  std::vector<grpc::Slice> LendJoined(const std::vector<Part>& parts, size_t lend_from,
+                                      std::string* copied) {
+    std::vector<Part> merged;
+    merged.reserve(parts.size());
+    for (const Part& part : parts) {
+      if (part.size == 0) continue;
+      if (!merged.empty() && merged.back().data + merged.back().size == part.data) {
+        merged.back().size += part.size;
+      } else {
+        merged.push_back(part);
+      }
+    }
+    size_t small_bytes = 0;
+    for (const Part& part : merged) {
+      if (part.size < lend_from) small_bytes += part.size;
+    }
+    copied->clear();
+    copied->reserve(small_bytes);
+    std::vector<grpc::Slice> slices;
+    size_t run = 0;  // where the current run of small parts starts in `copied`
+    const auto end_run = [&] {
+      if (copied->size() > run) slices.push_back(Lend(copied->data() + run, copied->size() - run));
+      run = copied->size();
+    };
+    for (const Part& part : merged) {
+      if (part.size < lend_from) {
+        copied->append(part.data, part.size);
+      } else {
+        end_run();
+        slices.push_back(Lend(part.data, part.size));
+      }
+    }
+    end_run();
+    return slices;
   }
 
  private:

@@ -533,17 +533,18 @@ std::string DescribeParseFailure(const grpc::ByteBuffer& in, const Descriptor* t
   return problem;
 }
 
-void BorrowedBytes::Append(int field_number, absl::string_view bytes, grpc::ByteBuffer* buffer) {
-  if (bytes.empty()) return;  // no data: the field serialized before says all
-  std::string header = TensorFieldHead(field_number, "", bytes.size());
+void BorrowedBytes::Append(int field_number, const std::vector<BorrowedSlices::Part>& parts,
+                           grpc::ByteBuffer* buffer, size_t lend_from) {
+  size_t size = 0;
+  for (const BorrowedSlices::Part& part : parts) size += part.size;
+  if (size == 0) return;  // no data: the field serialized before says all
+  const std::string header = TensorFieldHead(field_number, "", size);
   std::vector<grpc::Slice> slices;
   (void)buffer->Dump(&slices);
-  if (bytes.size() < kLargeFieldBytes) {
-    header.append(bytes.data(), bytes.size());
-    slices.emplace_back(header.data(), header.size());
-  } else {
-    slices.emplace_back(header.data(), header.size());
-    slices.push_back(lent_.Lend(bytes.data(), bytes.size()));
+  slices.emplace_back(header.data(), header.size());
+  std::string* copied = copied_.emplace_back(std::make_unique<std::string>()).get();
+  for (grpc::Slice& slice : lent_.LendJoined(parts, lend_from, copied)) {
+    slices.push_back(std::move(slice));
   }
   *buffer = grpc::ByteBuffer(slices.data(), slices.size());
 }

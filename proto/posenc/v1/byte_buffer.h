@@ -100,17 +100,24 @@ std::string DescribeParseFailure(const grpc::ByteBuffer& in,
 // Tensor bytes a request sends from memory it does not own (the caller's tensors), instead of
 // copying them into the message first. Append adds `field_number { data: bytes }` (a
 // posenc.v1.Tensor field holding only its data, field 3) to a serialized message: protobuf merges
-// it into that field as serialized before (dtype, shape). Bytes from kLargeFieldBytes on are
-// referenced, not copied; Wait() returns once gRPC has dropped every such reference, and must be
-// called (and return) before the bytes change or go away.
+// it into that field as serialized before (dtype, shape). The bytes may be given in parts (a box
+// of a larger tensor, run by run), joined in order: parts from `lend_from` bytes on are
+// referenced, not copied, the others copied (BorrowedSlices::LendJoined). Wait() returns once gRPC
+// has dropped every reference, and must be called (and return) before the bytes change or go
+// away.
 // Thread-safety: Append from one thread; the references are dropped from any. The destructor
 // waits.
 class BorrowedBytes {
  public:
-  void Append(int field_number, absl::string_view bytes, grpc::ByteBuffer* buffer);
+  void Append(int field_number, absl::string_view bytes, grpc::ByteBuffer* buffer) {
+    Append(field_number, {{bytes.data(), bytes.size()}}, buffer);
+  }
+  void Append(int field_number, const std::vector<BorrowedSlices::Part>& parts,
+              grpc::ByteBuffer* buffer, size_t lend_from = kLargeFieldBytes);
   void Wait() { lent_.Wait(); }
 
  private:
+  std::vector<std::unique_ptr<std::string>> copied_;  // outlives lent_'s wait (declared first)
   BorrowedSlices lent_;
 };
 
