@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -182,7 +183,8 @@ absl::Status RotateTokensInPieces(const Backend& backend, ApplyRopePlan sub,
                                   const Pieces& all, int64_t token_bytes) {
   const int64_t tokens = positions.num_tokens;
   const int64_t cut_batch = std::max<int64_t>(1, kPieceBlockBytes / token_bytes);
-  std::vector<char> scratch;
+  // Made when a token is cut, not cleared (each use writes what it reads).
+  std::unique_ptr<char[]> scratch;
   std::vector<int64_t> cut;  // tokens cut between pieces, waiting in `scratch`
   ResolvedPositions sub_positions;
   const auto rotate = [&](char* at, int64_t n, auto token) {
@@ -195,17 +197,19 @@ absl::Status RotateTokensInPieces(const Backend& backend, ApplyRopePlan sub,
   const auto flush_cut = [&]() -> absl::Status {
     if (cut.empty()) return absl::OkStatus();
     const auto n = static_cast<int64_t>(cut.size());
-    for (int64_t i = 0; i < n; ++i) {
-      all.Read(cut[i] * token_bytes, token_bytes, scratch.data() + i * token_bytes);
+    if (scratch == nullptr) {
+      scratch.reset(new char[static_cast<size_t>(cut_batch * token_bytes)]);
     }
-    POSENC_RETURN_IF_ERROR(rotate(scratch.data(), n, [&](int64_t i) { return cut[i]; }));
     for (int64_t i = 0; i < n; ++i) {
-      all.Write(cut[i] * token_bytes, token_bytes, scratch.data() + i * token_bytes);
+      all.Read(cut[i] * token_bytes, token_bytes, scratch.get() + i * token_bytes);
+    }
+    POSENC_RETURN_IF_ERROR(rotate(scratch.get(), n, [&](int64_t i) { return cut[i]; }));
+    for (int64_t i = 0; i < n; ++i) {
+      all.Write(cut[i] * token_bytes, token_bytes, scratch.get() + i * token_bytes);
     }
     cut.clear();
     return absl::OkStatus();
   };
-  scratch.resize(static_cast<size_t>(cut_batch * token_bytes));
   int64_t start = 0;  // of the piece, in the tensor
   for (const absl::Span<char> piece : all.pieces()) {
     const int64_t end = start + static_cast<int64_t>(piece.size());
@@ -235,8 +239,9 @@ absl::Status RotateBlocksInPieces(const Backend& backend, const ApplyRopePlan& p
   const int64_t esize = DTypeSize(plan.dtype);
   const int64_t token_bytes = (plan.q_heads + plan.k_heads) * plan.head_dim * esize;
   const int64_t block = std::clamp<int64_t>(kPieceBlockBytes / token_bytes, 1, plan.seq);
-  std::vector<char> scratch(static_cast<size_t>(block * token_bytes));
-  char* const q_block = scratch.data();
+  // Not cleared: each block writes what it reads.
+  const std::unique_ptr<char[]> scratch(new char[static_cast<size_t>(block * token_bytes)]);
+  char* const q_block = scratch.get();
   char* const k_block = q_block + block * plan.q_heads * plan.head_dim * esize;
   // Each block is a call of its own tokens: its plan and positions.
   ApplyRopePlan sub = plan;

@@ -176,8 +176,10 @@ template <typename T>
 struct ChunkAngles {
   std::vector<T> c, s;
   std::vector<float> cf, t_hi, t_lo;
-  ChunkAngles(int64_t half, bool factors)
-      : c(static_cast<size_t>(kChunkTokens * half)),
+  // Angles of up to `tokens` tokens (at most kChunkTokens): a call on a few tokens (a decode
+  // step, a piece of a received message) clears no more than it uses.
+  ChunkAngles(int64_t tokens, int64_t half, bool factors)
+      : c(static_cast<size_t>(std::min(tokens, kChunkTokens) * half)),
         s(c.size()),
         cf(factors ? c.size() : 0),
         t_hi(cf.size()),
@@ -273,7 +275,7 @@ absl::Status ApplyRopeT(const CpuContext& cpu, const ApplyRopePlan& plan,
   // Angles once per token, shared by all heads of q and k.
   const int64_t per_token = (plan.q_heads + plan.k_heads) * plan.head_dim;
   return cpu.pool.ParallelFor(plan.tokens, Grain(per_token), [&](int64_t t0, int64_t t1) {
-    ChunkAngles<T> g(half, factors != nullptr);
+    ChunkAngles<T> g(t1 - t0, half, factors != nullptr);
     std::vector<double> pbuf(static_cast<size_t>(half) + 1);
     std::vector<unsigned char> scratch;
     for (int64_t u0 = t0; u0 < t1; u0 += kChunkTokens) {
