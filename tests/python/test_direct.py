@@ -523,6 +523,103 @@ class NativeTransportTest(unittest.TestCase):
             self.assertEqual(bytes(channel.unary("/any/Echo", [], 20.0)), b"")
             channel.close()
 
+    def test_strided_parts_are_sent_in_c_order(self):
+        """A split piece's heads go as one strided part (posenc._direct.runs), taken apart run
+        by run: what arrives is the C-order bytes; parts whose runs leave their buffer are
+        refused."""
+        wirecall = _transport.native_module()
+        base = rng(35).standard_normal((2, 40, 8, 256)).astype(np.float32)
+        with RawServer(None) as raw:
+            channel = wirecall.Channel(f"127.0.0.1:{raw.port}", [])
+            for view in (base[:, :, 2:6, :], base[:, 3:30], base[1:, :, 5:], base[:, :0],
+                         base[..., ::2], base.transpose(0, 2, 1, 3)):
+                wire = _direct.WireMessage(pb.ApplyRopeRequest())
+                wire.put("q", describe_tensor(wire.message.q, DType.FLOAT32, view,
+                                              contiguous=False))
+                parts = _direct.encode_parts(wire, strided=True)
+                got = channel.unary("/any/Echo", parts, 20.0)
+                self.assertEqual(bytes(got), _direct.encode(wire), msg=repr(view.strides))
+            flat = bytearray(100)
+            for part in ((flat, 10, (3,), (46,)), (flat, 10, (3,), (-1,)), (flat, 10, (0,), (1,)),
+                         (flat, -1, (1,), (1,)), (flat, 10, (2,), (1 << 62,)), (flat, 10, (2,)),
+                         (flat, 10, [2], [1])):
+                with self.assertRaises((TypeError, ValueError), msg=repr(part[1:])):
+                    channel.unary("/any/Echo", [part], 20.0)
+            self.assertEqual(bytes(channel.unary("/any/Echo", [(flat, 10, (3,), (45,))], 20.0)),
+                             bytes(30))
+            channel.close()
+
+    def test_sinks_take_a_tensors_data_where_it_goes(self):
+        """channel.unary(..., sinks): each named tensor field's data written into its buffers
+        (plain or strided), the rest of the response returned; a sink that does not fit, a
+        field given twice or bytes that do not scan leave the response whole."""
+        wirecall = _transport.native_module()
+        q = rng(36).standard_normal((2, 300, 4, 16)).astype(np.float32)
+        k = rng(37).standard_normal((2, 300, 2, 16)).astype(np.float32)
+        response = pb.ApplyRopeResponse()
+        fill_tensor(response.q, DType.FLOAT32, q)
+        fill_tensor(response.k, DType.FLOAT32, k)
+        response.derived.seq_len = 77
+        answer = response.SerializeToString()
+        rest = pb.ApplyRopeResponse()
+        rest.CopyFrom(response)
+        rest.q.ClearField("data")
+        rest.k.ClearField("data")
+        with RawServer(None) as raw:
+            channel = wirecall.Channel(f"127.0.0.1:{raw.port}", [])
+            half = q.nbytes // 2
+            q_into = [bytearray(half), bytearray(q.nbytes - half)]
+            k_whole = np.zeros((2, 300, 6, 16), np.float32)
+            k_into = _direct.runs(k_whole[:, :, 3:5])
+            self.assertIsInstance(k_into[0], tuple)  # one strided part
+            got, written = channel.unary("/any/Echo", [answer], 20.0, {1: q_into, 2: k_into})
+            self.assertEqual(written, (1, 2))
+            self.assertEqual(pb.ApplyRopeResponse.FromString(bytes(got)), rest)
+            self.assertEqual(b"".join(q_into), q.tobytes())
+            np.testing.assert_array_equal(k_whole[:, :, 3:5], k)
+            self.assertFalse(k_whole[:, :, :3].any() or k_whole[:, :, 5:].any())
+
+            short = bytearray(k.nbytes - 4)
+            got, written = channel.unary("/any/Echo", [answer], 20.0,
+                                         {1: [bytearray(q.nbytes)], 2: [short]})
+            self.assertEqual(written, (1,))
+            self.assertEqual(pb.ApplyRopeResponse.FromString(bytes(got)).k.data, k.tobytes())
+            self.assertFalse(any(short))
+            for whole in (answer + response.q.SerializeToString()[:0] + answer[:0] + bytes(
+                    pb.ApplyRopeResponse(q=pb.Tensor(dtype=1)).SerializeToString()), b"\xff",
+                    answer[:-3]):
+                got, written = channel.unary("/any/Echo", [whole], 20.0,
+                                             {1: [bytearray(q.nbytes)]})
+                self.assertEqual((bytes(got), written), (whole, ()))
+            for sinks, error in (({0: []}, ValueError), ({"q": []}, ValueError),
+                                 ({1: [b"read-only"]}, BufferError), ({1: 5}, TypeError),
+                                 (5, TypeError)):
+                with self.assertRaises(error, msg=repr(sinks)):
+                    channel.unary("/any/Echo", [answer], 20.0, sinks)
+            channel.close()
+
+    def test_split_answers_are_written_where_they_go(self):
+        """A split ApplyRope through the native transport: every piece's q and k written into
+        the joined result by the transport (sinks), the result gRPC Python's."""
+        q = rng(38).standard_normal((1, 512, 8, 64)).astype(np.float32)  # 1 MiB
+        k = rng(39).standard_normal((1, 512, 2, 64)).astype(np.float32)  # GQA
+        with posenc.Client(SERVER.address, max_message_bytes=1 << 20) as native, posenc.Client(
+                SERVER.address, max_message_bytes=1 << 20, native_transport=False) as grpcio:
+            written = []
+            call_into = native._transport._native.call_into
+
+            def recorded(*args):
+                answer = call_into(*args)
+                written.append(answer[1])
+                return answer
+
+            native._transport._native.call_into = recorded
+            got, expected = native.apply_rope(q, k), grpcio.apply_rope(q, k)
+        self.assertGreater(len(written), 1)
+        self.assertEqual(set(written), {frozenset((1, 2))})
+        assert_same(self, got.q, expected.q)
+        assert_same(self, got.k, expected.k)
+
     def test_a_failing_status_carries_its_code_and_trailers(self):
         wirecall = _transport.native_module()
         channel = wirecall.Channel(SERVER.address, [])

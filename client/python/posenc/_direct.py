@@ -92,27 +92,40 @@ def _bytes_of(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
-# A strided array is joined block by block when its C-contiguous trailing block has at least
-# this many bytes and it has at most _MOST_BLOCKS of them (else it is copied contiguous first).
-_LEAST_BLOCK = 4096
-_MOST_BLOCKS = 1 << 16
-
-
-def _chunks(array: np.ndarray) -> List[Any]:
-    """Buffers whose concatenation is the array's bytes in C order: the array's own memory
-    (one buffer, or one per contiguous block of a strided view such as a split piece's heads),
-    without a copy."""
+def runs(array: np.ndarray) -> Optional[List[Any]]:
+    """The array's own memory as parts whose concatenation is its bytes in C order, writable
+    where the array is: one buffer for a C-contiguous array; for a strided view (such as a split
+    piece's heads) one strided part ``(buffer, block, shape, strides)``, the runs of ``block``
+    contiguous bytes at ``buffer[sum(i[a] * strides[a])]`` for every index ``i`` of ``shape`` in
+    C order (posenc._wirecall takes it apart, without a Python object per run). None when a
+    stride is negative or not a multiple of the item size."""
     if array.flags.c_contiguous:
-        return [_bytes_of(array).data] if array.nbytes else []
+        return [array.reshape(-1).view(np.uint8).data] if array.nbytes else []
     block, axes = array.itemsize, array.ndim
     while axes > 0 and (array.shape[axes - 1] == 1 or array.strides[axes - 1] == block):
         block *= array.shape[axes - 1]
         axes -= 1
-    blocks = int(np.prod(array.shape[:axes]))
-    if block < _LEAST_BLOCK or blocks > _MOST_BLOCKS:
-        return [_bytes_of(array).data]
-    rows = array.reshape((blocks,) + array.shape[axes:])
-    return [row.reshape(-1).view(np.uint8).data for row in rows]
+    shape, strides = array.shape[:axes], array.strides[:axes]
+    if any(s < 0 or s % array.itemsize for s in strides):
+        return None
+    if 0 in array.shape:
+        return []
+    # The bytes from the first run's start to the last run's end, as one flat view.
+    extent = sum((n - 1) * s for n, s in zip(shape, strides)) + block
+    flat = np.lib.stride_tricks.as_strided(array, shape=(extent // array.itemsize,),
+                                           strides=(array.itemsize,),
+                                           writeable=array.flags.writeable)
+    return [(flat.view(np.uint8).data, block, tuple(shape), tuple(strides))]
+
+
+def _chunks(array: np.ndarray, strided: bool) -> List[Any]:
+    """Buffers whose concatenation is the array's bytes in C order: its own memory (runs; a
+    strided part only when ``strided``), or a contiguous copy of it."""
+    if array.flags.c_contiguous or strided:
+        found = runs(array)
+        if found is not None:
+            return found
+    return [_bytes_of(array).data]
 
 
 class WireTensor:
@@ -237,9 +250,10 @@ def encode(value: Any) -> bytes:
     return b"".join(encode_parts(value))
 
 
-def encode_parts(value: Any) -> List[Any]:
+def encode_parts(value: Any, strided: bool = False) -> List[Any]:
     """:func:`encode`'s bytes as buffers to be joined in order: the arrays' bytes are their own
-    memory, not copied (the native transport sends them from there)."""
+    memory, not copied (the native transport sends them from there; with ``strided``, a strided
+    array is one strided part, see :func:`runs`; else it is copied contiguous)."""
     if not isinstance(value, WireMessage):
         return [value.SerializeToString()]
     message = value.message
@@ -260,7 +274,7 @@ def encode_parts(value: Any) -> List[Any]:
         n = array.nbytes
         header = _key(_DATA) + _varint(n) if n else b""
         parts.append(_key(numbers[name]) + _varint(len(small) + len(header) + n) + small + header)
-        parts.extend(_chunks(array))
+        parts.extend(_chunks(array, strided))
     return parts
 
 

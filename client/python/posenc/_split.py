@@ -28,16 +28,16 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 import grpc
 import numpy as np
 
-from ._direct import copied, like, message_of, put_tensor
+from ._direct import copied, like, message_of, put_tensor, runs
 from ._enums import BiasForm, Combine, DType, MropeLayout, TensorLayout
 from ._errors import InternalError, local_error
 from ._protos import posenc_pb2 as pb
-from ._tensor import FLOAT_DTYPES, fill_tensor, itemsize, wire_array
+from ._tensor import FLOAT_DTYPES, WIRE_NUMPY, fill_tensor, itemsize, wire_array
 
 __all__ = ["Limits", "Plan", "OVERHEAD_BYTES", "even_ranges", "plan_apply_rope",
            "plan_add_position_encoding", "plan_alibi_bias", "plan_relative_bias",
@@ -62,11 +62,14 @@ LimitsFn = Callable[[], Limits]
 @dataclasses.dataclass
 class Plan:
     """The pieces' requests (in order), the join of their responses (in the same order), and
-    the most bytes of cut tensors a piece carries (each side)."""
+    the most bytes of cut tensors a piece carries (each side). ``sinks``, when set, gives piece
+    i's places in the result (Transport.call_all: its answers are then (response, fields
+    written) pairs)."""
 
     pieces: List[Any]
     join: Callable[[Sequence[Any]], Any]
     piece_bytes: int
+    sinks: Optional[Callable[[int], Optional[Dict[int, List[Any]]]]] = None
 
 
 def even_ranges(n: int, pieces: int) -> List[range]:
@@ -105,17 +108,26 @@ def _too_large(method: str, what: str, nbytes: int, budget: int, limits: LimitsF
         limit="max_message_bytes")
 
 
-def _placed(out: np.ndarray, index: Tuple[Any, ...], tensor: Any, field: str, piece: int
-            ) -> None:
-    """Writes a piece's output tensor into its place in ``out`` (INTERNAL when its shape or
-    dtype is not what the piece asked for)."""
-    got = wire_array(tensor)
+def _placed(out: np.ndarray, index: Tuple[Any, ...], tensor: Any, field: str, piece: int,
+            written: bool = False) -> None:
+    """Writes a piece's output tensor into its place in ``out``, or (``written``: the transport
+    wrote its data there, the tensor holds none) checks that it was that place's; INTERNAL when
+    its shape or dtype is not what the piece asked for."""
     want = out[index]
-    if got is None or got.shape != want.shape or got.dtype != want.dtype:
+    shape: Any
+    if written:
+        code = WIRE_NUMPY.get(tensor.dtype)
+        shape = [int(d) for d in tensor.shape]
+        fits = code == want.dtype and tuple(shape) == want.shape and len(tensor.data) == 0
+    else:
+        got = wire_array(tensor)
+        fits = got is not None and got.shape == want.shape and got.dtype == want.dtype
         shape = list(got.shape) if got is not None else "unreadable"
+    if not fits:
         raise InternalError(grpc.StatusCode.INTERNAL, f"split: the server answered piece {piece} "
                             f"with {field} {shape}, expected {list(want.shape)}")
-    out[index] = got
+    if not written:
+        out[index] = got
 
 
 # ---------------------------------------------------------------------------------------------
@@ -401,15 +413,28 @@ def _rope_plan(request: pb.ApplyRopeRequest, q: np.ndarray, k: Optional[np.ndarr
             positions.rebased(rows, box.tokens or range(positions.tokens), piece)
         pieces.append(piece)
 
-    def join(responses: Sequence[Any]) -> Any:
+    # The results, made first: the native transport writes each piece's answer into its place
+    # as it comes (sinks), gRPC Python's are pasted in the join.
+    q_out = np.empty_like(q)
+    k_out = np.empty_like(k) if k is not None else None
+
+    def sinks(i: int) -> Optional[Dict[int, List[Any]]]:
+        box = boxes[i]
+        places = {1: runs(q_out[index(box, box.q_heads)])}
+        if k_out is not None and box.k_heads:
+            places[2] = runs(k_out[index(box, box.k_heads)])
+        if any(p is None for p in places.values()):
+            return None
+        return places  # type: ignore[return-value]
+
+    def join(answers: Sequence[Tuple[Any, FrozenSet[int]]]) -> Any:
+        responses = [response for response, _ in answers]
         out = like(responses[0], pb.ApplyRopeResponse())
         out.derived.CopyFrom(responses[0].derived)
-        q_out = np.empty_like(q)
-        k_out = np.empty_like(k) if k is not None else None
-        for i, (box, response) in enumerate(zip(boxes, responses)):
-            _placed(q_out, index(box, box.q_heads), response.q, "q", i)
+        for i, (box, (response, written)) in enumerate(zip(boxes, answers)):
+            _placed(q_out, index(box, box.q_heads), response.q, "q", i, 1 in written)
             if k_out is not None and box.k_heads:
-                _placed(k_out, index(box, box.k_heads), response.k, "k", i)
+                _placed(k_out, index(box, box.k_heads), response.k, "k", i, 2 in written)
         if positions is not None and positions.padding is not None:
             # Padding passes through ApplyRope unchanged: the pieces rotated it as position 0.
             for src, dst in ((q, q_out), (k, k_out)):
@@ -421,7 +446,7 @@ def _rope_plan(request: pb.ApplyRopeRequest, q: np.ndarray, k: Optional[np.ndarr
             put_tensor(out, "k", DType(request.k.dtype), k_out, owned=True)
         return out
 
-    return Plan(pieces, join, budget)
+    return Plan(pieces, join, budget, sinks)
 
 
 # ---------------------------------------------------------------------------------------------

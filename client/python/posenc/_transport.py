@@ -13,7 +13,7 @@ import json
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 import grpc
 
@@ -150,10 +150,23 @@ class NativeCalls:
         """The response (a WireMessage or Malformed); a failure raises NativeError."""
         path, response = self._methods[method]
         try:
-            received = self.channel.unary(path, encode_parts(request), timeout)
+            received = self.channel.unary(path, encode_parts(request, strided=True), timeout)
         except self._error as e:
             raise NativeError(*e.args) from None
         return decode(received, response, self._scan_from, owned=True)
+
+    def call_into(self, method: str, request: Any, timeout: Optional[float],
+                  sinks: Mapping[int, Sequence[Any]]) -> Tuple[Any, FrozenSet[int]]:
+        """call, the data of the response's tensor fields named in ``sinks`` (field number ->
+        writable parts, posenc._direct.runs) written there where their sizes agree: the response
+        without that data, and the field numbers written (posenc._wirecall)."""
+        path, response = self._methods[method]
+        try:
+            received, written = self.channel.unary(path, encode_parts(request, strided=True),
+                                                   timeout, dict(sinks))
+        except self._error as e:
+            raise NativeError(*e.args) from None
+        return decode(received, response, self._scan_from, owned=True), frozenset(written)
 
 
 def _parsed(method: str, response: Any) -> Any:
@@ -203,13 +216,17 @@ class Transport:
             self._native.channel.close()
         self.channel.close()
 
-    def _future(self, method: str, request: Any, timeout: Optional[float]) -> Any:
-        """A call in flight: gRPC's future, or the native call on the transport's threads."""
+    def _future(self, method: str, request: Any, timeout: Optional[float],
+                sinks: Optional[Mapping[int, Sequence[Any]]] = None) -> Any:
+        """A call in flight: gRPC's future, or the native call on the transport's threads (with
+        ``sinks``, NativeCalls.call_into)."""
         if self._native is not None and method in self._native:
             with self._lock:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(self._max_in_flight,
                                                     thread_name_prefix="posenc-call")
+            if sinks is not None:
+                return self._pool.submit(self._native.call_into, method, request, timeout, sinks)
             return self._pool.submit(self._native.call, method, request, timeout)
         return self._rpc(method).future(request, timeout=timeout)
 
@@ -225,11 +242,15 @@ class Transport:
         return _parsed(method, response)
 
     def call_all(self, method: str, requests: Sequence[Any], timeout: Optional[float],
-                 response_bytes: int = 0) -> List[Any]:
+                 response_bytes: int = 0,
+                 sinks: Optional[Callable[[int], Optional[Mapping[int, Sequence[Any]]]]] = None
+                 ) -> List[Any]:
         """Every request sent, at most the in-flight bound at once (fewer when each response
         carries over 4 MiB: no more than the server computes at once); the responses in order,
         or the first failing request's error (the ones still in flight are cancelled; the native
-        transport's run to their end, their answers dropped)."""
+        transport's run to their end, their answers dropped). With ``sinks`` (request i -> its
+        sinks, or None), each answer is a pair (response, the tensor fields written into the
+        sinks: NativeCalls.call_into; none through gRPC Python)."""
         most = self._max_in_flight
         heavy = self._known_server(timeout).limits.max_heavy_calls if (
             response_bytes > _HEAVY_CALL_BYTES) else 0
@@ -240,8 +261,16 @@ class Transport:
         try:
             for done in range(len(requests)):
                 while len(futures) < len(requests) and len(futures) - done < most:
-                    futures.append(self._future(method, requests[len(futures)], timeout))
-                responses.append(_parsed(method, futures[done].result()))
+                    i = len(futures)
+                    into = sinks(i) if sinks is not None and self.native else None
+                    futures.append(self._future(method, requests[i], timeout, into))
+                answer = futures[done].result()
+                if sinks is None:
+                    responses.append(_parsed(method, answer))
+                elif isinstance(answer, tuple):
+                    responses.append((_parsed(method, answer[0]), answer[1]))
+                else:
+                    responses.append((_parsed(method, answer), frozenset()))
         except (grpc.RpcError, PosencError) as e:
             for future in futures[len(responses):]:
                 future.cancel()

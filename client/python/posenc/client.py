@@ -355,7 +355,7 @@ class Client:
             plan = planner(request, lambda: self._transport.limits(deadline))
             if plan is not None:
                 return plan.join(self._transport.call_all(method, plan.pieces, deadline,
-                                                          plan.piece_bytes))
+                                                          plan.piece_bytes, plan.sinks))
         return self._transport.call(method, request, deadline)
 
     # -- absolute encodings -------------------------------------------------------------------
