@@ -349,12 +349,11 @@ struct Client::Impl {
   }
 
   // The same call through the callback API: the future is set on gRPC's thread when the call
-  // ends, with the converted response. Options given as an rvalue may give their tensors' bytes
-  // to the request instead of a copy (internal::ToRequest(ApplyRopeOptions&&)).
+  // ends, with the converted response.
   template <typename Options, typename Request, typename Response, typename Convert>
-  auto Start(AsyncMethod<Request, Response> method, Options&& options, const CallOptions& call,
+  auto Start(AsyncMethod<Request, Response> method, const Options& options, const CallOptions& call,
              Convert convert) const -> std::future<decltype(convert(std::declval<Response&&>()))> {
-    return StartRequest(method, internal::ToRequest(std::forward<Options>(options)), call, convert);
+    return StartRequest(method, internal::ToRequest(options), call, convert);
   }
 
   // Start of a converted request (or of the error converting it).

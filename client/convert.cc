@@ -305,13 +305,6 @@ absl::StatusOr<v1::ApplyRopeRequest> ToRequest(const ApplyRopeOptions& options) 
   return request;
 }
 
-absl::StatusOr<v1::ApplyRopeRequest> ToRequest(ApplyRopeOptions&& options) {
-  POSENC_ASSIGN_OR_RETURN(v1::ApplyRopeRequest request, ToRequestWithoutBytes(options));
-  request.mutable_q()->set_data(std::move(options.q.data));
-  if (options.k.has_value()) request.mutable_k()->set_data(std::move(options.k->data));
-  return request;
-}
-
 absl::StatusOr<v1::ApplyRopeRequest> ToRequestWithoutBytes(const ApplyRopeOptions& options,
                                                            bool shapes_only) {
   v1::ApplyRopeRequest request;

@@ -44,8 +44,6 @@ absl::StatusOr<v1::SinusoidalRequest> ToRequest(const SinusoidalOptions& options
 absl::StatusOr<v1::AddPositionEncodingRequest> ToRequest(const AddPositionEncodingOptions& options);
 absl::StatusOr<v1::RopeCacheRequest> ToRequest(const RopeCacheOptions& options);
 absl::StatusOr<v1::ApplyRopeRequest> ToRequest(const ApplyRopeOptions& options);
-// ToRequest with q's and k's bytes moved from `options`, not copied (a split piece's, sent once).
-absl::StatusOr<v1::ApplyRopeRequest> ToRequest(ApplyRopeOptions&& options);
 // ToRequest with q and k without their bytes (Client::ApplyRope sends them from the caller's
 // tensors, v1::BorrowedBytes). `shapes_only`: q and k hold no bytes at all (a split piece's, whose
 // boxes are sent from the caller's checked tensors), so their sizes are not checked against them.

@@ -334,25 +334,6 @@ TEST(SplitApplyRopeTest, OneLongHeadIsCutAlongTokens) {
 }
 
 // A piece goes out with its bytes moved into the request (Gather): the same request as a copy.
-TEST(SplitApplyRopeTest, AMovedPieceIsTheSameRequestAsACopiedOne) {
-  ApplyRopeOptions options;
-  options.q = Bytes({1, 64, 4, 64});
-  options.k = Bytes({1, 64, 2, 64});
-  options.positions = Positions::Range(7, 0);
-  options.config.head_dim = 64;
-  const auto copied = ToRequest(options);
-  ASSERT_TRUE(copied.ok()) << copied.status();
-  ApplyRopeOptions piece = options;
-  const auto moved = ToRequest(std::move(piece));
-  ASSERT_TRUE(moved.ok()) << moved.status();
-  EXPECT_EQ(moved->SerializeAsString(), copied->SerializeAsString());
-  EXPECT_EQ(moved->q().data(), options.q.data);
-  EXPECT_EQ(moved->k().data(), options.k->data);
-  ApplyRopeOptions bad = options;
-  bad.q.data.pop_back();
-  EXPECT_FALSE(ToRequest(std::move(bad)).ok()) << "validated as the copy is";
-}
-
 TEST(SplitApplyRopeTest, HeadsFirstKeepPositionsAndConfig) {
   ApplyRopeOptions options;
   options.q = Bytes({1, 512, 16, 64});  // 128 KiB a head, 2 MiB in all
