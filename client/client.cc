@@ -479,7 +479,7 @@ struct Client::Impl {
     return out;
   }
 
-  // A split ApplyRope (`split` made without copying the pieces' data): each piece's request sends
+  // A split ApplyRope: each piece's request sends
   // its boxes of q and k from the caller's tensors (BoxParts, lent), each answer is written into
   // the joined result where gRPC received it (WireResponse, ApplyRopeJoin) on gRPC's thread as it
   // comes: one copy of the tensors on this side, the one out of the received bytes.
@@ -723,7 +723,7 @@ absl::StatusOr<ApplyRopeResult> Client::ApplyRope(const ApplyRopeOptions& option
                                 : impl_->SplitBudget(ApplyRopeBytes(options, request), call);
   if (budget.has_value()) {
     POSENC_ASSIGN_OR_RETURN(const internal::ApplyRopeSplit split,
-                            internal::SplitApplyRope(options, *budget, /*copy_data=*/false));
+                            internal::SplitApplyRope(options, *budget));
     if (!split.whole) return impl_->ApplyRopeInPieces(options, split, call);
   }
   // One call: q and k go from the caller's tensors, not copied into the request (issue #20).

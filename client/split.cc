@@ -601,12 +601,10 @@ namespace {
 // The steps of SplitApplyRope over one request of a known geometry.
 class RopeSplitter {
  public:
-  RopeSplitter(const ApplyRopeOptions& options, const RopeGeometry& g, const Budget& budget,
-               bool copy_data)
+  RopeSplitter(const ApplyRopeOptions& options, const RopeGeometry& g, const Budget& budget)
       : options_(options),
         g_(g),
         budget_(budget),
-        copy_data_(copy_data),
         head_(SatMul(SatMul(g.grid.batch, g.grid.seq), g.head_bytes)),
         most_heads_(std::max(g.q_heads, g.k_heads)) {}
 
@@ -687,9 +685,8 @@ class RopeSplitter {
     piece.positions = std::move(positions);
     piece.config = config;
     ApplyRopeSplit::Place place;
-    // The box of `tensor`: its bytes copied, or its dtype and shape alone.
-    auto slice = [this](const Tensor& tensor, const Box& box) {
-      if (copy_data_) return SliceBox(tensor, box.begin, box.count);
+    // The box of `tensor`: its dtype and shape (its bytes stay in the caller's tensor).
+    auto slice = [](const Tensor& tensor, const Box& box) {
       Tensor out;
       out.dtype = tensor.dtype;
       out.shape = box.count;
@@ -708,20 +705,19 @@ class RopeSplitter {
   const ApplyRopeOptions& options_;
   const RopeGeometry& g_;
   const Budget budget_;
-  const bool copy_data_;
   const int64_t head_;  // one head of q or k, every token
   const int64_t most_heads_;
 };
 
 }  // namespace
 
-absl::StatusOr<ApplyRopeSplit> SplitApplyRope(const ApplyRopeOptions& options, const Budget& budget,
-                                              bool copy_data) {
+absl::StatusOr<ApplyRopeSplit> SplitApplyRope(const ApplyRopeOptions& options,
+                                              const Budget& budget) {
   ApplyRopeSplit split;
   split.whole = true;  // until the pieces are made
   const std::optional<RopeGeometry> geometry = Geometry(options);
   if (!geometry.has_value()) return split;
-  const RopeSplitter splitter(options, *geometry, budget, copy_data);
+  const RopeSplitter splitter(options, *geometry, budget);
   if (const std::optional<int64_t> p = splitter.HeadPieces(); p.has_value()) {
     const auto pairs = splitter.Pairs(*p);
     if (!pairs.has_value()) return split;
@@ -845,24 +841,6 @@ absl::StatusOr<ApplyRopeResult> ApplyRopeJoin::Finish(RopeDerived derived) {
   }
   out_.derived = std::move(derived);
   return std::move(out_);
-}
-
-absl::StatusOr<ApplyRopeResult> JoinApplyRope(const ApplyRopeOptions& options,
-                                              const ApplyRopeSplit& split,
-                                              std::vector<ApplyRopeResult> parts) {
-  if (parts.empty() || parts.size() != split.places.size()) {
-    return absl::InternalError("split: the pieces' results do not match the pieces");
-  }
-  ApplyRopeJoin join(options, split);
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const ApplyRopeResult& part = parts[i];
-    POSENC_RETURN_IF_ERROR(join.Paste(i, false, part.q.dtype, part.q.shape, {part.q.data}));
-    if (!split.places[i].k.count.empty()) {
-      if (!part.k.has_value()) return absl::InternalError("split: a piece's k did not come back");
-      POSENC_RETURN_IF_ERROR(join.Paste(i, true, part.k->dtype, part.k->shape, {part.k->data}));
-    }
-  }
-  return join.Finish(std::move(parts[0].derived));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -162,10 +162,10 @@ struct ApplyRopeSplit {
 };
 // The pieces of `options` within `budget`; RESOURCE_EXHAUSTED when one token of one head of one
 // batch row does not fit; the caller's positions' INVALID_ARGUMENT (the kernels' message, as the
-// server's) when tokens must be cut and they do not resolve. With `copy_data` false, the pieces'
-// q and k hold their dtype and shape but no bytes (the request sends BoxParts of the caller's).
-absl::StatusOr<ApplyRopeSplit> SplitApplyRope(const ApplyRopeOptions& options, const Budget& budget,
-                                              bool copy_data = true);
+// server's) when tokens must be cut and they do not resolve. The pieces' q and k hold their dtype
+// and shape but no bytes: a piece's request sends BoxParts of the caller's tensors at its places.
+absl::StatusOr<ApplyRopeSplit> SplitApplyRope(const ApplyRopeOptions& options,
+                                              const Budget& budget);
 
 // The pieces' answers joined as they come: the result is sized first (left uninitialized: the
 // pieces' boxes cover it), each answer is written into its piece's boxes, and padding tokens are
@@ -194,11 +194,6 @@ class ApplyRopeJoin {
   ApplyRopeResult out_;
   std::vector<uint8_t> pasted_;  // per piece: bit 0 q, bit 1 k
 };
-
-// ApplyRopeJoin of every piece's result, in order.
-absl::StatusOr<ApplyRopeResult> JoinApplyRope(const ApplyRopeOptions& options,
-                                              const ApplyRopeSplit& split,
-                                              std::vector<ApplyRopeResult> parts);
 
 // ---------------------------------------------------------------------------------------------
 // AddPositionEncoding.

@@ -40,6 +40,14 @@ std::string Joined(const std::vector<v1::BorrowedSlices::Part>& parts) {
   return out;
 }
 
+// Piece `i` of `split` with its bytes: its boxes of the caller's tensors (BoxParts), as sent.
+ApplyRopeOptions Filled(const ApplyRopeOptions& options, const ApplyRopeSplit& split, size_t i) {
+  ApplyRopeOptions piece = split.pieces[i];
+  piece.q.data = Joined(BoxParts(options.q, split.places[i].q));
+  if (piece.k.has_value()) piece.k->data = Joined(BoxParts(*options.k, split.places[i].k));
+  return piece;
+}
+
 Tensor Flipped(Tensor t) {
   for (char& c : t.data) c = static_cast<char>(c ^ 0x5a);
   return t;
@@ -105,7 +113,7 @@ ApplyRopeSplit ExpectRopeSplit(const ApplyRopeOptions& options, int64_t limit, b
 
   int64_t covered = 0;
   for (size_t i = 0; i < split->pieces.size(); ++i) {
-    const ApplyRopeOptions& piece = split->pieces[i];
+    const ApplyRopeOptions piece = Filled(options, *split, i);
     const ApplyRopeSplit::Place& place = split->places[i];
     const std::string what = absl::StrCat("piece ", i);
     // Its cut tensors within the budget; the whole message within the limit, with room.
@@ -150,24 +158,20 @@ ApplyRopeSplit ExpectRopeSplit(const ApplyRopeOptions& options, int64_t limit, b
   }
   EXPECT_EQ(covered,
             options.q.NumElements() + (options.k.has_value() ? options.k->NumElements() : 0));
-  // The split Client::ApplyRope sends: the same pieces without their bytes, which go from the
-  // caller's tensors box by box (BoxParts), joined the same.
-  const absl::StatusOr<ApplyRopeSplit> shapes = SplitApplyRope(options, budget, false);
-  EXPECT_TRUE(shapes.ok()) << shapes.status();
-  if (!shapes.ok()) return *split;
-  EXPECT_EQ(shapes->pieces.size(), split->pieces.size());
-  EXPECT_EQ(shapes->padding, split->padding);
-  for (size_t i = 0; i < std::min(shapes->pieces.size(), split->pieces.size()); ++i) {
-    const ApplyRopeOptions& piece = shapes->pieces[i];
-    EXPECT_EQ(piece.q.shape, split->pieces[i].q.shape);
+  // The pieces carry no bytes: their requests send the caller's (BoxParts), which are the boxes'
+  // bytes in order, framed as a piece with them would be.
+  for (size_t i = 0; i < split->pieces.size(); ++i) {
+    const ApplyRopeOptions& piece = split->pieces[i];
+    const ApplyRopeSplit::Place& place = split->places[i];
     EXPECT_TRUE(piece.q.data.empty());
-    EXPECT_EQ(shapes->places[i].q.begin, split->places[i].q.begin);
-    EXPECT_EQ(Joined(BoxParts(options.q, shapes->places[i].q)), split->pieces[i].q.data);
-    if (options.k.has_value() && !shapes->places[i].k.count.empty()) {
-      EXPECT_EQ(Joined(BoxParts(*options.k, shapes->places[i].k)), split->pieces[i].k->data);
+    EXPECT_EQ(Filled(options, *split, i).q.data,
+              SliceBox(options.q, place.q.begin, place.q.count).data);
+    if (piece.k.has_value()) {
+      EXPECT_EQ(Filled(options, *split, i).k->data,
+                SliceBox(*options.k, place.k.begin, place.k.count).data);
     }
     EXPECT_EQ(ToRequestWithoutBytes(piece, /*shapes_only=*/true)->SerializeAsString(),
-              ToRequestWithoutBytes(split->pieces[i])->SerializeAsString());
+              ToRequestWithoutBytes(Filled(options, *split, i))->SerializeAsString());
   }
   return *split;
 }
@@ -175,15 +179,19 @@ ApplyRopeSplit ExpectRopeSplit(const ApplyRopeOptions& options, int64_t limit, b
 // The join of a fake server that flips every byte of q and k: the flipped request, with the
 // padding tokens (BSHD) as they were.
 void ExpectFlippedJoin(const ApplyRopeOptions& options, const ApplyRopeSplit& split) {
-  std::vector<ApplyRopeResult> parts;
-  for (const ApplyRopeOptions& piece : split.pieces) {
-    ApplyRopeResult part;
-    part.q = Flipped(piece.q);
-    if (piece.k.has_value()) part.k = Flipped(*piece.k);
-    part.derived.seq_len = 42;
-    parts.push_back(std::move(part));
+  ApplyRopeJoin whole_answers(options, split);
+  for (size_t i = 0; i < split.pieces.size(); ++i) {
+    const ApplyRopeOptions piece = Filled(options, split, i);
+    const Tensor q = Flipped(piece.q);
+    ASSERT_TRUE(whole_answers.Paste(i, false, q.dtype, q.shape, {q.data}).ok()) << "piece " << i;
+    if (piece.k.has_value()) {
+      const Tensor k = Flipped(*piece.k);
+      ASSERT_TRUE(whole_answers.Paste(i, true, k.dtype, k.shape, {k.data}).ok()) << "piece " << i;
+    }
   }
-  const absl::StatusOr<ApplyRopeResult> joined = JoinApplyRope(options, split, std::move(parts));
+  RopeDerived derived;
+  derived.seq_len = 42;
+  const absl::StatusOr<ApplyRopeResult> joined = whole_answers.Finish(derived);
   ASSERT_TRUE(joined.ok()) << joined.status();
   EXPECT_EQ(joined->derived.seq_len, 42);
   auto expected = [&](const Tensor& input) {
@@ -209,13 +217,14 @@ void ExpectFlippedJoin(const ApplyRopeOptions& options, const ApplyRopeSplit& sp
   // The same answers as Client::ApplyRope pastes them: from the responses, their bytes left in
   // received slices (v1::WireTensors) of odd sizes, the pieces in reverse order.
   ApplyRopeJoin join(options, split);
-  std::vector<std::string> flipped;  // the answers' bytes, which the slices' pieces view
+  std::vector<std::string> flipped;          // the answers' bytes, which the slices' pieces view
+  flipped.reserve(2 * split.pieces.size());  // never moved: a short string's bytes would move
   for (size_t i = split.pieces.size(); i-- > 0;) {
     v1::ApplyRopeResponse response;
     v1::WireTensors left;
+    const ApplyRopeOptions filled = Filled(options, split, i);
     for (const bool is_k : {false, true}) {
-      const std::optional<Tensor>& piece =
-          is_k ? split.pieces[i].k : std::optional<Tensor>(split.pieces[i].q);
+      const std::optional<Tensor>& piece = is_k ? filled.k : std::optional<Tensor>(filled.q);
       if (!piece.has_value()) continue;
       v1::Tensor* tensor = is_k ? response.mutable_k() : response.mutable_q();
       tensor->set_dtype(ToProto(piece->dtype));
@@ -292,8 +301,7 @@ TEST(SplitApplyRopeTest, AJoinRefusesAnswersThatDoNotFitTheirPiece) {
   ApplyRopeOptions options;
   options.q = Bytes({1, 64, 4, 64});
   options.k = Bytes({1, 64, 4, 64});
-  const absl::StatusOr<ApplyRopeSplit> split =
-      SplitApplyRope(options, {kMiB, 2 * 64 * 64 * 4 * 2}, /*copy_data=*/false);
+  const absl::StatusOr<ApplyRopeSplit> split = SplitApplyRope(options, {kMiB, 2 * 64 * 64 * 4 * 2});
   ASSERT_TRUE(split.ok()) << split.status();
   ASSERT_EQ(split->pieces.size(), 2u);
   const std::string half(64 * 2 * 64 * 4, 'x');
