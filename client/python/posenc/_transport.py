@@ -148,22 +148,21 @@ class NativeCalls:
 
     def call(self, method: str, request: Any, timeout: Optional[float]) -> Any:
         """The response (a WireMessage or Malformed); a failure raises NativeError."""
-        path, response = self._methods[method]
-        try:
-            received = self.channel.unary(path, encode_parts(request, strided=True), timeout)
-        except self._error as e:
-            raise NativeError(*e.args) from None
-        return decode(received, response, self._scan_from, owned=True)
+        return self.call_into(method, request, timeout, None)[0]
 
     def call_into(self, method: str, request: Any, timeout: Optional[float],
-                  sinks: Mapping[int, Sequence[Any]]) -> Tuple[Any, FrozenSet[int]]:
+                  sinks: Optional[Mapping[int, Sequence[Any]]]) -> Tuple[Any, FrozenSet[int]]:
         """call, the data of the response's tensor fields named in ``sinks`` (field number ->
-        writable parts, posenc._direct.runs) written there where their sizes agree: the response
-        without that data, and the field numbers written (posenc._wirecall)."""
+        writable parts, posenc._direct.runs; None: no sinks) written there where their sizes
+        agree: the response without that data, and the field numbers written
+        (posenc._wirecall)."""
         path, response = self._methods[method]
+        parts = encode_parts(request, strided=True)
         try:
-            received, written = self.channel.unary(path, encode_parts(request, strided=True),
-                                                   timeout, dict(sinks))
+            if sinks is None:
+                received, written = self.channel.unary(path, parts, timeout), ()
+            else:
+                received, written = self.channel.unary(path, parts, timeout, dict(sinks))
         except self._error as e:
             raise NativeError(*e.args) from None
         return decode(received, response, self._scan_from, owned=True), frozenset(written)
