@@ -32,12 +32,14 @@ inline constexpr double kMaxVectorPhase = 8589934592.0;  // 2^33
 // table entry r*table_stride + j (table_stride 0: every row the same angles, e.g. the heads of one
 // token). Each row r may stand for a group of `group` rows sharing its angles, row r's g-th at
 // x + r*row_stride + g*group_stride (BHSD: a few heads of one token, whose angles are then loaded
-// once for all of them). Channels past 2*half are untouched.
+// once for all of them). Channels past 2*half are untouched. With `prefetch` (tensors too large
+// to be in the caches) each row asks for the memory a few KiB past it before it is rotated.
 struct RopeRows {
   void* x = nullptr;
   int64_t rows = 0, row_stride = 0, half = 0, table_stride = 0;
   int64_t group = 1, group_stride = 0;
   bool gptj_in = false, gptj_out = false;
+  bool prefetch = false;
   void* scratch = nullptr;
 };
 

@@ -558,6 +558,26 @@ struct InterleavedHalfRotation : HalfRotation {
 // Up to this many vectors of pairs per row in one pass (rotary dims to 128 on AVX-512 in one).
 constexpr int kMaxVecs = 4;
 
+// With RopeRows::prefetch each row's first pass asks for the lines this far ahead of it (the rows
+// that follow in memory: the next heads and tokens in BSHD/THD). The rotation in place is then one
+// stream read and written back, and FLOAT16/BFLOAT16 spend enough work per byte that the
+// out-of-order window alone keeps too few of its misses in flight (BSHD fp16 on one thread: 0.66
+// of the in-place limit where BHSD's four heads at once, four streams, made 0.93). Measured
+// (BENCHMARKS.md "ApplyRope: the rows 4 KiB ahead"): 2-8 KiB all help, 4 KiB best over the dtypes
+// and thread counts.
+constexpr int64_t kPrefetchBytes = 4096;
+
+// Asks for the `bytes` from p + kPrefetchBytes on (a read prefetch: the lines come exclusive
+// when no other core holds them, so the store that follows needs no second trip). Past the end
+// of the tensor the hint names memory nobody uses: a prefetch never faults (x86 PREFETCHh, Arm
+// PRFM).
+inline void PrefetchAhead(const void* p, int64_t bytes) {
+  const uintptr_t ahead = reinterpret_cast<uintptr_t>(p) + kPrefetchBytes;
+  for (int64_t b = 0; b < bytes; b += 64) {
+    __builtin_prefetch(reinterpret_cast<const void*>(ahead + static_cast<uintptr_t>(b)), 0, 3);
+  }
+}
+
 // Pairs [j, j + kVecs*kLanes) of every row, row (r, g) read from in + r*in_stride +
 // g*group_stride and written to out + r*out_stride + g*group_stride with the tables from entry
 // r*table_stride: all of a row's pairs are loaded before any is stored (so `in` may be `out` for
@@ -572,8 +592,10 @@ void RotatePass(const typename Fmt::Elem* in, int64_t in_stride, typename Fmt::E
   using E = typename Fmt::Elem;
   // Locals: the vector stores may alias anything, so fields of `a` would be reloaded each row.
   const int64_t half = a.half, rows = a.rows, ts = a.table_stride;
+  const int64_t row_bytes = 2 * half * static_cast<int64_t>(sizeof(E));
   // One row (its tables in `l`, entry t on).
   auto rotate_row = [&](const E* in_r, E* out_r, int64_t t, const Lanes* l) {
+    if (a.prefetch && j == 0) PrefetchAhead(in_r, row_bytes);
     Vf xa[kVecs], xb[kVecs];
     for (int u = 0; u < kVecs; ++u) {
       LoadPairsAt<Fmt, kGptjIn>(in_r, half, j + u * kLanes, &xa[u], &xb[u]);
