@@ -574,6 +574,8 @@ constexpr int64_t kPrefetchBytes = 4096;
 inline void PrefetchAhead(const void* p, int64_t bytes) {
   const uintptr_t ahead = reinterpret_cast<uintptr_t>(p) + kPrefetchBytes;
   for (int64_t b = 0; b < bytes; b += 64) {
+    // An integer, not pointer arithmetic: the address may lie past the tensor (only a hint).
+    // NOLINTNEXTLINE(performance-no-int-to-ptr)
     __builtin_prefetch(reinterpret_cast<const void*>(ahead + static_cast<uintptr_t>(b)), 0, 3);
   }
 }
