@@ -717,11 +717,12 @@ void RotateInLanes(const RopeRows& a, const typename Rot::Tables& tab) {
   // AVX2 (8 pairs a vector): a row of 64 pairs (head_dim 128, the usual DEEPSEEK) in one pass of
   // 8 vectors, loaded whole before any store, rather than rotated from a copy (the copy had made
   // DEEPSEEK FLOAT16 0.38 of the in-place limit on one thread, NEOX 0.83).
-  if (a.half == 2 * kMaxVecs * kLanes) {
+  constexpr int kWholeRow = 2 * kMaxVecs;
+  if (a.half == kWholeRow * kLanes) {
     if (a.gptj_in) {
-      RotateWholeRows<Fmt, Rot, true, false, 2 * kMaxVecs>(x, stride, a, tab);
+      RotateWholeRows<Fmt, Rot, true, false, kWholeRow>(x, stride, a, tab);
     } else {
-      RotateWholeRows<Fmt, Rot, false, true, 2 * kMaxVecs>(x, stride, a, tab);
+      RotateWholeRows<Fmt, Rot, false, true, kWholeRow>(x, stride, a, tab);
     }
     return;
   }
