@@ -635,18 +635,18 @@ void RotatePass(const typename Fmt::Elem* in, int64_t in_stride, typename Fmt::E
   }
 }
 
-// The rows of one call. Each row is walked whole in one pass where it fits kMaxVecs vectors
-// (rows outermost, all of a row's lines at once, the shared tables in registers: measured 0.95-1.0
-// of the in-place limit on FLOAT32 and fp16/bf16 rows of 128, against 0.5-0.8 with the
-// frequencies outermost or the tables reloaded per row), else in passes of kMaxVecs vectors, then
-// smaller ones, then the scalar tail.
-template <class Fmt, class Rot, bool kGptjIn, bool kGptjOut, bool kShared>
+// The rows of one call. Each row is walked whole in one pass where it fits kPass vectors (rows
+// outermost, all of a row's lines at once, the shared tables in registers: measured 0.95-1.0 of
+// the in-place limit on FLOAT32 and fp16/bf16 rows of 128, against 0.5-0.8 with the frequencies
+// outermost or the tables reloaded per row), else in passes of kPass vectors, then smaller ones,
+// then the scalar tail.
+template <class Fmt, class Rot, bool kGptjIn, bool kGptjOut, bool kShared, int kPass>
 void RotateRowsInLanes(const typename Fmt::Elem* in, int64_t in_stride, typename Fmt::Elem* out,
                        int64_t out_stride, const RopeRows& a, const typename Rot::Tables& tab) {
   int64_t j = 0;
-  for (; j + kMaxVecs * kLanes <= a.half; j += kMaxVecs * kLanes) {
-    RotatePass<Fmt, Rot, kGptjIn, kGptjOut, kShared, kMaxVecs>(in, in_stride, out, out_stride, a,
-                                                               tab, j);
+  for (; j + kPass * kLanes <= a.half; j += kPass * kLanes) {
+    RotatePass<Fmt, Rot, kGptjIn, kGptjOut, kShared, kPass>(in, in_stride, out, out_stride, a, tab,
+                                                            j);
   }
   if (j + 2 * kLanes <= a.half) {
     RotatePass<Fmt, Rot, kGptjIn, kGptjOut, kShared, 2>(in, in_stride, out, out_stride, a, tab, j);
@@ -666,26 +666,28 @@ void RotateRowsInLanes(const typename Fmt::Elem* in, int64_t in_stride, typename
   }
 }
 
-template <class Fmt, class Rot, bool kGptjIn, bool kGptjOut>
+template <class Fmt, class Rot, bool kGptjIn, bool kGptjOut, int kPass = kMaxVecs>
 void RotateRowsInLanes(const typename Fmt::Elem* in, int64_t in_stride, typename Fmt::Elem* out,
                        int64_t out_stride, const RopeRows& a, const typename Rot::Tables& tab) {
   if (a.table_stride == 0) {
-    RotateRowsInLanes<Fmt, Rot, kGptjIn, kGptjOut, true>(in, in_stride, out, out_stride, a, tab);
+    RotateRowsInLanes<Fmt, Rot, kGptjIn, kGptjOut, true, kPass>(in, in_stride, out, out_stride, a,
+                                                                tab);
   } else {
-    RotateRowsInLanes<Fmt, Rot, kGptjIn, kGptjOut, false>(in, in_stride, out, out_stride, a, tab);
+    RotateRowsInLanes<Fmt, Rot, kGptjIn, kGptjOut, false, kPass>(in, in_stride, out, out_stride, a,
+                                                                 tab);
   }
 }
 
-// Every row of a call in one pass of kVecs vectors (a.half == kVecs * kLanes), in place.
-template <class Fmt, class Rot, bool kGptjIn, bool kGptjOut, int kVecs>
-void RotateWholeRows(typename Fmt::Elem* x, int64_t stride, const RopeRows& a,
-                     const typename Rot::Tables& tab) {
-  if (a.table_stride == 0) {
-    RotatePass<Fmt, Rot, kGptjIn, kGptjOut, true, kVecs>(x, stride, x, stride, a, tab, 0);
-  } else {
-    RotatePass<Fmt, Rot, kGptjIn, kGptjOut, false, kVecs>(x, stride, x, stride, a, tab, 0);
-  }
-}
+// The widest pass DEEPSEEK takes in place: on AVX2 (8 pairs a vector) 8 vectors, so that a row of
+// 64 pairs (head_dim 128, the usual DEEPSEEK) is loaded whole before any store rather than
+// rotated from a copy (the copy had made DEEPSEEK FLOAT16 0.38 of the in-place limit on one
+// thread, NEOX 0.83). The registers do not hold 8 vectors of pairs and their tables: the compiler
+// keeps some in L1, which costs less than the copy. On AVX-512 kMaxVecs already covers 64 pairs.
+#if defined(__AVX512F__)
+constexpr int kWholeRowVecs = kMaxVecs;
+#else
+constexpr int kWholeRowVecs = 2 * kMaxVecs;
+#endif
 
 // One call's rows in lanes, in place. DEEPSEEK (the orders differ) reads from a copy of every
 // row's rotary channels in the scratch, unless one pass covers each row (then a row is read
@@ -695,7 +697,9 @@ void RotateInLanes(const RopeRows& a, const typename Rot::Tables& tab) {
   using E = typename Fmt::Elem;
   auto* x = static_cast<E*>(a.x);
   const int64_t stride = a.row_stride;
-  const bool one_pass = a.half == kMaxVecs * kLanes || a.half == 2 * kLanes || a.half == kLanes;
+  const bool whole_row = a.half == kWholeRowVecs * kLanes;
+  const bool one_pass =
+      whole_row || a.half == kMaxVecs * kLanes || a.half == 2 * kLanes || a.half == kLanes;
   if (a.gptj_in == a.gptj_out || one_pass) {
     if (a.gptj_in && a.gptj_out) {
       if constexpr (std::is_same_v<Fmt, F16> && std::is_same_v<Rot, HalfRotation>) {
@@ -704,8 +708,12 @@ void RotateInLanes(const RopeRows& a, const typename Rot::Tables& tab) {
       } else {
         RotateRowsInLanes<Fmt, Rot, true, true>(x, stride, x, stride, a, tab);
       }
+    } else if (a.gptj_in && whole_row) {
+      RotateRowsInLanes<Fmt, Rot, true, false, kWholeRowVecs>(x, stride, x, stride, a, tab);
     } else if (a.gptj_in) {
       RotateRowsInLanes<Fmt, Rot, true, false>(x, stride, x, stride, a, tab);
+    } else if (a.gptj_out && whole_row) {
+      RotateRowsInLanes<Fmt, Rot, false, true, kWholeRowVecs>(x, stride, x, stride, a, tab);
     } else if (a.gptj_out) {
       RotateRowsInLanes<Fmt, Rot, false, true>(x, stride, x, stride, a, tab);
     } else {
@@ -713,20 +721,6 @@ void RotateInLanes(const RopeRows& a, const typename Rot::Tables& tab) {
     }
     return;
   }
-#if !defined(__AVX512F__)
-  // AVX2 (8 pairs a vector): a row of 64 pairs (head_dim 128, the usual DEEPSEEK) in one pass of
-  // 8 vectors, loaded whole before any store, rather than rotated from a copy (the copy had made
-  // DEEPSEEK FLOAT16 0.38 of the in-place limit on one thread, NEOX 0.83).
-  constexpr int kWholeRow = 2 * kMaxVecs;
-  if (a.half == kWholeRow * kLanes) {
-    if (a.gptj_in) {
-      RotateWholeRows<Fmt, Rot, true, false, kWholeRow>(x, stride, a, tab);
-    } else {
-      RotateWholeRows<Fmt, Rot, false, true, kWholeRow>(x, stride, a, tab);
-    }
-    return;
-  }
-#endif
   if (a.group > 1) {  // the copies below hold one row per table entry: the group's rows in turn
     RopeRows b = a;
     b.group = 1;
