@@ -269,13 +269,14 @@ inline bool AnyNotFinite(VecF<W> a) {
   }
 }
 
-// kLanes words from the low halves of kLanes dwords, and back (zero-extended).
-template <int W = kVecBytes>
+// kLanes words from the low halves of kLanes dwords (kHighZero: the high halves are known to be
+// zero, so AVX2's saturating pack needs no mask first), and back (zero-extended).
+template <bool kHighZero = false, int W = kVecBytes>
 inline typename RawOf<W>::H LowWords(Dwords w) {
   if constexpr (W == 64) {
     return _mm512_cvtepi32_epi16((typename RawOf<W>::I)w);
   } else {
-    const auto lo = (typename RawOf<W>::I)(w & 0xffffu);
+    const auto lo = (typename RawOf<W>::I)(kHighZero ? w : w & 0xffffu);
     return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(lo, lo), 0x08));
   }
 }
@@ -396,15 +397,30 @@ struct Bf16 {
     return Add(u, Add(Set1(0x7fff), And(Shr16(u), Set1(1))));
   }
   static Vf Load(const uint16_t* p) { return FromBits(Shl16(Widen(LoadWords(p)))); }
-  static void Store(uint16_t* p, Vf v) { StoreWords(p, LowWords(Shr16(RoundHigh(v)))); }
+  static void Store(uint16_t* p, Vf v) { StoreWords(p, LowWords<true>(Shr16(RoundHigh(v)))); }
   static void LoadPairs(const uint16_t* p, Vf* a, Vf* b) {
     const Dwords w = LoadDwords(p);
     *a = FromBits(Shl16(w));
     *b = FromBits(And(w, Set1(0xffff0000u)));
   }
+#if defined(__AVX512F__)
   static void StorePairs(uint16_t* p, Vf a, Vf b) {
     StoreDwords(p, Or(Shr16(RoundHigh(a)), And(RoundHigh(b), Set1(0xffff0000u))));
   }
+#else
+  // AVX2, where the rounding is most of a bfloat16 rotation's work: the words of two vectors
+  // merged by one blend (GPT-J) or one pack (StoreTwo: 2 kLanes consecutive elements in one
+  // store) rather than a mask, pack and permute for each vector.
+  static void StorePairs(uint16_t* p, Vf a, Vf b) {
+    StoreDwords(
+        p, (Dwords)_mm256_blend_epi16((__m256i)Shr16(RoundHigh(a)), (__m256i)RoundHigh(b), 0xaa));
+  }
+  static void StoreTwo(uint16_t* p, Vf a, Vf b) {
+    const auto packed = _mm256_packus_epi32((__m256i)Shr16(RoundHigh(a)),
+                                            (__m256i)Shr16(RoundHigh(b)));  // 128-bit lanes
+    StoreDwords(p, (Dwords)_mm256_permute4x64_epi64(packed, 0xd8));
+  }
+#endif
 };
 
 #if defined(__AVX512F__)
@@ -453,6 +469,20 @@ inline void StorePairsAt(typename Fmt::Elem* out, int64_t half, int64_t j, Vf xa
     Fmt::Store(out + j, xa);
     Fmt::Store(out + half + j, xb);
   }
+}
+// kVecs*kLanes pairs at pair j, vector u's from xa[u] and xb[u]: NEOX places two vectors at a time
+// where the format stores two together (Fmt::StoreTwo).
+template <class Fmt, bool kGptj, int kVecs>
+inline void StoreRowPairs(typename Fmt::Elem* out, int64_t half, int64_t j, const Vf* xa,
+                          const Vf* xb) {
+  int u = 0;
+  if constexpr (!kGptj && requires { &Fmt::StoreTwo; }) {
+    for (; u + 1 < kVecs; u += 2) {
+      Fmt::StoreTwo(out + j + u * kLanes, xa[u], xa[u + 1]);
+      Fmt::StoreTwo(out + half + j + u * kLanes, xb[u], xb[u + 1]);
+    }
+  }
+  for (; u < kVecs; ++u) StorePairsAt<Fmt, kGptj>(out, half, j + u * kLanes, xa[u], xb[u]);
 }
 
 // ---- the rotations in lanes ---------------------------------------------------------------------
@@ -615,9 +645,7 @@ void RotatePass(const typename Fmt::Elem* in, int64_t in_stride, typename Fmt::E
       Rot::template Pairs<Fmt>(in_r, out_r, tab, t, half, kGptjIn, kGptjOut, j, j + kVecs * kLanes);
       return;
     }
-    for (int u = 0; u < kVecs; ++u) {
-      StorePairsAt<Fmt, kGptjOut>(out_r, half, j + u * kLanes, xa[u], xb[u]);
-    }
+    StoreRowPairs<Fmt, kGptjOut, kVecs>(out_r, half, j, xa, xb);
   };
   Lanes l[kVecs];
   if constexpr (kShared) {
