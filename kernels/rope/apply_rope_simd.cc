@@ -706,16 +706,32 @@ void RotateRowsInLanes(const typename Fmt::Elem* in, int64_t in_stride, typename
   }
 }
 
-// The widest pass DEEPSEEK takes in place: on AVX2 (8 pairs a vector) 8 vectors, so that a row of
-// 64 pairs (head_dim 128, the usual DEEPSEEK) is loaded whole before any store rather than
-// rotated from a copy (the copy had made DEEPSEEK FLOAT16 0.38 of the in-place limit on one
-// thread, NEOX 0.83). The registers do not hold 8 vectors of pairs and their tables: the compiler
-// keeps some in L1, which costs less than the copy. On AVX-512 kMaxVecs already covers 64 pairs.
+// The widest pass: on AVX2 (8 pairs a vector) 8 vectors, so that a row of 64 pairs (head_dim 128)
+// is loaded whole before any store. DEEPSEEK then rotates in place rather than from a copy (the
+// copy had made DEEPSEEK FLOAT16 0.38 of the in-place limit on one thread, NEOX 0.83), and a
+// FLOAT32 row's 8 lines are read from memory in one pass rather than two of 4 (NEOX and GPT-J
+// [1,4096,32,128] and [8,2048,32,128]: 1.23-1.32x on one thread, 1.16-1.24x on two). The
+// registers do not hold 8 vectors of pairs and their tables: the compiler keeps some in L1, which
+// costs where the rows are in the caches already (the decode step [64,1,32,128] FLOAT32: 0.90x),
+// so FLOAT32 takes it only for tensors that are not (RopeRows::prefetch); FLOAT16/BFLOAT16 rows
+// of 4 lines measured 0.75-1.08x and keep passes of kMaxVecs. On AVX-512 kMaxVecs already covers
+// 64 pairs.
 #if defined(__AVX512F__)
 constexpr int kWholeRowVecs = kMaxVecs;
 #else
 constexpr int kWholeRowVecs = 2 * kMaxVecs;
 #endif
+
+// Rows in place, in passes of kWholeRowVecs vectors where `wide`, else of kMaxVecs.
+template <class Fmt, class Rot, bool kGptjIn, bool kGptjOut>
+void RotateInPlace(typename Fmt::Elem* x, int64_t stride, const RopeRows& a,
+                   const typename Rot::Tables& tab, bool wide) {
+  if (wide) {
+    RotateRowsInLanes<Fmt, Rot, kGptjIn, kGptjOut, kWholeRowVecs>(x, stride, x, stride, a, tab);
+  } else {
+    RotateRowsInLanes<Fmt, Rot, kGptjIn, kGptjOut>(x, stride, x, stride, a, tab);
+  }
+}
 
 // One call's rows in lanes, in place. DEEPSEEK (the orders differ) reads from a copy of every
 // row's rotary channels in the scratch, unless one pass covers each row (then a row is read
@@ -726,6 +742,8 @@ void RotateInLanes(const RopeRows& a, const typename Rot::Tables& tab) {
   auto* x = static_cast<E*>(a.x);
   const int64_t stride = a.row_stride;
   const bool whole_row = a.half == kWholeRowVecs * kLanes;
+  const bool wide =
+      whole_row && (a.gptj_in != a.gptj_out || (std::is_same_v<Rot, F32Rotation> && a.prefetch));
   const bool one_pass =
       whole_row || a.half == kMaxVecs * kLanes || a.half == 2 * kLanes || a.half == kLanes;
   if (a.gptj_in == a.gptj_out || one_pass) {
@@ -734,18 +752,14 @@ void RotateInLanes(const RopeRows& a, const typename Rot::Tables& tab) {
         RotateRowsInLanes<Interleaved<Fmt>, InterleavedHalfRotation, true, true>(x, stride, x,
                                                                                  stride, a, tab);
       } else {
-        RotateRowsInLanes<Fmt, Rot, true, true>(x, stride, x, stride, a, tab);
+        RotateInPlace<Fmt, Rot, true, true>(x, stride, a, tab, wide);
       }
-    } else if (a.gptj_in && whole_row) {
-      RotateRowsInLanes<Fmt, Rot, true, false, kWholeRowVecs>(x, stride, x, stride, a, tab);
     } else if (a.gptj_in) {
-      RotateRowsInLanes<Fmt, Rot, true, false>(x, stride, x, stride, a, tab);
-    } else if (a.gptj_out && whole_row) {
-      RotateRowsInLanes<Fmt, Rot, false, true, kWholeRowVecs>(x, stride, x, stride, a, tab);
+      RotateInPlace<Fmt, Rot, true, false>(x, stride, a, tab, wide);
     } else if (a.gptj_out) {
-      RotateRowsInLanes<Fmt, Rot, false, true>(x, stride, x, stride, a, tab);
+      RotateInPlace<Fmt, Rot, false, true>(x, stride, a, tab, wide);
     } else {
-      RotateRowsInLanes<Fmt, Rot, false, false>(x, stride, x, stride, a, tab);
+      RotateInPlace<Fmt, Rot, false, false>(x, stride, a, tab, wide);
     }
     return;
   }
