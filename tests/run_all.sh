@@ -84,8 +84,10 @@ if [ "${POSENC_SANITIZERS:-0}" = 1 ]; then
   # libFuzzer smoke: every target (tests/fuzz) replays its regressions and fuzzes 20 s under
   # ASan + UBSan with RSS and malloc limits; any finding fails.
   stage "build (fuzz, clang)"
+  # -g1: line tables for the reports (as the sanitizer presets), not the full debug info.
   CC=clang CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DPOSENC_BUILD_TESTS=OFF \
-    -DPOSENC_BUILD_FUZZERS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    -DPOSENC_BUILD_FUZZERS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" >/dev/null
   cmake --build build/fuzz -j "$jobs" --target rpc_fuzz inference_fuzz shm_fuzz hf_config_fuzz \
     table_fuzz cli_flags_fuzz
   done_stage "build (fuzz, clang)"
