@@ -7,8 +7,9 @@
 #
 #   tests/fuzz/run_smoke.sh [BUILD_DIR] [SECONDS]      defaults: build/fuzz 20
 #
-# Builds nothing: configure and build BUILD_DIR first (CC=clang CXX=clang++,
-# -DPOSENC_BUILD_TESTS=OFF -DPOSENC_BUILD_FUZZERS=ON). Runs one target at a time, one process.
+# Builds nothing: build BUILD_DIR first (the asan-ubsan preset, which CI uses, or an optimized
+# tree of its own: CC=clang CXX=clang++ -DPOSENC_BUILD_TESTS=OFF -DPOSENC_BUILD_FUZZERS=ON).
+# Runs one target at a time, one process.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
