@@ -27,6 +27,9 @@
 namespace posenc::client {
 namespace {
 
+using testing::ConnectToPort;
+using testing::ExpectSameTensor;
+
 constexpr int64_t kSmallLimit = int64_t{1} << 20;
 
 // A cpu-backend server with a 1 MiB message limit, for the whole binary.
@@ -44,12 +47,6 @@ server::PosencServer& SmallServer() {
   return *server;
 }
 
-std::unique_ptr<Client> Connect(int port, ClientOptions options = {}) {
-  auto client = Client::Connect(absl::StrCat("127.0.0.1:", port), options);
-  EXPECT_TRUE(client.ok()) << client.status();
-  return client.ok() ? *std::move(client) : nullptr;
-}
-
 // A FLOAT32 tensor of `shape` with distinct values.
 Tensor Ramp(std::vector<int64_t> shape, float scale = 1e-3f) {
   int64_t n = 1;
@@ -62,10 +59,10 @@ Tensor Ramp(std::vector<int64_t> shape, float scale = 1e-3f) {
 class SplitTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    split_ = Connect(SmallServer().port());
+    split_ = ConnectToPort(SmallServer().port());
     ClientOptions unsplit_options;
     unsplit_options.split_requests = false;
-    small_unsplit_ = Connect(SmallServer().port(), unsplit_options);
+    small_unsplit_ = ConnectToPort(SmallServer().port(), unsplit_options);
     // The reference server: the cpu backend too, so the bytes must agree exactly.
     static server::PosencServer* const big = [] {
       server::ServerOptions options;
@@ -76,7 +73,7 @@ class SplitTest : public ::testing::Test {
       if (!started.ok()) std::abort();
       return started->release();
     }();
-    whole_ = Connect(big->port());
+    whole_ = ConnectToPort(big->port());
     ASSERT_NE(split_, nullptr);
     ASSERT_NE(whole_, nullptr);
   }
@@ -105,12 +102,6 @@ class SplitTest : public ::testing::Test {
   std::unique_ptr<Client> small_unsplit_;  // 1 MiB server, splitting off
   std::unique_ptr<Client> whole_;          // 256 MiB server: one call
 };
-
-void ExpectSameTensor(const Tensor& a, const Tensor& b, const std::string& what) {
-  EXPECT_EQ(a.dtype, b.dtype) << what;
-  EXPECT_EQ(a.shape, b.shape) << what;
-  EXPECT_TRUE(a.data == b.data) << what << ": the bytes differ";
-}
 
 // An `expect` for CompareWithWhole of calls that return one Tensor.
 auto SameTensor(std::string what) {
@@ -415,7 +406,7 @@ TEST_F(SplitTest, PerCallDeadlineOverridesTheClientDefault) {
   options.threads = 1;
   auto server = server::PosencServer::Start(options);
   ASSERT_TRUE(server.ok()) << server.status();
-  auto client = Connect((*server)->port());
+  auto client = ConnectToPort((*server)->port());
   ASSERT_NE(client, nullptr);
   RelativeBiasOptions heavy;
   heavy.q_len = 2048;
@@ -454,7 +445,7 @@ absl::StatusOr<std::unique_ptr<server::PosencServer>> OneHeavyCallServer(int64_t
 TEST(SplitAdmissionTest, PiecesDoNotRefuseOneAnother) {
   auto server = OneHeavyCallServer(8 << 20);
   ASSERT_TRUE(server.ok()) << server.status();
-  auto client = Connect((*server)->port());
+  auto client = ConnectToPort((*server)->port());
   AlibiBiasOptions full;
   full.num_heads = 16;
   full.q_len = 1024;
@@ -476,7 +467,7 @@ TEST(SplitAdmissionTest, PiecesDoNotRefuseOneAnother) {
 TEST(SplitAdmissionTest, ApplyRopePiecesOverlapOnAServerComputingOneAtATime) {
   auto server = OneHeavyCallServer(12 << 20);
   ASSERT_TRUE(server.ok()) << server.status();
-  auto client = Connect((*server)->port());
+  auto client = ConnectToPort((*server)->port());
   ClientOptions unsplit;
   unsplit.split_requests = false;
   unsplit.max_message_bytes = 64 << 20;
@@ -488,7 +479,7 @@ TEST(SplitAdmissionTest, ApplyRopePiecesOverlapOnAServerComputingOneAtATime) {
   ASSERT_TRUE(split.ok()) << split.status();
   auto big = OneHeavyCallServer(64 << 20);
   ASSERT_TRUE(big.ok()) << big.status();
-  const auto whole = Connect((*big)->port(), unsplit)->ApplyRope(rope);
+  const auto whole = ConnectToPort((*big)->port(), unsplit)->ApplyRope(rope);
   ASSERT_TRUE(whole.ok()) << whole.status();
   ExpectSameTensor(split->q, whole->q, "q");
   ASSERT_TRUE(split->k.has_value());
@@ -599,7 +590,7 @@ TEST(SplitAdmissionTest, TheExtraPieceRefusedBusyIsSentAgainOnce) {
     ClientOptions options;
     options.max_attempts = 1;      // no gRPC retries: only the split's own resend
     options.health_check = false;  // the fake serves no health service
-    const auto result = Connect(port, options)->ApplyRope(rope);
+    const auto result = ConnectToPort(port, options)->ApplyRope(rope);
     const std::vector<std::string> sent = service.apply_rope_requests();
     if (resent) {
       ASSERT_TRUE(result.ok()) << result.status();

@@ -50,11 +50,24 @@ inline std::string ServerAddress(const std::string& backend = "reference") {
   return absl::StrCat("127.0.0.1:", SharedServer(backend).port());
 }
 
-// A client over real TCP to the shared server on `backend`.
-inline std::unique_ptr<Client> ConnectToSharedServer(const std::string& backend = "reference") {
-  auto client = Client::Connect(ServerAddress(backend), ClientOptions());
+// A client over real TCP to the server listening on 127.0.0.1:`port`.
+inline std::unique_ptr<Client> ConnectToPort(int port, const ClientOptions& options = {}) {
+  auto client = Client::Connect(absl::StrCat("127.0.0.1:", port), options);
   EXPECT_TRUE(client.ok()) << client.status();
   return client.ok() ? *std::move(client) : nullptr;
+}
+
+// A client over real TCP to the shared server on `backend`.
+inline std::unique_ptr<Client> ConnectToSharedServer(const std::string& backend = "reference") {
+  return ConnectToPort(SharedServer(backend).port());
+}
+
+// The same dtype, shape and bytes (a split call against the same call made whole).
+inline void ExpectSameTensor(const Tensor& actual, const Tensor& expected,
+                             const std::string& what) {
+  EXPECT_EQ(actual.dtype, expected.dtype) << what;
+  EXPECT_EQ(actual.shape, expected.shape) << what;
+  EXPECT_TRUE(actual.data == expected.data) << what << ": the bytes differ";
 }
 
 // A tensor of `shape` with values uniform in [-2, 2] (the same for the same seed), in `dtype`.

@@ -23,6 +23,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "client/convert.h"
+#include "client_test_util.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "nlohmann/json.hpp"
@@ -34,6 +35,8 @@ namespace posenc::client {
 namespace {
 
 using nlohmann::json;
+using testing::ConnectToPort;
+using testing::ExpectSameTensor;
 
 // ---------------------------------------------------------------------------------------------
 // Tensors of the cases: deterministic values for float tensors; ids and masks as given.
@@ -274,18 +277,6 @@ int64_t OkCalls(server::PosencServer& server, const std::string& method) {
   return 0;
 }
 
-std::unique_ptr<Client> ConnectTo(server::PosencServer& server) {
-  auto client = Client::Connect(absl::StrCat("127.0.0.1:", server.port()));
-  EXPECT_TRUE(client.ok()) << client.status();
-  return client.ok() ? *std::move(client) : nullptr;
-}
-
-void ExpectSameTensor(const Tensor& split, const Tensor& whole, const std::string& what) {
-  EXPECT_EQ(split.dtype, whole.dtype) << what;
-  EXPECT_EQ(split.shape, whole.shape) << what;
-  EXPECT_TRUE(split.data == whole.data) << what << ": the bytes differ";
-}
-
 void ExpectSame(const Tensor& split, const Tensor& whole) { ExpectSameTensor(split, whole, "y"); }
 void ExpectSame(const ApplyRopeResult& split, const ApplyRopeResult& whole) {
   ExpectSameTensor(split.q, whole.q, "q");
@@ -345,8 +336,8 @@ void RunCase(const Case& c, const std::string& rpc,
       << round_trip->ShortDebugString().substr(0, 2000);
 
   server::PosencServer& small = ServerWithLimit(c.max_message_bytes);
-  const auto split_client = ConnectTo(small);
-  const auto whole_client = ConnectTo(ServerWithLimit(0));
+  const auto split_client = ConnectToPort(small.port());
+  const auto whole_client = ConnectToPort(ServerWithLimit(0).port());
   ASSERT_NE(split_client, nullptr);
   ASSERT_NE(whole_client, nullptr);
   const int64_t before = OkCalls(small, rpc);
