@@ -14,7 +14,7 @@
 # more on an H200). --profile, where Nsight Systems (nsys) is installed, records where a GPU
 # caller's time goes past the kernel: the in-process device-view call at [16,4096,32,128] and the
 # decode step end to end (posenc-server runs as the benchmark's child process), with nsys's CUDA
-# API and GPU summaries in $out/nsys.log. Not run on a GPU yet.
+# API and GPU summaries in $out/nsys.log (the lent H200s have no nsys: skipped there, 2026-11-29).
 #
 # POSENC_PREBUILT=1 skips the build (a folder made by device_bundle.sh on a machine with our build
 # dependencies); POSENC_PYTHON names the Python with grpcio and numpy (default /usr/bin/python3).
