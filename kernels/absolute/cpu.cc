@@ -30,9 +30,10 @@ void PlaceSinusoidal(const SinusoidalParams& params, int64_t nfreq, const T* c, 
 }
 
 // The rows of tokens [t0, t1) of an even-D table computed in float, walked (AngleWalker): a
-// FLOAT32 table straight into the output with plain stores, whatever its size (8192 x 1024:
-// 0.91-0.95 of fill with angle_rows' register-tiled rows, against 0.32-0.39 for blocks streamed
-// out; BENCHMARKS.md, branches tables and sin), FLOAT16 / BFLOAT16 into blocks of kTableBlockBytes,
+// FLOAT32 table straight into the output (8192 x 1024: 0.91-0.95 of fill with angle_rows'
+// register-tiled rows, against 0.32-0.39 for blocks computed, then streamed out; BENCHMARKS.md,
+// branches tables and sin), its rows streamed from the registers where the table is large
+// (TableRows::stream; "Streamed table rows"), FLOAT16 / BFLOAT16 into blocks of kTableBlockBytes,
 // converted. Padding rows are zero.
 void WalkSinusoidalRows(const CpuContext& cpu, const SinusoidalPlan& plan,
                         const SplitFrequencies& w, const ResolvedPositions& positions,
@@ -40,6 +41,8 @@ void WalkSinusoidalRows(const CpuContext& cpu, const SinusoidalPlan& plan,
   const int64_t dim = plan.params.dim, half = dim / 2;
   const bool interleaved = plan.params.layout == SinusoidalLayout::kInterleaved;
   AngleWalker walker(cpu.simd, w, plan.frequencies, half);
+  const bool stream =
+      out.dtype == DType::kFloat32 && positions.num_tokens * dim * int64_t{4} >= kStreamMinBytes;
   // Rows of tokens [u0, u1) from `base` on (token u0's row).
   const auto walk = [&](float* base, int64_t u0, int64_t u1) {
     ForEachRun<false>(positions, u0, u1, [&](int64_t t, double p, int64_t m) {
@@ -53,10 +56,12 @@ void WalkSinusoidalRows(const CpuContext& cpu, const SinusoidalPlan& plan,
       rows.s = row;
       rows.c = interleaved ? row : row + half;
       rows.row_stride = dim;
+      rows.stream = stream;
       walker.Rows(p, m, 1.0, 1.0, rows);
     });
   };
   if (out.dtype == DType::kFloat32) {
+    const FenceStreams fence(cpu.simd);
     walk(static_cast<float*>(out.data) + t0 * dim, t0, t1);
     return;
   }

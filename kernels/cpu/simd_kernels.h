@@ -66,6 +66,10 @@ struct TableRows {
   float* c = nullptr;
   float* s = nullptr;
   int64_t row_stride = 0, dup = 0;
+  // The rows may be written with non-temporal stores (a large table, not read again soon; the
+  // AVX2 level does where whole 64-byte lines line up, the others ignore it): the caller then
+  // calls stream_fence before the rows are read (cpu.h's FenceStreams).
+  bool stream = false;
 };
 
 struct SimdKernels {

@@ -73,6 +73,19 @@ void AngleRowsT(double* __restrict c, double* __restrict s, const double* __rest
   }
 }
 
+// The rows of `out` from frequency j on (the kInterleaved and dup-free kSplit forms).
+template <RowForm kForm>
+TableRows FromFrequency(const TableRows& out, int64_t j) {
+  TableRows rest = out;
+  if constexpr (kForm == RowForm::kInterleaved) {
+    rest.s += 2 * j;
+  } else {
+    rest.c += j;
+    rest.s += j;
+  }
+  return rest;
+}
+
 #if defined(__AVX2__)
 // The vector levels' walk of the kInterleaved and (dup-free) kSplit forms, register-tiled: for
 // each block of kBlock frequencies the state (c, s) and the step (cw, sw) stay in registers for
@@ -81,15 +94,22 @@ void AngleRowsT(double* __restrict c, double* __restrict s, const double* __rest
 // and stores the state of every frequency for every row: 2 stores of doubles per vector of
 // output floats, which sit in the store buffer behind the output's cache misses and cut how many
 // output lines are in flight (Sinusoidal 8192 x 1024: 0.71 -> 0.95 of fill interleaved,
-// 0.46 -> 0.74 concat; BENCHMARKS.md, branch sin).
+// 0.46 -> 0.74 concat; BENCHMARKS.md, branch sin). kStream: with non-temporal stores, whole lines
+// at a time (a large table written once: no read of each line before it is written; concat
+// 8192 x 1024 on an AVX2 host 0.50 -> 0.87 of fill, BENCHMARKS.md "Streamed table rows").
 // The same arithmetic per element as AngleRowsT (RopeAngleStep's products, then one FMA each).
 // Frequencies [0, n - n % kBlock); the caller walks the rest.
 constexpr int64_t kTileRows = 8;
 
 #if defined(__AVX512F__)
-constexpr int64_t kBlock = 16;  // two vectors of 8 doubles
+// Two vectors of 8 doubles: 16 floats, a whole 64-byte line, to each row a block writes (split),
+// two lines (interleaved). Plain stores: TableRows::stream is not taken on this level (streaming
+// was measured on an AVX2 host only).
+constexpr bool kStreams = false;
+template <RowForm, bool kStream>
+constexpr int64_t kBlock = 16;
 
-template <RowForm kForm>
+template <RowForm kForm, bool kStream>
 void AngleRowsTiled(double* __restrict c, double* __restrict s, const double* __restrict cw,
                     const double* __restrict sw, int64_t n, int64_t rows, double c_scale,
                     double s_scale, const TableRows& out) {
@@ -98,7 +118,7 @@ void AngleRowsTiled(double* __restrict c, double* __restrict s, const double* __
   const __m512i pairs = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
     const int64_t r1 = std::min(rows, r0 + kTileRows);
-    for (int64_t j = 0; j + kBlock <= n; j += kBlock) {
+    for (int64_t j = 0; j + kBlock<kForm, kStream> <= n; j += kBlock<kForm, kStream>) {
       __m512d c0 = _mm512_loadu_pd(c + j), c1 = _mm512_loadu_pd(c + j + 8);
       __m512d s0 = _mm512_loadu_pd(s + j), s1 = _mm512_loadu_pd(s + j + 8);
       const __m512d cw0 = _mm512_loadu_pd(cw + j), cw1 = _mm512_loadu_pd(cw + j + 8);
@@ -136,66 +156,120 @@ void AngleRowsTiled(double* __restrict c, double* __restrict s, const double* __
   }
 }
 #else
-constexpr int64_t kBlock = 8;  // two vectors of 4 doubles
+// kV vectors of 4 doubles a block. Streamed (TableRows::stream), a block writes whole 64-byte
+// lines to each row: 8 frequencies interleaved (16 floats), 16 split (16 floats to each of c and
+// s; the step then read from L1 each row, since 16 vectors of state and step would not leave
+// registers for the rest). Plain stores keep 8 split frequencies (half lines, which the next
+// block completes while the lines are still in the cache).
+constexpr bool kStreams = true;
+template <RowForm kForm, bool kStream>
+constexpr int kVecs = (kForm == RowForm::kSplit && kStream) ? 4 : 2;
+template <RowForm kForm, bool kStream>
+constexpr int64_t kBlock = 4 * kVecs<kForm, kStream>;
 
-template <RowForm kForm>
+template <bool kStream>
+inline void Store8(float* to, __m256 v) {
+  if constexpr (kStream) {
+    _mm256_stream_ps(to, v);
+  } else {
+    _mm256_storeu_ps(to, v);
+  }
+}
+
+template <RowForm kForm, bool kStream>
 void AngleRowsTiled(double* __restrict c, double* __restrict s, const double* __restrict cw,
                     const double* __restrict sw, int64_t n, int64_t rows, double c_scale,
                     double s_scale, const TableRows& out) {
+  constexpr int kV = kVecs<kForm, kStream>;
+  constexpr int64_t kB = kBlock<kForm, kStream>;
   const __m256d csc = _mm256_set1_pd(c_scale), ssc = _mm256_set1_pd(s_scale);
   for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
     const int64_t r1 = std::min(rows, r0 + kTileRows);
-    for (int64_t j = 0; j + kBlock <= n; j += kBlock) {
-      __m256d c0 = _mm256_loadu_pd(c + j), c1 = _mm256_loadu_pd(c + j + 4);
-      __m256d s0 = _mm256_loadu_pd(s + j), s1 = _mm256_loadu_pd(s + j + 4);
-      const __m256d cw0 = _mm256_loadu_pd(cw + j), cw1 = _mm256_loadu_pd(cw + j + 4);
-      const __m256d sw0 = _mm256_loadu_pd(sw + j), sw1 = _mm256_loadu_pd(sw + j + 4);
+    for (int64_t j = 0; j + kB <= n; j += kB) {
+      __m256d cv[kV], sv[kV], cwv[kV], swv[kV];
+      for (int64_t v = 0; v < kV; ++v) {
+        cv[v] = _mm256_loadu_pd(c + j + 4 * v);
+        sv[v] = _mm256_loadu_pd(s + j + 4 * v);
+        cwv[v] = _mm256_loadu_pd(cw + j + 4 * v);
+        swv[v] = _mm256_loadu_pd(sw + j + 4 * v);
+      }
       for (int64_t r = r0; r < r1; ++r) {
-        const __m128 cf0 = _mm256_cvtpd_ps(_mm256_mul_pd(c0, csc));
-        const __m128 cf1 = _mm256_cvtpd_ps(_mm256_mul_pd(c1, csc));
-        const __m128 sf0 = _mm256_cvtpd_ps(_mm256_mul_pd(s0, ssc));
-        const __m128 sf1 = _mm256_cvtpd_ps(_mm256_mul_pd(s1, ssc));
+        __m128 cf[kV], sf[kV];
+        for (int64_t v = 0; v < kV; ++v) {
+          cf[v] = _mm256_cvtpd_ps(_mm256_mul_pd(cv[v], csc));
+          sf[v] = _mm256_cvtpd_ps(_mm256_mul_pd(sv[v], ssc));
+        }
         if constexpr (kForm == RowForm::kInterleaved) {
           float* row = out.s + r * out.row_stride + 2 * j;
-          _mm256_storeu_ps(row,
-                           _mm256_set_m128(_mm_unpackhi_ps(sf0, cf0), _mm_unpacklo_ps(sf0, cf0)));
-          _mm256_storeu_ps(row + 8,
-                           _mm256_set_m128(_mm_unpackhi_ps(sf1, cf1), _mm_unpacklo_ps(sf1, cf1)));
+          for (int64_t v = 0; v < kV; ++v) {
+            Store8<kStream>(row + 8 * v, _mm256_set_m128(_mm_unpackhi_ps(sf[v], cf[v]),
+                                                         _mm_unpacklo_ps(sf[v], cf[v])));
+          }
         } else {
-          _mm256_storeu_ps(out.c + r * out.row_stride + j, _mm256_set_m128(cf1, cf0));
-          _mm256_storeu_ps(out.s + r * out.row_stride + j, _mm256_set_m128(sf1, sf0));
+          float* crow = out.c + r * out.row_stride + j;
+          float* srow = out.s + r * out.row_stride + j;
+          for (int64_t v = 0; v < kV; v += 2) {
+            Store8<kStream>(crow + 4 * v, _mm256_set_m128(cf[v + 1], cf[v]));
+            Store8<kStream>(srow + 4 * v, _mm256_set_m128(sf[v + 1], sf[v]));
+          }
         }
-        const __m256d cn0 = _mm256_fmsub_pd(c0, cw0, _mm256_mul_pd(s0, sw0));
-        const __m256d cn1 = _mm256_fmsub_pd(c1, cw1, _mm256_mul_pd(s1, sw1));
-        s0 = _mm256_fmadd_pd(s0, cw0, _mm256_mul_pd(c0, sw0));
-        s1 = _mm256_fmadd_pd(s1, cw1, _mm256_mul_pd(c1, sw1));
-        c0 = cn0;
-        c1 = cn1;
+        // RopeAngleStep: c' = c*cw - s*sw, s' = s*cw + c*sw; the step of four vectors from L1.
+        for (int64_t v = 0; v < kV; ++v) {
+          const __m256d cw4 = kV == 2 ? cwv[v] : _mm256_loadu_pd(cw + j + 4 * v);
+          const __m256d sw4 = kV == 2 ? swv[v] : _mm256_loadu_pd(sw + j + 4 * v);
+          const __m256d cn = _mm256_fmsub_pd(cv[v], cw4, _mm256_mul_pd(sv[v], sw4));
+          sv[v] = _mm256_fmadd_pd(sv[v], cw4, _mm256_mul_pd(cv[v], sw4));
+          cv[v] = cn;
+        }
       }
-      _mm256_storeu_pd(c + j, c0);
-      _mm256_storeu_pd(c + j + 4, c1);
-      _mm256_storeu_pd(s + j, s0);
-      _mm256_storeu_pd(s + j + 4, s1);
+      for (int64_t v = 0; v < kV; ++v) {
+        _mm256_storeu_pd(c + j + 4 * v, cv[v]);
+        _mm256_storeu_pd(s + j + 4 * v, sv[v]);
+      }
     }
   }
 }
 #endif
 
 // The tiled walk over the whole blocks of frequencies, AngleRowsT over the rest.
+template <RowForm kForm, bool kStream>
+void AngleRowsBlocks(double* c, double* s, const double* cw, const double* sw, int64_t n,
+                     int64_t rows, double c_scale, double s_scale, const TableRows& out) {
+  const int64_t nb = n - n % kBlock<kForm, kStream>;
+  if (nb > 0) AngleRowsTiled<kForm, kStream>(c, s, cw, sw, nb, rows, c_scale, s_scale, out);
+  if (nb == n) return;
+  AngleRowsT<kForm, false>(c + nb, s + nb, cw + nb, sw + nb, n - nb, rows, c_scale, s_scale,
+                           FromFrequency<kForm>(out, nb));
+}
+
+// Where the rows of `out` start whole 64-byte lines at the same frequency `lead` in every row, c
+// and s alike (the row stride a multiple of a line): the frequency; else -1.
+template <RowForm kForm>
+int64_t LineLead(const TableRows& out) {
+  constexpr int64_t kLine = 64, kFloats = kForm == RowForm::kInterleaved ? 2 : 1;
+  const auto at = [](const float* p) {
+    return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p) % kLine);
+  };
+  if (out.row_stride * static_cast<int64_t>(sizeof(float)) % kLine != 0) return -1;
+  if (kForm == RowForm::kSplit && at(out.c) != at(out.s)) return -1;
+  const int64_t lead_bytes = (kLine - at(out.s)) % kLine;
+  if (lead_bytes % (kFloats * static_cast<int64_t>(sizeof(float))) != 0) return -1;
+  return lead_bytes / (kFloats * static_cast<int64_t>(sizeof(float)));
+}
+
+// Streamed where the rows allow it (TableRows::stream; LineLead): the frequencies before the first
+// line row by row, the rest in streamed blocks. Else plain stores.
 template <RowForm kForm>
 void AngleRowsBlocked(double* c, double* s, const double* cw, const double* sw, int64_t n,
                       int64_t rows, double c_scale, double s_scale, const TableRows& out) {
-  const int64_t nb = n - n % kBlock;
-  if (nb > 0) AngleRowsTiled<kForm>(c, s, cw, sw, nb, rows, c_scale, s_scale, out);
-  if (nb == n) return;
-  TableRows rest = out;
-  if constexpr (kForm == RowForm::kInterleaved) {
-    rest.s += 2 * nb;
-  } else {
-    rest.c += nb;
-    rest.s += nb;
+  const int64_t lead = kStreams && out.stream ? LineLead<kForm>(out) : -1;
+  if (lead < 0 || lead + kBlock < kForm, true >> n) {
+    AngleRowsBlocks<kForm, false>(c, s, cw, sw, n, rows, c_scale, s_scale, out);
+    return;
   }
-  AngleRowsT<kForm, false>(c + nb, s + nb, cw + nb, sw + nb, n - nb, rows, c_scale, s_scale, rest);
+  if (lead > 0) AngleRowsT<kForm, false>(c, s, cw, sw, lead, rows, c_scale, s_scale, out);
+  AngleRowsBlocks<kForm, true>(c + lead, s + lead, cw + lead, sw + lead, n - lead, rows, c_scale,
+                               s_scale, FromFrequency<kForm>(out, lead));
 }
 #endif
 

@@ -225,5 +225,77 @@ TEST(TableWalkTest, LargeTablesEndingAtTheLastPosition) {
                   RangeSpec(kMaxPosition + 1 - rows, rows), levels, "Sinusoidal large");
 }
 
+// FLOAT32 Sinusoidal tables of 32 MiB or more, whose rows the AVX2 level streams out
+// (non-temporal stores, whole 64-byte lines), with the table placed at each kind of distance from
+// a line: rows that start lines at frequency 0, at a later frequency (those before it written row
+// by row), and interleaved rows whose lines would start between the sin and cos of a pair (not
+// streamed); also rows of 1000 floats, whose stride is no whole number of lines (not streamed).
+// The best level, two threads (each fences its own rows). Every element written and within
+// [-1, 1]; rows around the anchors and blocks, and every 61st, within 1e-6 of the truth.
+// Sanitizer builds: 4 MiB, below the streaming size (the plain path).
+TEST(TableWalkTest, StreamedSinusoidalRowsAtEveryAlignment) {
+  std::vector<Level> levels;
+  for (const char* isa : {"avx512", "avx2", "scalar"}) {
+    auto b = MakeCpuBackend(CpuBackendOptions{2, isa});
+    if (b.ok()) {
+      levels.push_back({std::string(isa) + "_t2", std::move(*b)});
+      break;
+    }
+  }
+  ASSERT_FALSE(levels.empty());
+  for (int64_t dim : {1024, 1000}) {
+    const int64_t rows = kSanitizedBuild ? 1024 : dim == 1024 ? 8192 : 8400;  // >= 32 MiB
+    const int64_t first = kMaxPosition + 1 - rows;
+    std::vector<int64_t> sampled;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (r % 61 == 0 || r % 256 <= 1 || r % 256 == 255 || r >= rows - 2) sampled.push_back(r);
+    }
+    std::vector<int64_t> sampled_ids;
+    for (int64_t r : sampled) sampled_ids.push_back(first + r);
+    for (SinusoidalLayout layout : {SinusoidalLayout::kConcat, SinusoidalLayout::kInterleaved}) {
+      const SinusoidalParams params{dim, 10000.0, layout, std::nullopt};
+      auto ref_plan = PlanSinusoidal(
+          {.params = params, .positions = IdsSpec(sampled_ids), .output_dtype = DType::kFloat64});
+      ASSERT_TRUE(ref_plan.ok()) << ref_plan.status();
+      Buffer truth(ref_plan->table);
+      ASSERT_TRUE(RunSinusoidal(Ref(), *ref_plan, truth.view).ok());
+      auto plan = PlanSinusoidal(
+          {.params = params, .positions = RangeSpec(first, rows), .output_dtype = DType::kFloat32});
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      const std::vector<int64_t> offsets =
+          dim == 1024 ? std::vector<int64_t>{0, 4, 8, 48} : std::vector<int64_t>{0};
+      for (int64_t offset : offsets) {  // bytes past a 64-byte line
+        for (const Level& level : levels) {
+          const std::string what = "Sinusoidal D=" + std::to_string(dim) + " layout" +
+                                   std::to_string(static_cast<int>(layout)) + " offset " +
+                                   std::to_string(offset) + " " + level.name;
+          std::vector<float> bytes(static_cast<size_t>(rows * dim + 32));
+          std::fill(bytes.begin(), bytes.end(), -7.0f);  // no sin or cos
+          const auto line = (reinterpret_cast<uintptr_t>(bytes.data()) + 63) / 64 * 64;
+          float* table = reinterpret_cast<float*>(line + static_cast<uintptr_t>(offset));
+          ASSERT_TRUE(
+              RunSinusoidal(*level.backend, *plan, {DType::kFloat32, plan->table.shape, table})
+                  .ok());
+          const int64_t outside = std::count_if(table, table + rows * dim,
+                                                [](float v) { return !(std::fabs(v) <= 1); });
+          EXPECT_EQ(outside, 0) << what << ": elements unwritten or outside [-1, 1]";
+          int bad = 0;
+          for (size_t i = 0; i < sampled.size(); ++i) {
+            for (int64_t k = 0; k < dim; ++k) {
+              const double want = truth.at(static_cast<int64_t>(i) * dim + k);
+              const double got = table[sampled[i] * dim + k];
+              if (!(std::fabs(got - want) <= 1e-6) && ++bad <= 3) {
+                ADD_FAILURE() << what << " row " << sampled[i] << " [" << k << "]: got " << got
+                              << ", want " << want;
+              }
+            }
+          }
+          EXPECT_EQ(bad, 0) << what;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace posenc::kernels
