@@ -625,9 +625,16 @@ void RotatePass(const typename Fmt::Elem* in, int64_t in_stride, typename Fmt::E
   // Locals: the vector stores may alias anything, so fields of `a` would be reloaded each row.
   const int64_t half = a.half, rows = a.rows, ts = a.table_stride;
   const int64_t row_bytes = 2 * half * static_cast<int64_t>(sizeof(E));
+  // Asked for ahead: the row's whole stride, the channels that pass through (partial rotary)
+  // included, so that the lines asked for are one stream without holes, as the processor's own
+  // prefetchers fetch it anyway. Only the rotary channels' lines had made partial rotary slower
+  // than a whole rotation of twice the bytes (BSHD rot 64 of 128 on one thread, AVX2 host:
+  // FLOAT32 12-13.5 -> 16.3-16.8 GB/s, BFLOAT16 6.4-8.6 -> 15.4-15.9; BENCHMARKS.md).
+  const int64_t ahead_bytes =
+      std::min(std::max(row_bytes, in_stride * static_cast<int64_t>(sizeof(E))), kPrefetchBytes);
   // One row (its tables in `l`, entry t on).
   auto rotate_row = [&](const E* in_r, E* out_r, int64_t t, const Lanes* l) {
-    if (a.prefetch && j == 0) PrefetchAhead(in_r, row_bytes);
+    if (a.prefetch && j == 0) PrefetchAhead(in_r, ahead_bytes);
     Vf xa[kVecs], xb[kVecs];
     for (int u = 0; u < kVecs; ++u) {
       LoadPairsAt<Fmt, kGptjIn>(in_r, half, j + u * kLanes, &xa[u], &xb[u]);
