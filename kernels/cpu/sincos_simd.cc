@@ -96,7 +96,7 @@ TableRows FromFrequency(const TableRows& out, int64_t j) {
 // output lines are in flight (Sinusoidal 8192 x 1024: 0.71 -> 0.95 of fill interleaved,
 // 0.46 -> 0.74 concat; BENCHMARKS.md, branch sin). kStream: with non-temporal stores, whole lines
 // at a time (a large table written once: no read of each line before it is written; concat
-// 8192 x 1024 on an AVX2 host 0.50 -> 0.87 of fill, BENCHMARKS.md "Streamed table rows").
+// 8192 x 1024 on an AVX2 host 0.63 -> 0.95 of fill, BENCHMARKS.md "Streamed table rows").
 // The same arithmetic per element as AngleRowsT (RopeAngleStep's products, then one FMA each).
 // Frequencies [0, n - n % kBlock); the caller walks the rest.
 constexpr int64_t kTileRows = 8;
