@@ -244,6 +244,11 @@ TEST(ScaleOutTest, RoundRobinSurvivesKillRestartAndDrain) {
   auto direct =
       client::Client::Connect(absl::StrCat("127.0.0.1:", replicas[2].port), direct_options);
   ASSERT_TRUE(direct.ok()) << direct.status();
+  // Connected before the long call starts, so that the call is on the server when the signal
+  // comes: connecting alone once took more than the 150 ms below (ASan, a busy machine), and the
+  // call then found the listener closed ("Connection refused").
+  const absl::StatusOr<client::ServerInfo> info = (*direct)->GetServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
   client::RopeCacheOptions long_rope;
   long_rope.positions = client::Positions::Range(0, kLongPositions);
   long_rope.config.head_dim = 512;
