@@ -262,8 +262,9 @@ int64_t LineLead(const TableRows& out) {
 template <RowForm kForm>
 void AngleRowsBlocked(double* c, double* s, const double* cw, const double* sw, int64_t n,
                       int64_t rows, double c_scale, double s_scale, const TableRows& out) {
+  constexpr int64_t kStreamBlock = kBlock<kForm, true>;
   const int64_t lead = kStreams && out.stream ? LineLead<kForm>(out) : -1;
-  if (lead < 0 || lead + kBlock < kForm, true >> n) {
+  if (lead < 0 || lead + kStreamBlock > n) {
     AngleRowsBlocks<kForm, false>(c, s, cw, sw, n, rows, c_scale, s_scale, out);
     return;
   }
