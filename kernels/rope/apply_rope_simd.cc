@@ -423,6 +423,14 @@ struct Bf16 {
 #endif
 };
 
+#if !defined(__AVX512F__)
+// BFLOAT16 NEOX rows whose channels all rotate, on AVX2: each half read and written as GPT-J pairs
+// are (SplitNeox below).
+struct Bf16Split : Bf16 {
+  static constexpr bool kSplitNeox = true;
+};
+#endif
+
 #if defined(__AVX512F__)
 // VCVTNEPS2BF16 (AVX512_BF16; the level's compiler flags do not include it, so inline assembly,
 // run only where the processor has it: HasAvx512Bf16). It flushes float subnormals to zero: the
@@ -610,6 +618,33 @@ inline void PrefetchAhead(const void* p, int64_t bytes) {
   }
 }
 
+// NEOX rows of a format with kSplitNeox (Bf16Split) in passes of an even number of vectors: each
+// half's 2 kLanes consecutive elements are loaded and stored as the format's GPT-J pairs are
+// (Fmt::LoadPairs: one load, the even elements into vector u and the odd ones into u + 1, by a
+// shift and a mask; Fmt::StorePairs: the two merged by one blend), and each vector rotates against
+// the same elements of the other half with the tables' even or odd entries. Widening loads and
+// shifts per vector, and a pack and a lane permute per two, had held NEOX BFLOAT16's arithmetic on
+// AVX2 to 0.68-0.70 of the in-place limit in the caches where GPT-J's made 0.88
+// (BM_ApplyRopeInCache: 11.4 -> 13.2 GB/s). The same roundings of the same values: the same bits.
+// Taken for whole rotations only: with partial rotary (rows that also hold channels passing
+// through, memory-bound) the same loop measured 0.86-0.88x (BENCHMARKS.md).
+template <class Fmt, bool kGptjIn, bool kGptjOut, int kVecs>
+constexpr bool SplitNeox() {
+  if constexpr (requires { Fmt::kSplitNeox; }) {
+    return Fmt::kSplitNeox && !kGptjIn && !kGptjOut && kVecs % 2 == 0;
+  }
+  return false;
+}
+
+// The tables of vectors u and u + 1 of a split NEOX pass: entries [i, i + 2 kLanes) de-interleaved
+// (even entries for u, odd for u + 1), as F32's GPT-J pairs are.
+inline void SplitLanes(const HalfRopeFactors& tab, int64_t i, HalfRotation::Lanes* even,
+                       HalfRotation::Lanes* odd) {
+  F32::LoadPairs(tab.cf + i, &even->c, &odd->c);
+  F32::LoadPairs(tab.t_hi + i, &even->t_hi, &odd->t_hi);
+  F32::LoadPairs(tab.t_lo + i, &even->t_lo, &odd->t_lo);
+}
+
 // Pairs [j, j + kVecs*kLanes) of every row, row (r, g) read from in + r*in_stride +
 // g*group_stride and written to out + r*out_stride + g*group_stride with the tables from entry
 // r*table_stride: all of a row's pairs are loaded before any is stored (so `in` may be `out` for
@@ -622,6 +657,7 @@ void RotatePass(const typename Fmt::Elem* in, int64_t in_stride, typename Fmt::E
                 int64_t out_stride, const RopeRows& a, const typename Rot::Tables& tab, int64_t j) {
   using Lanes = typename Rot::Lanes;
   using E = typename Fmt::Elem;
+  constexpr bool kSplit = SplitNeox<Fmt, kGptjIn, kGptjOut, kVecs>();
   // Locals: the vector stores may alias anything, so fields of `a` would be reloaded each row.
   const int64_t half = a.half, rows = a.rows, ts = a.table_stride;
   const int64_t row_bytes = 2 * half * static_cast<int64_t>(sizeof(E));
@@ -636,8 +672,15 @@ void RotatePass(const typename Fmt::Elem* in, int64_t in_stride, typename Fmt::E
   auto rotate_row = [&](const E* in_r, E* out_r, int64_t t, const Lanes* l) {
     if (a.prefetch && j == 0) PrefetchAhead(in_r, ahead_bytes);
     Vf xa[kVecs], xb[kVecs];
-    for (int u = 0; u < kVecs; ++u) {
-      LoadPairsAt<Fmt, kGptjIn>(in_r, half, j + u * kLanes, &xa[u], &xb[u]);
+    if constexpr (kSplit) {  // NEOX: pairs j.. at in_r + j and in_r + half + j
+      for (int u = 0; u < kVecs; u += 2) {
+        Fmt::LoadPairs(in_r + j + u * kLanes, &xa[u], &xa[u + 1]);
+        Fmt::LoadPairs(in_r + half + j + u * kLanes, &xb[u], &xb[u + 1]);
+      }
+    } else {
+      for (int u = 0; u < kVecs; ++u) {
+        LoadPairsAt<Fmt, kGptjIn>(in_r, half, j + u * kLanes, &xa[u], &xb[u]);
+      }
     }
     for (int u = 0; u < kVecs; ++u) Rot::Rotate(&xa[u], &xb[u], l[u]);
     if (__builtin_expect(Rot::template AnyNotFinite<Fmt, kVecs>(xa, xb), 0)) {
@@ -652,17 +695,32 @@ void RotatePass(const typename Fmt::Elem* in, int64_t in_stride, typename Fmt::E
       Rot::template Pairs<Fmt>(in_r, out_r, tab, t, half, kGptjIn, kGptjOut, j, j + kVecs * kLanes);
       return;
     }
-    StoreRowPairs<Fmt, kGptjOut, kVecs>(out_r, half, j, xa, xb);
+    if constexpr (kSplit) {
+      for (int u = 0; u < kVecs; u += 2) {
+        Fmt::StorePairs(out_r + j + u * kLanes, xa[u], xa[u + 1]);
+        Fmt::StorePairs(out_r + half + j + u * kLanes, xb[u], xb[u + 1]);
+      }
+    } else {
+      StoreRowPairs<Fmt, kGptjOut, kVecs>(out_r, half, j, xa, xb);
+    }
   };
   Lanes l[kVecs];
+  // The tables of the pass's vectors from entry t + j on.
+  auto load_lanes = [&](int64_t t) {
+    if constexpr (kSplit) {
+      for (int u = 0; u < kVecs; u += 2) SplitLanes(tab, t + j + u * kLanes, &l[u], &l[u + 1]);
+    } else {
+      for (int u = 0; u < kVecs; ++u) l[u] = Lanes(tab, t + j + u * kLanes);
+    }
+  };
   if constexpr (kShared) {
-    for (int u = 0; u < kVecs; ++u) l[u] = Lanes(tab, j + u * kLanes);
+    load_lanes(0);
     for (int64_t r = 0; r < rows; ++r) rotate_row(in + r * in_stride, out + r * out_stride, 0, l);
   } else {
     const int64_t group = a.group, gs = a.group_stride;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t t = r * ts;
-      for (int u = 0; u < kVecs; ++u) l[u] = Lanes(tab, t + j + u * kLanes);
+      load_lanes(t);
       for (int64_t g = 0; g < group; ++g) {
         rotate_row(in + r * in_stride + g * gs, out + r * out_stride + g * gs, t, l);
       }
@@ -827,6 +885,12 @@ void ApplyRopeRotateBf16(const RopeRows& rows, const HalfRopeFactors& f) {
 }
 
 void ApplyRopeRotateBf16Portable(const RopeRows& rows, const HalfRopeFactors& f) {
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  if (!rows.gptj_in && !rows.gptj_out && 2 * rows.half == rows.row_stride) {
+    RotateInLanes<Bf16Split, HalfRotation>(rows, f);
+    return;
+  }
+#endif
 #if defined(__AVX512F__) || defined(__AVX2__)
   RotateInLanes<Bf16, HalfRotation>(rows, f);
 #else
