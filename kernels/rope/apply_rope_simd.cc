@@ -637,9 +637,11 @@ constexpr bool SplitNeox() {
 }
 
 // The tables of vectors u and u + 1 of a split NEOX pass: entries [i, i + 2 kLanes) de-interleaved
-// (even entries for u, odd for u + 1), as F32's GPT-J pairs are.
-inline void SplitLanes(const HalfRopeFactors& tab, int64_t i, HalfRotation::Lanes* even,
-                       HalfRotation::Lanes* odd) {
+// (even entries for u, odd for u + 1), as F32's GPT-J pairs are. (A template: the AVX-512 level
+// compiles no split pass.)
+template <class Rot>
+void SplitLanes(const typename Rot::Tables& tab, int64_t i, typename Rot::Lanes* even,
+                typename Rot::Lanes* odd) {
   F32::LoadPairs(tab.cf + i, &even->c, &odd->c);
   F32::LoadPairs(tab.t_hi + i, &even->t_hi, &odd->t_hi);
   F32::LoadPairs(tab.t_lo + i, &even->t_lo, &odd->t_lo);
@@ -708,7 +710,7 @@ void RotatePass(const typename Fmt::Elem* in, int64_t in_stride, typename Fmt::E
   // The tables of the pass's vectors from entry t + j on.
   auto load_lanes = [&](int64_t t) {
     if constexpr (kSplit) {
-      for (int u = 0; u < kVecs; u += 2) SplitLanes(tab, t + j + u * kLanes, &l[u], &l[u + 1]);
+      for (int u = 0; u < kVecs; u += 2) SplitLanes<Rot>(tab, t + j + u * kLanes, &l[u], &l[u + 1]);
     } else {
       for (int u = 0; u < kVecs; ++u) l[u] = Lanes(tab, t + j + u * kLanes);
     }
