@@ -625,9 +625,9 @@ inline void PrefetchAhead(const void* p, int64_t bytes) {
 // the same elements of the other half with the tables' even or odd entries. Widening loads and
 // shifts per vector, and a pack and a lane permute per two, had held NEOX BFLOAT16's arithmetic on
 // AVX2 to 0.68-0.70 of the in-place limit in the caches where GPT-J's made 0.88
-// (BM_ApplyRopeInCache: 11.4 -> 13.2 GB/s). The same roundings of the same values: the same bits.
-// Taken for whole rotations only: with partial rotary (rows that also hold channels passing
-// through, memory-bound) the same loop measured 0.86-0.88x (BENCHMARKS.md).
+// (BM_ApplyRopeInCache, BSHD: 11.9 -> 14.1 GB/s, BHSD 10.3 -> 12.1). The same roundings of the
+// same values: the same bits. Taken for whole rotations only: with partial rotary (rows that also
+// hold channels passing through, memory-bound) the same loop measured 0.90-0.92x (BENCHMARKS.md).
 template <class Fmt, bool kGptjIn, bool kGptjOut, int kVecs>
 constexpr bool SplitNeox() {
   if constexpr (requires { Fmt::kSplitNeox; }) {
