@@ -459,6 +459,24 @@ struct Bf16Native : Bf16 {
 };
 #endif
 
+// NEOX rows of a format with kSplitNeox (Bf16Split) in passes of an even number of vectors: each
+// half's 2 kLanes consecutive elements are loaded and stored as the format's GPT-J pairs are
+// (Fmt::LoadPairs: one load, the even elements into vector u and the odd ones into u + 1, by a
+// shift and a mask; Fmt::StorePairs: the two merged by one blend), and each vector rotates against
+// the same elements of the other half with the tables' even or odd entries. Widening loads and
+// shifts per vector, and a pack and a lane permute per two, had held NEOX BFLOAT16's arithmetic on
+// AVX2 to 0.68-0.70 of the in-place limit in the caches where GPT-J's made 0.88
+// (BM_ApplyRopeInCache, BSHD: 11.9 -> 14.1 GB/s, BHSD 10.3 -> 12.1). The same roundings of the
+// same values: the same bits. Taken for whole rotations only: with partial rotary (rows that also
+// hold channels passing through, memory-bound) the same loop measured 0.90-0.92x (BENCHMARKS.md).
+template <class Fmt, bool kGptjIn, bool kGptjOut, int kVecs>
+constexpr bool SplitNeox() {
+  if constexpr (requires { Fmt::kSplitNeox; }) {
+    return Fmt::kSplitNeox && !kGptjIn && !kGptjOut && kVecs % 2 == 0;
+  }
+  return false;
+}
+
 // kLanes pairs at pair j: GPT-J elements 2j.., or NEOX elements j.. and half + j...
 template <class Fmt, bool kGptj>
 inline void LoadPairsAt(const typename Fmt::Elem* in, int64_t half, int64_t j, Vf* xa, Vf* xb) {
@@ -478,11 +496,32 @@ inline void StorePairsAt(typename Fmt::Elem* out, int64_t half, int64_t j, Vf xa
     Fmt::Store(out + half + j, xb);
   }
 }
+// kVecs*kLanes pairs at pair j into xa[u] and xb[u]: kSplit (SplitNeox) loads each NEOX half's
+// 2 kLanes elements as the format's GPT-J pairs, even elements into vector u, odd into u + 1.
+template <class Fmt, bool kGptj, int kVecs, bool kSplit>
+inline void LoadRowPairs(const typename Fmt::Elem* in, int64_t half, int64_t j, Vf* xa, Vf* xb) {
+  if constexpr (kSplit) {
+    for (int u = 0; u < kVecs; u += 2) {
+      Fmt::LoadPairs(in + j + u * kLanes, &xa[u], &xa[u + 1]);
+      Fmt::LoadPairs(in + half + j + u * kLanes, &xb[u], &xb[u + 1]);
+    }
+  } else {
+    for (int u = 0; u < kVecs; ++u)
+      LoadPairsAt<Fmt, kGptj>(in, half, j + u * kLanes, &xa[u], &xb[u]);
+  }
+}
 // kVecs*kLanes pairs at pair j, vector u's from xa[u] and xb[u]: NEOX places two vectors at a time
-// where the format stores two together (Fmt::StoreTwo).
-template <class Fmt, bool kGptj, int kVecs>
+// where the format stores two together (Fmt::StoreTwo), or, kSplit, as LoadRowPairs split them.
+template <class Fmt, bool kGptj, int kVecs, bool kSplit>
 inline void StoreRowPairs(typename Fmt::Elem* out, int64_t half, int64_t j, const Vf* xa,
                           const Vf* xb) {
+  if constexpr (kSplit) {
+    for (int u = 0; u < kVecs; u += 2) {
+      Fmt::StorePairs(out + j + u * kLanes, xa[u], xa[u + 1]);
+      Fmt::StorePairs(out + half + j + u * kLanes, xb[u], xb[u + 1]);
+    }
+    return;
+  }
   int u = 0;
   if constexpr (!kGptj && requires { &Fmt::StoreTwo; }) {
     for (; u + 1 < kVecs; u += 2) {
@@ -618,24 +657,6 @@ inline void PrefetchAhead(const void* p, int64_t bytes) {
   }
 }
 
-// NEOX rows of a format with kSplitNeox (Bf16Split) in passes of an even number of vectors: each
-// half's 2 kLanes consecutive elements are loaded and stored as the format's GPT-J pairs are
-// (Fmt::LoadPairs: one load, the even elements into vector u and the odd ones into u + 1, by a
-// shift and a mask; Fmt::StorePairs: the two merged by one blend), and each vector rotates against
-// the same elements of the other half with the tables' even or odd entries. Widening loads and
-// shifts per vector, and a pack and a lane permute per two, had held NEOX BFLOAT16's arithmetic on
-// AVX2 to 0.68-0.70 of the in-place limit in the caches where GPT-J's made 0.88
-// (BM_ApplyRopeInCache, BSHD: 11.9 -> 14.1 GB/s, BHSD 10.3 -> 12.1). The same roundings of the
-// same values: the same bits. Taken for whole rotations only: with partial rotary (rows that also
-// hold channels passing through, memory-bound) the same loop measured 0.90-0.92x (BENCHMARKS.md).
-template <class Fmt, bool kGptjIn, bool kGptjOut, int kVecs>
-constexpr bool SplitNeox() {
-  if constexpr (requires { Fmt::kSplitNeox; }) {
-    return Fmt::kSplitNeox && !kGptjIn && !kGptjOut && kVecs % 2 == 0;
-  }
-  return false;
-}
-
 // The tables of vectors u and u + 1 of a split NEOX pass: entries [i, i + 2 kLanes) de-interleaved
 // (even entries for u, odd for u + 1), as F32's GPT-J pairs are. (A template: the AVX-512 level
 // compiles no split pass.)
@@ -674,16 +695,7 @@ void RotatePass(const typename Fmt::Elem* in, int64_t in_stride, typename Fmt::E
   auto rotate_row = [&](const E* in_r, E* out_r, int64_t t, const Lanes* l) {
     if (a.prefetch && j == 0) PrefetchAhead(in_r, ahead_bytes);
     Vf xa[kVecs], xb[kVecs];
-    if constexpr (kSplit) {  // NEOX: pairs j.. at in_r + j and in_r + half + j
-      for (int u = 0; u < kVecs; u += 2) {
-        Fmt::LoadPairs(in_r + j + u * kLanes, &xa[u], &xa[u + 1]);
-        Fmt::LoadPairs(in_r + half + j + u * kLanes, &xb[u], &xb[u + 1]);
-      }
-    } else {
-      for (int u = 0; u < kVecs; ++u) {
-        LoadPairsAt<Fmt, kGptjIn>(in_r, half, j + u * kLanes, &xa[u], &xb[u]);
-      }
-    }
+    LoadRowPairs<Fmt, kGptjIn, kVecs, kSplit>(in_r, half, j, xa, xb);
     for (int u = 0; u < kVecs; ++u) Rot::Rotate(&xa[u], &xb[u], l[u]);
     if (__builtin_expect(Rot::template AnyNotFinite<Fmt, kVecs>(xa, xb), 0)) {
       if constexpr (kGptjIn != kGptjOut) {
@@ -697,14 +709,7 @@ void RotatePass(const typename Fmt::Elem* in, int64_t in_stride, typename Fmt::E
       Rot::template Pairs<Fmt>(in_r, out_r, tab, t, half, kGptjIn, kGptjOut, j, j + kVecs * kLanes);
       return;
     }
-    if constexpr (kSplit) {
-      for (int u = 0; u < kVecs; u += 2) {
-        Fmt::StorePairs(out_r + j + u * kLanes, xa[u], xa[u + 1]);
-        Fmt::StorePairs(out_r + half + j + u * kLanes, xb[u], xb[u + 1]);
-      }
-    } else {
-      StoreRowPairs<Fmt, kGptjOut, kVecs>(out_r, half, j, xa, xb);
-    }
+    StoreRowPairs<Fmt, kGptjOut, kVecs, kSplit>(out_r, half, j, xa, xb);
   };
   Lanes l[kVecs];
   // The tables of the pass's vectors from entry t + j on.
