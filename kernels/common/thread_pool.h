@@ -11,6 +11,7 @@
 #ifndef POSENC_KERNELS_COMMON_THREAD_POOL_H_
 #define POSENC_KERNELS_COMMON_THREAD_POOL_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -51,6 +52,7 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
+  std::atomic<int64_t> queued_{0};  // queue_.size(), read without mu_ by spinning workers
   bool stop_ = false;
   std::vector<std::thread> workers_;
 };

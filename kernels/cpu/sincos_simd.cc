@@ -73,7 +73,8 @@ void AngleRowsT(double* __restrict c, double* __restrict s, const double* __rest
   }
 }
 
-// The rows of `out` from frequency j on (the kInterleaved and dup-free kSplit forms).
+// The rows of `out` from frequency j on (kInterleaved and kSplit; kSplit's duplicates stay `dup`
+// further on).
 template <RowForm kForm>
 TableRows FromFrequency(const TableRows& out, int64_t j) {
   TableRows rest = out;
@@ -87,7 +88,7 @@ TableRows FromFrequency(const TableRows& out, int64_t j) {
 }
 
 #if defined(__AVX2__)
-// The vector levels' walk of the kInterleaved and (dup-free) kSplit forms, register-tiled: for
+// The vector levels' walk of the kInterleaved and kSplit forms, register-tiled: for
 // each block of kBlock frequencies the state (c, s) and the step (cw, sw) stay in registers for
 // kTileRows rows, each row's floats stored as whole vectors (interleaved: sin/cos pairs put side by
 // side by a permute), the state stored back once per tile. The row-by-row loop (AngleRowsT) loads
@@ -96,20 +97,32 @@ TableRows FromFrequency(const TableRows& out, int64_t j) {
 // output lines are in flight (Sinusoidal 8192 x 1024: 0.71 -> 0.95 of fill interleaved,
 // 0.46 -> 0.74 concat; BENCHMARKS.md, branch sin). kStream: with non-temporal stores, whole lines
 // at a time (a large table written once: no read of each line before it is written; concat
-// 8192 x 1024 on an AVX2 host 0.63 -> 0.95 of fill, BENCHMARKS.md "Streamed table rows").
+// 8192 x 1024 on an AVX2 host 0.63 -> 0.95 of fill, BENCHMARKS.md "Streamed table rows"; on an
+// AVX-512 host 0.74 -> 1.08). kDup: kSplit rows whose values repeat `dup` floats on (RopeCache
+// NEOX), each vector stored twice; they had kept the row-by-row loop (RopeCache 131072 x 128 NEOX
+// on an AVX-512 host: 0.54 -> 0.64 of fill with both, 32768 x 128 0.57 -> 0.77; BENCHMARKS.md
+// "RopeCache NEOX tiled, AVX-512 tables streamed").
 // The same arithmetic per element as AngleRowsT (RopeAngleStep's products, then one FMA each).
 // Frequencies [0, n - n % kBlock); the caller walks the rest.
 constexpr int64_t kTileRows = 8;
 
 #if defined(__AVX512F__)
-// Two vectors of 8 doubles: 16 floats, a whole 64-byte line, to each row a block writes (split),
-// two lines (interleaved). Plain stores: TableRows::stream is not taken on this level (streaming
-// was measured on an AVX2 host only).
-constexpr bool kStreams = false;
+// Two vectors of 8 doubles: 16 floats, a whole 64-byte line, to each row a block writes (split;
+// with kDup that line again `dup` floats on), two lines (interleaved), streamed or not.
+constexpr bool kStreams = true;
 template <RowForm, bool kStream>
 constexpr int64_t kBlock = 16;
 
-template <RowForm kForm, bool kStream>
+template <bool kStream>
+inline void Store16(float* to, __m512 v) {
+  if constexpr (kStream) {
+    _mm512_stream_ps(to, v);
+  } else {
+    _mm512_storeu_ps(to, v);
+  }
+}
+
+template <RowForm kForm, bool kStream, bool kDup>
 void AngleRowsTiled(double* __restrict c, double* __restrict s, const double* __restrict cw,
                     const double* __restrict sw, int64_t n, int64_t rows, double c_scale,
                     double s_scale, const TableRows& out) {
@@ -130,15 +143,21 @@ void AngleRowsTiled(double* __restrict c, double* __restrict s, const double* __
         const __m256 sf1 = _mm512_cvtpd_ps(_mm512_mul_pd(s1, ssc));
         if constexpr (kForm == RowForm::kInterleaved) {
           float* row = out.s + r * out.row_stride + 2 * j;
-          _mm512_storeu_ps(row, _mm512_permutex2var_ps(_mm512_castps256_ps512(sf0), pairs,
+          Store16<kStream>(row, _mm512_permutex2var_ps(_mm512_castps256_ps512(sf0), pairs,
                                                        _mm512_castps256_ps512(cf0)));
-          _mm512_storeu_ps(row + 16, _mm512_permutex2var_ps(_mm512_castps256_ps512(sf1), pairs,
+          Store16<kStream>(row + 16, _mm512_permutex2var_ps(_mm512_castps256_ps512(sf1), pairs,
                                                             _mm512_castps256_ps512(cf1)));
         } else {
-          _mm512_storeu_ps(out.c + r * out.row_stride + j,
-                           _mm512_insertf32x8(_mm512_castps256_ps512(cf0), cf1, 1));
-          _mm512_storeu_ps(out.s + r * out.row_stride + j,
-                           _mm512_insertf32x8(_mm512_castps256_ps512(sf0), sf1, 1));
+          float* crow = out.c + r * out.row_stride + j;
+          float* srow = out.s + r * out.row_stride + j;
+          const __m512 cv = _mm512_insertf32x8(_mm512_castps256_ps512(cf0), cf1, 1);
+          const __m512 sv = _mm512_insertf32x8(_mm512_castps256_ps512(sf0), sf1, 1);
+          Store16<kStream>(crow, cv);
+          Store16<kStream>(srow, sv);
+          if constexpr (kDup) {
+            Store16<kStream>(crow + out.dup, cv);
+            Store16<kStream>(srow + out.dup, sv);
+          }
         }
         // RopeAngleStep: c' = c*cw - s*sw, s' = s*cw + c*sw.
         const __m512d cn0 = _mm512_fmsub_pd(c0, cw0, _mm512_mul_pd(s0, sw0));
@@ -176,7 +195,7 @@ inline void Store8(float* to, __m256 v) {
   }
 }
 
-template <RowForm kForm, bool kStream>
+template <RowForm kForm, bool kStream, bool kDup>
 void AngleRowsTiled(double* __restrict c, double* __restrict s, const double* __restrict cw,
                     const double* __restrict sw, int64_t n, int64_t rows, double c_scale,
                     double s_scale, const TableRows& out) {
@@ -209,8 +228,14 @@ void AngleRowsTiled(double* __restrict c, double* __restrict s, const double* __
           float* crow = out.c + r * out.row_stride + j;
           float* srow = out.s + r * out.row_stride + j;
           for (int64_t v = 0; v < kV; v += 2) {
-            Store8<kStream>(crow + 4 * v, _mm256_set_m128(cf[v + 1], cf[v]));
-            Store8<kStream>(srow + 4 * v, _mm256_set_m128(sf[v + 1], sf[v]));
+            const __m256 cv8 = _mm256_set_m128(cf[v + 1], cf[v]);
+            const __m256 sv8 = _mm256_set_m128(sf[v + 1], sf[v]);
+            Store8<kStream>(crow + 4 * v, cv8);
+            Store8<kStream>(srow + 4 * v, sv8);
+            if constexpr (kDup) {
+              Store8<kStream>(crow + out.dup + 4 * v, cv8);
+              Store8<kStream>(srow + out.dup + 4 * v, sv8);
+            }
           }
         }
         // RopeAngleStep: c' = c*cw - s*sw, s' = s*cw + c*sw; the step of four vectors from L1.
@@ -232,18 +257,19 @@ void AngleRowsTiled(double* __restrict c, double* __restrict s, const double* __
 #endif
 
 // The tiled walk over the whole blocks of frequencies, AngleRowsT over the rest.
-template <RowForm kForm, bool kStream>
+template <RowForm kForm, bool kStream, bool kDup>
 void AngleRowsBlocks(double* c, double* s, const double* cw, const double* sw, int64_t n,
                      int64_t rows, double c_scale, double s_scale, const TableRows& out) {
   const int64_t nb = n - n % kBlock<kForm, kStream>;
-  if (nb > 0) AngleRowsTiled<kForm, kStream>(c, s, cw, sw, nb, rows, c_scale, s_scale, out);
+  if (nb > 0) AngleRowsTiled<kForm, kStream, kDup>(c, s, cw, sw, nb, rows, c_scale, s_scale, out);
   if (nb == n) return;
-  AngleRowsT<kForm, false>(c + nb, s + nb, cw + nb, sw + nb, n - nb, rows, c_scale, s_scale,
-                           FromFrequency<kForm>(out, nb));
+  AngleRowsT<kForm, kDup>(c + nb, s + nb, cw + nb, sw + nb, n - nb, rows, c_scale, s_scale,
+                          FromFrequency<kForm>(out, nb));
 }
 
 // Where the rows of `out` start whole 64-byte lines at the same frequency `lead` in every row, c
-// and s alike (the row stride a multiple of a line): the frequency; else -1.
+// and s alike, the duplicate columns too (the row stride and `dup` multiples of a line): the
+// frequency; else -1.
 template <RowForm kForm>
 int64_t LineLead(const TableRows& out) {
   constexpr int64_t kLine = 64, kFloats = kForm == RowForm::kInterleaved ? 2 : 1;
@@ -251,6 +277,7 @@ int64_t LineLead(const TableRows& out) {
     return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p) % kLine);
   };
   if (out.row_stride * static_cast<int64_t>(sizeof(float)) % kLine != 0) return -1;
+  if (out.dup * static_cast<int64_t>(sizeof(float)) % kLine != 0) return -1;
   if (kForm == RowForm::kSplit && at(out.c) != at(out.s)) return -1;
   const int64_t lead_bytes = (kLine - at(out.s)) % kLine;
   if (lead_bytes % (kFloats * static_cast<int64_t>(sizeof(float))) != 0) return -1;
@@ -259,18 +286,18 @@ int64_t LineLead(const TableRows& out) {
 
 // Streamed where the rows allow it (TableRows::stream; LineLead): the frequencies before the first
 // line row by row, the rest in streamed blocks. Else plain stores.
-template <RowForm kForm>
+template <RowForm kForm, bool kDup>
 void AngleRowsBlocked(double* c, double* s, const double* cw, const double* sw, int64_t n,
                       int64_t rows, double c_scale, double s_scale, const TableRows& out) {
   constexpr int64_t kStreamBlock = kBlock<kForm, true>;
   const int64_t lead = kStreams && out.stream ? LineLead<kForm>(out) : -1;
   if (lead < 0 || lead + kStreamBlock > n) {
-    AngleRowsBlocks<kForm, false>(c, s, cw, sw, n, rows, c_scale, s_scale, out);
+    AngleRowsBlocks<kForm, false, kDup>(c, s, cw, sw, n, rows, c_scale, s_scale, out);
     return;
   }
-  if (lead > 0) AngleRowsT<kForm, false>(c, s, cw, sw, lead, rows, c_scale, s_scale, out);
-  AngleRowsBlocks<kForm, true>(c + lead, s + lead, cw + lead, sw + lead, n - lead, rows, c_scale,
-                               s_scale, FromFrequency<kForm>(out, lead));
+  if (lead > 0) AngleRowsT<kForm, kDup>(c, s, cw, sw, lead, rows, c_scale, s_scale, out);
+  AngleRowsBlocks<kForm, true, kDup>(c + lead, s + lead, cw + lead, sw + lead, n - lead, rows,
+                                     c_scale, s_scale, FromFrequency<kForm>(out, lead));
 }
 #endif
 
@@ -281,7 +308,7 @@ void AngleRows(double* c, double* s, const double* cw, const double* sw, int64_t
   switch (out.form) {
     case RowForm::kInterleaved:
 #if defined(__AVX2__)
-      AngleRowsBlocked<RowForm::kInterleaved>(c, s, cw, sw, n, rows, c_scale, s_scale, out);
+      AngleRowsBlocked<RowForm::kInterleaved, false>(c, s, cw, sw, n, rows, c_scale, s_scale, out);
 #else
       AngleRowsT<RowForm::kInterleaved, false>(c, s, cw, sw, n, rows, c_scale, s_scale, out);
 #endif
@@ -290,15 +317,19 @@ void AngleRows(double* c, double* s, const double* cw, const double* sw, int64_t
       AngleRowsT<RowForm::kPairs, false>(c, s, cw, sw, n, rows, c_scale, s_scale, out);
       return;
     case RowForm::kSplit:
+#if defined(__AVX2__)
+      if (out.dup > 0) {
+        AngleRowsBlocked<RowForm::kSplit, true>(c, s, cw, sw, n, rows, c_scale, s_scale, out);
+      } else {
+        AngleRowsBlocked<RowForm::kSplit, false>(c, s, cw, sw, n, rows, c_scale, s_scale, out);
+      }
+#else
       if (out.dup > 0) {
         AngleRowsT<RowForm::kSplit, true>(c, s, cw, sw, n, rows, c_scale, s_scale, out);
       } else {
-#if defined(__AVX2__)
-        AngleRowsBlocked<RowForm::kSplit>(c, s, cw, sw, n, rows, c_scale, s_scale, out);
-#else
         AngleRowsT<RowForm::kSplit, false>(c, s, cw, sw, n, rows, c_scale, s_scale, out);
-#endif
       }
+#endif
       return;
   }
 }

@@ -52,8 +52,10 @@ void TokenCosSin(const CpuContext& cpu, const RopeConfig& config, const RopeFreq
 }
 
 // Where the walker writes a RopeCache row of `layout` (row 0 of cos at c, of sin at s).
-TableRows CacheRows(RopeCacheLayout layout, int64_t half, int64_t width, float* c, float* s) {
+TableRows CacheRows(RopeCacheLayout layout, int64_t half, int64_t width, float* c, float* s,
+                    bool stream = false) {
   TableRows rows;
+  rows.stream = stream;
   rows.form = layout == RopeCacheLayout::kGptj ? RowForm::kPairs : RowForm::kSplit;
   rows.c = c;
   rows.s = s;
@@ -108,6 +110,7 @@ absl::Status RopeCacheT(const CpuContext& cpu, const RopeCachePlan& plan,
   // lines are partly written with plain stores: streamed rows of 512 bytes at the buffer's 16-byte
   // offset had made 131072 x 128 2x slower than plain stores), the others converted.
   const bool direct = walk && f32;
+  const bool stream = total_bytes >= kStreamMinBytes;
   const int64_t block_rows =
       std::max<int64_t>(1, kTableBlockBytes / (width * static_cast<int64_t>(sizeof(T))));
   const CopyFn copy = OutputCopy(cpu.simd, total_bytes);
@@ -117,11 +120,12 @@ absl::Status RopeCacheT(const CpuContext& cpu, const RopeCachePlan& plan,
     if (walk) walker.emplace(cpu.simd, w, freqs.inv_freq, half);
     if constexpr (kFloat) {
       if (direct) {
+        const FenceStreams fence(cpu.simd);
         auto* co = static_cast<float*>(cos.data);
         auto* so = static_cast<float*>(sin.data);
         ForEachRun<true>(positions, t0, t1, [&](int64_t t, double p, int64_t m) {
           walker->Rows(p, m, c_scale, s_scale,
-                       CacheRows(layout, half, width, co + t * width, so + t * width));
+                       CacheRows(layout, half, width, co + t * width, so + t * width, stream));
         });
         return;
       }

@@ -12,6 +12,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -284,6 +285,85 @@ TEST(TableWalkTest, StreamedSinusoidalRowsAtEveryAlignment) {
               if (!(std::fabs(got - want) <= 1e-6) && ++bad <= 3) {
                 ADD_FAILURE() << what << " row " << sampled[i] << " [" << k << "]: got " << got
                               << ", want " << want;
+              }
+            }
+          }
+          EXPECT_EQ(bad, 0) << what;
+        }
+      }
+    }
+  }
+}
+
+// FLOAT32 RopeCache tables of 32 MiB or more, whose rows the vector levels stream out (whole
+// 64-byte lines; NEOX writes each line twice, half a row apart), with cos and sin placed at each
+// kind of distance from a line: rows that start lines at frequency 0 or later (those before it
+// written row by row), rows whose halves are no whole number of lines apart (head_dim 120: not
+// streamed), and GPT-J pairs (row by row). The best level, two threads. Every element written and
+// within [-1, 1]; rows around the anchors and every 61st within 1e-6 of the truth. Sanitizer
+// builds: 4 MiB, below the streaming size (the plain tiled path).
+TEST(TableWalkTest, StreamedRopeCacheRowsAtEveryAlignment) {
+  const std::vector<Level> levels = BestLevel();
+  ASSERT_FALSE(levels.empty());
+  for (int64_t d : {128, 96, 120}) {
+    const int64_t rows = (kSanitizedBuild ? 4 : 32) * (int64_t{1} << 20) / (2 * d * 4) + 1;
+    const int64_t first = kMaxPosition + 1 - rows;
+    std::vector<int64_t> sampled, sampled_ids;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (r % 61 == 0 || r % 256 <= 1 || r % 256 == 255 || r >= rows - 2) {
+        sampled.push_back(r);
+        sampled_ids.push_back(first + r);
+      }
+    }
+    RopeConfig config;
+    config.head_dim = d;
+    for (RopeCacheLayout layout :
+         {RopeCacheLayout::kNeox, RopeCacheLayout::kCompact, RopeCacheLayout::kGptj}) {
+      auto ref_plan = PlanRopeCache({.config = config,
+                                     .layout = layout,
+                                     .positions = IdsSpec(sampled_ids),
+                                     .output_dtype = DType::kFloat64});
+      ASSERT_TRUE(ref_plan.ok()) << ref_plan.status();
+      Buffer tc(ref_plan->cos), ts(ref_plan->sin);
+      ASSERT_TRUE(RunRopeCache(Ref(), *ref_plan, /*cache=*/nullptr, tc.view, ts.view).ok());
+      auto plan = PlanRopeCache({.config = config,
+                                 .layout = layout,
+                                 .positions = RangeSpec(first, rows),
+                                 .output_dtype = DType::kFloat32});
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      const int64_t width = plan->width, n = rows * width;
+      for (int64_t offset : {0, 4, 16, 48}) {  // bytes past a 64-byte line, cos and sin alike
+        for (const Level& level : levels) {
+          const std::string what = "RopeCache d" + std::to_string(d) + " layout" +
+                                   std::to_string(static_cast<int>(layout)) + " offset " +
+                                   std::to_string(offset) + " " + level.name;
+          std::vector<float> cb(static_cast<size_t>(n + 32), -7.0f), sb(cb.size(), -7.0f);
+          const auto at = [&](std::vector<float>& b) {
+            const auto line = (reinterpret_cast<uintptr_t>(b.data()) + 63) / 64 * 64;
+            return reinterpret_cast<float*>(line + static_cast<uintptr_t>(offset));
+          };
+          float* c = at(cb);
+          float* s = at(sb);
+          ASSERT_TRUE(RunRopeCache(*level.backend, *plan, /*cache=*/nullptr,
+                                   {DType::kFloat32, plan->cos.shape, c},
+                                   {DType::kFloat32, plan->sin.shape, s})
+                          .ok());
+          const auto outside = [](const float* t, int64_t m) {
+            return std::count_if(t, t + m, [](float v) { return !(std::fabs(v) <= 1); });
+          };
+          EXPECT_EQ(outside(c, n), 0) << what << ": cos unwritten or outside [-1, 1]";
+          EXPECT_EQ(outside(s, n), 0) << what << ": sin unwritten or outside [-1, 1]";
+          int bad = 0;
+          for (size_t i = 0; i < sampled.size(); ++i) {
+            for (int64_t k = 0; k < width; ++k) {
+              const int64_t want_at = static_cast<int64_t>(i) * width + k;
+              const int64_t got_at = sampled[i] * width + k;
+              for (const auto& [want, got] : {std::pair{tc.at(want_at), double{c[got_at]}},
+                                              std::pair{ts.at(want_at), double{s[got_at]}}}) {
+                if (!(std::fabs(got - want) <= 1e-6) && ++bad <= 3) {
+                  ADD_FAILURE() << what << " row " << sampled[i] << " [" << k << "]: got " << got
+                                << ", want " << want;
+                }
               }
             }
           }
