@@ -7,6 +7,10 @@
 // chunks interleave. Between chunks it polls the caller's Cancellation (cancellation.h): once that
 // reports an error no further chunk starts, and ParallelFor returns that error.
 //
+// A worker that has run out of chunks, and a caller whose chunks are done while its helpers' are
+// not, poll for up to 50 us before they block (thread_pool.cc's kSpin): back-to-back calls (a
+// decode step after another) then find their helpers awake.
+//
 // Thread-safety: ParallelFor may be called concurrently from any number of threads.
 #ifndef POSENC_KERNELS_COMMON_THREAD_POOL_H_
 #define POSENC_KERNELS_COMMON_THREAD_POOL_H_

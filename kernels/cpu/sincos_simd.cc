@@ -98,10 +98,12 @@ TableRows FromFrequency(const TableRows& out, int64_t j) {
 // 0.46 -> 0.74 concat; BENCHMARKS.md, branch sin). kStream: with non-temporal stores, whole lines
 // at a time (a large table written once: no read of each line before it is written; concat
 // 8192 x 1024 on an AVX2 host 0.63 -> 0.95 of fill, BENCHMARKS.md "Streamed table rows"; on an
-// AVX-512 host 0.74 -> 1.08). kDup: kSplit rows whose values repeat `dup` floats on (RopeCache
-// NEOX), each vector stored twice; they had kept the row-by-row loop (RopeCache 131072 x 128 NEOX
-// on an AVX-512 host: 0.54 -> 0.64 of fill with both, 32768 x 128 0.57 -> 0.77; BENCHMARKS.md
-// "RopeCache NEOX tiled, AVX-512 tables streamed").
+// AVX-512 host 0.67-0.80 -> 1.13-1.31). kDup: kSplit rows whose values repeat `dup` floats on
+// (RopeCache NEOX), each vector stored twice; they had kept the row-by-row loop (RopeCache NEOX
+// on an AVX-512 host, one thread: 4096 x 128 in the caches 0.97 -> 1.9-2.3 of fill, 131072 x 128
+// 0.50 -> 0.63-0.71; streamed, a line-aligned table makes 1.15-1.32 where one 16 bytes past a line
+// makes 0.61-0.69: its first and last frequencies go row by row; BENCHMARKS.md "RopeCache NEOX
+// tiled, AVX-512 tables streamed, the pool's polling").
 // The same arithmetic per element as AngleRowsT (RopeAngleStep's products, then one FMA each).
 // Frequencies [0, n - n % kBlock); the caller walks the rest.
 constexpr int64_t kTileRows = 8;

@@ -102,13 +102,15 @@ absl::Status RopeCacheT(const CpuContext& cpu, const RopeCachePlan& plan,
   const bool f32 = kFloat && cos.dtype == DType::kFloat32;
   const int64_t row_bytes = width * DTypeSize(cos.dtype);
   const int64_t total_bytes = 2 * positions.num_tokens * row_bytes;
-  // Walked FLOAT32 tables are written straight into their rows with plain stores, whatever their
-  // size: 131072 x 128 went from 0.42-0.46 of fill (8 KiB blocks streamed out, below) to
-  // 0.76-0.79 (BENCHMARKS.md, branch tables). The others are placed in blocks of
-  // kTableBlockBytes per table, each block stored in one piece: FLOAT32 blocks (M-RoPE) copied out
-  // whole (streamed when the tables are large; a block of rows, not each row, so that few of the
-  // lines are partly written with plain stores: streamed rows of 512 bytes at the buffer's 16-byte
-  // offset had made 131072 x 128 2x slower than plain stores), the others converted.
+  // Walked FLOAT32 tables are written straight into their rows, whatever their size: 131072 x 128
+  // went from 0.42-0.46 of fill (8 KiB blocks streamed out, below) to 0.76-0.79 (BENCHMARKS.md,
+  // branch tables); from kStreamMinBytes on, the walk streams whole lines from its registers
+  // (TableRows::stream; each worker's FenceStreams orders them before the call returns). The others
+  // are placed in blocks of kTableBlockBytes per table, each block stored in one piece: FLOAT32
+  // blocks (M-RoPE) copied out whole (streamed when the tables are large; a block of rows, not each
+  // row, so that few of the lines are partly written with plain stores: streamed rows of 512 bytes
+  // at the buffer's 16-byte offset had made 131072 x 128 2x slower than plain stores), the others
+  // converted.
   const bool direct = walk && f32;
   const bool stream = total_bytes >= kStreamMinBytes;
   const int64_t block_rows =
