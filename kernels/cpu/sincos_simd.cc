@@ -108,21 +108,37 @@ TableRows FromFrequency(const TableRows& out, int64_t j) {
 // Frequencies [0, n - n % kBlock); the caller walks the rest.
 constexpr int64_t kTileRows = 8;
 
+// A vector of floats into a table row: non-temporal where kStream (whole 64-byte lines, aligned
+// to their size), else a plain store.
+template <bool kStream, typename V>
+inline void StoreFloats(float* to, V v) {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(V) == 64) {
+    if constexpr (kStream) {
+      _mm512_stream_ps(to, v);
+    } else {
+      _mm512_storeu_ps(to, v);
+    }
+    return;
+  }
+#endif
+  if constexpr (sizeof(V) == 32) {
+    if constexpr (kStream) {
+      _mm256_stream_ps(to, v);
+    } else {
+      _mm256_storeu_ps(to, v);
+    }
+  }
+}
+
 #if defined(__AVX512F__)
 // Two vectors of 8 doubles: 16 floats, a whole 64-byte line, to each row a block writes (split;
 // with kDup that line again `dup` floats on), two lines (interleaved), streamed or not.
 constexpr bool kStreams = true;
+// Misaligned rows end to end staged in L1 and stream-copied (AngleRowsStaged).
+constexpr bool kStagesRows = true;
 template <RowForm, bool kStream>
 constexpr int64_t kBlock = 16;
-
-template <bool kStream>
-inline void Store16(float* to, __m512 v) {
-  if constexpr (kStream) {
-    _mm512_stream_ps(to, v);
-  } else {
-    _mm512_storeu_ps(to, v);
-  }
-}
 
 template <RowForm kForm, bool kStream, bool kDup>
 void AngleRowsTiled(double* __restrict c, double* __restrict s, const double* __restrict cw,
@@ -145,20 +161,20 @@ void AngleRowsTiled(double* __restrict c, double* __restrict s, const double* __
         const __m256 sf1 = _mm512_cvtpd_ps(_mm512_mul_pd(s1, ssc));
         if constexpr (kForm == RowForm::kInterleaved) {
           float* row = out.s + r * out.row_stride + 2 * j;
-          Store16<kStream>(row, _mm512_permutex2var_ps(_mm512_castps256_ps512(sf0), pairs,
-                                                       _mm512_castps256_ps512(cf0)));
-          Store16<kStream>(row + 16, _mm512_permutex2var_ps(_mm512_castps256_ps512(sf1), pairs,
-                                                            _mm512_castps256_ps512(cf1)));
+          StoreFloats<kStream>(row, _mm512_permutex2var_ps(_mm512_castps256_ps512(sf0), pairs,
+                                                           _mm512_castps256_ps512(cf0)));
+          StoreFloats<kStream>(row + 16, _mm512_permutex2var_ps(_mm512_castps256_ps512(sf1), pairs,
+                                                                _mm512_castps256_ps512(cf1)));
         } else {
           float* crow = out.c + r * out.row_stride + j;
           float* srow = out.s + r * out.row_stride + j;
           const __m512 cv = _mm512_insertf32x8(_mm512_castps256_ps512(cf0), cf1, 1);
           const __m512 sv = _mm512_insertf32x8(_mm512_castps256_ps512(sf0), sf1, 1);
-          Store16<kStream>(crow, cv);
-          Store16<kStream>(srow, sv);
+          StoreFloats<kStream>(crow, cv);
+          StoreFloats<kStream>(srow, sv);
           if constexpr (kDup) {
-            Store16<kStream>(crow + out.dup, cv);
-            Store16<kStream>(srow + out.dup, sv);
+            StoreFloats<kStream>(crow + out.dup, cv);
+            StoreFloats<kStream>(srow + out.dup, sv);
           }
         }
         // RopeAngleStep: c' = c*cw - s*sw, s' = s*cw + c*sw.
@@ -183,19 +199,13 @@ void AngleRowsTiled(double* __restrict c, double* __restrict s, const double* __
 // registers for the rest). Plain stores keep 8 split frequencies (half lines, which the next
 // block completes while the lines are still in the cache).
 constexpr bool kStreams = true;
+// Not staged (AngleRowsStaged): this level measured on an AVX-512 host with the AVX2 kernels,
+// 32768 x 128 1.45x but 131072 x 128 0.85x (BENCHMARKS.md "RopeCache NEOX tiled").
+constexpr bool kStagesRows = false;
 template <RowForm kForm, bool kStream>
 constexpr int kVecs = (kForm == RowForm::kSplit && kStream) ? 4 : 2;
 template <RowForm kForm, bool kStream>
 constexpr int64_t kBlock = 4 * kVecs<kForm, kStream>;
-
-template <bool kStream>
-inline void Store8(float* to, __m256 v) {
-  if constexpr (kStream) {
-    _mm256_stream_ps(to, v);
-  } else {
-    _mm256_storeu_ps(to, v);
-  }
-}
 
 template <RowForm kForm, bool kStream, bool kDup>
 void AngleRowsTiled(double* __restrict c, double* __restrict s, const double* __restrict cw,
@@ -223,8 +233,8 @@ void AngleRowsTiled(double* __restrict c, double* __restrict s, const double* __
         if constexpr (kForm == RowForm::kInterleaved) {
           float* row = out.s + r * out.row_stride + 2 * j;
           for (int64_t v = 0; v < kV; ++v) {
-            Store8<kStream>(row + 8 * v, _mm256_set_m128(_mm_unpackhi_ps(sf[v], cf[v]),
-                                                         _mm_unpacklo_ps(sf[v], cf[v])));
+            StoreFloats<kStream>(row + 8 * v, _mm256_set_m128(_mm_unpackhi_ps(sf[v], cf[v]),
+                                                              _mm_unpacklo_ps(sf[v], cf[v])));
           }
         } else {
           float* crow = out.c + r * out.row_stride + j;
@@ -232,11 +242,11 @@ void AngleRowsTiled(double* __restrict c, double* __restrict s, const double* __
           for (int64_t v = 0; v < kV; v += 2) {
             const __m256 cv8 = _mm256_set_m128(cf[v + 1], cf[v]);
             const __m256 sv8 = _mm256_set_m128(sf[v + 1], sf[v]);
-            Store8<kStream>(crow + 4 * v, cv8);
-            Store8<kStream>(srow + 4 * v, sv8);
+            StoreFloats<kStream>(crow + 4 * v, cv8);
+            StoreFloats<kStream>(srow + 4 * v, sv8);
             if constexpr (kDup) {
-              Store8<kStream>(crow + out.dup + 4 * v, cv8);
-              Store8<kStream>(srow + out.dup + 4 * v, sv8);
+              StoreFloats<kStream>(crow + out.dup + 4 * v, cv8);
+              StoreFloats<kStream>(srow + out.dup + 4 * v, sv8);
             }
           }
         }
@@ -286,13 +296,58 @@ int64_t LineLead(const TableRows& out) {
   return lead_bytes / (kFloats * static_cast<int64_t>(sizeof(float)));
 }
 
-// Streamed where the rows allow it (TableRows::stream; LineLead): the frequencies before the first
-// line row by row, the rest in streamed blocks. Else plain stores.
+// Rows of kSplit tables that lie end to end (cos and sin each one run of memory: RopeCache COMPACT
+// and NEOX, whose duplicates make the second half of a row) take at most this many floats per
+// table for kTileRows rows to be staged (AngleRowsStaged): 16 KiB, in L1 with the other table's.
+constexpr int64_t kStageFloats = 4096;
+
+template <bool kDup>
+bool StagedRows(const TableRows& out, int64_t n) {
+  const int64_t width = kDup ? 2 * n : n;
+  return (!kDup || out.dup == n) && out.row_stride == width &&
+         out.row_stride * kTileRows <= kStageFloats;
+}
+
+// Streamed rows that do not start on a line (StagedRows): each tile of rows walked with plain
+// stores into buffers in L1, then copied out with StreamCopy (the run's whole lines streamed, its
+// first and last line plain). Streamed in place, such a row's frequencies before its first whole
+// line and after its last went row by row with plain stores, a quarter of a row of 64 (RopeCache
+// 131072 x 128 NEOX 16 bytes past a line, one thread on an AVX-512 host: 0.61-0.69 of fill where
+// a line-aligned table made 1.15-1.32; staged 0.66 -> 0.73, and 32768 x 128 0.78 -> 1.07:
+// BENCHMARKS.md "RopeCache NEOX tiled").
+template <bool kDup>
+void AngleRowsStaged(double* c, double* s, const double* cw, const double* sw, int64_t n,
+                     int64_t rows, double c_scale, double s_scale, const TableRows& out) {
+  alignas(64) float stage_c[kStageFloats];
+  alignas(64) float stage_s[kStageFloats];
+  TableRows staged = out;
+  staged.c = stage_c;
+  staged.s = stage_s;
+  staged.stream = false;
+  const int64_t stride = out.row_stride;
+  for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
+    const int64_t m = std::min(kTileRows, rows - r0);
+    AngleRowsBlocks<RowForm::kSplit, false, kDup>(c, s, cw, sw, n, m, c_scale, s_scale, staged);
+    const int64_t bytes = m * stride * static_cast<int64_t>(sizeof(float));
+    StreamCopy(out.c + r0 * stride, stage_c, bytes);
+    StreamCopy(out.s + r0 * stride, stage_s, bytes);
+  }
+}
+
+// Streamed where the rows allow it (TableRows::stream): rows that start lines (LineLead) in place,
+// the frequencies before the first line row by row, the rest in streamed blocks; rows end to end
+// that do not, staged (AngleRowsStaged). Else plain stores.
 template <RowForm kForm, bool kDup>
 void AngleRowsBlocked(double* c, double* s, const double* cw, const double* sw, int64_t n,
                       int64_t rows, double c_scale, double s_scale, const TableRows& out) {
   constexpr int64_t kStreamBlock = kBlock<kForm, true>;
   const int64_t lead = kStreams && out.stream ? LineLead<kForm>(out) : -1;
+  if constexpr (kForm == RowForm::kSplit) {
+    if (kStagesRows && out.stream && lead != 0 && StagedRows<kDup>(out, n)) {
+      AngleRowsStaged<kDup>(c, s, cw, sw, n, rows, c_scale, s_scale, out);
+      return;
+    }
+  }
   if (lead < 0 || lead + kStreamBlock > n) {
     AngleRowsBlocks<kForm, false, kDup>(c, s, cw, sw, n, rows, c_scale, s_scale, out);
     return;

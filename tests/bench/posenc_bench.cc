@@ -16,6 +16,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -31,9 +32,12 @@
 namespace posenc::kernels {
 namespace {
 
+// The CPU backend on `threads` threads at the processor's best ISA level, or at the one
+// POSENC_BENCH_ISA names ("avx2", "scalar": a lower level measured on a processor with a higher).
 const Backend& Cpu(int threads) {
   static std::unique_ptr<Backend> backends[3];
-  if (!backends[threads]) backends[threads] = std::move(*MakeCpuBackend({threads, ""}));
+  static const char* const isa = std::getenv("POSENC_BENCH_ISA");
+  if (!backends[threads]) backends[threads] = std::move(*MakeCpuBackend({threads, isa ? isa : ""}));
   return *backends[threads];
 }
 
