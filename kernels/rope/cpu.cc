@@ -86,6 +86,26 @@ void PlaceCacheRow(RopeCacheLayout layout, int64_t half, const T* c, const T* s,
   }
 }
 
+// The FLOAT32 rows of tokens [t0, t1) walked straight into the tables, whatever their size:
+// 131072 x 128 went from 0.42-0.46 of fill (8 KiB blocks streamed out, as RopeCacheT's other
+// tables are) to 0.76-0.79 (BENCHMARKS.md, branch tables). Tables of kStreamMinBytes and more are
+// streamed, whole lines from the walk's registers or from its tiles staged in L1
+// (TableRows::stream; the FenceStreams orders them before the worker's chunk is done).
+void WalkCacheRowsInPlace(const CpuContext& cpu, const RopeCachePlan& plan, int64_t half,
+                          const ResolvedPositions& positions, int64_t t0, int64_t t1,
+                          double c_scale, double s_scale, AngleWalker* walker,
+                          const TensorView& cos, const TensorView& sin) {
+  const int64_t width = plan.width;
+  const bool stream = 2 * positions.num_tokens * width * int64_t{4} >= kStreamMinBytes;
+  const FenceStreams fence(cpu.simd);
+  auto* co = static_cast<float*>(cos.data);
+  auto* so = static_cast<float*>(sin.data);
+  ForEachRun<true>(positions, t0, t1, [&](int64_t t, double p, int64_t m) {
+    walker->Rows(p, m, c_scale, s_scale,
+                 CacheRows(plan.layout, half, width, co + t * width, so + t * width, stream));
+  });
+}
+
 template <typename T>
 absl::Status RopeCacheT(const CpuContext& cpu, const RopeCachePlan& plan,
                         const RopeFrequencies& freqs, const ResolvedPositions& positions,
@@ -102,17 +122,13 @@ absl::Status RopeCacheT(const CpuContext& cpu, const RopeCachePlan& plan,
   const bool f32 = kFloat && cos.dtype == DType::kFloat32;
   const int64_t row_bytes = width * DTypeSize(cos.dtype);
   const int64_t total_bytes = 2 * positions.num_tokens * row_bytes;
-  // Walked FLOAT32 tables are written straight into their rows, whatever their size: 131072 x 128
-  // went from 0.42-0.46 of fill (8 KiB blocks streamed out, below) to 0.76-0.79 (BENCHMARKS.md,
-  // branch tables); from kStreamMinBytes on, the walk streams whole lines from its registers
-  // (TableRows::stream; each worker's FenceStreams orders them before the call returns). The others
-  // are placed in blocks of kTableBlockBytes per table, each block stored in one piece: FLOAT32
-  // blocks (M-RoPE) copied out whole (streamed when the tables are large; a block of rows, not each
-  // row, so that few of the lines are partly written with plain stores: streamed rows of 512 bytes
-  // at the buffer's 16-byte offset had made 131072 x 128 2x slower than plain stores), the others
+  // Walked FLOAT32 tables straight into their rows (WalkCacheRowsInPlace). The others are placed
+  // in blocks of kTableBlockBytes per table, each block stored in one piece: FLOAT32 blocks
+  // (M-RoPE) copied out whole (streamed when the tables are large; a block of rows, not each row,
+  // so that few of the lines are partly written with plain stores: streamed rows of 512 bytes at
+  // the buffer's 16-byte offset had made 131072 x 128 2x slower than plain stores), the others
   // converted.
   const bool direct = walk && f32;
-  const bool stream = total_bytes >= kStreamMinBytes;
   const int64_t block_rows =
       std::max<int64_t>(1, kTableBlockBytes / (width * static_cast<int64_t>(sizeof(T))));
   const CopyFn copy = OutputCopy(cpu.simd, total_bytes);
@@ -122,13 +138,8 @@ absl::Status RopeCacheT(const CpuContext& cpu, const RopeCachePlan& plan,
     if (walk) walker.emplace(cpu.simd, w, freqs.inv_freq, half);
     if constexpr (kFloat) {
       if (direct) {
-        const FenceStreams fence(cpu.simd);
-        auto* co = static_cast<float*>(cos.data);
-        auto* so = static_cast<float*>(sin.data);
-        ForEachRun<true>(positions, t0, t1, [&](int64_t t, double p, int64_t m) {
-          walker->Rows(p, m, c_scale, s_scale,
-                       CacheRows(layout, half, width, co + t * width, so + t * width, stream));
-        });
+        WalkCacheRowsInPlace(cpu, plan, half, positions, t0, t1, c_scale, s_scale, &*walker, cos,
+                             sin);
         return;
       }
     }
