@@ -89,14 +89,13 @@ void PlaceCacheRow(RopeCacheLayout layout, int64_t half, const T* c, const T* s,
 // The FLOAT32 rows of tokens [t0, t1) walked straight into the tables, whatever their size:
 // 131072 x 128 went from 0.42-0.46 of fill (8 KiB blocks streamed out, as RopeCacheT's other
 // tables are) to 0.76-0.79 (BENCHMARKS.md, branch tables). Tables of kStreamMinBytes and more are
-// streamed, whole lines from the walk's registers or from its tiles staged in L1
+// streamed (`stream`), whole lines from the walk's registers or from its tiles staged in L1
 // (TableRows::stream; the FenceStreams orders them before the worker's chunk is done).
 void WalkCacheRowsInPlace(const CpuContext& cpu, const RopeCachePlan& plan, int64_t half,
                           const ResolvedPositions& positions, int64_t t0, int64_t t1,
-                          double c_scale, double s_scale, AngleWalker* walker,
+                          double c_scale, double s_scale, bool stream, AngleWalker* walker,
                           const TensorView& cos, const TensorView& sin) {
   const int64_t width = plan.width;
-  const bool stream = 2 * positions.num_tokens * width * int64_t{4} >= kStreamMinBytes;
   const FenceStreams fence(cpu.simd);
   auto* co = static_cast<float*>(cos.data);
   auto* so = static_cast<float*>(sin.data);
@@ -138,8 +137,8 @@ absl::Status RopeCacheT(const CpuContext& cpu, const RopeCachePlan& plan,
     if (walk) walker.emplace(cpu.simd, w, freqs.inv_freq, half);
     if constexpr (kFloat) {
       if (direct) {
-        WalkCacheRowsInPlace(cpu, plan, half, positions, t0, t1, c_scale, s_scale, &*walker, cos,
-                             sin);
+        WalkCacheRowsInPlace(cpu, plan, half, positions, t0, t1, c_scale, s_scale,
+                             total_bytes >= kStreamMinBytes, &*walker, cos, sin);
         return;
       }
     }
